@@ -1,0 +1,20 @@
+//! Link settings for libtorch.
+//!
+//! libtorch_cuda.so registers the CUDA backend from static initialisers; nothing in the
+//! binary references its symbols, so a default `--as-needed` link drops it and CUDA is then
+//! silently unavailable. We force it in with `--no-as-needed`, and add an rpath to the
+//! libtorch folder so the binary runs from a checkout without LD_LIBRARY_PATH.
+
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
+        return;
+    };
+    let lib = PathBuf::from(lib);
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    if lib.join("libtorch_cuda.so").exists() {
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+}

@@ -1,0 +1,334 @@
+//! Cells: one point of an expanded matrix, with its stable id and resolved parameters.
+//!
+//! A [`Cell`] is what every later stage works on: the runner starts it, the results
+//! record it, baselines are keyed by its [`CellId`], and reports name it. This module owns
+//! the id rules (stable, filesystem-safe, derived from axis values in axis order) and the
+//! mapping from a cell to the `bench worker` command line, so that the runner and the
+//! built-in workload agree on one contract.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The value of one axis in one cell.
+///
+/// Scalars come straight from the matrix file; `Set` is the value of a set-valued axis
+/// such as `features` (a set of flags like `compile` and `sac`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Value {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Set(BTreeSet<String>),
+}
+
+impl Value {
+    /// The value as it appears in a cell id and in human output.
+    ///
+    /// Sets are written as their flags joined by `+` in sorted order, and the empty set as
+    /// `base`, so that `{compile, sac}` and `{sac, compile}` give the same id.
+    pub fn id_fragment(&self) -> String {
+        match self {
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(f) => f.to_string(),
+            Value::Str(s) => s.clone(),
+            Value::Set(s) if s.is_empty() => "base".to_string(),
+            Value::Set(s) => s.iter().cloned().collect::<Vec<_>>().join("+"),
+        }
+    }
+
+    /// The value as a number, when it is one.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Int(i) => Some(*i as f64),
+            Value::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_set(&self) -> Option<&BTreeSet<String>> {
+        match self {
+            Value::Set(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.id_fragment())
+    }
+}
+
+/// A stable, filesystem-safe identifier of a cell, e.g.
+/// `gpt2-125m.bf16.1gpu.single.compile+sac`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct CellId(pub String);
+
+impl CellId {
+    /// Builds the id from axis values in axis order.
+    ///
+    /// The `gpus` axis is written as `<n>gpu` so that ids read naturally; every fragment is
+    /// sanitised to `[A-Za-z0-9_+-]` (anything else becomes `_`) so that the id is safe as a
+    /// file name on every platform and never contains the `.` separator itself.
+    pub fn from_values(values: &IndexMap<String, Value>) -> CellId {
+        let parts: Vec<String> = values
+            .iter()
+            .map(|(axis, v)| {
+                let frag = match (axis.as_str(), v) {
+                    ("gpus", Value::Int(n)) => format!("{n}gpu"),
+                    _ => v.id_fragment(),
+                };
+                sanitize(&frag)
+            })
+            .collect();
+        CellId(parts.join("."))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CellId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Replaces every character outside `[A-Za-z0-9_+-]` with `_`; an empty fragment becomes `_`.
+pub fn sanitize(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '+' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        "_".to_string()
+    } else {
+        out
+    }
+}
+
+/// What runs for a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Workload {
+    /// The built-in libtorch workload: `bench worker` with arguments from the cell.
+    #[default]
+    Builtin,
+    /// Any program that prints worker events as JSON lines. `argv` is a template: each
+    /// element may contain `{axis}` or `{param}` placeholders filled from the cell. It is
+    /// executed directly, never through a shell, so matrix values cannot inject commands.
+    Command {
+        argv: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+}
+
+/// Resolved per-cell parameters (defaults, then per-axis-value overrides, then derived
+/// values such as `global_batch`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Params {
+    /// Training steps, warm-up included.
+    pub steps: u32,
+    /// Leading steps excluded from measurement.
+    pub warmup: u32,
+    /// Tokens per sequence.
+    pub seq_len: u32,
+    /// Sequences per GPU per micro-step.
+    pub micro_batch: u32,
+    /// Micro-steps per optimizer step.
+    pub grad_accum: u32,
+    /// Sequences per optimizer step across all GPUs (gpus x micro_batch x grad_accum
+    /// unless set explicitly).
+    pub global_batch: u32,
+    /// How many times the cell is measured; the spread of repeats is its noise.
+    pub repeats: u32,
+    /// Wall-clock limit for one attempt of the cell, in seconds.
+    pub timeout_s: u64,
+    /// Retries for infrastructure failures (crash before any step, launch failure).
+    pub retries: u32,
+    /// Selective activation checkpointing: checkpoint every k-th block.
+    pub sac_every: u32,
+    /// Seed for synthetic data and initialisation.
+    pub seed: u64,
+    /// Learning rate of AdamW.
+    pub lr: f64,
+    /// Token file (.bin of uint16 or uint32) for real data; synthetic tokens when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// What runs.
+    #[serde(default)]
+    pub workload: Workload,
+    /// User-defined parameters, available to command templates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            steps: 30,
+            warmup: 5,
+            seq_len: 1024,
+            micro_batch: 1,
+            grad_accum: 1,
+            global_batch: 1,
+            repeats: 1,
+            timeout_s: 1800,
+            retries: 1,
+            sac_every: 1,
+            seed: 0,
+            lr: 3e-4,
+            data: None,
+            workload: Workload::Builtin,
+            extra: BTreeMap::new(),
+        }
+    }
+}
+
+/// One cell of an expanded matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cell {
+    pub id: CellId,
+    /// Axis values in axis order (the order of `axes` in the matrix file, then axes that
+    /// only `include` entries added).
+    pub values: IndexMap<String, Value>,
+    pub params: Params,
+}
+
+impl Cell {
+    fn str_axis(&self, axis: &str) -> Option<&str> {
+        self.values.get(axis).and_then(Value::as_str)
+    }
+
+    /// The model preset; `gpt2-125m` when the matrix has no `model` axis.
+    pub fn model(&self) -> &str {
+        self.str_axis("model").unwrap_or("gpt2-125m")
+    }
+
+    /// The dtype the matmuls run in; `bf16` when the matrix has no `dtype` axis.
+    pub fn dtype(&self) -> &str {
+        self.str_axis("dtype").unwrap_or("bf16")
+    }
+
+    /// GPUs the cell needs (world size); 1 when the matrix has no `gpus` axis. A CPU cell
+    /// still has one rank.
+    pub fn gpus(&self) -> u32 {
+        self.values
+            .get("gpus")
+            .and_then(Value::as_f64)
+            .map(|g| g.max(1.0) as u32)
+            .unwrap_or(1)
+    }
+
+    /// single | ddp | fsdp; `single` when the matrix has no `parallel` axis.
+    pub fn parallel(&self) -> &str {
+        self.str_axis("parallel").unwrap_or("single")
+    }
+
+    /// The feature flags of the cell (empty when the matrix has no `features` axis).
+    pub fn features(&self) -> BTreeSet<String> {
+        self.values
+            .get("features")
+            .and_then(Value::as_set)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The `bench worker` arguments for this cell (without the program name).
+    ///
+    /// This is the contract between the runner and the built-in workload: every flag here
+    /// is accepted by `cli::WorkerArgs`.
+    pub fn worker_args(&self) -> Vec<String> {
+        let p = &self.params;
+        let mut args = vec![
+            "--cell-id".to_string(),
+            self.id.to_string(),
+            "--model".to_string(),
+            self.model().to_string(),
+            "--dtype".to_string(),
+            self.dtype().to_string(),
+            "--parallel".to_string(),
+            self.parallel().to_string(),
+            "--steps".to_string(),
+            p.steps.to_string(),
+            "--warmup".to_string(),
+            p.warmup.to_string(),
+            "--seq-len".to_string(),
+            p.seq_len.to_string(),
+            "--micro-batch".to_string(),
+            p.micro_batch.to_string(),
+            "--grad-accum".to_string(),
+            p.grad_accum.to_string(),
+            "--sac-every".to_string(),
+            p.sac_every.to_string(),
+            "--seed".to_string(),
+            p.seed.to_string(),
+            "--lr".to_string(),
+            p.lr.to_string(),
+        ];
+        let features = self.features();
+        if !features.is_empty() {
+            args.push("--features".to_string());
+            args.push(features.into_iter().collect::<Vec<_>>().join(","));
+        }
+        if let Some(data) = &p.data {
+            args.push("--data".to_string());
+            args.push(data.clone());
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_is_axis_order_and_filesystem_safe() {
+        let mut v = IndexMap::new();
+        v.insert("model".into(), Value::Str("gpt2-125m".into()));
+        v.insert("dtype".into(), Value::Str("bf16".into()));
+        v.insert("gpus".into(), Value::Int(1));
+        v.insert("parallel".into(), Value::Str("single".into()));
+        v.insert(
+            "features".into(),
+            Value::Set(["sac".to_string(), "compile".to_string()].into()),
+        );
+        assert_eq!(
+            CellId::from_values(&v).as_str(),
+            "gpt2-125m.bf16.1gpu.single.compile+sac"
+        );
+        v.insert("note".into(), Value::Str("a/b c.d".into()));
+        assert!(CellId::from_values(&v).as_str().ends_with(".a_b_c_d"));
+    }
+
+    #[test]
+    fn empty_feature_set_is_base() {
+        assert_eq!(Value::Set(BTreeSet::new()).id_fragment(), "base");
+    }
+}

@@ -1,0 +1,234 @@
+//! Raw command-line arguments (clap derive types only).
+//!
+//! Nothing here is interpreted: each stage resolves the raw arguments it needs into its
+//! own settings (as ripgrep separates low-level args from resolved ones), so validation
+//! and defaults live beside the code that uses them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    version,
+    about = "Declarative LLM-training benchmark matrices as a CI gate",
+    after_help = "Exit codes: 0 all good; 1 regressions or failed cells; 2 bad input (matrix, filter, baseline file, arguments); other codes are internal failures."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Expand a matrix and run its cells (or list them with --dry-run).
+    Matrix(MatrixArgs),
+    /// Print the JSON Schema of matrix files.
+    Schema,
+    /// Run one cell of the built-in training workload in this process (started by the runner).
+    Worker(Box<WorkerArgs>),
+    /// Render the reports of a finished run again, or post them to a pull request.
+    Report(ReportArgs),
+    /// Manage stored baselines.
+    Baseline(BaselineArgs),
+    /// Print the environment and hardware key of this host.
+    Env(EnvArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Launcher {
+    /// Start one worker process per GPU on this host.
+    #[default]
+    Local,
+    /// Submit each cell as a Slurm job (sbatch + srun).
+    Slurm,
+}
+
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// The matrix file.
+    #[arg(default_value = "matrix/smoke.yaml")]
+    pub file: PathBuf,
+    /// Keep only cells matching EXPR (several --filter flags combine with `and`).
+    #[arg(long = "filter", short = 'f', value_name = "EXPR")]
+    pub filters: Vec<String>,
+    /// List the cells that would run, and the dropped ones with reasons; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format of the dry run and of the terminal summary.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// Folder that holds one sub-folder per run.
+    #[arg(long, default_value = "results", value_name = "DIR")]
+    pub results_dir: PathBuf,
+    /// Name of this run's folder (default: a UTC timestamp).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Continue the run in this folder, skipping cells it already finished.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Folder of baseline files (one per hardware key).
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// Stop at the first failed cell or regression.
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// Stop after N failed cells.
+    #[arg(long, value_name = "N")]
+    pub max_fail: Option<u32>,
+    /// GPUs to use on this host (default: all that are visible; 0 runs on CPU).
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// How cells are started.
+    #[arg(long, value_enum, default_value_t)]
+    pub launcher: Launcher,
+    /// Slurm partition (or $BENCH_SLURM_PARTITION / the matrix's `slurm.partition`).
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Slurm account (or $BENCH_SLURM_ACCOUNT / the matrix's `slurm.account`).
+    #[arg(long)]
+    pub account: Option<String>,
+    /// Plain progress lines even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReportArgs {
+    #[command(subcommand)]
+    pub command: Option<ReportCommand>,
+    /// A run folder, e.g. results/20261122T101500Z.
+    pub run_dir: Option<PathBuf>,
+    /// Folder of baseline files.
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Post (or update in place) the Markdown report as a pull-request / merge-request comment.
+    Post(PostArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PostArgs {
+    /// A run folder.
+    pub run_dir: PathBuf,
+    /// Folder of baseline files.
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// github or gitlab (default: detected from the CI environment).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// API base URL (default: $GITHUB_API_URL or $CI_API_V4_URL).
+    #[arg(long)]
+    pub api_url: Option<String>,
+    /// owner/name on GitHub, project id or path on GitLab.
+    #[arg(long)]
+    pub repo: Option<String>,
+    /// Pull-request number or merge-request iid.
+    #[arg(long)]
+    pub pr: Option<u64>,
+    /// Post nothing when no cell regressed, improved or is new.
+    #[arg(long)]
+    pub only_on_change: bool,
+    /// Link to the CI run's artifacts shown in the comment.
+    #[arg(long)]
+    pub artifacts_url: Option<String>,
+    /// Also set a GitHub commit status carrying the verdict.
+    #[arg(long)]
+    pub commit_status: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineArgs {
+    #[command(subcommand)]
+    pub command: BaselineCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineCommand {
+    /// Write the measurements of a run into the baseline file of its hardware.
+    Update(BaselineUpdateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineUpdateArgs {
+    /// A run folder.
+    pub run_dir: PathBuf,
+    /// Only update cells matching EXPR.
+    #[arg(long = "filter", short = 'f', value_name = "EXPR")]
+    pub filters: Vec<String>,
+    /// Only raise baselines where the run improved on them (and add new cells).
+    #[arg(long)]
+    pub only_improvements: bool,
+    /// Folder of baseline files.
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// Arguments of `bench worker`. `cell::Cell::worker_args` produces them; keep both in step.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// The cell id, echoed in events and logs.
+    #[arg(long, default_value = "adhoc")]
+    pub cell_id: String,
+    /// Model preset (see `bench worker --list-models`).
+    #[arg(long, default_value = "gpt2-tiny")]
+    pub model: String,
+    /// fp32 | bf16 | fp8.
+    #[arg(long, default_value = "fp32")]
+    pub dtype: String,
+    /// single | ddp | fsdp.
+    #[arg(long, default_value = "single")]
+    pub parallel: String,
+    /// Comma-separated feature flags: compile, sac.
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
+    #[arg(long, default_value_t = 30)]
+    pub steps: u32,
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u32,
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: u32,
+    #[arg(long, default_value_t = 4)]
+    pub micro_batch: u32,
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: u32,
+    #[arg(long, default_value_t = 1)]
+    pub sac_every: u32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 3e-4)]
+    pub lr: f64,
+    /// Token file (.bin of uint16 or uint32 tokens); synthetic tokens when absent.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Element width of the token file: 2 (uint16) or 4 (uint32).
+    #[arg(long, default_value_t = 2)]
+    pub data_bytes: u8,
+    /// cpu, cuda, cuda:N or auto (cuda when available, else cpu).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// List the model presets and exit.
+    #[arg(long)]
+    pub list_models: bool,
+}

@@ -1,0 +1,58 @@
+//! The one place where stage errors become exit codes.
+//!
+//! Stages return their own `thiserror` enums, each carrying the location of the fault
+//! (file:line:column or a key path). The CLI converts them into a [`CliError`], which only
+//! knows the class of failure: bad input (exit 2) or an internal failure (exit 3). Results
+//! such as regressions are not errors; commands return them as exit code 1 themselves.
+
+/// Exit codes of `bench` (documented in the README and in `bench --help`).
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// Regressions, failed or timed-out cells.
+    pub const FAILED: i32 = 1;
+    /// Bad input: matrix, filter, baseline file, arguments.
+    pub const BAD_INPUT: i32 = 2;
+    /// An internal failure of bench itself (I/O, a bug).
+    pub const INTERNAL: i32 = 3;
+    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// A failure of a command, classified for its exit code and rendered by miette.
+#[derive(Debug)]
+pub enum CliError {
+    BadInput(miette::Report),
+    Internal(miette::Report),
+}
+
+impl CliError {
+    pub fn bad_input(e: impl Into<miette::Report>) -> Self {
+        CliError::BadInput(e.into())
+    }
+    pub fn internal(e: impl Into<miette::Report>) -> Self {
+        CliError::Internal(e.into())
+    }
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::BadInput(_) => exit::BAD_INPUT,
+            CliError::Internal(_) => exit::INTERNAL,
+        }
+    }
+    pub fn report(&self) -> &miette::Report {
+        match self {
+            CliError::BadInput(r) | CliError::Internal(r) => r,
+        }
+    }
+}
+
+impl From<crate::results::ResultsError> for CliError {
+    fn from(e: crate::results::ResultsError) -> Self {
+        use crate::results::ResultsError as E;
+        match e {
+            E::Read { .. } | E::Parse { .. } | E::Version { .. } => {
+                CliError::BadInput(miette::Report::msg(e.to_string()))
+            }
+            E::Write { .. } => CliError::Internal(miette::Report::msg(e.to_string())),
+        }
+    }
+}

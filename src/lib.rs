@@ -1,0 +1,18 @@
+//! `bench`: declarative LLM-training benchmark matrices as a CI gate.
+//!
+//! Data flow, one stage per module (see docs/ and DESIGN notes):
+//! matrix YAML -> [`matrix`] (parse, validate, expand, filter) -> [`cell::Cell`]s ->
+//! [`run`] (schedule, execute workers, collect [`events`]) -> [`results`] ->
+//! [`baseline`] (compare) -> [`report`] (human, JSON, JUnit, Markdown, PR comment).
+//! The built-in training workload lives in [`workload`]; FLOPs, MFU and statistics in
+//! [`metrics`].
+
+pub mod atomic;
+pub mod cell;
+pub mod cli;
+pub mod error;
+pub mod events;
+pub mod matrix;
+pub mod metrics;
+pub mod results;
+pub mod workload;

@@ -1,0 +1,26 @@
+//! CLI entry: parse arguments, dispatch to a stage, map failures to exit codes.
+
+use clap::Parser;
+
+use bench::cli::{Cli, Command};
+use bench::error::{exit, CliError};
+
+fn main() {
+    let cli = Cli::parse();
+    let result: Result<i32, CliError> = match cli.command {
+        Command::Matrix(args) => bench::matrix::cmd::run(&args),
+        Command::Schema => bench::matrix::cmd::schema(),
+        Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
+        Command::Report(_) | Command::Baseline(_) | Command::Env(_) => Err(CliError::internal(
+            miette::miette!("this command is not built yet"),
+        )),
+    };
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{:?}", e.report());
+            e.exit_code()
+        }
+    };
+    std::process::exit(if code == exit::OK { 0 } else { code });
+}

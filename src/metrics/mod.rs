@@ -1,0 +1,5 @@
+//! Metrics, defined once: model FLOPs per token, the peak-FLOPs table, MFU
+//! ([`flops`]), and the statistics of step times and repeats ([`stats`]).
+
+pub mod flops;
+pub mod stats;

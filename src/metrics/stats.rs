@@ -1,0 +1,1 @@
+//! Statistics of step times and repeats: median, mean, percentiles, spread.
