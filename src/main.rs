@@ -8,7 +8,10 @@ use bench::error::{exit, CliError};
 fn main() {
     let cli = Cli::parse();
     let result: Result<i32, CliError> = match cli.command {
-        Command::Matrix(args) => bench::matrix::cmd::run(&args),
+        Command::Matrix(args) if args.dry_run => bench::matrix::cmd::dry_run(&args),
+        Command::Matrix(_) => Err(CliError::internal(miette::miette!(
+            "running cells is not built yet; use --dry-run"
+        ))),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
         Command::Report(_) | Command::Baseline(_) | Command::Env(_) => Err(CliError::internal(
