@@ -21,7 +21,9 @@ fn main() {
     let code = match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{:?}", e.report());
+            // Plain rendering: our messages already carry `file:line:column` and a caret
+            // under the source, which a boxed, re-wrapped diagnostic would misalign.
+            eprintln!("error: {:#}", e.report());
             e.exit_code()
         }
     };

@@ -15,7 +15,7 @@ impl From<MatrixError> for CliError {
     fn from(e: MatrixError) -> Self {
         match e {
             // A matrix file that exists but cannot be read is still the user's input.
-            MatrixError::Read { .. } | MatrixError::Invalid { .. } | MatrixError::Filter(_) => {
+            MatrixError::Read { .. } | MatrixError::Invalid(_) | MatrixError::Filter(_) => {
                 CliError::BadInput(miette::Report::msg(e.to_string()))
             }
         }
@@ -46,9 +46,9 @@ pub fn dry_run(args: &MatrixArgs) -> Result<i32, CliError> {
     };
     // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
     match written {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(CliError::internal(miette::miette!("cannot write output: {e}")))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
+            miette::miette!("cannot write output: {e}"),
+        )),
         _ => Ok(crate::error::exit::OK),
     }
 }

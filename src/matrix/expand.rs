@@ -27,6 +27,11 @@ use super::spec::{
 use super::{Dropped, MatrixError};
 use crate::cell::{Cell, CellId, Params, Value};
 
+/// A surviving combination before parameters: its values, and parameters set by include.
+type Draft = (IndexMap<String, Value>, Vec<(String, Value)>);
+/// One dimension of the product: each choice sets one or more (axis, value index) pairs.
+type Dimension = Vec<Vec<(usize, usize)>>;
+
 /// The cells of a matrix before filtering.
 #[derive(Debug, Clone)]
 pub struct Expanded {
@@ -139,7 +144,7 @@ pub fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, MatrixError> 
 
     // The product, first dimension slowest.
     let combinations: usize = dims.iter().map(Vec::len).product();
-    let mut kept: Vec<(IndexMap<String, Value>, Vec<(String, Value)>)> = Vec::new();
+    let mut kept: Vec<Draft> = Vec::new();
     let mut dropped = Vec::new();
     let mut rule_hits = vec![0usize; rules.len()];
     for combo in dims.iter().map(|d| d.iter()).multi_cartesian_product() {
@@ -219,7 +224,11 @@ fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixErr
     let mut out = Vec::new();
     for (name, axis) in &spec.axes {
         let path = format!("axes.{name}");
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
             return Err(src.error_at(
                 &path,
                 format!("axis name `{name}` must be letters, digits, `_` or `-`"),
@@ -320,14 +329,11 @@ fn dimensions(
     src: &Source,
     axes: &[Axis],
     axis_index: &HashMap<&str, usize>,
-) -> Result<Vec<Vec<Vec<(usize, usize)>>>, MatrixError> {
+) -> Result<Vec<Dimension>, MatrixError> {
     let mut group_of: HashMap<usize, usize> = HashMap::new();
     for (g, group) in spec.zip.iter().enumerate() {
         if group.len() < 2 {
-            return Err(src.error_at(
-                &format!("zip[{g}]"),
-                "a zip group needs at least two axes",
-            ));
+            return Err(src.error_at(&format!("zip[{g}]"), "a zip group needs at least two axes"));
         }
         let mut len = None;
         for (j, name) in group.iter().enumerate() {
@@ -336,7 +342,10 @@ fn dimensions(
                 return Err(src.error_at(&path, unknown_axis(name, axes)));
             };
             if group_of.insert(a, g).is_some() {
-                return Err(src.error_at(&path, format!("axis `{name}` is in more than one zip group")));
+                return Err(src.error_at(
+                    &path,
+                    format!("axis `{name}` is in more than one zip group"),
+                ));
             }
             let n = axes[a].values.len();
             match len {
@@ -368,7 +377,11 @@ fn dimensions(
                     .filter_map(|n| axis_index.get(n.as_str()).copied())
                     .collect();
                 let n = axis.values.len();
-                dims.push((0..n).map(|v| members.iter().map(|&m| (m, v)).collect()).collect());
+                dims.push(
+                    (0..n)
+                        .map(|v| members.iter().map(|&m| (m, v)).collect())
+                        .collect(),
+                );
             }
         }
     }
@@ -397,7 +410,10 @@ fn validate_overrides(
                 let known: Vec<String> = axes[a].values.iter().map(Value::id_fragment).collect();
                 return Err(src.error_at(
                     &vpath,
-                    format!("axis `{axis}` has no value `{value}` (values: {})", known.join(", ")),
+                    format!(
+                        "axis `{axis}` has no value `{value}` (values: {})",
+                        known.join(", ")
+                    ),
                 ));
             }
             let mut scratch = Params::default();
@@ -424,7 +440,11 @@ fn vocabulary(spec: &MatrixSpec, axes: &[Axis]) -> Vocabulary {
             .iter()
             .map(|a| (a.name.clone(), a.values.clone()))
             .collect(),
-        set_axes: axes.iter().filter(|a| a.is_set).map(|a| a.name.clone()).collect(),
+        set_axes: axes
+            .iter()
+            .filter(|a| a.is_set)
+            .map(|a| a.name.clone())
+            .collect(),
         params,
     }
 }
@@ -461,7 +481,10 @@ fn check_pairs(
     axis_index: &HashMap<&str, usize>,
 ) -> Result<Vec<(String, MatchValue)>, MatrixError> {
     if pairs.is_empty() {
-        return Err(src.error_at(path, "an empty match would select every cell; name at least one axis"));
+        return Err(src.error_at(
+            path,
+            "an empty match would select every cell; name at least one axis",
+        ));
     }
     for (k, want) in pairs {
         let kpath = format!("{path}.{k}");
@@ -477,9 +500,10 @@ fn check_pairs(
             MatchValue::AnyOf(vs) => vs.clone(),
         };
         for c in candidates {
-            let known = axis.values.iter().any(|v| {
-                value_eq(v, &c) || (!axis.is_set && v.id_fragment() == c.id_fragment())
-            });
+            let known = axis
+                .values
+                .iter()
+                .any(|v| value_eq(v, &c) || (!axis.is_set && v.id_fragment() == c.id_fragment()));
             if !known {
                 let shown: Vec<String> = axis.values.iter().map(Value::id_fragment).collect();
                 return Err(src.error_at(
@@ -547,10 +571,19 @@ fn compile_rules<'a>(
             ));
         }
         if rule.reason.trim().is_empty() {
-            return Err(src.error_at(&format!("{path}.reason"), "`reason` must say why the cells are dropped"));
+            return Err(src.error_at(
+                &format!("{path}.reason"),
+                "`reason` must say why the cells are dropped",
+            ));
         }
         let matcher = if let Some(pairs) = &rule.exclude {
-            Matcher::Exclude(check_pairs(pairs, &format!("{path}.exclude"), src, axes, axis_index)?)
+            Matcher::Exclude(check_pairs(
+                pairs,
+                &format!("{path}.exclude"),
+                src,
+                axes,
+                axis_index,
+            )?)
         } else if let Some(expr) = &rule.when {
             let p = format!("{path}.when");
             Matcher::When(
@@ -576,8 +609,22 @@ fn compile_rules<'a>(
         } else if let Some(req) = &rule.requires {
             let p = format!("{path}.requires");
             Matcher::Requires(
-                Box::new(compile_selector(&req.if_, &format!("{p}.if"), src, axes, axis_index, vocab)?),
-                Box::new(compile_selector(&req.then, &format!("{p}.then"), src, axes, axis_index, vocab)?),
+                Box::new(compile_selector(
+                    &req.if_,
+                    &format!("{p}.if"),
+                    src,
+                    axes,
+                    axis_index,
+                    vocab,
+                )?),
+                Box::new(compile_selector(
+                    &req.then,
+                    &format!("{p}.then"),
+                    src,
+                    axes,
+                    axis_index,
+                    vocab,
+                )?),
             )
         } else {
             unreachable!("exactly one rule kind was checked above")
@@ -594,11 +641,7 @@ fn compile_rules<'a>(
 /// GitHub Actions `include`: extend matching original cells without overwriting original
 /// values; an entry that matches no original cell becomes a new cell. Cells added by
 /// include are never matched by later entries (as in GitHub Actions).
-fn apply_include(
-    spec: &MatrixSpec,
-    axis_index: &HashMap<&str, usize>,
-    kept: &mut Vec<(IndexMap<String, Value>, Vec<(String, Value)>)>,
-) {
+fn apply_include(spec: &MatrixSpec, axis_index: &HashMap<&str, usize>, kept: &mut Vec<Draft>) {
     let originals = kept.len();
     for entry in &spec.include {
         let mut matched = false;
@@ -762,7 +805,7 @@ fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, Matr
     if !explicit.global_batch {
         p.global_batch = per_step * p.grad_accum;
     } else if !explicit.grad_accum {
-        if p.global_batch % per_step != 0 || p.global_batch == 0 {
+        if !p.global_batch.is_multiple_of(per_step) || p.global_batch == 0 {
             return Err(src.error_at(
                 "defaults.global_batch",
                 format!(
@@ -784,4 +827,366 @@ fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, Matr
         ));
     }
     Ok(cell)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::parse::parse_str;
+    use std::path::Path;
+
+    fn expand_str(yaml: &str) -> Result<Expanded, MatrixError> {
+        let (spec, src) = parse_str(Path::new("t.yaml"), yaml.to_string())?;
+        expand(&spec, &src)
+    }
+
+    /// Cells as `key=value` lists (values in cell order), for readable assertions.
+    fn rows(e: &Expanded) -> Vec<String> {
+        e.cells
+            .iter()
+            .map(|c| {
+                c.values
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn github_include_example() {
+        // docs.github.com "Expanding or adding matrix configurations", example 1.
+        let e = expand_str(
+            r#"
+axes:
+  fruit: [apple, pear]
+  animal: [cat, dog]
+include:
+  - color: green
+  - color: pink
+    animal: cat
+  - fruit: apple
+    shape: circle
+  - fruit: banana
+  - fruit: banana
+    animal: cat
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&e),
+            vec![
+                "fruit=apple,animal=cat,color=pink,shape=circle",
+                "fruit=apple,animal=dog,color=green,shape=circle",
+                "fruit=pear,animal=cat,color=pink",
+                "fruit=pear,animal=dog,color=green",
+                "fruit=banana",
+                "fruit=banana,animal=cat",
+            ]
+        );
+    }
+
+    #[test]
+    fn github_include_extends_one_job() {
+        // docs.github.com example: node 16 on windows gets npm 6; others unchanged.
+        let e = expand_str(
+            "axes:\n  os: [windows-latest, ubuntu-latest]\n  node: [14, 16]\ninclude:\n  - os: windows-latest\n    node: 16\n    npm: 6\n",
+        )
+        .unwrap();
+        assert_eq!(
+            rows(&e),
+            vec![
+                "os=windows-latest,node=14",
+                "os=windows-latest,node=16,npm=6",
+                "os=ubuntu-latest,node=14",
+                "os=ubuntu-latest,node=16",
+            ]
+        );
+    }
+
+    #[test]
+    fn github_exclude_example_partial_match() {
+        // docs.github.com "Excluding matrix configurations": 12 - 1 - 2 = 9 jobs.
+        let e = expand_str(
+            r#"
+axes:
+  os: [macos-latest, windows-latest]
+  version: [12, 14, 16]
+  environment: [staging, production]
+rules:
+  - exclude: {os: macos-latest, version: 12, environment: production}
+    reason: a
+  - exclude: {os: windows-latest, version: 16}
+    reason: b
+"#,
+        )
+        .unwrap();
+        assert_eq!(e.combinations, 12);
+        assert_eq!(e.cells.len(), 9);
+        assert_eq!(e.dropped.len(), 3);
+        assert_eq!(e.dropped[0].reason, "a");
+        assert!(e.dropped[1..].iter().all(|d| d.reason == "b"));
+    }
+
+    #[test]
+    fn include_adds_back_an_excluded_cell() {
+        let e = expand_str(
+            "axes:\n  a: [x, y]\nrules:\n  - exclude: {a: y}\n    reason: r\ninclude:\n  - a: y\n",
+        )
+        .unwrap();
+        assert_eq!(rows(&e), vec!["a=x", "a=y"]);
+        assert_eq!(e.dropped.len(), 1);
+    }
+
+    #[test]
+    fn include_sets_parameters_without_changing_ids() {
+        let e = expand_str(
+            "axes:\n  model: [a, b]\ndefaults:\n  micro_batch: 4\ninclude:\n  - model: b\n    micro_batch: 2\n",
+        )
+        .unwrap();
+        assert_eq!(e.cells[1].id.as_str(), "b");
+        assert_eq!(e.cells[1].params.micro_batch, 2);
+        assert_eq!(e.cells[0].params.micro_batch, 4);
+    }
+
+    #[test]
+    fn order_is_first_axis_slowest_and_subsets_smallest_first() {
+        let e =
+            expand_str("axes:\n  m: [a, b]\n  features: {subsets_of: [compile, sac]}\n").unwrap();
+        let ids: Vec<&str> = e.cells.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                "a.base",
+                "a.compile",
+                "a.sac",
+                "a.compile+sac",
+                "b.base",
+                "b.compile",
+                "b.sac",
+                "b.compile+sac"
+            ]
+        );
+    }
+
+    #[test]
+    fn zip_advances_in_lockstep() {
+        let e = expand_str(
+            "axes:\n  gpus: [1, 2, 8]\n  model: [a, b]\n  global_batch: [8, 16, 64]\nzip: [[gpus, global_batch]]\ndefaults: {micro_batch: 8}\n",
+        )
+        .unwrap();
+        assert_eq!(e.combinations, 6);
+        assert_eq!(
+            rows(&e),
+            vec![
+                "gpus=1,model=a,global_batch=8",
+                "gpus=1,model=b,global_batch=8",
+                "gpus=2,model=a,global_batch=16",
+                "gpus=2,model=b,global_batch=16",
+                "gpus=8,model=a,global_batch=64",
+                "gpus=8,model=b,global_batch=64",
+            ]
+        );
+        // The zipped axis sets the parameter; grad_accum follows from it.
+        assert_eq!(e.cells[5].params.global_batch, 64);
+        assert_eq!(e.cells[5].params.grad_accum, 1);
+        assert_eq!(e.cells[0].params.grad_accum, 1);
+    }
+
+    #[test]
+    fn zip_errors() {
+        let e = expand_str("axes:\n  a: [1, 2]\n  b: [1]\nzip: [[a, b]]\n").unwrap_err();
+        assert!(e.to_string().starts_with("t.yaml:4:11:"), "{e}");
+        assert!(e.to_string().contains("same number of values"), "{e}");
+        let e = expand_str("axes:\n  a: [1, 2]\nzip: [[a, c]]\n").unwrap_err();
+        assert!(e.to_string().contains("unknown axis `c`"), "{e}");
+    }
+
+    #[test]
+    fn each_rule_kind() {
+        let e = expand_str(
+            r#"
+axes:
+  dtype: [bf16, fp8]
+  gpus: [1, 8]
+  parallel: [single, fsdp]
+  features: {subsets_of: [compile, sac]}
+rules:
+  - incompatible: [compile, fp8]
+    reason: compile+fp8
+  - when: parallel=single and gpus>1
+    reason: single is one gpu
+  - requires: {if: "has(sac)", then: {parallel: fsdp}}
+    reason: sac needs fsdp
+  - exclude: {parallel: fsdp, gpus: 1}
+    reason: fsdp needs gpus
+"#,
+        )
+        .unwrap();
+        let by = |id: &str| {
+            e.dropped
+                .iter()
+                .find(|d| d.cell.id.as_str() == id)
+                .map(|d| d.reason.clone())
+        };
+        assert_eq!(
+            by("fp8.1gpu.single.compile").as_deref(),
+            Some("compile+fp8")
+        );
+        assert_eq!(
+            by("bf16.8gpu.single.base").as_deref(),
+            Some("single is one gpu")
+        );
+        assert_eq!(
+            by("bf16.1gpu.single.sac").as_deref(),
+            Some("sac needs fsdp")
+        );
+        assert_eq!(
+            by("bf16.1gpu.fsdp.base").as_deref(),
+            Some("fsdp needs gpus")
+        );
+        assert!(e
+            .cells
+            .iter()
+            .any(|c| c.id.as_str() == "bf16.8gpu.fsdp.compile+sac"));
+        assert!(e
+            .cells
+            .iter()
+            .any(|c| c.id.as_str() == "bf16.1gpu.single.compile"));
+        assert!(e.warnings.is_empty(), "{:?}", e.warnings);
+        assert_eq!(e.cells.len() + e.dropped.len(), 32);
+    }
+
+    #[test]
+    fn exclude_alternatives_on_scalar_axes() {
+        let e = expand_str(
+            "axes:\n  m: [a, b, c]\n  g: [1, 2, 4]\nrules:\n  - exclude: {m: [a, b], g: [2, 4]}\n    reason: r\n",
+        )
+        .unwrap();
+        assert_eq!(e.dropped.len(), 4);
+    }
+
+    #[test]
+    fn rule_matching_nothing_warns_with_location() {
+        let e = expand_str("axes:\n  m: [a, b]\nrules:\n  - exclude: {m: a}\n    reason: x\n  - when: m=b and m=a\n    reason: never\n").unwrap();
+        assert_eq!(e.warnings.len(), 1);
+        assert!(
+            e.warnings[0].starts_with("t.yaml:6:5: rules[1]"),
+            "{:?}",
+            e.warnings
+        );
+    }
+
+    #[test]
+    fn overrides_and_derived_values() {
+        let e = expand_str(
+            "axes:\n  model: [small, big]\n  gpus: [1, 4]\ndefaults: {micro_batch: 8, grad_accum: 2, timeout: 10m}\noverrides:\n  model:\n    big: {micro_batch: 2, timeout: 1h}\n",
+        )
+        .unwrap();
+        let big4 = e
+            .cells
+            .iter()
+            .find(|c| c.id.as_str() == "big.4gpu")
+            .unwrap();
+        assert_eq!(big4.params.micro_batch, 2);
+        assert_eq!(big4.params.global_batch, 4 * 2 * 2);
+        assert_eq!(big4.params.timeout_s, 3600);
+        let small1 = &e.cells[0];
+        assert_eq!(small1.params.global_batch, 16);
+        assert_eq!(small1.params.timeout_s, 600);
+    }
+
+    #[test]
+    fn global_batch_that_does_not_divide_is_an_error() {
+        let e = expand_str("axes:\n  gpus: [1, 3]\ndefaults: {global_batch: 8, micro_batch: 2}\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("not a multiple"), "{e}");
+        assert!(e.to_string().starts_with("t.yaml:3:"), "{e}");
+    }
+
+    #[test]
+    fn located_semantic_errors() {
+        let cases = [
+            ("axes:\n  m: []\n", "t.yaml:2:3:", "has no values"),
+            (
+                "axes:\n  m: [a, b, a]\n",
+                "t.yaml:2:13:",
+                "duplicate value `a`",
+            ),
+            ("axes: {}\n", "t.yaml:1:1:", "`axes` is empty"),
+            (
+                "axes:\n  m: [a]\nrules:\n  - exclude: {gpu: 8}\n    reason: r\n",
+                "t.yaml:4:15:",
+                "unknown axis `gpu`",
+            ),
+            (
+                "axes:\n  m: [a]\nrules:\n  - exclude: {m: z}\n    reason: r\n",
+                "t.yaml:4:15:",
+                "no value `z`",
+            ),
+            (
+                "axes:\n  m: [a]\nrules:\n  - when: m=zz\n    reason: r\n",
+                "t.yaml:4:13:",
+                "no value `zz`",
+            ),
+            (
+                "axes:\n  m: [a]\nrules:\n  - when: \"m=a and gpu>1\"\n    reason: r\n",
+                "t.yaml:4:20:",
+                "unknown axis or parameter `gpu`",
+            ),
+            (
+                "axes:\n  m: [a]\nrules:\n  - incompatible: [a, fp8]\n    reason: r\n",
+                "t.yaml:4:23:",
+                "unknown flag `fp8`",
+            ),
+            (
+                "axes:\n  m: [a]\nrules:\n  - exclude: {m: a}\n    when: m=a\n    reason: r\n",
+                "t.yaml:4:5:",
+                "exactly one of",
+            ),
+            (
+                "axes:\n  m: [a]\noverrides:\n  m:\n    b: {steps: 3}\n",
+                "t.yaml:5:5:",
+                "no value `b`",
+            ),
+            (
+                "axes:\n  m: [a]\noverrides:\n  m:\n    a: {timeout: soon}\n",
+                "t.yaml:5:9:",
+                "not a duration",
+            ),
+            (
+                "axes:\n  gpus: [one]\n",
+                "t.yaml:2:10:",
+                "non-negative integer",
+            ),
+            (
+                "axes:\n  parallel: [single, zero3]\n",
+                "t.yaml:2:22:",
+                "one of single, ddp, fsdp",
+            ),
+            (
+                "axes:\n  features: [compile, sac]\n",
+                "t.yaml:2:3:",
+                "set-valued axis",
+            ),
+            (
+                "axes:\n  m: [a]\ndefaults: {steps: 5, warmup: 5}\n",
+                "t.yaml:3:22:",
+                "warmup (5) must be less than steps",
+            ),
+            (
+                "axes:\n  m: [a/b, a:b]\n",
+                "t.yaml:1:1:",
+                "duplicate cell id `a_b`",
+            ),
+        ];
+        for (yaml, loc, msg) in cases {
+            let e = expand_str(yaml).expect_err(yaml);
+            let s = e.to_string();
+            assert!(s.starts_with(loc), "expected {loc} for {yaml:?}, got:\n{s}");
+            assert!(s.contains(msg), "expected {msg:?} for {yaml:?}, got:\n{s}");
+            assert!(s.contains('^'), "no caret for {yaml:?}:\n{s}");
+        }
+    }
 }

@@ -40,7 +40,11 @@ enum Expr {
     Not(Box<Expr>),
     Word(String),
     Has(String),
-    Cmp { name: String, op: Op, value: Operand },
+    Cmp {
+        name: String,
+        op: Op,
+        value: Operand,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,7 +357,12 @@ impl<'a> Parser<'a> {
             None => return Err(self.err(self.src.len(), 1, "missing `)`")),
         }
         if !self.vocab.axes.is_empty() && !self.vocab.flags().any(|f| *f == flag) {
-            let known: Vec<&String> = self.vocab.flags().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+            let known: Vec<&String> = self
+                .vocab
+                .flags()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
             return Err(self.err(
                 foff,
                 flen,
@@ -405,7 +414,10 @@ impl<'a> Parser<'a> {
                         return Err(self.err(
                             off,
                             len,
-                            format!("axis `{name}` is not numeric, so it cannot be compared with `{}`", op_str(op)),
+                            format!(
+                                "axis `{name}` is not numeric, so it cannot be compared with `{}`",
+                                op_str(op)
+                            ),
                         ));
                     }
                 }
@@ -487,7 +499,11 @@ impl Filter {
     /// Parses `source` and checks every name and value against `vocab`. An empty
     /// vocabulary accepts any name (used where the matrix is not known).
     pub fn parse(source: &str, vocab: &Vocabulary) -> Result<Filter, FilterError> {
-        let toks = Lexer { src: source, pos: 0 }.tokens()?;
+        let toks = Lexer {
+            src: source,
+            pos: 0,
+        }
+        .tokens()?;
         if toks.is_empty() {
             return Err(FilterError {
                 expr: source.to_string(),
@@ -505,11 +521,7 @@ impl Filter {
         let expr = p.or()?;
         if p.i < p.toks.len() {
             let (o, l) = p.here();
-            return Err(p.err(
-                o,
-                l,
-                "unexpected token: join terms with `and` / `or`",
-            ));
+            return Err(p.err(o, l, "unexpected token: join terms with `and` / `or`"));
         }
         Ok(Filter {
             source: source.to_string(),
@@ -602,7 +614,10 @@ mod tests {
             axes: vec![
                 (
                     "model".into(),
-                    vec![Value::Str("gpt2-125m".into()), Value::Str("llama-3.1-8b".into())],
+                    vec![
+                        Value::Str("gpt2-125m".into()),
+                        Value::Str("llama-3.1-8b".into()),
+                    ],
                 ),
                 ("gpus".into(), vec![Value::Int(1), Value::Int(8)]),
                 (

@@ -55,42 +55,41 @@ pub enum MatrixError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}", format_invalid(path, *line, *column, key_path.as_deref(), message, snippet.as_deref()))]
-    Invalid {
-        path: PathBuf,
-        line: Option<usize>,
-        column: Option<usize>,
-        key_path: Option<String>,
-        message: String,
-        snippet: Option<String>,
-    },
+    #[error("{0}")]
+    Invalid(Box<Located>),
     #[error("bad --filter: {0}")]
     Filter(FilterError),
 }
 
-fn format_invalid(
-    path: &Path,
-    line: Option<usize>,
-    column: Option<usize>,
-    key_path: Option<&str>,
-    message: &str,
-    snippet: Option<&str>,
-) -> String {
-    let mut s = String::new();
-    use fmt::Write;
-    let _ = write!(s, "{}", path.display());
-    if let (Some(l), Some(c)) = (line, column) {
-        let _ = write!(s, ":{l}:{c}");
+/// A fault in a matrix file: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// e.g. `rules[1].exclude.gpus`.
+    pub key_path: Option<String>,
+    pub message: String,
+    /// The source line with a caret under the fault.
+    pub snippet: Option<String>,
+}
+
+impl fmt::Display for Located {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let (Some(l), Some(c)) = (self.line, self.column) {
+            write!(f, ":{l}:{c}")?;
+        }
+        write!(f, ": ")?;
+        if let Some(k) = self.key_path.as_deref().filter(|k| !k.is_empty()) {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(sn) = &self.snippet {
+            write!(f, "\n{sn}")?;
+        }
+        Ok(())
     }
-    let _ = write!(s, ": ");
-    if let Some(k) = key_path.filter(|k| !k.is_empty()) {
-        let _ = write!(s, "{k}: ");
-    }
-    s.push_str(message);
-    if let Some(sn) = snippet {
-        let _ = write!(s, "\n{sn}");
-    }
-    s
 }
 
 /// Loads `path`, expands it and applies `filters` (combined with `and`).

@@ -102,14 +102,14 @@ impl Source {
         message: impl Into<String>,
     ) -> MatrixError {
         let snippet = pos.and_then(|p| self.snippet(p, len));
-        MatrixError::Invalid {
+        MatrixError::Invalid(Box::new(super::Located {
             path: self.path.clone(),
             line: pos.map(|p| p.line),
             column: pos.map(|p| p.column),
             key_path: key_path.map(str::to_string),
             message: message.into(),
             snippet,
-        }
+        }))
     }
 
     /// The source line of `p` with a caret under column `p.column`.
@@ -140,7 +140,8 @@ pub fn parse_str(path: &Path, text: String) -> Result<(MatrixSpec, Source), Matr
         text,
         index: HashMap::new(),
     };
-    let tree: Result<Spanned<Node>, _> = serde_saphyr::from_str(&src.text);
+    let tree: Result<Spanned<Node>, _> =
+        serde_saphyr::from_str_with_options(&src.text, yaml_options());
     match tree {
         Ok(root) => index_node(&root, String::new(), &mut src.index),
         Err(e) => return Err(yaml_error(&src, &e)),
@@ -153,8 +154,16 @@ pub fn parse_str(path: &Path, text: String) -> Result<(MatrixSpec, Source), Matr
             "the file is empty; a matrix needs at least `axes:` (see docs/matrix.md)",
         ));
     }
-    let spec: MatrixSpec = serde_saphyr::from_str(&src.text).map_err(|e| yaml_error(&src, &e))?;
+    let spec: MatrixSpec = serde_saphyr::from_str_with_options(&src.text, yaml_options())
+        .map_err(|e| yaml_error(&src, &e))?;
     Ok((spec, src))
+}
+
+/// YAML 1.2 booleans only: a value such as `y`, `on` or `no` (a plausible model or axis
+/// value) stays a string instead of silently becoming a boolean, as YAML 1.1 would have it.
+/// Duplicate keys are errors (serde-saphyr's default).
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { strict_booleans: true }
 }
 
 fn yaml_error(src: &Source, e: &serde_saphyr::Error) -> MatrixError {
@@ -280,11 +289,7 @@ fn pos_of<T>(s: &Spanned<T>) -> Pos {
     }
 }
 
-fn index_node(
-    node: &Spanned<Node>,
-    path: String,
-    index: &mut HashMap<String, (Option<Pos>, Pos)>,
-) {
+fn index_node(node: &Spanned<Node>, path: String, index: &mut HashMap<String, (Option<Pos>, Pos)>) {
     index.entry(path.clone()).or_insert((None, pos_of(node)));
     match &node.value {
         Node::Map(entries) => {
@@ -319,8 +324,17 @@ mod tests {
     fn index_locates_keys_and_elements() {
         let (_, src) = parse("axes:\n  model: [a, b]\n  gpus:\n    - 1\n    - 8\n").unwrap();
         assert_eq!(src.key_pos("axes.gpus"), Some(Pos { line: 3, column: 3 }));
-        assert_eq!(src.value_pos("axes.gpus[1]"), Some(Pos { line: 5, column: 7 }));
-        assert_eq!(src.value_pos("axes.model[1]"), Some(Pos { line: 2, column: 14 }));
+        assert_eq!(
+            src.value_pos("axes.gpus[1]"),
+            Some(Pos { line: 5, column: 7 })
+        );
+        assert_eq!(
+            src.value_pos("axes.model[1]"),
+            Some(Pos {
+                line: 2,
+                column: 14
+            })
+        );
     }
 
     #[test]

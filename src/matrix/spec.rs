@@ -168,7 +168,17 @@ impl ParamsPatch {
                 if let Some(v) = &self.$f { p.$f = v.clone(); }
             )*};
         }
-        set!(steps, warmup, seq_len, micro_batch, repeats, retries, sac_every, seed, lr);
+        set!(
+            steps,
+            warmup,
+            seq_len,
+            micro_batch,
+            repeats,
+            retries,
+            sac_every,
+            seed,
+            lr
+        );
         if let Some(g) = self.grad_accum {
             p.grad_accum = g;
             explicit.grad_accum = true;
