@@ -396,6 +396,10 @@ fn upsert(
             // (the answer was lost, not the write). Look again before creating a second
             // one, so a flaky API never leaves duplicate comments.
             Err(e) if e.may_have_written() => match thread.find(api, marker)? {
+                // Our create went through; only its answer was lost.
+                Some((found, _)) if found.body == full => {
+                    Ok((CommentAction::Created { id: found.id }, found.url))
+                }
                 Some((found, _)) => {
                     let updated = thread.update(api, found.id, &full)?;
                     Ok((CommentAction::Updated { id: updated.id }, updated.url))
