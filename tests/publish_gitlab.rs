@@ -252,3 +252,31 @@ fn a_branch_pipeline_says_what_is_missing_and_posts_nothing() {
     assert!(text.contains("set GITLAB_TOKEN"));
     assert!(api.seen().is_empty());
 }
+
+#[test]
+fn a_wrong_merge_request_says_what_to_check() {
+    let api = FakeApi::start(Flavor::GitLab, TOKEN, 20);
+    let env = ci_env(&api, "GITLAB_TOKEN", TOKEN);
+    let err = post(
+        &target(&env, &["--pr", "8"]),
+        "report",
+        &marker(),
+        true,
+        &fast(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, PublishError::Http { status: 404, .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.starts_with("GitLab answered GET /api/v4/projects/group%2Fproj/merge_requests/8/notes with HTTP 404: 404 Not found; check"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--pr") && text.contains("GITLAB_TOKEN"),
+        "{text}"
+    );
+    assert_eq!(api.seen().len(), 1, "a 404 is not retried");
+}

@@ -143,7 +143,13 @@ impl Api {
             );
         }
         let origin = base.origin();
-        let client = Client::builder()
+        let mut builder = Client::builder();
+        // A proxy from HTTPS_PROXY is honoured, except for an API on this machine, which no
+        // proxy can reach.
+        if is_loopback(&base) {
+            builder = builder.no_proxy();
+        }
+        let client = builder
             .user_agent(concat!("bench/", env!("CARGO_PKG_VERSION")))
             .timeout(opts.timeout)
             .connect_timeout(opts.timeout.min(Duration::from_secs(10)))
@@ -360,6 +366,18 @@ impl Api {
     }
 }
 
+fn is_loopback(url: &Url) -> bool {
+    match url.host_str() {
+        Some(host) if host.eq_ignore_ascii_case("localhost") => true,
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
 /// 429 always; 403 when GitHub says the quota is spent (`x-ratelimit-remaining: 0`) or asks
 /// to wait (`retry-after`, its secondary rate limit). Any other 403 is a permission error.
 fn is_rate_limit(status: StatusCode, headers: &HeaderMap) -> bool {
@@ -469,6 +487,19 @@ mod tests {
             next_link(r#"<https://x/?page=3>; rel="prev next""#).as_deref(),
             Some("https://x/?page=3")
         );
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        for (url, local) in [
+            ("http://127.0.0.1:8080/api", true),
+            ("http://localhost/api/v4", true),
+            ("http://[::1]:9/", true),
+            ("https://api.github.com", false),
+            ("https://10.0.0.1/api/v3", false),
+        ] {
+            assert_eq!(is_loopback(&Url::parse(url).unwrap()), local, "{url}");
+        }
     }
 
     #[test]

@@ -326,6 +326,9 @@ pub(crate) struct Found {
 /// warning and must NOT change the exit code that the verdict produced: a flaky API is no
 /// reason to fail or pass a benchmark gate. `Ok` may still carry a failed commit status in
 /// [`PostOutcome::status`], which deserves the same treatment.
+///
+/// It blocks (reqwest's blocking client, retries sleep); call it from plain threads, not
+/// from inside an async runtime.
 pub fn post(
     target: &Target,
     body: &str,
