@@ -14,5 +14,6 @@ pub mod error;
 pub mod events;
 pub mod matrix;
 pub mod metrics;
+pub mod publish;
 pub mod results;
 pub mod workload;
