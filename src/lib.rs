@@ -8,11 +8,13 @@
 //! [`metrics`].
 
 pub mod atomic;
+pub mod baseline;
 pub mod cell;
 pub mod cli;
 pub mod error;
 pub mod events;
 pub mod matrix;
 pub mod metrics;
+pub mod report;
 pub mod results;
 pub mod workload;

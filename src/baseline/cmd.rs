@@ -1,0 +1,73 @@
+//! `bench baseline update RUN_DIR [--filter EXPR]... [--only-improvements] [--baselines DIR]`:
+//! writes a finished run's measurements into `baselines/<hardware-key>.yaml`.
+
+use crate::baseline::compare::{compare, CellStatus};
+use crate::baseline::store::{merge_run, Baselines};
+use crate::cli::BaselineUpdateArgs;
+use crate::error::{exit, CliError};
+use crate::results::{CellResult, RunResults};
+
+/// Decides which cells `--filter` selects.
+///
+/// This is the single seam for the matrix filter language (`bench::matrix::filter`, owned by
+/// the matrix stage): at merge it parses `filters` once and returns a predicate over a
+/// cell's id and axis values. Until that language is in this build, a filter is refused as
+/// bad input rather than guessed at with different semantics; with no filter every cell is
+/// selected.
+pub fn cell_selector(filters: &[String]) -> Result<Box<dyn Fn(&CellResult) -> bool>, CliError> {
+    if filters.is_empty() {
+        return Ok(Box::new(|_| true));
+    }
+    Err(CliError::bad_input(miette::miette!(
+        "--filter {:?}: this build of bench has no filter language for `baseline update` yet; \
+         run it without --filter to update every cell",
+        filters.join(" and ")
+    )))
+}
+
+/// Runs `bench baseline update`.
+pub fn update(args: &BaselineUpdateArgs) -> Result<i32, CliError> {
+    let selected = cell_selector(&args.filters)?;
+    let results = RunResults::load(&args.run_dir)?;
+    let key = &results.environment.hardware_key;
+    if key.trim().is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: the run has no hardware key (environment.hardware_key)",
+            args.run_dir.display()
+        )));
+    }
+    let mut baselines = Baselines::load_for(&args.baselines, key)?;
+    let comparison = compare(&results, &baselines);
+    let improved = |id: &str| {
+        comparison
+            .cell(id)
+            .is_some_and(|c| c.status == CellStatus::Improvement)
+    };
+    let summary = merge_run(
+        &mut baselines,
+        &results,
+        &*selected,
+        &improved,
+        args.only_improvements,
+    );
+    if !summary.added.is_empty() || !summary.updated.is_empty() {
+        baselines.save()?;
+    }
+    println!(
+        "{}: {} added, {} updated, {} kept",
+        baselines.path.display(),
+        summary.added.len(),
+        summary.updated.len(),
+        summary.kept.len()
+    );
+    for id in &summary.added {
+        println!("  added    {id}");
+    }
+    for id in &summary.updated {
+        println!("  updated  {id}");
+    }
+    for (id, why) in &summary.kept {
+        println!("  kept     {id} ({why})");
+    }
+    Ok(exit::OK)
+}
