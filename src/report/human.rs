@@ -4,7 +4,9 @@
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
 use crate::baseline::store::hardware_words;
-use crate::report::text::{cell_change, duration, metric_change, one_line, pct, si, three_digits};
+use crate::report::text::{
+    cell_change, duration, group_change, grouped, one_line, pct, si, three_digits,
+};
 use crate::report::{run_duration_s, Exporter, ReportError, ReportInput};
 
 /// The terminal summary sink (printed, and kept in the run folder as `summary.txt`).
@@ -103,14 +105,20 @@ fn render(input: &ReportInput<'_>) -> String {
             figure(c, "tflops_per_gpu"),
             figure(c, "mfu"),
             cell_change(c),
-            c.duration_s.map(duration).unwrap_or_else(|| "-".into()),
+            match (c.status, c.duration_s) {
+                (CellStatus::Skipped, _) | (_, None) => "-".to_string(),
+                (_, Some(d)) => duration(d),
+            },
             status_word(c),
         ));
     }
 
     let of = |s: CellStatus| cmp.with_status(s).collect::<Vec<_>>();
     section(&mut out, "Regressions", &of(CellStatus::Regression), |c| {
-        c.regressions().map(metric_change).collect()
+        grouped(c.regressions())
+            .into_iter()
+            .map(|(m, also)| group_change(m, &also))
+            .collect()
     });
     let failed: Vec<&CellComparison> = cmp
         .cells
@@ -130,10 +138,13 @@ fn render(input: &ReportInput<'_>) -> String {
         "Improvements",
         &of(CellStatus::Improvement),
         |c| {
-            c.metrics
+            let improved = c
+                .metrics
                 .iter()
-                .filter(|m| m.verdict == crate::baseline::Verdict::Improvement)
-                .map(metric_change)
+                .filter(|m| m.verdict == crate::baseline::Verdict::Improvement);
+            grouped(improved)
+                .into_iter()
+                .map(|(m, also)| group_change(m, &also))
                 .collect()
         },
     );

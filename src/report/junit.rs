@@ -18,7 +18,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::baseline::compare::{CellComparison, CellStatus};
 use crate::baseline::store::hardware_words;
-use crate::report::text::{metric_change, one_line};
+use crate::report::text::{group_change, grouped, metric_change, one_line};
 use crate::report::{Exporter, ReportError, ReportInput};
 
 /// The `junit.xml` sink.
@@ -42,7 +42,10 @@ fn testcase(cell: &CellComparison, classname: &str) -> TestCase {
     let reason = one_line(cell.reason.as_deref().unwrap_or(""));
     let mut tc = match cell.status {
         CellStatus::Regression => {
-            let lines: Vec<String> = cell.regressions().map(metric_change).collect();
+            let lines: Vec<String> = grouped(cell.regressions())
+                .into_iter()
+                .map(|(m, also)| group_change(m, &also))
+                .collect();
             TestCase::failure(&cell.id, time, "regression", &lines.join("; "))
         }
         CellStatus::Failed => TestCase::error(&cell.id, time, "failed", &reason),

@@ -7,10 +7,10 @@
 //! block and links the CI artifacts (for comments, where space is precious), while the
 //! `summary.md` sink shows the table open (for job summaries and the run folder).
 
-use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts};
+use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, Verdict};
 use crate::baseline::store::hardware_words;
 use crate::report::text::{
-    cell_change, metric_label, metric_value, one_line, pct, pct_change, three_digits,
+    cell_change, grouped, metric_label, metric_value, one_line, pct, pct_change, three_digits,
 };
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
@@ -131,22 +131,20 @@ fn metric_cell(cell: &CellComparison, metric: &str) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
-fn change_table(out: &mut String, cells: &[&CellComparison], wanted: CellStatus) {
+fn change_table(out: &mut String, cells: &[&CellComparison], wanted: Verdict) {
     out.push_str("| cell | metric | baseline | now | change | tolerance | noise |\n");
     out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
     for cell in cells {
-        for m in cell.metrics.iter().filter(|m| {
-            m.verdict
-                == match wanted {
-                    CellStatus::Regression => crate::baseline::Verdict::Regression,
-                    _ => crate::baseline::Verdict::Improvement,
-                }
-        }) {
+        for (m, also) in grouped(cell.metrics.iter().filter(|m| m.verdict == wanted)) {
             let fmt = |v: Option<f64>| v.map(|v| metric_value(&m.metric, v)).unwrap_or_default();
+            let mut label = metric_label(&m.metric).to_string();
+            if !also.is_empty() {
+                label.push_str(&format!(" (also {})", also.join(", ")));
+            }
             out.push_str(&format!(
                 "| `{}` | {} | {} | {} | {} | {} | {} |\n",
                 cell.id,
-                metric_label(&m.metric),
+                label,
                 fmt(m.baseline),
                 fmt(m.current),
                 m.change.map(pct_change).unwrap_or_default(),
@@ -187,7 +185,7 @@ fn render(
     let regressions: Vec<&CellComparison> = cmp.with_status(CellStatus::Regression).collect();
     if !regressions.is_empty() {
         out.push_str("#### Regressions\n\n");
-        change_table(&mut out, &regressions, CellStatus::Regression);
+        change_table(&mut out, &regressions, Verdict::Regression);
     }
     let failed: Vec<&CellComparison> = cmp
         .cells
@@ -209,7 +207,7 @@ fn render(
     let improved: Vec<&CellComparison> = cmp.with_status(CellStatus::Improvement).collect();
     if !improved.is_empty() {
         out.push_str("#### Improvements\n\n");
-        change_table(&mut out, &improved, CellStatus::Improvement);
+        change_table(&mut out, &improved, Verdict::Improvement);
     }
 
     if collapse {

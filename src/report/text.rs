@@ -172,6 +172,47 @@ pub fn cell_change(cell: &CellComparison) -> String {
     }
 }
 
+/// Metrics that all follow from a cell's step time (its configuration being fixed): when
+/// one of them changes, they all change by the same factor, so reports show the first and
+/// name the others instead of repeating the same finding six times.
+pub const STEP_TIME_FAMILY: [&str; 6] = [
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "step_time_s",
+    "mfu",
+    "tflops_per_gpu",
+    "time_to_1t_tokens_days",
+];
+
+/// Groups metrics for display: the first metric of the step-time family stands for the
+/// others of the family present (returned as labels); any other metric stands alone.
+pub fn grouped<'a>(
+    metrics: impl Iterator<Item = &'a MetricComparison>,
+) -> Vec<(&'a MetricComparison, Vec<&'a str>)> {
+    let mut out: Vec<(&MetricComparison, Vec<&str>)> = Vec::new();
+    let mut family_at: Option<usize> = None;
+    for m in metrics {
+        if STEP_TIME_FAMILY.contains(&m.metric.as_str()) {
+            if let Some(i) = family_at {
+                out[i].1.push(metric_label(&m.metric));
+                continue;
+            }
+            family_at = Some(out.len());
+        }
+        out.push((m, Vec::new()));
+    }
+    out
+}
+
+/// `metric_change` of a group's head, followed by the metrics it stands for.
+pub fn group_change(head: &MetricComparison, also: &[&str]) -> String {
+    let mut s = metric_change(head);
+    if !also.is_empty() {
+        s.push_str(&format!("; also {}", also.join(", ")));
+    }
+    s
+}
+
 /// Text on one line (reasons and messages can hold newlines from worker output).
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
