@@ -7,6 +7,9 @@ use crate::cli::BaselineUpdateArgs;
 use crate::error::{exit, CliError};
 use crate::results::{CellResult, RunResults};
 
+/// A predicate over the cells of a run.
+pub type CellSelector = Box<dyn Fn(&CellResult) -> bool>;
+
 /// Decides which cells `--filter` selects.
 ///
 /// This is the single seam for the matrix filter language (`bench::matrix::filter`, owned by
@@ -14,7 +17,7 @@ use crate::results::{CellResult, RunResults};
 /// cell's id and axis values. Until that language is in this build, a filter is refused as
 /// bad input rather than guessed at with different semantics; with no filter every cell is
 /// selected.
-pub fn cell_selector(filters: &[String]) -> Result<Box<dyn Fn(&CellResult) -> bool>, CliError> {
+pub fn cell_selector(filters: &[String]) -> Result<CellSelector, CliError> {
     if filters.is_empty() {
         return Ok(Box::new(|_| true));
     }
