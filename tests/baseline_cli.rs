@@ -226,6 +226,36 @@ fn each_malformed_baseline_exits_2_with_its_location() {
             VALID.replace("schema_version: 1", "schema_version: 7"),
             ":1:17: schema_version:",
         ),
+        (
+            "not a number",
+            VALID.replace("value: 52000", "value: .nan"),
+            ":7:16",
+        ),
+        (
+            "negative floor",
+            VALID.replace("tolerance: 0.03", "floor: -5"),
+            "metrics.tokens_per_s.floor: must be a finite number >= 0",
+        ),
+        (
+            "negative spread",
+            VALID.replace("spread: 0.004", "spread: -0.004"),
+            ":10:17: cells.gpt2-tiny.fp32.1gpu.single.base.metrics.tokens_per_s.spread",
+        ),
+        (
+            "metric with no default direction",
+            VALID.replace("peak_mem_bytes:", "loss_at_end:"),
+            "metrics.loss_at_end.direction: `loss_at_end` has no default direction",
+        ),
+        (
+            "duplicate cell",
+            format!("{VALID}  gpt2-tiny.fp32.1gpu.single.base:\n    metrics: {{}}\n"),
+            ":13:3: malformed baseline file: duplicate mapping key",
+        ),
+        (
+            "cells not a mapping",
+            "schema_version: 1\nhardware_key: cpu-x86_64\ncells: [a, b]\n".to_string(),
+            ":3:8",
+        ),
     ];
     for (what, yaml, located) in shapes {
         let s = Setup::new();

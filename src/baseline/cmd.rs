@@ -1,6 +1,8 @@
 //! `bench baseline update RUN_DIR [--filter EXPR]... [--only-improvements] [--baselines DIR]`:
 //! writes a finished run's measurements into `baselines/<hardware-key>.yaml`.
 
+use std::io::Write;
+
 use crate::baseline::compare::{compare, CellStatus};
 use crate::baseline::store::{merge_run, Baselines};
 use crate::cli::BaselineUpdateArgs;
@@ -56,21 +58,23 @@ pub fn update(args: &BaselineUpdateArgs) -> Result<i32, CliError> {
     if !summary.added.is_empty() || !summary.updated.is_empty() {
         baselines.save()?;
     }
-    println!(
-        "{}: {} added, {} updated, {} kept",
+    let mut text = format!(
+        "{}: {} added, {} updated, {} kept\n",
         baselines.path.display(),
         summary.added.len(),
         summary.updated.len(),
         summary.kept.len()
     );
     for id in &summary.added {
-        println!("  added    {id}");
+        text.push_str(&format!("  added    {id}\n"));
     }
     for id in &summary.updated {
-        println!("  updated  {id}");
+        text.push_str(&format!("  updated  {id}\n"));
     }
     for (id, why) in &summary.kept {
-        println!("  kept     {id} ({why})");
+        text.push_str(&format!("  kept     {id} ({why})\n"));
     }
+    // The file is written; a closed stdout pipe must not turn that into a panic.
+    let _ = std::io::stdout().write_all(text.as_bytes());
     Ok(exit::OK)
 }

@@ -497,7 +497,9 @@ fn entry_from(
         direction,
         tolerance: old.and_then(|o| o.tolerance),
         floor: old.and_then(|o| o.floor),
-        spread: m.rel_spread,
+        // Six decimals keep the file readable; the spread is a noise estimate, not a figure
+        // anyone compares to the last digit.
+        spread: (m.rel_spread * 1e6).round() / 1e6,
     })
 }
 

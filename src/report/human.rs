@@ -79,6 +79,9 @@ fn render(input: &ReportInput<'_>) -> String {
         if env.git_dirty { " (dirty)" } else { "" },
         env.bench_version
     );
+    if r.interrupted {
+        out.push_str("the run was interrupted before every cell ran\n");
+    }
     if !cmp.baseline_exists {
         out.push_str(&format!(
             "no baselines at {}: every cell is new (write them with `bench baseline update`)\n",

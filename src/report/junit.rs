@@ -211,3 +211,45 @@ fn insert_properties(
     out.push('\n');
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_go_first_in_suite_and_cases() {
+        let raw = r#"<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite id="0" name="m"><testcase name="a" time="1"/><testcase name="b" time="2"><failure type="regression" message="x"/></testcase></testsuite><testsuite id="1" name="empty"/></testsuites>"#;
+        let suite = vec![("run_id".to_string(), "r1".to_string())];
+        let cases = vec![
+            vec![("verdict".to_string(), "new".to_string())],
+            vec![("verdict".to_string(), "regression".to_string())],
+        ];
+        let out = insert_properties(raw, &suite, &cases).unwrap();
+        let expected = r#"<?xml version="1.0" encoding="utf-8"?>
+<testsuites>
+  <testsuite id="0" name="m">
+    <properties>
+      <property name="run_id" value="r1"/>
+    </properties>
+    <testcase name="a" time="1">
+      <properties>
+        <property name="verdict" value="new"/>
+      </properties>
+    </testcase>
+    <testcase name="b" time="2">
+      <properties>
+        <property name="verdict" value="regression"/>
+      </properties>
+      <failure type="regression" message="x"/>
+    </testcase>
+  </testsuite>
+  <testsuite id="1" name="empty">
+    <properties>
+      <property name="run_id" value="r1"/>
+    </properties>
+  </testsuite>
+</testsuites>
+"#;
+        assert_eq!(out, expected);
+    }
+}

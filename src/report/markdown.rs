@@ -281,3 +281,16 @@ fn render(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn reasons_cannot_break_a_table_or_inject_html() {
+        assert_eq!(
+            esc("a | b\n<script>x</script> & c"),
+            "a \\| b &lt;script&gt;x&lt;/script&gt; &amp; c"
+        );
+    }
+}

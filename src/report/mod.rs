@@ -138,8 +138,9 @@ pub fn finish_run(
         Format::Human => human::HumanExporter.render(&input)?,
         Format::Json => json::JsonExporter.render(&input)?,
     };
-    print!("{stdout}");
-    let _ = std::io::stdout().flush();
+    // A closed pipe (`bench report ... | head`) must not turn a verdict into a panic.
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
     Ok(comparison.exit_code())
 }
 

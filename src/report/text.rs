@@ -242,4 +242,38 @@ mod tests {
             "CUDA out of memory. Tried | x"
         );
     }
+
+    fn m(metric: &str, verdict: crate::baseline::Verdict) -> MetricComparison {
+        MetricComparison {
+            metric: metric.into(),
+            verdict,
+            current: Some(2.0),
+            baseline: Some(1.0),
+            change: Some(1.0),
+            direction: Some(Direction::Higher),
+            tolerance: Some(0.03),
+            floor: None,
+            current_spread: Some(0.0),
+            baseline_spread: Some(0.0),
+            noise: Some(0.0),
+        }
+    }
+
+    #[test]
+    fn step_time_family_is_shown_once() {
+        use crate::baseline::Verdict::Regression;
+        let ms = [
+            m("tokens_per_s", Regression),
+            m("peak_mem_bytes", Regression),
+            m("step_time_s", Regression),
+            m("mfu", Regression),
+        ];
+        let g = grouped(ms.iter());
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].0.metric, "tokens_per_s");
+        assert_eq!(g[0].1, vec!["step time", "MFU"]);
+        assert_eq!(g[1].0.metric, "peak_mem_bytes");
+        assert!(g[1].1.is_empty());
+        assert!(group_change(g[0].0, &g[0].1).ends_with("; also step time, MFU"));
+    }
 }
