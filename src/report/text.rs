@@ -109,7 +109,10 @@ pub fn metric_label(metric: &str) -> &str {
 
 /// A speed-up factor as hyperfine words it: `1.06x faster`, `1.06x slower`.
 pub fn speedup(factor: f64) -> String {
-    if factor >= 1.0 {
+    // Within half a percent the two-decimal factor would read "1.00x faster": say "same".
+    if (factor - 1.0).abs() < 0.005 {
+        "same speed".to_string()
+    } else if factor >= 1.0 {
         format!("{factor:.2}x faster")
     } else {
         format!("{:.2}x slower", 1.0 / factor)
@@ -237,6 +240,7 @@ mod tests {
         assert_eq!(duration(3720.0), "1h 02m");
         assert_eq!(speedup(1.064), "1.06x faster");
         assert_eq!(speedup(1.0 / 1.064), "1.06x slower");
+        assert_eq!(speedup(1.002), "same speed");
         assert_eq!(
             one_line("CUDA out of memory.\n  Tried | x"),
             "CUDA out of memory. Tried | x"
