@@ -14,9 +14,13 @@ fn main() {
         ))),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
-        Command::Report(_) | Command::Baseline(_) | Command::Env(_) => Err(CliError::internal(
-            miette::miette!("this command is not built yet"),
-        )),
+        Command::Report(args) if args.command.is_none() => bench::report::report_command(&args),
+        Command::Baseline(args) => match &args.command {
+            bench::cli::BaselineCommand::Update(u) => bench::baseline::cmd::update(u),
+        },
+        Command::Report(_) | Command::Env(_) => Err(CliError::internal(miette::miette!(
+            "this command is not built yet"
+        ))),
     };
     let code = match result {
         Ok(code) => code,
