@@ -14,11 +14,14 @@ fn main() {
         ))),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
-        Command::Report(args) if args.command.is_none() => bench::report::report_command(&args),
         Command::Baseline(args) => match &args.command {
             bench::cli::BaselineCommand::Update(u) => bench::baseline::cmd::update(u),
         },
-        Command::Report(_) | Command::Env(_) => Err(CliError::internal(miette::miette!(
+        Command::Report(args) => match &args.command {
+            Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
+            None => bench::report::report_command(&args),
+        },
+        Command::Env(_) => Err(CliError::internal(miette::miette!(
             "this command is not built yet"
         ))),
     };

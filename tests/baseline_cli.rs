@@ -149,16 +149,22 @@ fn hand_set_tolerances_survive_an_update() {
 }
 
 #[test]
-fn filter_is_refused_until_the_filter_language_is_plugged_in() {
+fn filter_selects_the_cells_to_update() {
     let s = Setup::new();
-    let out = s.update("cpu-ok", &["--filter", "sac"]);
+    let out = s.update("cpu-ok", &["--filter", "sac or model=llama-tiny"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let file = std::fs::read_to_string(s.file()).unwrap();
+    assert!(file.contains("gpt2-tiny.fp32.1gpu.single.sac:"), "{file}");
+    assert!(file.contains("llama-tiny.fp32.1gpu.single.base:"), "{file}");
+    assert!(!file.contains(&format!("{TINY}:")), "{file}");
+    // A filter naming an axis the run does not have is bad input, with a caret.
+    let out = s.update("cpu-ok", &["--filter", "gpu=1"]);
     assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("--filter"),
-        "{}",
-        text(&out.stderr)
+        err.contains("unknown axis or parameter `gpu`") && err.contains('^'),
+        "{err}"
     );
-    assert!(!s.file().exists());
 }
 
 const VALID: &str = "\

@@ -5,35 +5,38 @@ use std::io::Write;
 
 use crate::baseline::compare::{compare, CellStatus};
 use crate::baseline::store::{merge_run, Baselines};
+use crate::cell::Cell;
 use crate::cli::BaselineUpdateArgs;
 use crate::error::{exit, CliError};
+use crate::matrix::filter::Vocabulary;
 use crate::results::{CellResult, RunResults};
 
 /// A predicate over the cells of a run.
 pub type CellSelector = Box<dyn Fn(&CellResult) -> bool>;
 
-/// Decides which cells `--filter` selects.
-///
-/// This is the single seam for the matrix filter language (`bench::matrix::filter`, owned by
-/// the matrix stage): at merge it parses `filters` once and returns a predicate over a
-/// cell's id and axis values. Until that language is in this build, a filter is refused as
-/// bad input rather than guessed at with different semantics; with no filter every cell is
-/// selected.
-pub fn cell_selector(filters: &[String]) -> Result<CellSelector, CliError> {
+/// Decides which cells `--filter` selects: the matrix filter language, checked against the
+/// axes and values of the run's own cells (so a typo such as `gpu=8` is an error, exit 2,
+/// with a caret under it). Several filters combine with `and`; none selects every cell.
+pub fn cell_selector(filters: &[String], results: &RunResults) -> Result<CellSelector, CliError> {
     if filters.is_empty() {
         return Ok(Box::new(|_| true));
     }
-    Err(CliError::bad_input(miette::miette!(
-        "--filter {:?}: this build of bench has no filter language for `baseline update` yet; \
-         run it without --filter to update every cell",
-        filters.join(" and ")
-    )))
+    let vocab = Vocabulary::from_cells(results.cells.iter().map(|c| &c.values));
+    let compiled = crate::matrix::parse_filters(filters, &vocab)?;
+    Ok(Box::new(move |c: &CellResult| {
+        let cell = Cell {
+            id: c.id.clone(),
+            values: c.values.clone(),
+            params: c.params.clone(),
+        };
+        compiled.iter().all(|f| f.matches(&cell))
+    }))
 }
 
 /// Runs `bench baseline update`.
 pub fn update(args: &BaselineUpdateArgs) -> Result<i32, CliError> {
-    let selected = cell_selector(&args.filters)?;
     let results = RunResults::load(&args.run_dir)?;
+    let selected = cell_selector(&args.filters, &results)?;
     let key = &results.environment.hardware_key;
     if key.trim().is_empty() {
         return Err(CliError::bad_input(miette::miette!(

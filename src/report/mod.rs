@@ -12,6 +12,7 @@ pub mod human;
 pub mod json;
 pub mod junit;
 pub mod markdown;
+pub mod post;
 pub mod text;
 
 use std::io::Write;
