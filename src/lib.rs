@@ -10,9 +10,11 @@
 pub mod atomic;
 pub mod cell;
 pub mod cli;
+pub mod dist;
 pub mod error;
 pub mod events;
 pub mod matrix;
 pub mod metrics;
 pub mod results;
+pub mod slurm;
 pub mod workload;
