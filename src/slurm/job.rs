@@ -93,6 +93,30 @@ impl JobOutput {
             .collect()
     }
 
+    /// Each rank's exit status, as the job script's task wrapper reports it; ranks
+    /// killed before they could report are absent.
+    pub fn rank_exit_codes(&self) -> std::collections::BTreeMap<u32, i32> {
+        self.lines
+            .iter()
+            .filter_map(|l| {
+                let rest = l.text.strip_prefix("bench: rank ")?;
+                let (rank, code) = rest.split_once(" exited with status ")?;
+                Some((rank.parse().ok()?, code.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The first rank (in output order) that exited with a nonzero status, and that
+    /// status: the cause of a failed job, not the ranks srun killed afterwards.
+    pub fn first_failure(&self) -> Option<(u32, i32)> {
+        self.lines.iter().find_map(|l| {
+            let rest = l.text.strip_prefix("bench: rank ")?;
+            let (rank, code) = rest.split_once(" exited with status ")?;
+            let code: i32 = code.trim().parse().ok()?;
+            (code != 0).then_some((rank.parse().ok()?, code))
+        })
+    }
+
     /// All the text printed by `rank` (its log).
     pub fn log_of(&self, rank: u32) -> String {
         let mut s = String::new();
@@ -375,9 +399,13 @@ mod tests {
             "10: {\"event\":\"summary\"}\n",
             "bench: srun exited with status 0\n",
             "3:\n",
+            "1: bench: rank 1 exited with status 6\n",
+            "0: bench: rank 0 exited with status 143\n",
         );
         let o = JobOutput::parse(text);
-        assert_eq!(o.lines.len(), 5);
+        assert_eq!(o.lines.len(), 7);
+        assert_eq!(o.first_failure(), Some((1, 6)));
+        assert_eq!(o.rank_exit_codes().len(), 2);
         assert_eq!(o.lines[0].rank, Some(0));
         assert!(matches!(o.events_of(0)[..], [Event::Step(_)]));
         assert_eq!(o.lines[1].rank, Some(1));

@@ -202,10 +202,13 @@ fn render_script(
         "export WORLD_SIZE={ranks} LOCAL_WORLD_SIZE={tasks_per_node}\n"
     ));
     // The per-task part runs in each task's shell: a fixed text that takes the command as
-    // its positional parameters, so no value is ever parsed as shell code.
+    // its positional parameters, so no value is ever parsed as shell code. It reports the
+    // rank's own exit status, because srun's is that of the ranks it killed afterwards
+    // (143) rather than the first failure's (e.g. 6 for a distributed failure).
     s.push_str(
         "srun --kill-on-bad-exit=1 --label /bin/sh -c \
-         'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; export RANK LOCAL_RANK; exec \"$@\"' bench-task",
+         'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; export RANK LOCAL_RANK; \
+         \"$@\"; rc=$?; echo \"bench: rank $RANK exited with status $rc\" >&2; exit $rc' bench-task",
     );
     for a in argv {
         s.push_str(" \\\n  ");
