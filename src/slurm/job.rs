@@ -241,13 +241,13 @@ impl SlurmJob {
                 });
             }
         }
-        if let Some(s) = self.from_scontrol()? {
+        if let Some(s) = self.state_from_scontrol()? {
             return Ok(s);
         }
-        Ok(self.from_sacct().unwrap_or(JobState::Unknown))
+        Ok(self.state_from_sacct().unwrap_or(JobState::Unknown))
     }
 
-    fn from_scontrol(&self) -> Result<Option<JobState>, SlurmError> {
+    fn state_from_scontrol(&self) -> Result<Option<JobState>, SlurmError> {
         let out = run("scontrol", &["show", "job", "-o", &self.id])?;
         if !out.status.success() {
             return Ok(None);
@@ -265,7 +265,7 @@ impl SlurmJob {
         Ok(state.map(|s| classify(s, exit)))
     }
 
-    fn from_sacct(&self) -> Option<JobState> {
+    fn state_from_sacct(&self) -> Option<JobState> {
         let out = run(
             "sacct",
             &["-n", "-X", "-P", "-j", &self.id, "-o", "State,ExitCode"],
@@ -414,7 +414,10 @@ mod tests {
         assert!(matches!(o.events_of(10)[..], [Event::Summary(_)]));
         assert_eq!(o.lines[3].rank, None);
         assert_eq!(o.lines[4].rank, Some(3));
-        assert_eq!(o.log_of(1), "plain log text: with a colon\n");
+        assert_eq!(
+            o.log_of(1),
+            "plain log text: with a colon\nbench: rank 1 exited with status 6\n"
+        );
     }
 
     #[test]

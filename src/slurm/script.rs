@@ -99,7 +99,7 @@ pub fn plan(
     let per_node = settings.gpus_per_node.max(1);
     let (nodes, tasks_per_node) = if ranks <= per_node {
         (1, ranks)
-    } else if ranks % per_node == 0 {
+    } else if ranks.is_multiple_of(per_node) {
         (ranks / per_node, per_node)
     } else {
         return Err(SlurmError::UnevenNodes {
@@ -171,7 +171,10 @@ fn render_script(
         "# bench: Slurm job of cell {}\n",
         comment_safe(cell_id)
     ));
-    let shown: Vec<String> = sbatch_args.iter().map(|a| comment_safe(a)).collect();
+    let shown: Vec<String> = sbatch_args
+        .iter()
+        .map(|a| quote(a).map(|q| comment_safe(&q)))
+        .collect::<Result<_, _>>()?;
     s.push_str(&format!(
         "# Submitted by bench as: sbatch {} <this file>\n",
         shown.join(" ")
@@ -210,8 +213,9 @@ fn render_script(
          'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; export RANK LOCAL_RANK; \
          \"$@\"; rc=$?; echo \"bench: rank $RANK exited with status $rc\" >&2; exit $rc' bench-task",
     );
+    s.push_str(" \\\n ");
     for a in argv {
-        s.push_str(" \\\n  ");
+        s.push(' ');
         s.push_str(&quote(a)?);
     }
     s.push('\n');
@@ -327,9 +331,12 @@ mod tests {
             );
         }
         assert!(p.script.contains("export WORLD_SIZE=16 LOCAL_WORLD_SIZE=8"));
+        assert!(p.script.contains(
+            "bench-task \\\n  /shared/bin/bench worker --cell-id gpt2-1.5b.16gpu.fsdp --model"
+        ));
         assert!(p
             .script
-            .contains("/shared/bin/bench \\\n  worker \\\n  --cell-id"));
+            .contains("'--output=/shared/run 1/%%x/slurm-%j.out'"));
         assert!(p.script.contains("export NCCL_NVLS_ENABLE=0"));
     }
 
