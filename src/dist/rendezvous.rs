@@ -260,6 +260,36 @@ impl Default for Config {
     }
 }
 
+/// Environment variable overriding [`Config::join_timeout`] in seconds (workers read it
+/// through [`Config::from_env`]).
+pub const ENV_JOIN_TIMEOUT: &str = "BENCH_RDZV_TIMEOUT_S";
+
+impl Config {
+    /// The defaults, with the join timeout from `$BENCH_RDZV_TIMEOUT_S` when set.
+    pub fn from_env() -> Result<Config, RendezvousError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// As [`Config::from_env`], reading variables through `get`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, RendezvousError> {
+        let mut c = Config::default();
+        if let Some(v) = get(ENV_JOIN_TIMEOUT) {
+            let s: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| RendezvousError::Env {
+                    var: ENV_JOIN_TIMEOUT,
+                    value: v.clone(),
+                    reason: "must be a positive number of seconds".into(),
+                })?;
+            c.join_timeout = Duration::from_secs_f64(s);
+        }
+        Ok(c)
+    }
+}
+
 /// Called once, before the process exits, when [`OnFailure::Exit`] fires; e.g. to
 /// `ncclCommAbort` so the GPU work is torn down cleanly.
 pub type FailureHook = Box<dyn Fn(&RankFailure) + Send + Sync>;
@@ -1015,6 +1045,18 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(one.master_addr, "127.0.0.1");
+    }
+
+    #[test]
+    fn join_timeout_comes_from_the_environment() {
+        let c = Config::from_lookup(env_of(&[(ENV_JOIN_TIMEOUT, "12.5")])).unwrap();
+        assert_eq!(c.join_timeout, Duration::from_millis(12500));
+        assert_eq!(c.on_failure, OnFailure::Exit);
+        assert!(Config::from_lookup(env_of(&[(ENV_JOIN_TIMEOUT, "-1")])).is_err());
+        assert_eq!(
+            Config::from_lookup(env_of(&[])).unwrap().join_timeout,
+            Duration::from_secs(300)
+        );
     }
 
     #[test]
