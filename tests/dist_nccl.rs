@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use bench::dist::join_with_nccl;
 use bench::dist::launch::free_port;
-use bench::dist::nccl::{Nccl, UniqueId, UNIQUE_ID_BYTES};
-use bench::dist::rendezvous::{join, Config, DistEnv, OnFailure};
+use bench::dist::nccl::{Nccl, UNIQUE_ID_BYTES};
+use bench::dist::rendezvous::{Config, DistEnv, OnFailure};
 
 fn python_nccl_path() -> Option<String> {
     let py = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -87,14 +88,9 @@ fn the_unique_id_reaches_every_rank_through_the_rendezvous() {
                     on_failure: OnFailure::Record,
                     ..Config::default()
                 };
-                let (rv, bytes) = join(&env, cfg, || {
-                    n.unique_id()
-                        .map(|id| id.as_bytes().to_vec())
-                        .map_err(|e| e.to_string())
-                })
-                .unwrap();
+                let (rv, id) = join_with_nccl(&env, &n, cfg).unwrap();
                 rv.finish(Duration::from_secs(10)).unwrap();
-                UniqueId::from_bytes(&bytes).unwrap().as_bytes().to_vec()
+                id.as_bytes().to_vec()
             })
         })
         .collect();

@@ -292,8 +292,24 @@ impl SlurmJob {
         cancel: &AtomicBool,
     ) -> Result<Outcome, SlurmError> {
         let deadline = Instant::now() + timeout;
+        let mut query_failures = 0;
         loop {
-            let state = self.state()?;
+            // A busy controller may miss a query now and then; give up only when it keeps
+            // failing, and still cancel on the way out.
+            let state = match self.state() {
+                Ok(s) => {
+                    query_failures = 0;
+                    s
+                }
+                Err(e) => {
+                    query_failures += 1;
+                    if query_failures >= 5 {
+                        let _ = self.cancel();
+                        return Err(e);
+                    }
+                    JobState::Active(String::from("UNKNOWN"))
+                }
+            };
             if !matches!(state, JobState::Active(_)) {
                 return Ok(Outcome::Finished(state));
             }
