@@ -1,0 +1,456 @@
+//! A submitted Slurm job: submit, poll, wait (with timeout and cancel flag), cancel, and
+//! read its output back.
+//!
+//! States come from `squeue` while the job is known to the queue, then from
+//! `scontrol show job` (the controller keeps finished jobs for `MinJobAge`), then from
+//! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::script::JobPlan;
+use super::SlurmError;
+use crate::events::Event;
+
+/// A job in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmJob {
+    pub id: String,
+    pub cell_id: String,
+    /// The job's output file (all tasks' stdout and stderr, each line labelled with
+    /// its rank by `srun --label`).
+    pub output: PathBuf,
+}
+
+/// Where a job stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobState {
+    /// Queued, configuring, running or completing: not finished yet. The text is Slurm's.
+    Active(String),
+    /// Finished: Slurm's final state (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
+    /// OUT_OF_MEMORY...) and the batch script's exit status when Slurm knows it.
+    Finished {
+        state: String,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// No Slurm command knows the job any more (finished long ago, no accounting).
+    Unknown,
+}
+
+/// How [`SlurmJob::wait`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Finished(JobState),
+    /// The timeout passed; the job was cancelled.
+    TimedOut,
+    /// The cancel flag was raised (Ctrl-C); the job was cancelled.
+    Cancelled,
+}
+
+/// One line of the job's output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskLine {
+    /// The rank that printed it (from srun's label); `None` for lines of the batch script.
+    pub rank: Option<u32>,
+    pub text: String,
+    /// The worker event on the line, if it is one.
+    pub event: Option<Event>,
+}
+
+/// The job's output, read back.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobOutput {
+    pub lines: Vec<TaskLine>,
+}
+
+impl JobOutput {
+    /// Parses an output file's text.
+    pub fn parse(text: &str) -> JobOutput {
+        let lines = text
+            .lines()
+            .map(|l| {
+                let (rank, rest) = split_label(l);
+                TaskLine {
+                    rank,
+                    event: Event::parse_line(rest),
+                    text: rest.to_string(),
+                }
+            })
+            .collect();
+        JobOutput { lines }
+    }
+
+    /// The events printed by `rank`, in order.
+    pub fn events_of(&self, rank: u32) -> Vec<&Event> {
+        self.lines
+            .iter()
+            .filter(|l| l.rank == Some(rank))
+            .filter_map(|l| l.event.as_ref())
+            .collect()
+    }
+
+    /// Each rank's exit status, as the job script's task wrapper reports it; ranks
+    /// killed before they could report are absent.
+    pub fn rank_exit_codes(&self) -> std::collections::BTreeMap<u32, i32> {
+        self.lines
+            .iter()
+            .filter_map(|l| {
+                let rest = l.text.strip_prefix("bench: rank ")?;
+                let (rank, code) = rest.split_once(" exited with status ")?;
+                Some((rank.parse().ok()?, code.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The first rank (in output order) that exited with a nonzero status, and that
+    /// status: the cause of a failed job, not the ranks srun killed afterwards.
+    pub fn first_failure(&self) -> Option<(u32, i32)> {
+        self.lines.iter().find_map(|l| {
+            let rest = l.text.strip_prefix("bench: rank ")?;
+            let (rank, code) = rest.split_once(" exited with status ")?;
+            let code: i32 = code.trim().parse().ok()?;
+            (code != 0).then_some((rank.parse().ok()?, code))
+        })
+    }
+
+    /// All the text printed by `rank` (its log).
+    pub fn log_of(&self, rank: u32) -> String {
+        let mut s = String::new();
+        for l in self.lines.iter().filter(|l| l.rank == Some(rank)) {
+            s.push_str(&l.text);
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// Splits srun's `--label` prefix (`"0: "`, padded to the width of the largest rank).
+fn split_label(line: &str) -> (Option<u32>, &str) {
+    let t = line.trim_start();
+    if let Some((head, rest)) = t.split_once(": ") {
+        if !head.is_empty() && head.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(r) = head.parse() {
+                return (Some(r), rest);
+            }
+        }
+    }
+    if let Some(head) = t.strip_suffix(':') {
+        if !head.is_empty() && head.bytes().all(|b| b.is_ascii_digit()) {
+            return (head.parse().ok(), "");
+        }
+    }
+    (None, line)
+}
+
+fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmError> {
+    Command::new(tool)
+        .args(args)
+        .output()
+        .map_err(|source| SlurmError::Tool { tool, source })
+}
+
+/// Writes the plan's script and submits it with `sbatch --parsable`.
+pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
+    if let Some(dir) = plan.script_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| SlurmError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    std::fs::write(&plan.script_path, &plan.script).map_err(|source| SlurmError::Io {
+        path: plan.script_path.display().to_string(),
+        source,
+    })?;
+    let mut cmd = Command::new("sbatch");
+    cmd.args(&plan.sbatch_args).arg(&plan.script_path);
+    let out = cmd.output().map_err(|source| SlurmError::Tool {
+        tool: "sbatch",
+        source,
+    })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // --parsable prints `jobid` or `jobid;cluster`.
+    let id = stdout
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    if !out.status.success() || id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(SlurmError::Submit {
+            cell: plan.cell_id.clone(),
+            status: out.status.to_string(),
+            stderr: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                stdout.trim()
+            ),
+        });
+    }
+    let output = PathBuf::from(
+        plan.output_pattern
+            .to_string_lossy()
+            .replace("%j", &id)
+            .replace("%%", "%"),
+    );
+    Ok(SlurmJob {
+        id,
+        cell_id: plan.cell_id.clone(),
+        output,
+    })
+}
+
+/// Parses `ExitCode=a:b` (status and signal).
+fn parse_exit(v: &str) -> (Option<i32>, Option<i32>) {
+    let mut it = v.split(':');
+    let code = it.next().and_then(|c| c.trim().parse().ok());
+    let sig = it.next().and_then(|s| s.trim().parse().ok());
+    (code, sig)
+}
+
+impl SlurmJob {
+    /// Re-attaches to a job by id (e.g. after a restart), with its known output file.
+    pub fn attach(id: &str, cell_id: &str, output: &Path) -> SlurmJob {
+        SlurmJob {
+            id: id.to_string(),
+            cell_id: cell_id.to_string(),
+            output: output.to_path_buf(),
+        }
+    }
+
+    /// The job's state now.
+    pub fn state(&self) -> Result<JobState, SlurmError> {
+        let q = run("squeue", &["-h", "-j", &self.id, "-o", "%T"])?;
+        let text = String::from_utf8_lossy(&q.stdout);
+        if q.status.success() {
+            if let Some(s) = text.lines().map(str::trim).find(|s| !s.is_empty()) {
+                return Ok(JobState::Active(s.to_string()));
+            }
+        } else {
+            let err = String::from_utf8_lossy(&q.stderr);
+            // squeue says "Invalid job id" for jobs it no longer lists; anything else
+            // (controller down) is a real error.
+            if !err.contains("Invalid job id") {
+                return Err(SlurmError::Query {
+                    cmd: format!("squeue -h -j {} -o %T", self.id),
+                    stderr: err.trim().to_string(),
+                });
+            }
+        }
+        if let Some(s) = self.state_from_scontrol()? {
+            return Ok(s);
+        }
+        Ok(self.state_from_sacct().unwrap_or(JobState::Unknown))
+    }
+
+    fn state_from_scontrol(&self) -> Result<Option<JobState>, SlurmError> {
+        let out = run("scontrol", &["show", "job", "-o", &self.id])?;
+        if !out.status.success() {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut state = None;
+        let mut exit = (None, None);
+        for kv in text.split_whitespace() {
+            if let Some(v) = kv.strip_prefix("JobState=") {
+                state = Some(v.to_string());
+            } else if let Some(v) = kv.strip_prefix("ExitCode=") {
+                exit = parse_exit(v);
+            }
+        }
+        Ok(state.map(|s| classify(s, exit)))
+    }
+
+    fn state_from_sacct(&self) -> Option<JobState> {
+        let out = run(
+            "sacct",
+            &["-n", "-X", "-P", "-j", &self.id, "-o", "State,ExitCode"],
+        )
+        .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| !l.trim().is_empty())?;
+        let (state, exit) = line.split_once('|')?;
+        // sacct writes e.g. "CANCELLED by 0"; the first word is the state.
+        let state = state.split_whitespace().next()?.to_string();
+        Some(classify(state, parse_exit(exit)))
+    }
+
+    /// Waits until the job finishes, `timeout` passes, or `cancel` is raised (checked
+    /// every `poll`); in the last two cases the job is cancelled and its end awaited
+    /// briefly so its output file is complete.
+    pub fn wait(
+        &self,
+        timeout: Duration,
+        poll: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<Outcome, SlurmError> {
+        let deadline = Instant::now() + timeout;
+        let mut query_failures = 0;
+        loop {
+            // A busy controller may miss a query now and then; give up only when it keeps
+            // failing, and still cancel on the way out.
+            let state = match self.state() {
+                Ok(s) => {
+                    query_failures = 0;
+                    s
+                }
+                Err(e) => {
+                    query_failures += 1;
+                    if query_failures >= 5 {
+                        let _ = self.cancel();
+                        return Err(e);
+                    }
+                    JobState::Active(String::from("UNKNOWN"))
+                }
+            };
+            if !matches!(state, JobState::Active(_)) {
+                return Ok(Outcome::Finished(state));
+            }
+            let outcome = if cancel.load(Ordering::SeqCst) {
+                Some(Outcome::Cancelled)
+            } else if Instant::now() >= deadline {
+                Some(Outcome::TimedOut)
+            } else {
+                None
+            };
+            if let Some(o) = outcome {
+                self.cancel()?;
+                self.wait_gone(Duration::from_secs(30), poll);
+                return Ok(o);
+            }
+            // Sleep in small slices so a Ctrl-C is acted on quickly.
+            let until =
+                Instant::now() + poll.min(deadline.saturating_duration_since(Instant::now()));
+            while Instant::now() < until && !cancel.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(50).min(poll));
+            }
+        }
+    }
+
+    /// Waits up to `limit` until the queue no longer shows the job as active.
+    pub fn wait_gone(&self, limit: Duration, poll: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.state() {
+                Ok(JobState::Active(_)) => {}
+                _ => return true,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(poll.min(Duration::from_millis(500)));
+        }
+    }
+
+    /// `scancel`s the job (all its steps and tasks). Cancelling a finished job is not an
+    /// error.
+    pub fn cancel(&self) -> Result<(), SlurmError> {
+        let out = run("scancel", &[&self.id])?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success()
+            || err.contains("already completing or completed")
+            || err.contains("Invalid job id")
+        {
+            Ok(())
+        } else {
+            Err(SlurmError::Query {
+                cmd: format!("scancel {}", self.id),
+                stderr: err.trim().to_string(),
+            })
+        }
+    }
+
+    /// Reads the job's output file (an absent file is an empty output: the job may have
+    /// been cancelled before it started).
+    pub fn collect(&self) -> Result<JobOutput, SlurmError> {
+        match std::fs::read(&self.output) {
+            Ok(b) => Ok(JobOutput::parse(&String::from_utf8_lossy(&b))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JobOutput::default()),
+            Err(source) => Err(SlurmError::Io {
+                path: self.output.display().to_string(),
+                source,
+            }),
+        }
+    }
+}
+
+fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> JobState {
+    const ACTIVE: [&str; 8] = [
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "RESIZING",
+        "STAGE_OUT",
+    ];
+    if ACTIVE.contains(&state.as_str()) {
+        JobState::Active(state)
+    } else {
+        JobState::Finished {
+            state,
+            exit_code,
+            signal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labelled_lines_split_into_rank_and_event() {
+        let text = concat!(
+            "0: {\"event\":\"step\",\"step\":0,\"step_time_s\":0.5,\"tokens\":8,\"loss\":2.0}\n",
+            " 1: plain log text: with a colon\n",
+            "10: {\"event\":\"summary\"}\n",
+            "bench: srun exited with status 0\n",
+            "3:\n",
+            "1: bench: rank 1 exited with status 6\n",
+            "0: bench: rank 0 exited with status 143\n",
+        );
+        let o = JobOutput::parse(text);
+        assert_eq!(o.lines.len(), 7);
+        assert_eq!(o.first_failure(), Some((1, 6)));
+        assert_eq!(o.rank_exit_codes().len(), 2);
+        assert_eq!(o.lines[0].rank, Some(0));
+        assert!(matches!(o.events_of(0)[..], [Event::Step(_)]));
+        assert_eq!(o.lines[1].rank, Some(1));
+        assert_eq!(o.lines[1].text, "plain log text: with a colon");
+        assert!(o.lines[1].event.is_none());
+        assert!(matches!(o.events_of(10)[..], [Event::Summary(_)]));
+        assert_eq!(o.lines[3].rank, None);
+        assert_eq!(o.lines[4].rank, Some(3));
+        assert_eq!(
+            o.log_of(1),
+            "plain log text: with a colon\nbench: rank 1 exited with status 6\n"
+        );
+    }
+
+    #[test]
+    fn exit_codes_and_states_classify() {
+        assert_eq!(parse_exit("6:0"), (Some(6), Some(0)));
+        assert_eq!(parse_exit("0:15"), (Some(0), Some(15)));
+        assert!(matches!(
+            classify("RUNNING".into(), (None, None)),
+            JobState::Active(_)
+        ));
+        assert_eq!(
+            classify("FAILED".into(), (Some(6), Some(0))),
+            JobState::Finished {
+                state: "FAILED".into(),
+                exit_code: Some(6),
+                signal: Some(0)
+            }
+        );
+    }
+}

@@ -1,0 +1,415 @@
+//! The sbatch job of one cell: its sbatch options and batch script.
+//!
+//! Matrix values never reach a shell unquoted. sbatch options are passed as separate argv
+//! elements to `sbatch` (no shell, no `#SBATCH` line parsing); in the script every value
+//! is quoted by [`quote`] and every environment name checked to be an identifier. The
+//! script's own logic is a fixed text.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{Settings, SlurmError};
+use crate::cell::Cell;
+use crate::dist::launch::Program;
+
+/// Quotes `s` for a POSIX shell so that it is one word with exactly this value, whatever
+/// it contains (spaces, quotes, `$(...)`, backticks, newlines, globs). Plain words stay
+/// as they are for readability. NUL cannot be in an argument and is an error.
+pub fn quote(s: &str) -> Result<String, SlurmError> {
+    if s.contains('\0') {
+        return Err(SlurmError::Nul {
+            value: s.replace('\0', "\\0"),
+        });
+    }
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c));
+    if plain {
+        Ok(s.to_string())
+    } else {
+        // Inside single quotes nothing is special; a single quote ends the quoting, is
+        // written escaped, and quoting resumes.
+        Ok(format!("'{}'", s.replace('\'', r"'\''")))
+    }
+}
+
+/// `s` made safe for a `#` comment line: control characters (newlines above all, which
+/// would end the comment and start a command) are written as escapes.
+fn comment_safe(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut cs = s.chars();
+    matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Slurm job time limit as `D-HH:MM:SS`.
+pub fn time_limit(seconds: u64) -> String {
+    let s = seconds.max(60);
+    format!(
+        "{}-{:02}:{:02}:{:02}",
+        s / 86400,
+        (s % 86400) / 3600,
+        (s % 3600) / 60,
+        s % 60
+    )
+}
+
+/// Everything needed to submit one cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPlan {
+    pub cell_id: String,
+    pub ranks: u32,
+    pub nodes: u32,
+    pub tasks_per_node: u32,
+    /// GPUs per node requested; `None` for a CPU cell.
+    pub gpus_per_node: Option<u32>,
+    /// sbatch options (without `sbatch` itself and without the script path).
+    pub sbatch_args: Vec<String>,
+    /// The batch script's text.
+    pub script: String,
+    /// Where the script is written.
+    pub script_path: PathBuf,
+    /// The output file pattern (`%j` is the job id).
+    pub output_pattern: PathBuf,
+}
+
+/// Plans the job of `cell`: `ranks = cell.gpus()` tasks, one per GPU when `use_gpus`
+/// (else CPU tasks), over `ceil(ranks / gpus_per_node)` nodes. `job_dir` holds the script
+/// and the output; it must be on a file system the compute nodes share with this host.
+pub fn plan(
+    cell: &Cell,
+    program: &Program,
+    settings: &Settings,
+    use_gpus: bool,
+    job_dir: &Path,
+) -> Result<JobPlan, SlurmError> {
+    let cell_id = cell.id.to_string();
+    let ranks = cell.gpus();
+    let per_node = settings.gpus_per_node.max(1);
+    let (nodes, tasks_per_node) = if ranks <= per_node {
+        (1, ranks)
+    } else if ranks.is_multiple_of(per_node) {
+        (ranks / per_node, per_node)
+    } else {
+        return Err(SlurmError::UnevenNodes {
+            cell: cell_id,
+            ranks,
+            per_node,
+        });
+    };
+    let (argv, extra_env) = program
+        .argv_env(cell)
+        .map_err(|e| SlurmError::Launch(e.to_string()))?;
+
+    // `%` starts a Slurm file-name pattern; `%%` is a literal percent sign.
+    let dir_pattern = job_dir.to_string_lossy().replace('%', "%%");
+    let output_pattern = PathBuf::from(format!("{dir_pattern}/slurm-%j.out"));
+    let script_path = job_dir.join(format!("{cell_id}.sbatch"));
+
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--job-name=bench-{cell_id}"),
+        format!("--nodes={nodes}"),
+        format!("--ntasks-per-node={tasks_per_node}"),
+        format!("--output={}", output_pattern.display()),
+        format!(
+            "--time={}",
+            time_limit(settings.time_s.unwrap_or(
+                // Bench's own timeout must fire first and cancel cleanly; Slurm's limit is a
+                // backstop a minute later.
+                cell.params.timeout_s + 60,
+            ))
+        ),
+    ];
+    let gpus_per_node = use_gpus.then_some(tasks_per_node);
+    if let Some(g) = gpus_per_node {
+        args.push(format!("--gpus-per-node={g}"));
+    }
+    if let Some(p) = &settings.partition {
+        args.push(format!("--partition={p}"));
+    }
+    if let Some(a) = &settings.account {
+        args.push(format!("--account={a}"));
+    }
+    args.extend(settings.sbatch_args.iter().cloned());
+
+    let script = render_script(&cell_id, &args, &argv, &extra_env, ranks, tasks_per_node)?;
+    Ok(JobPlan {
+        cell_id,
+        ranks,
+        nodes,
+        tasks_per_node,
+        gpus_per_node,
+        sbatch_args: args,
+        script,
+        script_path,
+        output_pattern,
+    })
+}
+
+fn render_script(
+    cell_id: &str,
+    sbatch_args: &[String],
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    ranks: u32,
+    tasks_per_node: u32,
+) -> Result<String, SlurmError> {
+    let mut s = String::from("#!/bin/bash\n");
+    s.push_str(&format!(
+        "# bench: Slurm job of cell {}\n",
+        comment_safe(cell_id)
+    ));
+    let shown: Vec<String> = sbatch_args
+        .iter()
+        .map(|a| quote(a).map(|q| comment_safe(&q)))
+        .collect::<Result<_, _>>()?;
+    s.push_str(&format!(
+        "# Submitted by bench as: sbatch {} <this file>\n",
+        shown.join(" ")
+    ));
+    s.push_str(concat!(
+        "# Every task gets torchrun's contract: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n",
+        "# MASTER_ADDR (the first node), MASTER_PORT (derived from the job id).\n",
+        "set -u\n",
+        "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"\n",
+        "export MASTER_ADDR\n",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))\n",
+        "# Never enable NVLink multicast (NVLS).\n",
+        "export NCCL_NVLS_ENABLE=0\n",
+    ));
+    for (k, v) in env {
+        if !is_identifier(k) {
+            return Err(SlurmError::BadEnvName {
+                cell: cell_id.to_string(),
+                name: comment_safe(k),
+            });
+        }
+        if k == "NCCL_NVLS_ENABLE" {
+            continue;
+        }
+        s.push_str(&format!("export {k}={}\n", quote(v)?));
+    }
+    s.push_str(&format!(
+        "export WORLD_SIZE={ranks} LOCAL_WORLD_SIZE={tasks_per_node}\n"
+    ));
+    // The per-task part runs in each task's shell: a fixed text that takes the command as
+    // its positional parameters, so no value is ever parsed as shell code. It reports the
+    // rank's own exit status, because srun's is that of the ranks it killed afterwards
+    // (143) rather than the first failure's (e.g. 6 for a distributed failure).
+    s.push_str(
+        "srun --kill-on-bad-exit=1 --label /bin/sh -c \
+         'RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; export RANK LOCAL_RANK; \
+         \"$@\"; rc=$?; echo \"bench: rank $RANK exited with status $rc\" >&2; exit $rc' bench-task",
+    );
+    s.push_str(" \\\n ");
+    for a in argv {
+        s.push(' ');
+        s.push_str(&quote(a)?);
+    }
+    s.push('\n');
+    s.push_str("rc=$?\n");
+    s.push_str("echo \"bench: srun exited with status $rc\" >&2\n");
+    s.push_str("exit $rc\n");
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellId, Params, Value, Workload};
+    use indexmap::IndexMap;
+    use std::process::Command;
+
+    /// Runs `printf %s <quoted>` through a real /bin/sh and returns what it printed.
+    fn through_sh(s: &str) -> String {
+        let out = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("printf %s {}", quote(s).unwrap()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn quoting_survives_a_real_shell() {
+        for s in [
+            "plain",
+            "two words",
+            "it's",
+            "\"double\"",
+            "$(touch /tmp/bench-pwned)",
+            "`id`",
+            "line1\nline2",
+            "$HOME ${X:-y} *",
+            "'",
+            "''",
+            "a'b\"c`d$e\\f",
+            "",
+            "-n",
+            "ünïcødé ☃",
+        ] {
+            assert_eq!(through_sh(s), s, "value {s:?} quoted as {:?}", quote(s));
+        }
+        assert!(!Path::new("/tmp/bench-pwned").exists());
+        assert_eq!(quote("gpt2-1.5b").unwrap(), "gpt2-1.5b");
+        assert_eq!(quote("a b").unwrap(), "'a b'");
+        assert!(matches!(quote("a\0b"), Err(SlurmError::Nul { .. })));
+    }
+
+    #[test]
+    fn time_limits_are_slurm_format() {
+        assert_eq!(time_limit(90), "0-00:01:30");
+        assert_eq!(time_limit(1800), "0-00:30:00");
+        assert_eq!(time_limit(90000), "1-01:00:00");
+        assert_eq!(time_limit(5), "0-00:01:00");
+    }
+
+    fn cell(gpus: i64, workload: Workload) -> Cell {
+        let mut values = IndexMap::new();
+        values.insert("model".to_string(), Value::Str("gpt2-1.5b".into()));
+        values.insert("gpus".to_string(), Value::Int(gpus));
+        values.insert("parallel".to_string(), Value::Str("fsdp".into()));
+        Cell {
+            id: CellId::from_values(&values),
+            values,
+            params: Params {
+                workload,
+                timeout_s: 600,
+                ..Params::default()
+            },
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            partition: Some("gpu".into()),
+            account: Some("ml-infra".into()),
+            time_s: None,
+            gpus_per_node: 8,
+            sbatch_args: vec!["--exclusive".into()],
+        }
+    }
+
+    #[test]
+    fn sixteen_gpus_on_two_nodes() {
+        let c = cell(16, Workload::Builtin);
+        let prog = Program::Builtin {
+            exe: PathBuf::from("/shared/bin/bench"),
+        };
+        let p = plan(&c, &prog, &settings(), true, Path::new("/shared/run 1/%x")).unwrap();
+        assert_eq!(
+            (p.nodes, p.tasks_per_node, p.gpus_per_node),
+            (2, 8, Some(8))
+        );
+        for want in [
+            "--nodes=2",
+            "--ntasks-per-node=8",
+            "--gpus-per-node=8",
+            "--partition=gpu",
+            "--account=ml-infra",
+            "--time=0-00:11:00",
+            "--exclusive",
+            "--output=/shared/run 1/%%x/slurm-%j.out",
+        ] {
+            assert!(
+                p.sbatch_args.iter().any(|a| a == want),
+                "{want} in {:?}",
+                p.sbatch_args
+            );
+        }
+        assert!(p.script.contains("export WORLD_SIZE=16 LOCAL_WORLD_SIZE=8"));
+        assert!(p.script.contains(
+            "bench-task \\\n  /shared/bin/bench worker --cell-id gpt2-1.5b.16gpu.fsdp --model"
+        ));
+        assert!(p
+            .script
+            .contains("'--output=/shared/run 1/%%x/slurm-%j.out'"));
+        assert!(p.script.contains("export NCCL_NVLS_ENABLE=0"));
+    }
+
+    #[test]
+    fn uneven_split_and_bad_env_names_are_errors() {
+        let prog = Program::Builtin {
+            exe: PathBuf::from("bench"),
+        };
+        let e = plan(
+            &cell(12, Workload::Builtin),
+            &prog,
+            &settings(),
+            true,
+            Path::new("/j"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("12 ranks"), "{e}");
+        let mut env = BTreeMap::new();
+        env.insert("BAD NAME;rm".to_string(), "x".to_string());
+        let cmd = Program::Command {
+            argv: vec!["true".into()],
+            env,
+        };
+        let e = plan(
+            &cell(1, Workload::Builtin),
+            &cmd,
+            &settings(),
+            false,
+            Path::new("/j"),
+        )
+        .unwrap_err();
+        assert!(matches!(e, SlurmError::BadEnvName { .. }), "{e}");
+    }
+
+    #[test]
+    fn hostile_values_stay_data_in_the_script() {
+        let mut env = BTreeMap::new();
+        env.insert(
+            "NOTE".to_string(),
+            "x\n$(touch /tmp/bench-pwned2)".to_string(),
+        );
+        env.insert("NCCL_NVLS_ENABLE".to_string(), "1".to_string());
+        let prog = Program::Command {
+            argv: vec!["echo".into(), "`id` $(id) 'q'\nnext".into()],
+            env,
+        };
+        let p = plan(
+            &cell(1, Workload::Builtin),
+            &prog,
+            &settings(),
+            false,
+            Path::new("/j"),
+        )
+        .unwrap();
+        assert_eq!(p.gpus_per_node, None);
+        assert!(!p.sbatch_args.iter().any(|a| a.starts_with("--gpus")));
+        assert!(!p.script.contains("NCCL_NVLS_ENABLE=1"));
+        // Parse the script with bash without running it: it must be valid, and the hostile
+        // newline must not have produced a command line of its own.
+        let out = Command::new("bash")
+            .arg("-n")
+            .arg("-c")
+            .arg(&p.script)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(p
+            .script
+            .contains("export NOTE='x\n$(touch /tmp/bench-pwned2)'"));
+        assert!(!Path::new("/tmp/bench-pwned2").exists());
+    }
+}
