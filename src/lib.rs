@@ -10,9 +10,11 @@
 pub mod atomic;
 pub mod cell;
 pub mod cli;
+pub mod env;
 pub mod error;
 pub mod events;
 pub mod matrix;
 pub mod metrics;
 pub mod results;
+pub mod run;
 pub mod workload;

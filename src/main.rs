@@ -8,12 +8,14 @@ use bench::error::{exit, CliError};
 fn main() {
     let cli = Cli::parse();
     let result: Result<i32, CliError> = match cli.command {
+        Command::Matrix(args) if !args.dry_run => bench::run::cmd(&args),
         Command::Matrix(args) => bench::matrix::cmd::run(&args),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
-        Command::Report(_) | Command::Baseline(_) | Command::Env(_) => Err(CliError::internal(
-            miette::miette!("this command is not built yet"),
-        )),
+        Command::Env(args) => bench::env::cmd(&args),
+        Command::Report(_) | Command::Baseline(_) => Err(CliError::internal(miette::miette!(
+            "this command is not built yet"
+        ))),
     };
     let code = match result {
         Ok(code) => code,
