@@ -135,10 +135,10 @@ fn fill(
             rest = &tail[2..];
             continue;
         }
-        if tail.starts_with('}') {
+        if let Some(after) = tail.strip_prefix('}') {
             // A lone closing brace is ordinary text (JSON fragments in arguments).
             out.push('}');
-            rest = &tail[1..];
+            rest = after;
             continue;
         }
         let Some(end) = tail.find('}') else {

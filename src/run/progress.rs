@@ -64,29 +64,32 @@ fn tokens(t: f64) -> String {
     format!("{v:.1}{unit} tok/s")
 }
 
-fn finished_line(
-    done: usize,
-    total: usize,
-    id: &CellId,
-    outcome: &Outcome,
-    flaky: bool,
-    duration_s: f64,
-    tokens_per_s: Option<f64>,
-    resumed: bool,
-) -> String {
-    let mut line = format!("[{done}/{total}] {:<7} {id}", status_word(outcome, flaky));
-    if resumed {
+/// The line of a `CellFinished` event, numbered `done` of `total`.
+fn finished_line(done: usize, total: usize, event: &RunEvent) -> Option<String> {
+    let RunEvent::CellFinished {
+        id,
+        outcome,
+        flaky,
+        duration_s,
+        tokens_per_s,
+        resumed,
+    } = event
+    else {
+        return None;
+    };
+    let mut line = format!("[{done}/{total}] {:<7} {id}", status_word(outcome, *flaky));
+    if *resumed {
         line.push_str(" (kept from the resumed run)");
     } else {
         line.push_str(&format!(" {duration_s:.1}s"));
     }
     if let Some(t) = tokens_per_s {
-        line.push_str(&format!(" {}", tokens(t)));
+        line.push_str(&format!(" {}", tokens(*t)));
     }
     if let Some(r) = reason(outcome) {
         line.push_str(&format!(": {r}"));
     }
-    line
+    Some(line)
 }
 
 fn summary_line(passed: usize, failed: usize, skipped: usize, interrupted: bool, d: f64) -> String {
@@ -158,25 +161,9 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
                 "{}  {id} repeat {repeat} attempt {attempt}: {reason}",
                 if *retrying { "RETRY" } else { "ERROR" }
             )),
-            RunEvent::CellFinished {
-                id,
-                outcome,
-                flaky,
-                duration_s,
-                tokens_per_s,
-                resumed,
-            } => {
+            RunEvent::CellFinished { .. } => {
                 self.done += 1;
-                Some(finished_line(
-                    self.done,
-                    self.total,
-                    id,
-                    outcome,
-                    *flaky,
-                    *duration_s,
-                    *tokens_per_s,
-                    *resumed,
-                ))
+                finished_line(self.done, self.total, event)
             }
             RunEvent::Stopping { reason } => Some(format!("STOP    {reason}")),
             RunEvent::RunFinished {
@@ -298,30 +285,16 @@ impl Reporter for BarReporter {
                     if *retrying { "RETRY" } else { "ERROR" }
                 ));
             }
-            RunEvent::CellFinished {
-                id,
-                outcome,
-                flaky,
-                duration_s,
-                tokens_per_s,
-                resumed,
-            } => {
+            RunEvent::CellFinished { id, .. } => {
                 if let Some(bar) = self.running.remove(id) {
                     bar.finish_and_clear();
                     self.multi.remove(&bar);
                 }
                 self.done += 1;
                 self.overall.inc(1);
-                let _ = self.multi.println(finished_line(
-                    self.done,
-                    self.total,
-                    id,
-                    outcome,
-                    *flaky,
-                    *duration_s,
-                    *tokens_per_s,
-                    *resumed,
-                ));
+                if let Some(line) = finished_line(self.done, self.total, event) {
+                    let _ = self.multi.println(line);
+                }
             }
             RunEvent::Stopping { reason } => {
                 self.overall.set_message(format!("stopping: {reason}"));

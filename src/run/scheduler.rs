@@ -517,14 +517,7 @@ pub async fn run(
         gpu_slots,
     });
     for slot in book.slots.iter().flatten() {
-        reporter.on_event(&RunEvent::CellFinished {
-            id: slot.id.clone(),
-            outcome: slot.outcome.clone(),
-            flaky: slot.flaky,
-            duration_s: slot.duration_s,
-            tokens_per_s: slot.metrics.get("tokens_per_s").map(|m| m.value),
-            resumed: true,
-        });
+        finish(reporter, slot, true);
     }
     book.save()?;
 
