@@ -85,8 +85,9 @@ impl CellId {
     /// Builds the id from axis values in axis order.
     ///
     /// The `gpus` axis is written as `<n>gpu` so that ids read naturally; every fragment is
-    /// sanitised to `[A-Za-z0-9_+-]` (anything else becomes `_`) so that the id is safe as a
-    /// file name on every platform and never contains the `.` separator itself.
+    /// sanitised to `[A-Za-z0-9._+-]` (anything else becomes `_`) so that the id is safe as
+    /// a file name on every platform. Fragments may contain `.` (`gpt2-1.5b`): ids are
+    /// compared whole and never split, and the matrix rejects two cells with one id.
     pub fn from_values(values: &IndexMap<String, Value>) -> CellId {
         let parts: Vec<String> = values
             .iter()
@@ -98,7 +99,12 @@ impl CellId {
                 sanitize(&frag)
             })
             .collect();
-        CellId(parts.join("."))
+        let mut id = parts.join(".");
+        // A leading dot would make a hidden file (and `..` a parent directory).
+        if id.starts_with('.') {
+            id.replace_range(..1, "_");
+        }
+        CellId(id)
     }
 
     pub fn as_str(&self) -> &str {
@@ -112,12 +118,12 @@ impl fmt::Display for CellId {
     }
 }
 
-/// Replaces every character outside `[A-Za-z0-9_+-]` with `_`; an empty fragment becomes `_`.
+/// Replaces every character outside `[A-Za-z0-9._+-]` with `_`; an empty fragment becomes `_`.
 pub fn sanitize(s: &str) -> String {
     let out: String = s
         .chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '+' {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.') {
                 c
             } else {
                 '_'
@@ -323,8 +329,11 @@ mod tests {
             CellId::from_values(&v).as_str(),
             "gpt2-125m.bf16.1gpu.single.compile+sac"
         );
-        v.insert("note".into(), Value::Str("a/b c.d".into()));
+        v.insert("note".into(), Value::Str("a/b c:d".into()));
         assert!(CellId::from_values(&v).as_str().ends_with(".a_b_c_d"));
+        let mut w = IndexMap::new();
+        w.insert("x".to_string(), Value::Str("../etc".into()));
+        assert_eq!(CellId::from_values(&w).as_str(), "_._etc");
     }
 
     #[test]

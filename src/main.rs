@@ -8,8 +8,8 @@ use bench::error::{exit, CliError};
 fn main() {
     let cli = Cli::parse();
     let result: Result<i32, CliError> = match cli.command {
-        Command::Matrix(args) if !args.dry_run => bench::run::cmd(&args),
-        Command::Matrix(args) => bench::matrix::cmd::run(&args),
+        Command::Matrix(args) if args.dry_run => bench::matrix::cmd::dry_run(&args),
+        Command::Matrix(args) => bench::run::cmd(&args),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
         Command::Env(args) => bench::env::cmd(&args),
@@ -20,7 +20,9 @@ fn main() {
     let code = match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{:?}", e.report());
+            // Plain rendering: our messages already carry `file:line:column` and a caret
+            // under the source, which a boxed, re-wrapped diagnostic would misalign.
+            eprintln!("error: {:#}", e.report());
             e.exit_code()
         }
     };

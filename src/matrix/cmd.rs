@@ -1,13 +1,220 @@
-//! `bench matrix` (dry run) and `bench schema`.
+//! `bench matrix --dry-run` (the cells a matrix selects, and why the others are dropped)
+//! and `bench schema`.
 
-use crate::cli::MatrixArgs;
+use std::io::Write;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use super::{Expansion, MatrixError};
+use crate::cell::{Params, Value};
+use crate::cli::{Format, MatrixArgs};
 use crate::error::CliError;
 
-pub fn run(args: &MatrixArgs) -> Result<i32, CliError> {
-    let _ = args;
-    Err(CliError::internal(miette::miette!("not built yet")))
+impl From<MatrixError> for CliError {
+    fn from(e: MatrixError) -> Self {
+        match e {
+            // A matrix file that exists but cannot be read is still the user's input.
+            MatrixError::Read { .. } | MatrixError::Invalid(_) | MatrixError::Filter(_) => {
+                CliError::BadInput(miette::Report::msg(e.to_string()))
+            }
+        }
+    }
 }
 
+/// Loads the matrix named by `args` and prints its warnings to stderr.
+pub fn load(args: &MatrixArgs) -> Result<Expansion, CliError> {
+    let exp = super::load(&args.file, &args.filters)?;
+    for w in &exp.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(exp)
+}
+
+/// `bench matrix --dry-run`.
+pub fn dry_run(args: &MatrixArgs) -> Result<i32, CliError> {
+    let exp = load(args)?;
+    let mut out = std::io::stdout().lock();
+    let written = match args.format {
+        Format::Json => {
+            let doc = DryRun::from(&exp);
+            serde_json::to_writer_pretty(&mut out, &doc)
+                .map_err(std::io::Error::other)
+                .and_then(|_| writeln!(out))
+        }
+        Format::Human => write_human(&mut out, &exp),
+    };
+    // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
+    match written {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
+            miette::miette!("cannot write output: {e}"),
+        )),
+        _ => Ok(crate::error::exit::OK),
+    }
+}
+
+/// `bench schema`.
 pub fn schema() -> Result<i32, CliError> {
-    Err(CliError::internal(miette::miette!("not built yet")))
+    print!("{}", super::spec::schema_json());
+    Ok(crate::error::exit::OK)
+}
+
+#[derive(Serialize)]
+struct Counts {
+    combinations: usize,
+    run: usize,
+    dropped: usize,
+    dropped_by_rules: usize,
+    dropped_by_filters: usize,
+}
+
+#[derive(Serialize)]
+struct CellDoc<'a> {
+    id: &'a str,
+    values: &'a IndexMap<String, Value>,
+    params: &'a Params,
+}
+
+#[derive(Serialize)]
+struct DroppedDoc<'a> {
+    id: &'a str,
+    values: &'a IndexMap<String, Value>,
+    by: &'a str,
+    reason: &'a str,
+}
+
+/// The JSON form of a dry run.
+#[derive(Serialize)]
+struct DryRun<'a> {
+    matrix: &'a str,
+    file: String,
+    counts: Counts,
+    cells: Vec<CellDoc<'a>>,
+    dropped: Vec<DroppedDoc<'a>>,
+    warnings: &'a [String],
+}
+
+impl<'a> From<&'a Expansion> for DryRun<'a> {
+    fn from(exp: &'a Expansion) -> Self {
+        let by_filters = exp
+            .dropped
+            .iter()
+            .filter(|d| d.by.starts_with("--filter"))
+            .count();
+        DryRun {
+            matrix: &exp.name,
+            file: exp.file.display().to_string(),
+            counts: Counts {
+                combinations: exp.combinations,
+                run: exp.cells.len(),
+                dropped: exp.dropped.len(),
+                dropped_by_rules: exp.dropped.len() - by_filters,
+                dropped_by_filters: by_filters,
+            },
+            cells: exp
+                .cells
+                .iter()
+                .map(|c| CellDoc {
+                    id: c.id.as_str(),
+                    values: &c.values,
+                    params: &c.params,
+                })
+                .collect(),
+            dropped: exp
+                .dropped
+                .iter()
+                .map(|d| DroppedDoc {
+                    id: d.cell.id.as_str(),
+                    values: &d.cell.values,
+                    by: &d.by,
+                    reason: &d.reason,
+                })
+                .collect(),
+            warnings: &exp.warnings,
+        }
+    }
+}
+
+fn fmt_duration(secs: u64) -> String {
+    match secs {
+        s if s % 3600 == 0 && s > 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 && s > 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn write_human(out: &mut impl Write, exp: &Expansion) -> std::io::Result<()> {
+    let by_filters = exp
+        .dropped
+        .iter()
+        .filter(|d| d.by.starts_with("--filter"))
+        .count();
+    writeln!(out, "matrix {} ({})", exp.name, exp.file.display())?;
+    writeln!(
+        out,
+        "  {} combinations -> {} to run, {} dropped ({} by rules, {} by filters)",
+        exp.combinations,
+        exp.cells.len(),
+        exp.dropped.len(),
+        exp.dropped.len() - by_filters,
+        by_filters
+    )?;
+    writeln!(out)?;
+    writeln!(out, "Cells to run ({}):", exp.cells.len())?;
+    let w = exp
+        .cells
+        .iter()
+        .map(|c| c.id.as_str().len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let n = exp.cells.len().to_string().len().max(1);
+    writeln!(
+        out,
+        "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  workload",
+        "#", "cell", "steps", "seq", "mbs", "accum", "global", "repeats", "timeout"
+    )?;
+    for (i, c) in exp.cells.iter().enumerate() {
+        let p = &c.params;
+        let workload = match &p.workload {
+            crate::cell::Workload::Builtin => "builtin".to_string(),
+            crate::cell::Workload::Command { argv, .. } => {
+                format!("command {}", argv.first().map(String::as_str).unwrap_or(""))
+            }
+        };
+        writeln!(
+            out,
+            "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  {}",
+            i + 1,
+            c.id.as_str(),
+            p.steps,
+            p.seq_len,
+            p.micro_batch,
+            p.grad_accum,
+            p.global_batch,
+            p.repeats,
+            fmt_duration(p.timeout_s),
+            workload
+        )?;
+    }
+    if !exp.dropped.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "Dropped ({}):", exp.dropped.len())?;
+        // Group by what dropped them, in order of first appearance, so a reader sees each
+        // reason once with its cells under it.
+        let mut groups: IndexMap<(&str, &str), Vec<&str>> = IndexMap::new();
+        for d in &exp.dropped {
+            groups
+                .entry((d.by.as_str(), d.reason.as_str()))
+                .or_default()
+                .push(d.cell.id.as_str());
+        }
+        for ((by, reason), ids) in groups {
+            writeln!(out, "  {by}: {reason} ({} cells)", ids.len())?;
+            for id in ids {
+                writeln!(out, "      {id}")?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -2,46 +2,148 @@
 //! and reason for every cell dropped.
 //!
 //! Stages: [`spec`] (serde + schemars types), [`parse`] (YAML with located errors),
-//! [`expand`] (cartesian product, zips, rules, include), [`filter`] (the `--filter`
-//! language), [`cmd`] (the `bench matrix --dry-run` and `bench schema` commands).
+//! [`expand`] (cartesian product, zips, rules, include, parameters), [`filter`] (the
+//! `--filter` language, also used by `when:` rules), [`cmd`] (`bench matrix --dry-run` and
+//! `bench schema`). docs/matrix.md documents the semantics for users.
 
 pub mod cmd;
+pub mod expand;
+pub mod filter;
+pub mod parse;
+pub mod spec;
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 use crate::cell::Cell;
+use filter::{Filter, FilterError, Vocabulary};
 
 /// A cell removed by a rule or a filter, with what removed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dropped {
     pub cell: Cell,
-    /// e.g. `rules[2] (incompatible)` or `--filter 'gpus>=8'`.
+    /// e.g. `rules[2] incompatible` or `--filter 'gpus>=8'`.
     pub by: String,
     pub reason: String,
 }
 
 /// The result of loading, expanding and filtering a matrix.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Expansion {
     /// The matrix's `name`, or the file stem.
     pub name: String,
+    pub file: PathBuf,
+    pub spec: spec::MatrixSpec,
+    /// Size of the product before rules and include.
+    pub combinations: usize,
     /// Cells to run, in expansion order.
     pub cells: Vec<Cell>,
     /// Cells removed by rules, then by filters, in expansion order.
     pub dropped: Vec<Dropped>,
     /// Non-fatal findings, e.g. a rule that matches no cell (with its location).
     pub warnings: Vec<String>,
+    /// What filters may name in this matrix.
+    pub vocab: Vocabulary,
 }
 
-/// Errors of the matrix stage (placeholder until the parser lands).
+/// Errors of the matrix stage; every one names the file and, where it has one, the line,
+/// column and key path of the fault.
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
+    #[error("{}: cannot read matrix file: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
-    Other(String),
+    Invalid(Box<Located>),
+    #[error("bad --filter: {0}")]
+    Filter(FilterError),
+}
+
+/// A fault in a matrix file: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    pub path: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// e.g. `rules[1].exclude.gpus`.
+    pub key_path: Option<String>,
+    pub message: String,
+    /// The source line with a caret under the fault.
+    pub snippet: Option<String>,
+}
+
+impl fmt::Display for Located {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let (Some(l), Some(c)) = (self.line, self.column) {
+            write!(f, ":{l}:{c}")?;
+        }
+        write!(f, ": ")?;
+        if let Some(k) = self.key_path.as_deref().filter(|k| !k.is_empty()) {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(sn) = &self.snippet {
+            write!(f, "\n{sn}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Loads `path`, expands it and applies `filters` (combined with `and`).
 pub fn load(path: &Path, filters: &[String]) -> Result<Expansion, MatrixError> {
-    let _ = (path, filters);
-    Err(MatrixError::Other("matrix loading is not built yet".into()))
+    let (spec, src) = parse::parse_file(path)?;
+    from_spec(spec, &src, filters)
+}
+
+/// Expands an already-parsed matrix and applies `filters`.
+pub fn from_spec(
+    spec: spec::MatrixSpec,
+    src: &parse::Source,
+    filters: &[String],
+) -> Result<Expansion, MatrixError> {
+    let expanded = expand::expand(&spec, src)?;
+    let compiled = filters
+        .iter()
+        .map(|f| Filter::parse(f, &expanded.vocab).map_err(MatrixError::Filter))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cells = Vec::with_capacity(expanded.cells.len());
+    let mut dropped = expanded.dropped;
+    for cell in expanded.cells {
+        match compiled.iter().find(|f| !f.matches(&cell)) {
+            None => cells.push(cell),
+            Some(f) => dropped.push(Dropped {
+                cell,
+                by: format!("--filter '{}'", f.source()),
+                reason: "not selected by the filter".to_string(),
+            }),
+        }
+    }
+    let name = spec.name.clone().unwrap_or_else(|| {
+        src.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "matrix".to_string())
+    });
+    Ok(Expansion {
+        name,
+        file: src.path.clone(),
+        spec,
+        combinations: expanded.combinations,
+        cells,
+        dropped,
+        warnings: expanded.warnings,
+        vocab: expanded.vocab,
+    })
+}
+
+/// Parses filter expressions against a known vocabulary (e.g. one rebuilt from results),
+/// for stages that select cells after the run (`bench baseline update --filter`).
+pub fn parse_filters(filters: &[String], vocab: &Vocabulary) -> Result<Vec<Filter>, MatrixError> {
+    filters
+        .iter()
+        .map(|f| Filter::parse(f, vocab).map_err(MatrixError::Filter))
+        .collect()
 }

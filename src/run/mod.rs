@@ -162,11 +162,7 @@ pub fn run_with(
 /// The comparison with baselines and the reports are joined in here at merge time; until
 /// then the exit code reflects the run alone.
 pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
-    let expansion = crate::matrix::load(&args.file, &args.filters)
-        .map_err(|e| CliError::bad_input(miette::miette!("{e}")))?;
-    for w in &expansion.warnings {
-        eprintln!("warning: {w}");
-    }
+    let expansion = crate::matrix::cmd::load(args)?;
     let outcome = run_matrix(args, expansion)?;
     eprintln!(
         "results: {}",

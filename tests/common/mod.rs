@@ -46,9 +46,13 @@ pub fn cell(name: &str, args: &[&str]) -> Cell {
 pub fn expansion(cells: Vec<Cell>) -> Expansion {
     Expansion {
         name: "runner-test".into(),
+        file: "tests/runner.yaml".into(),
+        spec: Default::default(),
+        combinations: cells.len(),
         cells,
         dropped: vec![],
         warnings: vec![],
+        vocab: Default::default(),
     }
 }
 

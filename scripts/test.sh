@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Every test, as CI runs it: formatting, clippy with -D warnings, and the unit, integration
+# and snapshot tests (cargo-nextest when installed, else cargo test).
+source "$(dirname "$0")/env.sh"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
+export BENCH_PYTHON="$VENV/bin/python"
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --locked --no-fail-fast
+  cargo test --locked --doc
+else
+  cargo test --locked --no-fail-fast
+fi

@@ -1,0 +1,709 @@
+//! The filter language of `--filter` and of `when:` rules.
+//!
+//! Grammar (lowest precedence first; keywords are case-insensitive):
+//!
+//! ```text
+//! expr    := or
+//! or      := and (("or" | "||") and)*
+//! and     := unary (("and" | "&&") unary)*
+//! unary   := ("not" | "!") unary | atom
+//! atom    := "(" expr ")" | "has(" word ")" | name op value | word
+//! op      := "=" | "==" | "!=" | "~" | ">" | ">=" | "<" | "<="
+//! value   := word | quoted string | /regex/
+//! ```
+//!
+//! A bare word matches a cell when it equals any axis value (or any flag of a set-valued
+//! axis) or is a substring of the cell id, so `--filter fsdp` and `--filter gpt2` do what a
+//! user expects. `name` is an axis, or a parameter such as `seq_len` when no axis has that
+//! name. `=` compares numerically when both sides are numbers, else as text; for set-valued
+//! axes the value is a `+`-joined set (`features=compile+sac`, `features=base` for the empty
+//! set). `~` is a substring test, `=/re/` a regular-expression search (unanchored, as grep).
+//! Errors carry the byte offset of the fault so the CLI can put a caret under it.
+
+use std::fmt;
+
+use regex::Regex;
+
+use crate::cell::{Cell, Value};
+
+/// A parsed, validated filter expression.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    source: String,
+    expr: Expr,
+}
+
+#[derive(Debug, Clone)]
+enum Expr {
+    Or(Box<Expr>, Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    Word(String),
+    Has(String),
+    Cmp {
+        name: String,
+        op: Op,
+        value: Operand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Eq,
+    Ne,
+    Contains,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+#[derive(Debug, Clone)]
+enum Operand {
+    Text(String),
+    Regex(Regex),
+}
+
+/// A filter that failed to parse or to validate, with the span of the fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct FilterError {
+    pub expr: String,
+    /// Byte offset of the fault in `source`.
+    pub offset: usize,
+    /// Length of the fault (at least 1 for the caret).
+    pub len: usize,
+    pub message: String,
+}
+
+impl FilterError {
+    /// The expression with a caret line under the fault, indented by `indent` spaces.
+    pub fn caret(&self, indent: usize) -> String {
+        let col = self.expr[..self.offset.min(self.expr.len())]
+            .chars()
+            .count();
+        format!(
+            "{pad}{}\n{pad}{}{}",
+            self.expr,
+            " ".repeat(col),
+            "^".repeat(self.len.max(1)),
+            pad = " ".repeat(indent)
+        )
+    }
+}
+
+impl fmt::Display for FilterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}\n{}", self.message, self.caret(4))
+    }
+}
+
+/// What a filter may refer to: the axes of the matrix with their values, and parameter
+/// names. Used to reject typos (`gpu=8`, `model=gtp2`) at parse time.
+#[derive(Debug, Clone, Default)]
+pub struct Vocabulary {
+    /// Axis name -> every value the axis can take (declared values plus include values).
+    pub axes: Vec<(String, Vec<Value>)>,
+    /// Axes whose values are sets of flags.
+    pub set_axes: Vec<String>,
+    /// Other names that may be compared (parameters, keys added by `include`).
+    pub params: Vec<String>,
+}
+
+impl Vocabulary {
+    fn axis(&self, name: &str) -> Option<&[Value]> {
+        self.axes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+    fn flags(&self) -> impl Iterator<Item = &String> {
+        self.axes
+            .iter()
+            .filter(|(n, _)| self.set_axes.contains(n))
+            .flat_map(|(_, vals)| vals.iter().filter_map(Value::as_set).flatten())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Word(String),
+    Quoted(String),
+    Regex(String),
+    Op(Op),
+    LParen,
+    RParen,
+    Not,
+    And,
+    Or,
+}
+
+struct Lexer<'a> {
+    src: &'a str,
+    pos: usize,
+}
+
+fn is_word_char(c: char) -> bool {
+    !(c.is_whitespace() || "=!~<>()/\"'&|".contains(c))
+}
+
+impl<'a> Lexer<'a> {
+    fn err(&self, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
+        FilterError {
+            expr: self.src.to_string(),
+            offset,
+            len,
+            message: message.into(),
+        }
+    }
+
+    fn tokens(mut self) -> Result<Vec<(usize, usize, Tok)>, FilterError> {
+        let mut out = Vec::new();
+        let bytes = self.src;
+        while self.pos < bytes.len() {
+            let rest = &bytes[self.pos..];
+            let c = rest.chars().next().unwrap_or(' ');
+            if c.is_whitespace() {
+                self.pos += c.len_utf8();
+                continue;
+            }
+            let start = self.pos;
+            let two = rest.get(..2).unwrap_or("");
+            let (tok, len) = match (two, c) {
+                ("==", _) => (Tok::Op(Op::Eq), 2),
+                ("!=", _) => (Tok::Op(Op::Ne), 2),
+                (">=", _) => (Tok::Op(Op::Ge), 2),
+                ("<=", _) => (Tok::Op(Op::Le), 2),
+                ("&&", _) => (Tok::And, 2),
+                ("||", _) => (Tok::Or, 2),
+                (_, '=') => (Tok::Op(Op::Eq), 1),
+                (_, '~') => (Tok::Op(Op::Contains), 1),
+                (_, '>') => (Tok::Op(Op::Gt), 1),
+                (_, '<') => (Tok::Op(Op::Lt), 1),
+                (_, '!') => (Tok::Not, 1),
+                (_, '(') => (Tok::LParen, 1),
+                (_, ')') => (Tok::RParen, 1),
+                (_, '&') | (_, '|') => {
+                    return Err(self.err(start, 1, format!("`{c}` must be doubled (`{c}{c}`)")))
+                }
+                (_, '"') | (_, '\'') | (_, '/') => {
+                    let body = &rest[1..];
+                    match body.find(c) {
+                        Some(end) => {
+                            let text = body[..end].to_string();
+                            let tok = if c == '/' {
+                                Tok::Regex(text)
+                            } else {
+                                Tok::Quoted(text)
+                            };
+                            (tok, end + 2)
+                        }
+                        None => {
+                            return Err(self.err(
+                                start,
+                                rest.len(),
+                                format!("unterminated `{c}`: add a closing `{c}`"),
+                            ))
+                        }
+                    }
+                }
+                _ => {
+                    let len: usize = rest
+                        .chars()
+                        .take_while(|c| is_word_char(*c))
+                        .map(char::len_utf8)
+                        .sum();
+                    let w = &rest[..len];
+                    let tok = match w.to_ascii_lowercase().as_str() {
+                        "and" => Tok::And,
+                        "or" => Tok::Or,
+                        "not" => Tok::Not,
+                        _ => Tok::Word(w.to_string()),
+                    };
+                    (tok, len)
+                }
+            };
+            out.push((start, len, tok));
+            self.pos += len;
+        }
+        Ok(out)
+    }
+}
+
+struct Parser<'a> {
+    src: &'a str,
+    toks: Vec<(usize, usize, Tok)>,
+    i: usize,
+    vocab: &'a Vocabulary,
+}
+
+impl<'a> Parser<'a> {
+    fn err(&self, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
+        FilterError {
+            expr: self.src.to_string(),
+            offset,
+            len,
+            message: message.into(),
+        }
+    }
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.i).map(|t| &t.2)
+    }
+    fn here(&self) -> (usize, usize) {
+        self.toks
+            .get(self.i)
+            .map(|t| (t.0, t.1))
+            .unwrap_or((self.src.len(), 1))
+    }
+    fn next(&mut self) -> Option<(usize, usize, Tok)> {
+        let t = self.toks.get(self.i).cloned();
+        self.i += 1;
+        t
+    }
+
+    fn or(&mut self) -> Result<Expr, FilterError> {
+        let mut lhs = self.and()?;
+        while self.peek() == Some(&Tok::Or) {
+            self.i += 1;
+            let rhs = self.and()?;
+            lhs = Expr::Or(Box::new(lhs), Box::new(rhs));
+        }
+        Ok(lhs)
+    }
+
+    fn and(&mut self) -> Result<Expr, FilterError> {
+        let mut lhs = self.unary()?;
+        while self.peek() == Some(&Tok::And) {
+            self.i += 1;
+            let rhs = self.unary()?;
+            lhs = Expr::And(Box::new(lhs), Box::new(rhs));
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> Result<Expr, FilterError> {
+        if self.peek() == Some(&Tok::Not) {
+            self.i += 1;
+            return Ok(Expr::Not(Box::new(self.unary()?)));
+        }
+        self.atom()
+    }
+
+    fn atom(&mut self) -> Result<Expr, FilterError> {
+        let (off, len) = self.here();
+        match self.next() {
+            None => Err(self.err(off, 1, "expected a word, `name=value`, `has(flag)` or `(`")),
+            Some((_, _, Tok::LParen)) => {
+                let e = self.or()?;
+                match self.next() {
+                    Some((_, _, Tok::RParen)) => Ok(e),
+                    Some((o, l, _)) => Err(self.err(o, l, "expected `)`")),
+                    None => Err(self.err(self.src.len(), 1, "missing `)`")),
+                }
+            }
+            Some((_, _, Tok::Word(w))) if w.eq_ignore_ascii_case("has") => self.has(off, len),
+            Some((_, _, Tok::Word(w))) => match self.peek() {
+                Some(Tok::Op(op)) => {
+                    let op = *op;
+                    self.i += 1;
+                    self.check_name(&w, off, len)?;
+                    let (voff, vlen) = self.here();
+                    let value = match self.next() {
+                        Some((_, _, Tok::Word(v))) | Some((_, _, Tok::Quoted(v))) => {
+                            Operand::Text(v)
+                        }
+                        Some((o, l, Tok::Regex(r))) => {
+                            if !matches!(op, Op::Eq | Op::Ne) {
+                                return Err(self.err(o, l, "a /regex/ goes after `=` or `!=`"));
+                            }
+                            Operand::Regex(Regex::new(&r).map_err(|e| {
+                                self.err(o, l, format!("bad regular expression: {e}"))
+                            })?)
+                        }
+                        _ => {
+                            return Err(self.err(voff, vlen, "expected a value after the operator"))
+                        }
+                    };
+                    self.check_value(&w, op, &value, voff, vlen)?;
+                    Ok(Expr::Cmp { name: w, op, value })
+                }
+                _ => Ok(Expr::Word(w)),
+            },
+            Some((o, l, Tok::Quoted(w))) => {
+                let _ = (o, l);
+                Ok(Expr::Word(w))
+            }
+            Some((o, l, _)) => Err(self.err(
+                o,
+                l,
+                "expected a word, `name=value`, `has(flag)` or `(` here",
+            )),
+        }
+    }
+
+    fn has(&mut self, off: usize, len: usize) -> Result<Expr, FilterError> {
+        if self.peek() != Some(&Tok::LParen) {
+            // `has` alone is a bare word (a value may be called "has").
+            return Ok(Expr::Word(self.src[off..off + len].to_string()));
+        }
+        self.i += 1;
+        let (foff, flen) = self.here();
+        let flag = match self.next() {
+            Some((_, _, Tok::Word(f))) | Some((_, _, Tok::Quoted(f))) => f,
+            _ => return Err(self.err(foff, flen, "expected a flag name inside has(...)")),
+        };
+        match self.next() {
+            Some((_, _, Tok::RParen)) => {}
+            Some((o, l, _)) => return Err(self.err(o, l, "expected `)` after the flag")),
+            None => return Err(self.err(self.src.len(), 1, "missing `)`")),
+        }
+        if !self.vocab.axes.is_empty() && !self.vocab.flags().any(|f| *f == flag) {
+            let known: Vec<&String> = self
+                .vocab
+                .flags()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            return Err(self.err(
+                foff,
+                flen,
+                format!(
+                    "unknown flag `{flag}` (flags of set-valued axes: {})",
+                    join_or_none(known.iter().map(|s| s.as_str()))
+                ),
+            ));
+        }
+        Ok(Expr::Has(flag))
+    }
+
+    fn check_name(&self, name: &str, off: usize, len: usize) -> Result<(), FilterError> {
+        if self.vocab.axes.is_empty() && self.vocab.params.is_empty() {
+            return Ok(());
+        }
+        if self.vocab.axis(name).is_some() || self.vocab.params.iter().any(|p| p == name) {
+            return Ok(());
+        }
+        let axes: Vec<&str> = self.vocab.axes.iter().map(|(n, _)| n.as_str()).collect();
+        Err(self.err(
+            off,
+            len,
+            format!(
+                "unknown axis or parameter `{name}` (axes: {})",
+                join_or_none(axes.into_iter())
+            ),
+        ))
+    }
+
+    fn check_value(
+        &self,
+        name: &str,
+        op: Op,
+        value: &Operand,
+        off: usize,
+        len: usize,
+    ) -> Result<(), FilterError> {
+        let Operand::Text(text) = value else {
+            return Ok(());
+        };
+        match op {
+            Op::Gt | Op::Ge | Op::Lt | Op::Le => {
+                if text.parse::<f64>().is_err() {
+                    return Err(self.err(off, len, format!("`{text}` is not a number")));
+                }
+                if let Some(vals) = self.vocab.axis(name) {
+                    if vals.iter().any(|v| v.as_f64().is_none()) {
+                        return Err(self.err(
+                            off,
+                            len,
+                            format!(
+                                "axis `{name}` is not numeric, so it cannot be compared with `{}`",
+                                op_str(op)
+                            ),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Op::Eq | Op::Ne => {
+                if let Some(vals) = self.vocab.axis(name) {
+                    let is_set = self.vocab.set_axes.iter().any(|a| a == name);
+                    if !vals.iter().any(|v| text_matches(v, text, is_set)) {
+                        let shown: Vec<String> = vals.iter().map(Value::id_fragment).collect();
+                        return Err(self.err(
+                            off,
+                            len,
+                            format!(
+                                "axis `{name}` has no value `{text}` (values: {})",
+                                join_or_none(shown.iter().map(String::as_str))
+                            ),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Op::Contains => Ok(()),
+        }
+    }
+}
+
+fn op_str(op: Op) -> &'static str {
+    match op {
+        Op::Eq => "=",
+        Op::Ne => "!=",
+        Op::Contains => "~",
+        Op::Gt => ">",
+        Op::Ge => ">=",
+        Op::Lt => "<",
+        Op::Le => "<=",
+    }
+}
+
+fn join_or_none<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    let v: Vec<&str> = it.collect();
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Parses a `+`-joined flag set; `base` and the empty string are the empty set.
+fn parse_set(text: &str) -> std::collections::BTreeSet<String> {
+    if text.is_empty() || text == "base" {
+        return Default::default();
+    }
+    text.split('+').map(str::to_string).collect()
+}
+
+/// Whether `value` equals the textual operand `text`.
+fn text_matches(value: &Value, text: &str, is_set: bool) -> bool {
+    match value {
+        Value::Set(s) if is_set => *s == parse_set(text),
+        Value::Set(s) => *s == parse_set(text),
+        Value::Int(_) | Value::Float(_) => match text.parse::<f64>() {
+            Ok(n) => value.as_f64() == Some(n),
+            Err(_) => false,
+        },
+        other => other.id_fragment() == text,
+    }
+}
+
+/// The value of `name` in `cell`: an axis value, else a parameter.
+fn lookup(cell: &Cell, name: &str) -> Option<Value> {
+    if let Some(v) = cell.values.get(name) {
+        return Some(v.clone());
+    }
+    crate::matrix::spec::param_value(&cell.params, name)
+}
+
+impl Filter {
+    /// Parses `source` and checks every name and value against `vocab`. An empty
+    /// vocabulary accepts any name (used where the matrix is not known).
+    pub fn parse(source: &str, vocab: &Vocabulary) -> Result<Filter, FilterError> {
+        let toks = Lexer {
+            src: source,
+            pos: 0,
+        }
+        .tokens()?;
+        if toks.is_empty() {
+            return Err(FilterError {
+                expr: source.to_string(),
+                offset: 0,
+                len: 1,
+                message: "empty filter expression".into(),
+            });
+        }
+        let mut p = Parser {
+            src: source,
+            toks,
+            i: 0,
+            vocab,
+        };
+        let expr = p.or()?;
+        if p.i < p.toks.len() {
+            let (o, l) = p.here();
+            return Err(p.err(o, l, "unexpected token: join terms with `and` / `or`"));
+        }
+        Ok(Filter {
+            source: source.to_string(),
+            expr,
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether `cell` passes the filter.
+    pub fn matches(&self, cell: &Cell) -> bool {
+        eval(&self.expr, cell)
+    }
+}
+
+fn eval(e: &Expr, cell: &Cell) -> bool {
+    match e {
+        Expr::Or(a, b) => eval(a, cell) || eval(b, cell),
+        Expr::And(a, b) => eval(a, cell) && eval(b, cell),
+        Expr::Not(a) => !eval(a, cell),
+        Expr::Word(w) => {
+            cell.id.as_str().contains(w.as_str())
+                || cell.values.values().any(|v| match v {
+                    Value::Set(s) => s.contains(w) || v.id_fragment() == *w,
+                    other => other.id_fragment() == *w,
+                })
+        }
+        Expr::Has(flag) => cell
+            .values
+            .values()
+            .any(|v| v.as_set().is_some_and(|s| s.contains(flag))),
+        Expr::Cmp { name, op, value } => {
+            let Some(actual) = lookup(cell, name) else {
+                // A name the cell lacks (e.g. a key only some `include` entries add) never
+                // equals anything, so only `!=` holds.
+                return *op == Op::Ne;
+            };
+            let is_set = matches!(actual, Value::Set(_));
+            match (op, value) {
+                (Op::Eq, Operand::Regex(re)) => re.is_match(&actual.id_fragment()),
+                (Op::Ne, Operand::Regex(re)) => !re.is_match(&actual.id_fragment()),
+                (Op::Eq, Operand::Text(t)) => text_matches(&actual, t, is_set),
+                (Op::Ne, Operand::Text(t)) => !text_matches(&actual, t, is_set),
+                (Op::Contains, Operand::Text(t)) => actual.id_fragment().contains(t.as_str()),
+                (Op::Contains, Operand::Regex(_)) => false,
+                (cmp, Operand::Text(t)) => {
+                    let (Some(a), Ok(b)) = (actual.as_f64(), t.parse::<f64>()) else {
+                        return false;
+                    };
+                    match cmp {
+                        Op::Gt => a > b,
+                        Op::Ge => a >= b,
+                        Op::Lt => a < b,
+                        Op::Le => a <= b,
+                        _ => false,
+                    }
+                }
+                (_, Operand::Regex(_)) => false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellId, Params};
+    use indexmap::IndexMap;
+
+    fn cell(model: &str, gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
+        let mut v = IndexMap::new();
+        v.insert("model".to_string(), Value::Str(model.into()));
+        v.insert("gpus".to_string(), Value::Int(gpus));
+        v.insert("parallel".to_string(), Value::Str(parallel.into()));
+        v.insert(
+            "features".to_string(),
+            Value::Set(feats.iter().map(|s| s.to_string()).collect()),
+        );
+        Cell {
+            id: CellId::from_values(&v),
+            values: v,
+            params: Params::default(),
+        }
+    }
+
+    fn vocab() -> Vocabulary {
+        Vocabulary {
+            axes: vec![
+                (
+                    "model".into(),
+                    vec![
+                        Value::Str("gpt2-125m".into()),
+                        Value::Str("llama-3.1-8b".into()),
+                    ],
+                ),
+                ("gpus".into(), vec![Value::Int(1), Value::Int(8)]),
+                (
+                    "parallel".into(),
+                    vec![Value::Str("single".into()), Value::Str("fsdp".into())],
+                ),
+                (
+                    "features".into(),
+                    vec![
+                        Value::Set(Default::default()),
+                        Value::Set(["compile".to_string()].into()),
+                        Value::Set(["compile".to_string(), "sac".to_string()].into()),
+                    ],
+                ),
+            ],
+            set_axes: vec!["features".into()],
+            params: vec!["seq_len".into()],
+        }
+    }
+
+    fn m(expr: &str, c: &Cell) -> bool {
+        Filter::parse(expr, &vocab()).unwrap().matches(c)
+    }
+
+    #[test]
+    fn bare_word_matches_values_and_id_fragments() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile"]);
+        assert!(m("fsdp", &c));
+        assert!(m("gpt2", &c));
+        assert!(m("compile", &c));
+        assert!(!m("llama", &c));
+    }
+
+    #[test]
+    fn comparisons() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile", "sac"]);
+        assert!(m("gpus>=8", &c));
+        assert!(!m("gpus>8", &c));
+        assert!(m("gpus = 8", &c));
+        assert!(m("model!=llama-3.1-8b", &c));
+        assert!(m("model~125", &c));
+        assert!(m("model=/^gpt2-\\d+m$/", &c));
+        assert!(m("features=compile+sac", &c));
+        assert!(m("features=sac+compile", &c));
+        assert!(!m("features=compile", &c));
+        assert!(m("has(sac)", &c));
+        assert!(m("seq_len=1024", &c));
+    }
+
+    #[test]
+    fn precedence_not_over_and_over_or() {
+        let c = cell("gpt2-125m", 1, "single", &[]);
+        // `or` binds looser than `and`: true or (false and false) = true.
+        assert!(m("single or fsdp and llama", &c));
+        // Parentheses override it: (true or false) and false = false.
+        assert!(!m("(single or fsdp) and llama", &c));
+        // `not` binds tighter than `and`.
+        assert!(m("not fsdp and single", &c));
+        assert!(!m("not (fsdp or single)", &c));
+        assert!(m("!has(compile) && gpus<2 || llama", &c));
+    }
+
+    #[test]
+    fn errors_point_at_the_fault() {
+        let e = Filter::parse("gpus>= and fsdp", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 7);
+        assert!(e.to_string().contains("expected a value"), "{e}");
+        let e = Filter::parse("gpu=8", &vocab()).unwrap_err();
+        assert_eq!((e.offset, e.len), (0, 3));
+        assert!(e.message.contains("unknown axis"));
+        let e = Filter::parse("model=gtp2", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 6);
+        assert!(e.message.contains("no value `gtp2`"));
+        let e = Filter::parse("(fsdp", &vocab()).unwrap_err();
+        assert!(e.message.contains("missing `)`"));
+        let e = Filter::parse("model>3", &vocab()).unwrap_err();
+        assert!(e.message.contains("not numeric"));
+        let e = Filter::parse("has(fp9)", &vocab()).unwrap_err();
+        assert!(e.message.contains("unknown flag"));
+        let e = Filter::parse("model=/(/", &vocab()).unwrap_err();
+        assert!(e.message.contains("bad regular expression"));
+        let e = Filter::parse("fsdp single", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 5);
+        let e = Filter::parse("", &vocab()).unwrap_err();
+        assert!(e.message.contains("empty"));
+        let caret = Filter::parse("gpus>=8 y", &vocab()).unwrap_err().caret(0);
+        assert_eq!(caret, "gpus>=8 y\n        ^");
+    }
+}
