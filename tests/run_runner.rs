@@ -349,3 +349,46 @@ fn fail_fast_and_max_fail_stop_new_cells() {
         Outcome::Skipped { reason } if reason.contains("--max-fail")
     ));
 }
+
+#[test]
+fn worker_that_stops_on_sigterm_needs_no_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, s) = (tmp.path().join("m"), tmp.path().join("s"));
+    let mut c = cell(
+        "sleepy",
+        &["slow-once", m.to_str().unwrap(), s.to_str().unwrap()],
+    );
+    c.params.timeout_s = 1;
+    let mut cfg = config(tmp.path());
+    // A grace period far longer than the test: SIGTERM alone must end the cell.
+    cfg.grace = std::time::Duration::from_secs(600);
+    let (res, _) = run(&cfg, expansion(vec![c]));
+    let out = res.unwrap();
+    let r = outcome_of(&out.results, "sleepy");
+    assert!(
+        matches!(&r.outcome, Outcome::TimedOut { reason } if reason.contains("stopped on SIGTERM")),
+        "{:?}",
+        r.outcome
+    );
+}
+
+#[test]
+fn a_program_that_cannot_start_is_an_infrastructure_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = cell("missing", &[]);
+    c.params.retries = 1;
+    c.params.workload = Workload::Command {
+        argv: vec![tmp.path().join("no-such-program").display().to_string()],
+        env: Default::default(),
+    };
+    let (res, _) = run(&config(tmp.path()), expansion(vec![c]));
+    let out = res.unwrap();
+    let r = outcome_of(&out.results, "missing");
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { reason } if reason.contains("infrastructure") && reason.contains("cannot start")),
+        "{:?}",
+        r.outcome
+    );
+    assert_eq!(r.attempts.len(), 2);
+    assert_eq!(r.attempts[0].exit_code, None);
+}

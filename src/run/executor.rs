@@ -70,6 +70,8 @@ pub struct AttemptOutput {
     /// The last lines of log text (not events), for failure messages.
     pub tail: Vec<String>,
     pub duration: Duration,
+    /// True when a stop needed SIGKILL: the processes outlived the grace period.
+    pub escalated: bool,
     /// The log files written, one per process.
     pub logs: Vec<PathBuf>,
 }
@@ -144,6 +146,7 @@ pub async fn execute(
         error: None,
         tail: vec![],
         duration: Duration::ZERO,
+        escalated: false,
         logs: vec![],
     };
     let mut tail: VecDeque<String> = VecDeque::new();
@@ -309,6 +312,7 @@ pub async fn execute(
             }
             _ = &mut grace, if terminating && !killed => {
                 killed = true;
+                out.escalated = true;
                 signal_groups(&pgids, Signal::SIGKILL);
             }
         }
@@ -333,4 +337,86 @@ pub async fn execute(
     out.tail = tail.into_iter().collect();
     out.duration = started.elapsed();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::launch::ProcSpec;
+
+    fn fake(args: &[&str], rank: u32) -> ProcSpec {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_worker.sh");
+        let mut a = vec![script.display().to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        ProcSpec {
+            program: "sh".into(),
+            args: a,
+            env: vec![("BENCH_CELL_ID".into(), format!("rank{rank}"))],
+            rank,
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    /// A multi-process cell (the shape issue 5's ranks take): when one rank crashes, the
+    /// others, even one that ignores SIGTERM, are brought down and each rank has its log.
+    #[test]
+    fn a_failing_rank_brings_down_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pidfile = tmp.path().join("pids");
+        let plan = LaunchPlan {
+            procs: vec![
+                fake(&["hang", pidfile.to_str().unwrap()], 0),
+                fake(&["crash-after", pidfile.to_str().unwrap()], 1),
+            ],
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_tx, rx) = watch::channel(Cancel::None);
+        let stem = tmp.path().join("logs/cell.r0");
+        let out = rt.block_on(execute(
+            AttemptSpec {
+                plan: &plan,
+                timeout: Duration::from_secs(600),
+                grace: Duration::from_millis(500),
+                log_stem: &stem,
+            },
+            rx,
+            |_| {},
+        ));
+        assert_eq!(out.termination, Termination::Exited(1));
+        assert!(out.escalated, "rank 0 ignores SIGTERM and needed SIGKILL");
+        assert_eq!(
+            out.logs,
+            vec![
+                tmp.path().join("logs/cell.r0.rank0.log"),
+                tmp.path().join("logs/cell.r0.rank1.log")
+            ]
+        );
+        let crash_log = std::fs::read_to_string(&out.logs[1]).unwrap();
+        assert!(crash_log.contains("segfault-like crash"));
+        // Rank 1 crashed only once rank 0 was ready; neither rank 0 nor its child survives.
+        let pids = std::fs::read_to_string(&pidfile).unwrap();
+        for pid in pids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let mut tries = 0;
+            while alive(pid) && tries < 100 {
+                std::thread::sleep(Duration::from_millis(50));
+                tries += 1;
+            }
+            assert!(!alive(pid), "rank-0 process {pid} survived");
+        }
+    }
 }

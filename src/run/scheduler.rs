@@ -215,6 +215,7 @@ async fn run_cell(
                     .map(|l| l.strip_prefix(&shared.run_dir).unwrap_or(l).to_path_buf()),
             );
             let verdict = judge(&out);
+            let out_escalated = out.escalated;
             let error = match &verdict {
                 Verdict::Ok => None,
                 Verdict::Infra(m) | Verdict::Failed(m) | Verdict::Unsupported(m) => Some(m.clone()),
@@ -273,11 +274,18 @@ async fn run_cell(
                 }
                 Verdict::TimedOut => {
                     outcome = Some(Outcome::TimedOut {
-                        reason: format!(
-                            "repeat {r} ran past its {}s timeout; its process group got SIGTERM, then SIGKILL after {}s",
-                            p.timeout_s,
-                            shared.grace.as_secs_f64()
-                        ),
+                        reason: if out_escalated {
+                            format!(
+                                "repeat {r} ran past its {}s timeout; its process group got SIGTERM, and SIGKILL after the {}s grace period",
+                                p.timeout_s,
+                                shared.grace.as_secs_f64()
+                            )
+                        } else {
+                            format!(
+                                "repeat {r} ran past its {}s timeout; its process group stopped on SIGTERM",
+                                p.timeout_s
+                            )
+                        },
                     });
                     break 'repeats;
                 }
@@ -751,6 +759,7 @@ mod tests {
             error: None,
             tail: vec!["last words".into()],
             duration: Duration::ZERO,
+            escalated: false,
             logs: vec![],
         }
     }
