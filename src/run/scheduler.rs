@@ -45,7 +45,9 @@ struct Shared {
     run_dir: PathBuf,
     bench_exe: PathBuf,
     grace: Duration,
-    /// The visible-devices variable of this host's GPUs; `None` on a CPU host.
+    /// The visible-devices variable of this host's GPUs; `None` on a host without GPU
+    /// tools. Every cell gets it set to its slots, which is empty under `--gpus 0` on a GPU
+    /// host: such a run is asked to stay on CPU, so workers must not see the GPUs.
     devices_var: Option<String>,
 }
 
@@ -548,9 +550,7 @@ pub async fn run(
         run_dir: dir.clone(),
         bench_exe,
         grace: config.grace,
-        devices_var: (gpu_slots > 0)
-            .then(|| inv.vendor.map(|v| v.visible_devices_var().to_string()))
-            .flatten(),
+        devices_var: inv.vendor.map(|v| v.visible_devices_var().to_string()),
     });
     // Slots are indices into `inv.ids`; a CPU host has one slot, so one cell at a time.
     let capacity = gpu_slots.max(1);
