@@ -254,8 +254,8 @@ pub struct TorchVersions {
 }
 
 /// Finds the loaded `libtorch_cpu.so` in /proc/self/maps (so the answer is the library
-/// actually in use, wherever it came from) and reads the wheel's `torch/version.py` and
-/// the NCCL wheel's metadata beside it.
+/// actually in use, wherever it came from) and reads the wheel's `torch/version.py` (or a
+/// standalone archive's `build-version`) and the NCCL wheel's metadata beside it.
 pub fn torch_versions() -> TorchVersions {
     let Some(lib) = loaded_library("libtorch_cpu") else {
         return TorchVersions::default();
@@ -266,6 +266,13 @@ pub fn torch_versions() -> TorchVersions {
         .and_then(|d| std::fs::read_to_string(d.join("version.py")).ok())
         .map(|t| parse_torch_version_py(&t))
         .unwrap_or_default();
+    if v.torch.is_none() {
+        // A standalone libtorch archive has `build-version` beside its lib/ instead.
+        v.torch = torch_dir
+            .and_then(|d| std::fs::read_to_string(d.join("build-version")).ok())
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+    }
     if let Some(site) = torch_dir.and_then(Path::parent) {
         v.nccl = nccl_wheel_version(site);
     }

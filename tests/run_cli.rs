@@ -198,3 +198,25 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
         "{record}"
     );
 }
+
+#[test]
+fn bench_env_prints_the_environment_as_json() {
+    let out = bench().args(["env", "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let env: bench::results::Environment = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env.bench_version, env!("CARGO_PKG_VERSION"));
+    assert!(!env.cpu.is_empty() && !env.os.is_empty());
+    if env.gpu_count == 0 {
+        assert_eq!(env.hardware_key, format!("cpu-{}", std::env::consts::ARCH));
+    } else {
+        assert!(env.gpu_model.is_some() && !env.hardware_key.starts_with("cpu-"));
+    }
+    // The libtorch this binary loaded comes from the torch wheel's version.py.
+    assert!(env.libtorch.is_some(), "{env:?}");
+    let human = bench().arg("env").output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.starts_with(&format!("hardware key  {}", env.hardware_key)),
+        "{text}"
+    );
+}
