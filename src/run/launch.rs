@@ -5,8 +5,9 @@
 //! argv template is filled here, element by element, and every element stays exactly one
 //! argument: nothing is ever handed to a shell, so a matrix value such as
 //! `x; touch /tmp/pwned` reaches the program as that literal text. A plan holds a list of
-//! processes so that a multi-rank cell (one process per GPU, issue 5) fits the same
-//! executor; today every plan has one process.
+//! processes: a built-in `ddp`/`fsdp` cell starts one process per GPU with the variables
+//! torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
+//! every other cell starts one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,8 @@ pub struct AttemptCtx {
     pub repeat: u32,
     pub attempt: u32,
     pub run_dir: PathBuf,
+    /// The rendezvous port of a multi-rank cell (`MASTER_PORT`).
+    pub master_port: u16,
 }
 
 /// A cell whose workload cannot be turned into a command line. Bad input: exit 2.
@@ -211,14 +214,55 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
         }
     };
     env.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(LaunchPlan {
-        procs: vec![ProcSpec {
-            program,
-            args,
-            env,
-            rank: 0,
-        }],
-    })
+    let ranks = ranks(cell);
+    if ranks == 1 {
+        return Ok(LaunchPlan {
+            procs: vec![ProcSpec {
+                program,
+                args,
+                env,
+                rank: 0,
+            }],
+        });
+    }
+    // One process per GPU with the variables torchrun sets; every rank sees all of the
+    // cell's GPUs and takes the one at LOCAL_RANK, so peer-to-peer paths stay usable.
+    let procs = (0..ranks)
+        .map(|rank| {
+            let mut env = env.clone();
+            env.extend([
+                ("RANK".to_string(), rank.to_string()),
+                ("LOCAL_RANK".to_string(), rank.to_string()),
+                ("WORLD_SIZE".to_string(), ranks.to_string()),
+                ("LOCAL_WORLD_SIZE".to_string(), ranks.to_string()),
+                ("MASTER_ADDR".to_string(), "127.0.0.1".to_string()),
+                ("MASTER_PORT".to_string(), ctx.master_port.to_string()),
+            ]);
+            ProcSpec {
+                program: program.clone(),
+                args: args.clone(),
+                env,
+                rank,
+            }
+        })
+        .collect();
+    Ok(LaunchPlan { procs })
+}
+
+/// How many processes a cell starts: one per GPU for a built-in data- or
+/// fully-sharded-parallel cell; one otherwise (a command starts its own ranks, e.g. through
+/// torchrun, and a single-device cell has one).
+pub fn ranks(cell: &Cell) -> u32 {
+    match (&cell.params.workload, cell.parallel()) {
+        (Workload::Builtin, "ddp" | "fsdp") => cell.gpus().max(1),
+        _ => 1,
+    }
+}
+
+/// A TCP port free on the loopback interface now, for a multi-rank cell's rendezvous.
+pub fn free_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(l.local_addr()?.port())
 }
 
 #[cfg(test)]
@@ -314,5 +358,40 @@ mod tests {
         assert!(p.procs[0]
             .env
             .contains(&("CUDA_VISIBLE_DEVICES".to_string(), "2,3".to_string())));
+    }
+
+    #[test]
+    fn builtin_ddp_cell_starts_one_rank_per_gpu() {
+        let mut c = cell(&[]);
+        c.params.workload = Workload::Builtin;
+        c.values.insert("parallel".into(), Value::Str("ddp".into()));
+        let ctx = AttemptCtx {
+            visible_devices: Some(("CUDA_VISIBLE_DEVICES".into(), "4,5".into())),
+            master_port: 29511,
+            ..Default::default()
+        };
+        let p = plan(&c, &ctx, Path::new("/bin/bench")).unwrap();
+        assert_eq!(p.procs.len(), 2);
+        for (i, proc_) in p.procs.iter().enumerate() {
+            let get = |k: &str| {
+                proc_
+                    .env
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.as_str())
+            };
+            assert_eq!(proc_.rank, i as u32);
+            assert_eq!(get("RANK"), Some(i.to_string().as_str()));
+            assert_eq!(get("LOCAL_RANK"), Some(i.to_string().as_str()));
+            assert_eq!(get("WORLD_SIZE"), Some("2"));
+            assert_eq!(get("MASTER_PORT"), Some("29511"));
+            assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("4,5"));
+        }
+        // A command cell launches its own ranks.
+        c.params.workload = Workload::Command {
+            argv: vec!["torchrun".into()],
+            env: Default::default(),
+        };
+        assert_eq!(plan(&c, &ctx, Path::new("/b")).unwrap().procs.len(), 1);
     }
 }

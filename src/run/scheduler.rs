@@ -169,11 +169,19 @@ async fn run_cell(
                 repeats: repeats_n,
                 attempt,
             });
+            // A multi-rank cell needs a rendezvous port: a free one, or torchrun's default
+            // when the system will not name one.
+            let master_port = if launch::ranks(&cell) > 1 {
+                launch::free_port().unwrap_or(29500)
+            } else {
+                0
+            };
             let ctx = AttemptCtx {
                 visible_devices: visible.clone(),
                 repeat: r,
                 attempt,
                 run_dir: shared.run_dir.clone(),
+                master_port,
             };
             let plan = match launch::plan(&cell, &ctx, &shared.bench_exe) {
                 Ok(plan) => plan,
