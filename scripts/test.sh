@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Every test, as CI runs it: formatting, clippy with -D warnings, and the unit, integration
 # and snapshot tests (cargo-nextest when installed, else cargo test).
+# shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
 export BENCH_PYTHON="$VENV/bin/python"
+# The CI templates, Dockerfiles and shipped matrices against real validators.
+scripts/check-ci-templates.sh "$VENV"
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then

@@ -133,8 +133,8 @@ pub struct PostArgs {
     #[arg(long, default_value = "baselines", value_name = "DIR")]
     pub baselines: PathBuf,
     /// github or gitlab (default: detected from the CI environment).
-    #[arg(long)]
-    pub provider: Option<String>,
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
     /// API base URL (default: $GITHUB_API_URL or $CI_API_V4_URL).
     #[arg(long)]
     pub api_url: Option<String>,
@@ -153,6 +153,16 @@ pub struct PostArgs {
     /// Also set a GitHub commit status carrying the verdict.
     #[arg(long)]
     pub commit_status: bool,
+    /// Commit the status is set on (default: the pull request's head from $GITHUB_EVENT_PATH, else $GITHUB_SHA).
+    #[arg(long)]
+    pub sha: Option<String>,
+}
+
+/// Where `bench report post` posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Provider {
+    Github,
+    Gitlab,
 }
 
 #[derive(Debug, Args)]

@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod matrix;
 pub mod metrics;
+pub mod publish;
 pub mod results;
 pub mod run;
 pub mod workload;
