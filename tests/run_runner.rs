@@ -22,7 +22,8 @@ fn hung_worker_and_its_sigterm_ignoring_child_are_killed_at_the_timeout() {
     let tmp = tempfile::tempdir().unwrap();
     let pidfile = tmp.path().join("pids");
     let mut c = cell("hang", &["hang", pidfile.to_str().unwrap()]);
-    c.params.timeout_s = 1;
+    // Long enough for the script to install its SIGTERM trap on a loaded machine.
+    c.params.timeout_s = 2;
     c.params.retries = 2;
     let (res, lines) = run(&config(tmp.path()), expansion(vec![c]));
     let out = res.unwrap();

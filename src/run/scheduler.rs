@@ -243,7 +243,9 @@ async fn run_cell(
                 error: error.clone(),
             });
             let retry = matches!(verdict, Verdict::Infra(_)) && attempt < p.retries;
-            if let Some(reason) = error.filter(|_| verdict != Verdict::Cancelled) {
+            // A skip (unsupported) or a stop on request is said once, by the cell's outcome.
+            let noteworthy = !matches!(verdict, Verdict::Cancelled | Verdict::Unsupported(_));
+            if let Some(reason) = error.filter(|_| noteworthy) {
                 let _ = tx.send(RunEvent::AttemptFailed {
                     id: cell.id.clone(),
                     repeat: r,
