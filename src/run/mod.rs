@@ -134,6 +134,12 @@ impl From<RunError> for CliError {
 
 /// Runs `expansion` on this host as `bench matrix` asks, reporting progress on stderr.
 pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome, CliError> {
+    // Running Slurm cells locally would measure the wrong thing; refuse until it exists.
+    if args.launcher != crate::cli::Launcher::Local {
+        return Err(CliError::internal(miette::miette!(
+            "--launcher slurm is not built yet; run on this host with --launcher local"
+        )));
+    }
     let config = RunConfig::from_args(args);
     let mut reporter = progress::for_stderr(config.no_progress);
     run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
