@@ -8,6 +8,7 @@
 //! [`metrics`].
 
 pub mod atomic;
+pub mod baseline;
 pub mod cell;
 pub mod cli;
 pub mod env;
@@ -16,6 +17,7 @@ pub mod events;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;
+pub mod report;
 pub mod results;
 pub mod run;
 pub mod workload;

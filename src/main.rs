@@ -12,10 +12,14 @@ fn main() {
         Command::Matrix(args) => bench::run::cmd(&args),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
+        Command::Baseline(args) => match &args.command {
+            bench::cli::BaselineCommand::Update(u) => bench::baseline::cmd::update(u),
+        },
+        Command::Report(args) => match &args.command {
+            Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
+            None => bench::report::report_command(&args),
+        },
         Command::Env(args) => bench::env::cmd(&args),
-        Command::Report(_) | Command::Baseline(_) => Err(CliError::internal(miette::miette!(
-            "this command is not built yet"
-        ))),
     };
     let code = match result {
         Ok(code) => code,

@@ -12,7 +12,8 @@ use common::fixture;
 
 fn bench() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
-    c.env_remove("CI");
+    // Hermetic: plain progress, and no appending to a CI job summary.
+    c.env_remove("CI").env_remove("GITHUB_STEP_SUMMARY");
     c
 }
 
@@ -44,6 +45,8 @@ fn runs_a_matrix_and_writes_results_and_logs() {
     let out = bench()
         .arg("matrix")
         .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
         .args([
             "--gpus",
             "0",
@@ -66,6 +69,12 @@ fn runs_a_matrix_and_writes_results_and_logs() {
     assert_eq!(cell(&r, "a").metrics["tokens_per_s"].value, 2048.0);
     let log = std::fs::read_to_string(dir.join("logs/a.r0.log")).unwrap();
     assert!(log.contains("starting fake training") && log.contains("\"event\":\"summary\""));
+    // The reports follow the run: no baseline yet, so every cell is new (exit 0).
+    for report in ["junit.xml", "summary.md", "report.json"] {
+        assert!(dir.join(report).exists(), "{report}");
+    }
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
+    assert!(junit.contains("name=\"a\""), "{junit}");
 }
 
 #[test]
@@ -84,6 +93,8 @@ fn shell_injection_value_in_a_matrix_file_is_one_literal_argument() {
     let out = bench()
         .arg("matrix")
         .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
         .args(["--gpus", "0", "--no-progress", "--results-dir"])
         .arg(tmp.path().join("results"))
         .output()
@@ -109,6 +120,8 @@ fn unknown_placeholder_exits_2_naming_cell_and_placeholder() {
     let out = bench()
         .arg("matrix")
         .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
         .args(["--gpus", "0", "--no-progress", "--results-dir"])
         .arg(tmp.path().join("results"))
         .output()
@@ -140,6 +153,8 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
     let child = bench()
         .arg("matrix")
         .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
         .args([
             "--gpus",
             "0",
@@ -179,6 +194,8 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
     let out = bench()
         .arg("matrix")
         .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
         .args(["--gpus", "0", "--no-progress", "--resume"])
         .arg(&dir)
         .output()

@@ -110,6 +110,36 @@ pub struct Vocabulary {
 }
 
 impl Vocabulary {
+    /// The vocabulary of a set of cells that were already expanded (e.g. the cells of a
+    /// results document): every axis they use with every value seen, plus the parameters.
+    pub fn from_cells<'a>(
+        cells: impl IntoIterator<Item = &'a indexmap::IndexMap<String, Value>>,
+    ) -> Vocabulary {
+        let mut v = Vocabulary {
+            params: crate::matrix::spec::PARAM_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..Vocabulary::default()
+        };
+        for values in cells {
+            for (axis, value) in values {
+                if matches!(value, Value::Set(_)) && !v.set_axes.contains(axis) {
+                    v.set_axes.push(axis.clone());
+                }
+                match v.axes.iter_mut().find(|(n, _)| n == axis) {
+                    Some((_, vals)) => {
+                        if !vals.contains(value) {
+                            vals.push(value.clone());
+                        }
+                    }
+                    None => v.axes.push((axis.clone(), vec![value.clone()])),
+                }
+            }
+        }
+        v
+    }
+
     fn axis(&self, name: &str) -> Option<&[Value]> {
         self.axes
             .iter()

@@ -163,10 +163,11 @@ pub fn run_with(
     rt.block_on(scheduler::run(config, expansion, inv, env, reporter))
 }
 
-/// `bench matrix FILE` without `--dry-run`: load, run, and exit by the cells' outcomes.
+/// `bench matrix FILE` without `--dry-run`: load, run, then compare with the baselines and
+/// write the reports (`report::finish_run`).
 ///
-/// The comparison with baselines and the reports are joined in here at merge time; until
-/// then the exit code reflects the run alone.
+/// Exit code: 130 when interrupted (the reports of the finished cells are still written);
+/// otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
     let expansion = crate::matrix::cmd::load(args)?;
     let outcome = run_matrix(args, expansion)?;
@@ -174,5 +175,15 @@ pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
         "results: {}",
         outcome.run_dir.join(RunResults::FILE).display()
     );
-    Ok(outcome.exit_code())
+    let verdict = crate::report::finish_run(
+        &outcome.run_dir,
+        &outcome.results,
+        &args.baselines,
+        args.format,
+    )?;
+    Ok(if outcome.interrupted {
+        exit::INTERRUPTED
+    } else {
+        verdict.max(outcome.exit_code())
+    })
 }

@@ -1,0 +1,855 @@
+//! Baseline files: `baselines/<hardware-key>.yaml`, one per hardware key, keyed by cell id.
+//!
+//! A file holds, per cell, where its numbers came from (provenance) and per metric the
+//! stored value, which direction is better, the tolerance of a change, an optional absolute
+//! floor and the spread of the repeats that produced the value:
+//!
+//! ```yaml
+//! schema_version: 1
+//! hardware_key: h100-sxm-80gb
+//! cells:
+//!   gpt2-125m.bf16.1gpu.single.base:
+//!     provenance: {date: 2026-11-22T10:15:00Z, commit: 1a2b3c4, bench_version: 0.1.0,
+//!                  run_id: 20261122T101500Z, hardware: 1x NVIDIA H100 80GB HBM3}
+//!     metrics:
+//!       tokens_per_s: {value: 350000.0, direction: higher, spread: 0.004}
+//!       peak_mem_bytes: {value: 2.1e10, direction: lower, tolerance: 0.05, floor: 1.0e8}
+//! ```
+//!
+//! `direction` and `tolerance` may be left out; they then default by metric
+//! ([`Direction::default_for`], [`default_tolerance`]). `bench baseline update` writes the
+//! direction explicitly, so reviewers see it, and keeps whatever tolerance and floor a user
+//! set by hand. Files are read with located errors (file:line:column and the key path) and
+//! written atomically.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
+
+use crate::results::{CellResult, Environment, MetricValue, Outcome, RunResults};
+
+/// Bumped on any incompatible change to the file format.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which way a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Higher,
+    Lower,
+}
+
+impl Direction {
+    /// The direction of the metrics the runner produces: throughput and utilisation are
+    /// better higher; time, memory and time-to-train are better lower. `None` for a metric
+    /// this version does not know, whose baseline must then say its direction.
+    pub fn default_for(metric: &str) -> Option<Direction> {
+        match metric {
+            "tokens_per_s" | "tokens_per_s_per_gpu" | "mfu" | "tflops_per_gpu" => {
+                Some(Direction::Higher)
+            }
+            "step_time_s"
+            | "peak_mem_bytes"
+            | "time_to_1t_tokens_days"
+            | "time_to_first_step_s" => Some(Direction::Lower),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Higher => "higher",
+            Direction::Lower => "lower",
+        }
+    }
+}
+
+/// Default relative tolerance of throughput and time metrics.
+///
+/// DESIGN.md's noise data (gpt2-125m on H100s): five runs on one host lie within +-0.5% of
+/// each other, two hosts of the same kind are 1.6-1.7% apart. Since CI jobs land on any
+/// runner of a pool, host-to-host variation is the noise floor a gate must tolerate: 3% does
+/// not flag a 2% difference between two runners, and a 5% drop on one runner is flagged.
+pub const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.03;
+
+/// Default relative tolerance of peak memory: allocator caching and fragmentation move peak
+/// memory by a few percent between otherwise identical runs, and a memory change matters
+/// when it approaches the device's capacity, not at the last percent.
+pub const DEFAULT_MEMORY_TOLERANCE: f64 = 0.10;
+
+/// Default relative tolerance of a metric with no specific default (user-defined metrics
+/// of external workloads).
+pub const DEFAULT_OTHER_TOLERANCE: f64 = 0.05;
+
+/// The tolerance a metric gets when its baseline does not set one.
+pub fn default_tolerance(metric: &str) -> f64 {
+    match metric {
+        "tokens_per_s"
+        | "tokens_per_s_per_gpu"
+        | "mfu"
+        | "tflops_per_gpu"
+        | "step_time_s"
+        | "time_to_1t_tokens_days" => DEFAULT_THROUGHPUT_TOLERANCE,
+        "peak_mem_bytes" => DEFAULT_MEMORY_TOLERANCE,
+        _ => DEFAULT_OTHER_TOLERANCE,
+    }
+}
+
+/// Where a cell's baseline numbers came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// RFC 3339 UTC time of the run (its start).
+    pub date: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// True when the working tree had uncommitted changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub git_dirty: bool,
+    pub bench_version: String,
+    pub run_id: String,
+    /// The machine in words, e.g. `8x NVIDIA H100 80GB HBM3` or the CPU model.
+    pub hardware: String,
+}
+
+impl Provenance {
+    pub fn of_run(results: &RunResults) -> Provenance {
+        let env = &results.environment;
+        Provenance {
+            date: results.started_at.clone(),
+            commit: env.git_commit.clone(),
+            git_dirty: env.git_dirty,
+            bench_version: env.bench_version.clone(),
+            run_id: results.run_id.clone(),
+            hardware: hardware_words(env),
+        }
+    }
+}
+
+/// The machine in words: `<n>x <gpu model>` on a GPU host, the CPU model otherwise.
+pub fn hardware_words(env: &Environment) -> String {
+    match &env.gpu_model {
+        Some(gpu) => format!("{}x {gpu}", env.gpu_count.max(1)),
+        None => env.cpu.clone(),
+    }
+}
+
+/// The stored reference of one metric of one cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricBaseline {
+    pub value: f64,
+    pub direction: Direction,
+    /// Relative tolerance set by the user; [`default_tolerance`] when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+    /// Absolute floor: a change smaller than this (in the metric's unit) is never a
+    /// regression or an improvement, whatever its relative size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<f64>,
+    /// Relative spread of the repeats that produced `value` (see `results::MetricValue`).
+    pub spread: f64,
+}
+
+impl MetricBaseline {
+    /// The tolerance in force: the user's, or the metric's default.
+    pub fn effective_tolerance(&self, metric: &str) -> f64 {
+        self.tolerance.unwrap_or_else(|| default_tolerance(metric))
+    }
+}
+
+/// The baseline of one cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CellBaseline {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    pub metrics: IndexMap<String, MetricBaseline>,
+}
+
+/// The document of one baseline file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BaselineDoc {
+    pub schema_version: u32,
+    pub hardware_key: String,
+    pub cells: IndexMap<String, CellBaseline>,
+}
+
+/// The baselines of one hardware key, with the file they live in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Baselines {
+    pub path: PathBuf,
+    /// False when no file exists yet for this hardware key (every cell is then new).
+    pub existed: bool,
+    pub doc: BaselineDoc,
+}
+
+/// Errors of baseline files, each locating the fault in the file.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("{path}: cannot read baselines: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not YAML, a wrong type, an unknown key or a missing required key.
+    #[error("{path}:{line}:{column}: malformed baseline file: {message}")]
+    Parse {
+        path: PathBuf,
+        line: u32,
+        column: u32,
+        message: String,
+    },
+    /// Well-formed YAML whose values make no sense (e.g. a negative tolerance).
+    #[error("{path}:{line}:{column}: {key}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: u32,
+        column: u32,
+        /// Key path, e.g. `cells.gpt2-125m.bf16.1gpu.single.base.metrics.mfu.tolerance`.
+        key: String,
+        message: String,
+    },
+    #[error("{path}: cannot write baselines: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl BaselineError {
+    /// Write failures are bench's (or the disk's) fault; everything else is the file's.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, BaselineError::Write { .. })
+    }
+}
+
+impl From<BaselineError> for crate::error::CliError {
+    fn from(e: BaselineError) -> Self {
+        if e.is_bad_input() {
+            crate::error::CliError::bad_input(miette::Report::msg(e.to_string()))
+        } else {
+            crate::error::CliError::internal(miette::Report::msg(e.to_string()))
+        }
+    }
+}
+
+// The file as written, before validation. `Spanned` keeps each value's line and column so
+// that a value that parses but makes no sense is reported where it stands.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDoc {
+    schema_version: Spanned<u32>,
+    hardware_key: Spanned<String>,
+    #[serde(default)]
+    cells: IndexMap<String, Spanned<RawCell>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCell {
+    #[serde(default)]
+    provenance: Option<Provenance>,
+    metrics: IndexMap<String, Spanned<RawMetric>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetric {
+    value: Spanned<f64>,
+    #[serde(default)]
+    direction: Option<Direction>,
+    #[serde(default)]
+    tolerance: Option<Spanned<f64>>,
+    #[serde(default)]
+    floor: Option<Spanned<f64>>,
+    #[serde(default)]
+    spread: Option<Spanned<f64>>,
+}
+
+/// The path of the baseline file of `hardware_key` in `dir`.
+pub fn file_for(dir: &Path, hardware_key: &str) -> PathBuf {
+    dir.join(format!("{hardware_key}.yaml"))
+}
+
+impl Baselines {
+    /// Empty baselines for `hardware_key`, to be saved at `path`.
+    pub fn empty(path: PathBuf, hardware_key: &str) -> Baselines {
+        Baselines {
+            path,
+            existed: false,
+            doc: BaselineDoc {
+                schema_version: SCHEMA_VERSION,
+                hardware_key: hardware_key.to_string(),
+                cells: IndexMap::new(),
+            },
+        }
+    }
+
+    /// Loads the baselines of `hardware_key` from `dir`; empty ones when the file does not
+    /// exist (a new hardware key has no baselines, which is not an error).
+    pub fn load_for(dir: &Path, hardware_key: &str) -> Result<Baselines, BaselineError> {
+        let path = file_for(dir, hardware_key);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let doc = parse(&path, &text)?;
+                if doc.hardware_key != hardware_key {
+                    return Err(BaselineError::Invalid {
+                        path,
+                        line: 1,
+                        column: 1,
+                        key: "hardware_key".into(),
+                        message: format!(
+                            "the file is named for `{hardware_key}` but says `{}`",
+                            doc.hardware_key
+                        ),
+                    });
+                }
+                Ok(Baselines {
+                    path,
+                    existed: true,
+                    doc,
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Baselines::empty(path, hardware_key))
+            }
+            Err(source) => Err(BaselineError::Read { path, source }),
+        }
+    }
+
+    /// Loads one baseline file by path.
+    pub fn load_file(path: &Path) -> Result<Baselines, BaselineError> {
+        let text = std::fs::read_to_string(path).map_err(|source| BaselineError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Baselines {
+            path: path.to_path_buf(),
+            existed: true,
+            doc: parse(path, &text)?,
+        })
+    }
+
+    /// Writes the file atomically, with a header that says how to read and edit it.
+    pub fn save(&self) -> Result<(), BaselineError> {
+        let yaml = serde_saphyr::to_string(&self.doc).map_err(|e| BaselineError::Write {
+            path: self.path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let text = format!("{HEADER}{yaml}");
+        crate::atomic::write(&self.path, text.as_bytes()).map_err(|source| BaselineError::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    pub fn cell(&self, id: &str) -> Option<&CellBaseline> {
+        self.doc.cells.get(id)
+    }
+}
+
+const HEADER: &str = "\
+# bench baselines for one hardware key, keyed by cell id. Written by
+# `bench baseline update RUN_DIR`; review changes like code.
+# Per metric: value; direction (higher|lower is better); tolerance (relative change allowed;
+# default 0.03 for throughput, MFU and time, 0.10 for memory, 0.05 otherwise); floor
+# (optional absolute change below which nothing is flagged); spread (relative spread of the
+# repeats that produced the value). Hand-set tolerance and floor survive updates.
+";
+
+/// Parses and validates the text of a baseline file.
+pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
+    let raw: RawDoc = serde_saphyr::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line() as u32, l.column() as u32))
+            .unwrap_or((0, 0));
+        BaselineError::Parse {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: UserMessageFormatter.format_message(&e).into_owned(),
+        }
+    })?;
+    let invalid =
+        |at: &serde_saphyr::Location, key: String, message: String| BaselineError::Invalid {
+            path: path.to_path_buf(),
+            line: at.line() as u32,
+            column: at.column() as u32,
+            key,
+            message,
+        };
+    if raw.schema_version.value > SCHEMA_VERSION {
+        return Err(invalid(
+            &raw.schema_version.referenced,
+            "schema_version".into(),
+            format!(
+                "version {} is newer than this bench understands ({SCHEMA_VERSION}); upgrade bench",
+                raw.schema_version.value
+            ),
+        ));
+    }
+    if raw.hardware_key.value.trim().is_empty() {
+        return Err(invalid(
+            &raw.hardware_key.referenced,
+            "hardware_key".into(),
+            "must not be empty".into(),
+        ));
+    }
+    let mut cells = IndexMap::new();
+    for (id, cell) in raw.cells {
+        let at = cell.referenced;
+        let cell = cell.value;
+        if id.trim().is_empty() {
+            return Err(invalid(
+                &at,
+                "cells".into(),
+                "a cell id must not be empty".into(),
+            ));
+        }
+        let mut metrics = IndexMap::new();
+        for (name, m) in cell.metrics {
+            let key = format!("cells.{id}.metrics.{name}");
+            let m_at = m.referenced;
+            let m = m.value;
+            let non_negative = |v: &Option<Spanned<f64>>, field: &str| match v {
+                Some(s) if !(s.value.is_finite() && s.value >= 0.0) => Err(invalid(
+                    &s.referenced,
+                    format!("{key}.{field}"),
+                    format!("must be a finite number >= 0, found {}", s.value),
+                )),
+                _ => Ok(v.as_ref().map(|s| s.value)),
+            };
+            if !m.value.value.is_finite() {
+                return Err(invalid(
+                    &m.value.referenced,
+                    format!("{key}.value"),
+                    format!("must be a finite number, found {}", m.value.value),
+                ));
+            }
+            let tolerance = non_negative(&m.tolerance, "tolerance")?;
+            let floor = non_negative(&m.floor, "floor")?;
+            let spread = non_negative(&m.spread, "spread")?.unwrap_or(0.0);
+            let direction = match m.direction.or_else(|| Direction::default_for(&name)) {
+                Some(d) => d,
+                None => {
+                    return Err(invalid(
+                        &m_at,
+                        format!("{key}.direction"),
+                        format!(
+                            "`{name}` has no default direction; set `direction: higher` or `direction: lower`"
+                        ),
+                    ))
+                }
+            };
+            metrics.insert(
+                name,
+                MetricBaseline {
+                    value: m.value.value,
+                    direction,
+                    tolerance,
+                    floor,
+                    spread,
+                },
+            );
+        }
+        cells.insert(
+            id,
+            CellBaseline {
+                provenance: cell.provenance,
+                metrics,
+            },
+        );
+    }
+    Ok(BaselineDoc {
+        schema_version: SCHEMA_VERSION,
+        hardware_key: raw.hardware_key.value,
+        cells,
+    })
+}
+
+/// What `bench baseline update` changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateSummary {
+    /// Cells that had no baseline and now have one.
+    pub added: Vec<String>,
+    /// Cells whose baseline was replaced by this run's measurements.
+    pub updated: Vec<String>,
+    /// Cells left as they were, with why (failed, not selected, not an improvement...).
+    pub kept: Vec<(String, String)>,
+}
+
+/// The baseline entry a measurement becomes, keeping what the user set on the old entry
+/// (direction, tolerance, floor). `None` for a metric with no known direction and no old
+/// entry to take one from.
+fn entry_from(
+    metric: &str,
+    m: &MetricValue,
+    old: Option<&MetricBaseline>,
+) -> Option<MetricBaseline> {
+    let direction = old
+        .map(|o| o.direction)
+        .or_else(|| Direction::default_for(metric))?;
+    Some(MetricBaseline {
+        value: m.value,
+        direction,
+        tolerance: old.and_then(|o| o.tolerance),
+        floor: old.and_then(|o| o.floor),
+        // Six decimals keep the file readable; the spread is a noise estimate, not a figure
+        // anyone compares to the last digit.
+        spread: (m.rel_spread * 1e6).round() / 1e6,
+    })
+}
+
+/// Writes the measurements of the run's passed cells into `baselines`.
+///
+/// `selected` says which cells the user asked for (`--filter`); `improved` says whether the
+/// comparison judged a cell an improvement. With `only_improvements`, a cell that already
+/// has a baseline is replaced only when it improved (past its tolerance and noise, with no
+/// metric regressing), so that noise cannot ratchet a baseline up run after run; new cells
+/// are always added. A replaced cell keeps its hand-set tolerances and floors, and keeps
+/// baseline metrics this run did not measure.
+pub fn merge_run(
+    baselines: &mut Baselines,
+    results: &RunResults,
+    selected: &dyn Fn(&CellResult) -> bool,
+    improved: &dyn Fn(&str) -> bool,
+    only_improvements: bool,
+) -> UpdateSummary {
+    let provenance = Provenance::of_run(results);
+    let mut summary = UpdateSummary::default();
+    for cell in &results.cells {
+        let id = cell.id.as_str().to_string();
+        if !selected(cell) {
+            summary.kept.push((id, "not selected by --filter".into()));
+            continue;
+        }
+        if !matches!(cell.outcome, Outcome::Passed) || cell.metrics.is_empty() {
+            summary.kept.push((id, "no measurement in this run".into()));
+            continue;
+        }
+        match baselines.doc.cells.get_mut(&id) {
+            None => {
+                let metrics = cell
+                    .metrics
+                    .iter()
+                    .filter_map(|(name, m)| entry_from(name, m, None).map(|e| (name.clone(), e)))
+                    .collect();
+                baselines.doc.cells.insert(
+                    id.clone(),
+                    CellBaseline {
+                        provenance: Some(provenance.clone()),
+                        metrics,
+                    },
+                );
+                summary.added.push(id);
+            }
+            Some(_) if only_improvements && !improved(&id) => {
+                summary.kept.push((id, "not an improvement".into()));
+            }
+            Some(old) => {
+                for (name, m) in &cell.metrics {
+                    if let Some(e) = entry_from(name, m, old.metrics.get(name)) {
+                        old.metrics.insert(name.clone(), e);
+                    }
+                }
+                old.provenance = Some(provenance.clone());
+                summary.updated.push(id);
+            }
+        }
+    }
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<BaselineDoc, BaselineError> {
+        parse(Path::new("baselines/cpu-x86_64.yaml"), text)
+    }
+
+    const GOOD: &str = "\
+schema_version: 1
+hardware_key: cpu-x86_64
+cells:
+  gpt2-tiny.fp32.1gpu.single.base:
+    provenance:
+      date: 2026-11-22T10:15:00Z
+      commit: 1a2b3c4
+      bench_version: 0.1.0
+      run_id: r1
+      hardware: cpu
+    metrics:
+      tokens_per_s:
+        value: 12000
+        spread: 0.004
+      peak_mem_bytes:
+        value: 1.5e9
+        tolerance: 0.2
+        floor: 1.0e7
+      custom_score:
+        value: 3.5
+        direction: higher
+";
+
+    #[test]
+    fn parses_with_defaults() {
+        let doc = parse_str(GOOD).unwrap();
+        let cell = &doc.cells["gpt2-tiny.fp32.1gpu.single.base"];
+        let tps = &cell.metrics["tokens_per_s"];
+        assert_eq!(tps.value, 12000.0);
+        assert_eq!(tps.direction, Direction::Higher);
+        assert_eq!(tps.tolerance, None);
+        assert_eq!(tps.effective_tolerance("tokens_per_s"), 0.03);
+        assert_eq!(tps.spread, 0.004);
+        let mem = &cell.metrics["peak_mem_bytes"];
+        assert_eq!(mem.direction, Direction::Lower);
+        assert_eq!(mem.effective_tolerance("peak_mem_bytes"), 0.2);
+        assert_eq!(mem.floor, Some(1.0e7));
+        assert_eq!(
+            cell.provenance.as_ref().unwrap().commit.as_deref(),
+            Some("1a2b3c4")
+        );
+    }
+
+    #[test]
+    fn save_then_load_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let doc = parse_str(GOOD).unwrap();
+        let b = Baselines {
+            path: file_for(dir.path(), "cpu-x86_64"),
+            existed: false,
+            doc: doc.clone(),
+        };
+        b.save().unwrap();
+        let back = Baselines::load_for(dir.path(), "cpu-x86_64").unwrap();
+        assert!(back.existed);
+        assert_eq!(back.doc, doc);
+    }
+
+    #[test]
+    fn missing_file_is_empty_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Baselines::load_for(dir.path(), "h100-sxm-80gb").unwrap();
+        assert!(!b.existed);
+        assert!(b.doc.cells.is_empty());
+    }
+
+    /// Each malformed shape is an error that names the file and the line and column of the
+    /// fault (and, for values that parse but make no sense, the key path).
+    fn assert_located(text: &str, line: u32, needle: &str) {
+        let err = parse_str(text).expect_err("should be rejected");
+        let shown = err.to_string();
+        assert!(shown.starts_with("baselines/cpu-x86_64.yaml:"), "{shown}");
+        match &err {
+            BaselineError::Parse {
+                line: l, column, ..
+            }
+            | BaselineError::Invalid {
+                line: l, column, ..
+            } => {
+                assert_eq!(*l, line, "{shown}");
+                assert!(*column > 0, "{shown}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(shown.contains(needle), "`{needle}` not in: {shown}");
+    }
+
+    #[test]
+    fn bad_yaml_is_located() {
+        // Unterminated quoted scalar: a syntax error, reported where the parser gave up.
+        assert_located("schema_version: 1\nhardware_key: \"cpu\ncells: {}\n", 2, "");
+    }
+
+    #[test]
+    fn duplicate_cell_is_located() {
+        let dup =
+            "  gpt2-tiny.fp32.1gpu.single.base:\n    metrics:\n      tokens_per_s: {value: 1}\n";
+        let text = format!("{GOOD}{dup}");
+        assert_located(&text, 22, "");
+    }
+
+    #[test]
+    fn newer_schema_version_is_located() {
+        let text = GOOD.replace("schema_version: 1", "schema_version: 99");
+        assert_located(&text, 1, "upgrade bench");
+    }
+
+    #[test]
+    fn wrong_type_is_located() {
+        let text = GOOD.replace("value: 12000", "value: fast");
+        assert_located(&text, 13, "");
+    }
+
+    #[test]
+    fn unknown_key_is_located() {
+        let text = GOOD.replace("        spread: 0.004", "        sprad: 0.004");
+        assert_located(&text, 14, "sprad");
+    }
+
+    #[test]
+    fn negative_tolerance_is_located_with_key_path() {
+        let text = GOOD.replace("tolerance: 0.2", "tolerance: -0.2");
+        assert_located(
+            &text,
+            17,
+            "cells.gpt2-tiny.fp32.1gpu.single.base.metrics.peak_mem_bytes.tolerance",
+        );
+    }
+
+    #[test]
+    fn unknown_direction_is_located() {
+        let text = GOOD.replace("direction: higher", "direction: bigger");
+        assert_located(&text, 21, "bigger");
+    }
+
+    #[test]
+    fn metric_without_value_is_located() {
+        let text = GOOD.replace("        value: 3.5\n", "");
+        assert_located(&text, 20, "value");
+    }
+
+    #[test]
+    fn unknown_metric_without_direction_is_located() {
+        let text = GOOD.replace("        direction: higher\n", "");
+        assert_located(&text, 20, "custom_score.direction");
+    }
+
+    fn run(cells: &[(&str, f64)]) -> RunResults {
+        use crate::results::{CellResult, Environment, MetricValue};
+        RunResults {
+            schema_version: crate::results::SCHEMA_VERSION,
+            run_id: "r2".into(),
+            matrix: "matrix/smoke.yaml".into(),
+            matrix_name: "smoke".into(),
+            filters: vec![],
+            started_at: "2026-11-22T12:00:00Z".into(),
+            finished_at: None,
+            interrupted: false,
+            environment: Environment {
+                cpu: "cpu".into(),
+                hardware_key: "cpu-x86_64".into(),
+                bench_version: "0.1.0".into(),
+                git_commit: Some("5e6f7a8".into()),
+                ..Default::default()
+            },
+            cells: cells
+                .iter()
+                .map(|(id, tps)| CellResult {
+                    id: crate::cell::CellId(id.to_string()),
+                    values: Default::default(),
+                    params: Default::default(),
+                    outcome: Outcome::Passed,
+                    flaky: false,
+                    attempts: vec![],
+                    repeats: vec![],
+                    metrics: [(
+                        "tokens_per_s".to_string(),
+                        MetricValue {
+                            value: *tps,
+                            samples: vec![*tps],
+                            rel_spread: 0.002,
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                    logs: vec![],
+                    duration_s: 1.0,
+                })
+                .collect(),
+            dropped: vec![],
+        }
+    }
+
+    #[test]
+    fn merge_keeps_other_cells_and_custom_tolerances() {
+        let mut b = Baselines {
+            path: "b/cpu-x86_64.yaml".into(),
+            existed: true,
+            doc: parse_str(GOOD).unwrap(),
+        };
+        b.doc
+            .cells
+            .get_mut("gpt2-tiny.fp32.1gpu.single.base")
+            .unwrap()
+            .metrics
+            .get_mut("tokens_per_s")
+            .unwrap()
+            .tolerance = Some(0.07);
+        let results = run(&[
+            ("gpt2-tiny.fp32.1gpu.single.base", 11000.0),
+            ("new.cell", 5.0),
+        ]);
+        let s = merge_run(&mut b, &results, &|_| true, &|_| false, false);
+        assert_eq!(s.added, vec!["new.cell".to_string()]);
+        assert_eq!(
+            s.updated,
+            vec!["gpt2-tiny.fp32.1gpu.single.base".to_string()]
+        );
+        let cell = &b.doc.cells["gpt2-tiny.fp32.1gpu.single.base"];
+        let tps = &cell.metrics["tokens_per_s"];
+        assert_eq!(tps.value, 11000.0);
+        assert_eq!(tps.spread, 0.002);
+        assert_eq!(tps.tolerance, Some(0.07), "hand-set tolerance survives");
+        // Metrics this run did not measure keep their baseline.
+        assert_eq!(cell.metrics["peak_mem_bytes"].floor, Some(1.0e7));
+        assert_eq!(cell.provenance.as_ref().unwrap().run_id, "r2");
+        assert_eq!(
+            b.doc.cells["new.cell"].metrics["tokens_per_s"].direction,
+            Direction::Higher
+        );
+    }
+
+    #[test]
+    fn only_improvements_keeps_unimproved_cells_but_adds_new_ones() {
+        let mut b = Baselines {
+            path: "b/cpu-x86_64.yaml".into(),
+            existed: true,
+            doc: parse_str(GOOD).unwrap(),
+        };
+        let results = run(&[
+            ("gpt2-tiny.fp32.1gpu.single.base", 9000.0),
+            ("new.cell", 5.0),
+        ]);
+        let s = merge_run(&mut b, &results, &|_| true, &|_| false, true);
+        assert_eq!(s.added, vec!["new.cell".to_string()]);
+        assert!(s.updated.is_empty());
+        let tps = &b.doc.cells["gpt2-tiny.fp32.1gpu.single.base"].metrics["tokens_per_s"];
+        assert_eq!(tps.value, 12000.0);
+        // An improved cell is raised.
+        let results = run(&[("gpt2-tiny.fp32.1gpu.single.base", 13000.0)]);
+        let s = merge_run(
+            &mut b,
+            &results,
+            &|_| true,
+            &|id| id.starts_with("gpt2"),
+            true,
+        );
+        assert_eq!(s.updated.len(), 1);
+        let tps = &b.doc.cells["gpt2-tiny.fp32.1gpu.single.base"].metrics["tokens_per_s"];
+        assert_eq!(tps.value, 13000.0);
+    }
+
+    #[test]
+    fn unselected_and_failed_cells_are_kept() {
+        let mut b = Baselines::empty("b/cpu-x86_64.yaml".into(), "cpu-x86_64");
+        let mut results = run(&[("a", 1.0), ("b", 2.0)]);
+        results.cells[1].outcome = Outcome::Failed {
+            reason: "oom".into(),
+        };
+        let s = merge_run(
+            &mut b,
+            &results,
+            &|c| c.id.as_str() != "a",
+            &|_| false,
+            false,
+        );
+        assert!(s.added.is_empty());
+        assert_eq!(s.kept.len(), 2);
+        assert!(b.doc.cells.is_empty());
+    }
+}

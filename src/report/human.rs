@@ -1,0 +1,198 @@
+//! The terminal summary printed after a run: one line per cell (throughput, TFLOP/s beside
+//! MFU, speed-up factor against the baseline, time, verdict), then regressions with their
+//! numbers, failed and skipped cells with their reasons, the counts and the total time.
+
+use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
+use crate::baseline::store::hardware_words;
+use crate::report::text::{
+    cell_change, duration, group_change, grouped, one_line, pct, si, three_digits,
+};
+use crate::report::{run_duration_s, Exporter, ReportError, ReportInput};
+
+/// The terminal summary sink (printed, and kept in the run folder as `summary.txt`).
+pub struct HumanExporter;
+
+impl Exporter for HumanExporter {
+    fn file_name(&self) -> &'static str {
+        "summary.txt"
+    }
+
+    fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
+        Ok(render(input))
+    }
+}
+
+fn figure(cell: &CellComparison, metric: &str) -> String {
+    cell.metric(metric)
+        .and_then(|m| m.current)
+        .map(|v| match metric {
+            "mfu" => pct(v),
+            "tflops_per_gpu" => three_digits(v),
+            _ => si(v),
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn status_word(cell: &CellComparison) -> String {
+    let s = match cell.status {
+        CellStatus::Regression => "REGRESSION".to_string(),
+        CellStatus::Failed => "FAILED".to_string(),
+        CellStatus::TimedOut => "TIMED OUT".to_string(),
+        other => other.as_str().to_string(),
+    };
+    if cell.flaky {
+        format!("{s} (flaky)")
+    } else {
+        s
+    }
+}
+
+fn section(
+    out: &mut String,
+    title: &str,
+    cells: &[&CellComparison],
+    body: impl Fn(&CellComparison) -> Vec<String>,
+) {
+    if cells.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n{title}:\n"));
+    for c in cells {
+        out.push_str(&format!("  {}\n", c.id));
+        for line in body(c) {
+            out.push_str(&format!("    {line}\n"));
+        }
+    }
+}
+
+fn render(input: &ReportInput<'_>) -> String {
+    let r = input.results;
+    let cmp: &Comparison = input.comparison;
+    let env = &r.environment;
+    let mut out = format!(
+        "bench {}: matrix {} on {} ({}), commit {}{}, bench {}\n",
+        r.run_id,
+        r.matrix_name,
+        env.hardware_key,
+        hardware_words(env),
+        env.git_commit.as_deref().unwrap_or("unknown"),
+        if env.git_dirty { " (dirty)" } else { "" },
+        env.bench_version
+    );
+    if r.interrupted {
+        out.push_str("the run was interrupted before every cell ran\n");
+    }
+    if !cmp.baseline_exists {
+        out.push_str(&format!(
+            "no baselines at {}: every cell is new (write them with `bench baseline update`)\n",
+            cmp.baseline_file
+        ));
+    }
+
+    let width = cmp
+        .cells
+        .iter()
+        .map(|c| c.id.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    out.push_str(&format!(
+        "\n  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
+        "cell", "tok/s/GPU", "TFLOP/s/GPU", "MFU", "vs baseline", "time", "verdict"
+    ));
+    for c in &cmp.cells {
+        out.push_str(&format!(
+            "  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
+            c.id,
+            figure(c, "tokens_per_s_per_gpu"),
+            figure(c, "tflops_per_gpu"),
+            figure(c, "mfu"),
+            cell_change(c),
+            match (c.status, c.duration_s) {
+                (CellStatus::Skipped, _) | (_, None) => "-".to_string(),
+                (_, Some(d)) => duration(d),
+            },
+            status_word(c),
+        ));
+    }
+
+    let of = |s: CellStatus| cmp.with_status(s).collect::<Vec<_>>();
+    section(&mut out, "Regressions", &of(CellStatus::Regression), |c| {
+        grouped(c.regressions())
+            .into_iter()
+            .map(|(m, also)| group_change(m, &also))
+            .collect()
+    });
+    let failed: Vec<&CellComparison> = cmp
+        .cells
+        .iter()
+        .filter(|c| matches!(c.status, CellStatus::Failed | CellStatus::TimedOut))
+        .collect();
+    let reason = |c: &CellComparison| {
+        vec![format!(
+            "{}: {}",
+            c.status.as_str(),
+            one_line(c.reason.as_deref().unwrap_or("no reason given"))
+        )]
+    };
+    section(&mut out, "Failed", &failed, reason);
+    section(
+        &mut out,
+        "Improvements",
+        &of(CellStatus::Improvement),
+        |c| {
+            let improved = c
+                .metrics
+                .iter()
+                .filter(|m| m.verdict == crate::baseline::Verdict::Improvement);
+            grouped(improved)
+                .into_iter()
+                .map(|(m, also)| group_change(m, &also))
+                .collect()
+        },
+    );
+    let not_run: Vec<&CellComparison> = cmp
+        .cells
+        .iter()
+        .filter(|c| matches!(c.status, CellStatus::Skipped | CellStatus::Dropped))
+        .collect();
+    section(&mut out, "Not run", &not_run, reason);
+
+    let n = cmp.counts();
+    let parts = [
+        (n.regression, "regressed"),
+        (n.improvement, "improved"),
+        (n.unchanged, "unchanged"),
+        (n.new, "new"),
+        (n.failed, "failed"),
+        (n.timed_out, "timed out"),
+        (n.skipped, "skipped"),
+        (n.dropped, "dropped"),
+        (n.missing, "missing from this run"),
+        (n.flaky, "flaky"),
+    ];
+    let counts: Vec<String> = parts
+        .iter()
+        .filter(|(k, _)| *k > 0)
+        .map(|(k, what)| format!("{k} {what}"))
+        .collect();
+    let total = run_duration_s(r)
+        .or_else(|| Some(r.cells.iter().map(|c| c.duration_s).sum::<f64>()))
+        .map(duration)
+        .unwrap_or_default();
+    out.push_str(&format!(
+        "\n{} cells: {}; took {total}\n",
+        n.cells,
+        counts.join(", ")
+    ));
+    let code = cmp.exit_code();
+    out.push_str(&if code == 0 {
+        "result: ok (exit 0)\n".to_string()
+    } else {
+        format!(
+            "result: FAILED (exit {code}): {} regressed, {} failed, {} timed out\n",
+            n.regression, n.failed, n.timed_out
+        )
+    });
+    out
+}

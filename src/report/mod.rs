@@ -1,0 +1,189 @@
+//! Reports of a finished run: every format is one sink behind the [`Exporter`] trait (as
+//! hyperfine's `export` module), rendering the run's results and their comparison with the
+//! baselines. This module owns the orchestration the runner calls after the last cell
+//! ([`finish_run`]) and `bench report RUN_DIR`, which renders every report again from
+//! `results.json` without rerunning anything.
+//!
+//! Sinks: [`junit`] (`junit.xml`), [`markdown`] (`summary.md`, also appended to
+//! `$GITHUB_STEP_SUMMARY`), [`json`] (`report.json`), [`human`] (the terminal summary, also
+//! kept as `summary.txt`).
+
+pub mod human;
+pub mod json;
+pub mod junit;
+pub mod markdown;
+pub mod post;
+pub mod text;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::baseline::{compare, Baselines, Comparison};
+use crate::cli::{Format, ReportArgs};
+use crate::error::CliError;
+use crate::results::RunResults;
+
+pub use markdown::render_markdown;
+
+/// What every sink renders: a run and its comparison with the baselines.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportInput<'a> {
+    pub results: &'a RunResults,
+    pub comparison: &'a Comparison,
+}
+
+/// One report format.
+pub trait Exporter {
+    /// The file this sink writes into the run directory.
+    fn file_name(&self) -> &'static str;
+    /// Renders the report.
+    fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError>;
+}
+
+/// Errors of rendering or writing reports, each naming the report or file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot render {format}: {message}")]
+    Render {
+        format: &'static str,
+        message: String,
+    },
+    #[error("{path}: cannot write report: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl From<ReportError> for CliError {
+    fn from(e: ReportError) -> Self {
+        CliError::internal(miette::Report::msg(e.to_string()))
+    }
+}
+
+/// The sinks that write files into the run directory.
+pub fn file_exporters() -> Vec<Box<dyn Exporter>> {
+    vec![
+        Box::new(junit::JunitExporter),
+        Box::new(markdown::MarkdownExporter),
+        Box::new(json::JsonExporter),
+        Box::new(human::HumanExporter),
+    ]
+}
+
+/// Renders every file report and writes each atomically into `run_dir`; returns the paths.
+pub fn write_reports(run_dir: &Path, input: &ReportInput<'_>) -> Result<Vec<PathBuf>, ReportError> {
+    let mut written = Vec::new();
+    for exporter in file_exporters() {
+        let text = exporter.render(input)?;
+        let path = run_dir.join(exporter.file_name());
+        crate::atomic::write(&path, text.as_bytes()).map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Appends the Markdown summary to the file named by `$GITHUB_STEP_SUMMARY` (GitHub
+/// Actions shows it on the job's page). Appending, not replacing, is that file's contract:
+/// several steps of one job add to it.
+fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, ReportError> {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    file.write_all(format!("{markdown}\n").as_bytes())
+        .map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(Some(path))
+}
+
+/// Everything after the last cell: loads the baselines of the run's hardware key, compares,
+/// writes `junit.xml`, `summary.md` and `report.json` atomically into `run_dir`, appends the
+/// summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or, with
+/// `--format json`, the JSON report) on stdout, and returns the exit code of DESIGN.md:
+/// 1 when a cell regressed, failed or timed out, else 0.
+///
+/// A malformed baseline file is bad input (exit 2); the reports are then not written, since
+/// they would call every cell new.
+pub fn finish_run(
+    run_dir: &Path,
+    results: &RunResults,
+    baselines_dir: &Path,
+    format: Format,
+) -> Result<i32, CliError> {
+    let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
+    let comparison = compare(results, &baselines);
+    let input = ReportInput {
+        results,
+        comparison: &comparison,
+    };
+    write_reports(run_dir, &input)?;
+    // The job summary is a convenience: failing to append to it must not hide the verdict.
+    if let Err(e) = append_step_summary(&markdown::render_summary(&input)) {
+        eprintln!("warning: {e}");
+    }
+    let stdout = match format {
+        Format::Human => human::HumanExporter.render(&input)?,
+        Format::Json => json::JsonExporter.render(&input)?,
+    };
+    // A closed pipe (`bench report ... | head`) must not turn a verdict into a panic.
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
+    Ok(comparison.exit_code())
+}
+
+/// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
+/// a finished run again from its `results.json`, against the baselines as they are now.
+pub fn report_command(args: &ReportArgs) -> Result<i32, CliError> {
+    let Some(run_dir) = &args.run_dir else {
+        return Err(CliError::bad_input(miette::miette!(
+            "bench report needs a run folder, e.g. `bench report results/20261122T101500Z`"
+        )));
+    };
+    let results = RunResults::load(run_dir)?;
+    let dir = if run_dir.is_dir() {
+        run_dir.clone()
+    } else {
+        run_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
+    };
+    finish_run(&dir, &results, &args.baselines, args.format)
+}
+
+/// Seconds from the run's start to its end, when both are known.
+pub fn run_duration_s(results: &RunResults) -> Option<f64> {
+    use time::format_description::well_known::Rfc3339;
+    let start = time::OffsetDateTime::parse(&results.started_at, &Rfc3339).ok()?;
+    let end = time::OffsetDateTime::parse(results.finished_at.as_deref()?, &Rfc3339).ok()?;
+    Some((end - start).as_seconds_f64())
+}
+
+/// The MFU policies the cells' workers reported (which peak MFU is against), deduplicated.
+pub fn mfu_policies(results: &RunResults) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for cell in &results.cells {
+        for r in &cell.repeats {
+            if let Some(p) = &r.summary.mfu_policy {
+                if !out.contains(p) {
+                    out.push(p.clone());
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! Number and duration formatting shared by the human, Markdown and JUnit reports, so that
+//! a figure reads the same in every format.
+
+use crate::baseline::compare::{CellComparison, CellStatus, MetricComparison};
+use crate::baseline::Direction;
+
+/// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
+pub fn si(v: f64) -> String {
+    let a = v.abs();
+    let (scaled, suffix) = if a >= 1e12 {
+        (v / 1e12, "T")
+    } else if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e3 {
+        (v / 1e3, "K")
+    } else {
+        (v, "")
+    };
+    format!("{}{suffix}", three_digits(scaled))
+}
+
+/// Three significant digits, no exponent: `1.23`, `12.3`, `123`.
+pub fn three_digits(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A relative change as a signed percentage: `+1.2%`, `-5.0%`.
+pub fn pct_change(change: f64) -> String {
+    format!("{:+.1}%", change * 100.0)
+}
+
+/// A fraction as a percentage: `0.43` -> `43.0%`.
+pub fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// Bytes in binary units: `1.50 GiB`.
+pub fn bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = v;
+    let mut unit = 0;
+    while x.abs() >= 1024.0 && unit < UNITS.len() - 1 {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{x:.0} B")
+    } else {
+        format!("{x:.2} {}", UNITS[unit])
+    }
+}
+
+/// Seconds as a short duration: `850 ms`, `12.3 s`, `2m 05s`, `1h 02m`.
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "-".into();
+    }
+    if secs < 1.0 {
+        format!("{:.0} ms", secs * 1000.0)
+    } else if secs < 60.0 {
+        format!("{secs:.1} s")
+    } else if secs < 3600.0 {
+        let s = secs.round() as u64;
+        format!("{}m {:02}s", s / 60, s % 60)
+    } else {
+        let m = (secs / 60.0).round() as u64;
+        format!("{}h {:02}m", m / 60, m % 60)
+    }
+}
+
+/// A metric's value in its unit, for people.
+pub fn metric_value(metric: &str, v: f64) -> String {
+    match metric {
+        "tokens_per_s" | "tokens_per_s_per_gpu" => format!("{} tok/s", si(v)),
+        "mfu" => pct(v),
+        "tflops_per_gpu" => format!("{} TFLOP/s", three_digits(v)),
+        "step_time_s" | "time_to_first_step_s" => duration(v),
+        "peak_mem_bytes" => bytes(v),
+        "time_to_1t_tokens_days" => format!("{} days", three_digits(v)),
+        _ => three_digits(v),
+    }
+}
+
+/// A metric's short label for tables.
+pub fn metric_label(metric: &str) -> &str {
+    match metric {
+        "tokens_per_s" => "tokens/s",
+        "tokens_per_s_per_gpu" => "tokens/s/GPU",
+        "mfu" => "MFU",
+        "tflops_per_gpu" => "TFLOP/s/GPU",
+        "step_time_s" => "step time",
+        "peak_mem_bytes" => "peak memory",
+        "time_to_1t_tokens_days" => "time to 1T tokens",
+        "time_to_first_step_s" => "time to first step",
+        other => other,
+    }
+}
+
+/// A speed-up factor as hyperfine words it: `1.06x faster`, `1.06x slower`.
+pub fn speedup(factor: f64) -> String {
+    // Within half a percent the two-decimal factor would read "1.00x faster": say "same".
+    if (factor - 1.0).abs() < 0.005 {
+        "same speed".to_string()
+    } else if factor >= 1.0 {
+        format!("{factor:.2}x faster")
+    } else {
+        format!("{:.2}x slower", 1.0 / factor)
+    }
+}
+
+/// One line on a metric that changed: `tokens/s 9.40K tok/s vs 10.0K tok/s (-6.0%;
+/// tolerance 3.0%, noise 1.0%)`.
+pub fn metric_change(m: &MetricComparison) -> String {
+    let label = metric_label(&m.metric);
+    let now = m.current.map(|v| metric_value(&m.metric, v));
+    let then = m.baseline.map(|v| metric_value(&m.metric, v));
+    let mut s = match (now, then) {
+        (Some(n), Some(b)) => format!("{label} {n} vs baseline {b}"),
+        (Some(n), None) => format!("{label} {n} (no baseline)"),
+        (None, Some(b)) => format!("{label} not measured (baseline {b})"),
+        (None, None) => label.to_string(),
+    };
+    if let Some(c) = m.change {
+        let better = match m.direction {
+            Some(Direction::Higher) => "higher is better",
+            Some(Direction::Lower) => "lower is better",
+            None => "",
+        };
+        s.push_str(&format!(" ({}", pct_change(c)));
+        if let Some(t) = m.tolerance {
+            s.push_str(&format!("; tolerance {}", pct(t)));
+        }
+        if let Some(n) = m.noise {
+            s.push_str(&format!(", noise {}", pct(n)));
+        }
+        if let Some(f) = m.floor {
+            s.push_str(&format!(", floor {}", metric_value(&m.metric, f)));
+        }
+        if !better.is_empty() {
+            s.push_str(&format!("; {better}"));
+        }
+        s.push(')');
+    }
+    s
+}
+
+/// The change of the cell's headline throughput against its baseline: `-6.0% (1.06x
+/// slower)`, or the status when there is nothing to compare.
+pub fn cell_change(cell: &CellComparison) -> String {
+    let headline = ["tokens_per_s_per_gpu", "tokens_per_s", "step_time_s"]
+        .iter()
+        .find_map(|name| cell.metric(name).filter(|m| m.change.is_some()));
+    match (headline, cell.speedup()) {
+        (Some(m), Some(f)) => format!(
+            "{} ({})",
+            pct_change(m.change.unwrap_or_default()),
+            speedup(f)
+        ),
+        (Some(m), None) => pct_change(m.change.unwrap_or_default()),
+        _ => match cell.status {
+            CellStatus::New => "no baseline".into(),
+            _ => "-".into(),
+        },
+    }
+}
+
+/// Metrics that all follow from a cell's step time (its configuration being fixed): when
+/// one of them changes, they all change by the same factor, so reports show the first and
+/// name the others instead of repeating the same finding six times.
+pub const STEP_TIME_FAMILY: [&str; 6] = [
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "step_time_s",
+    "mfu",
+    "tflops_per_gpu",
+    "time_to_1t_tokens_days",
+];
+
+/// Groups metrics for display: the first metric of the step-time family stands for the
+/// others of the family present (returned as labels); any other metric stands alone.
+pub fn grouped<'a>(
+    metrics: impl Iterator<Item = &'a MetricComparison>,
+) -> Vec<(&'a MetricComparison, Vec<&'a str>)> {
+    let mut out: Vec<(&MetricComparison, Vec<&str>)> = Vec::new();
+    let mut family_at: Option<usize> = None;
+    for m in metrics {
+        if STEP_TIME_FAMILY.contains(&m.metric.as_str()) {
+            if let Some(i) = family_at {
+                out[i].1.push(metric_label(&m.metric));
+                continue;
+            }
+            family_at = Some(out.len());
+        }
+        out.push((m, Vec::new()));
+    }
+    out
+}
+
+/// `metric_change` of a group's head, followed by the metrics it stands for.
+pub fn group_change(head: &MetricComparison, also: &[&str]) -> String {
+    let mut s = metric_change(head);
+    if !also.is_empty() {
+        s.push_str(&format!("; also {}", also.join(", ")));
+    }
+    s
+}
+
+/// Text on one line (reasons and messages can hold newlines from worker output).
+pub fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_read_naturally() {
+        assert_eq!(si(344_210.0), "344K");
+        assert_eq!(si(43_600.0), "43.6K");
+        assert_eq!(si(1_234_000.0), "1.23M");
+        assert_eq!(si(950.0), "950");
+        assert_eq!(pct_change(-0.06), "-6.0%");
+        assert_eq!(pct_change(0.012), "+1.2%");
+        assert_eq!(bytes(1.5 * 1024.0 * 1024.0 * 1024.0), "1.50 GiB");
+        assert_eq!(duration(0.047), "47 ms");
+        assert_eq!(duration(12.34), "12.3 s");
+        assert_eq!(duration(125.0), "2m 05s");
+        assert_eq!(duration(3720.0), "1h 02m");
+        assert_eq!(speedup(1.064), "1.06x faster");
+        assert_eq!(speedup(1.0 / 1.064), "1.06x slower");
+        assert_eq!(speedup(1.002), "same speed");
+        assert_eq!(
+            one_line("CUDA out of memory.\n  Tried | x"),
+            "CUDA out of memory. Tried | x"
+        );
+    }
+
+    fn m(metric: &str, verdict: crate::baseline::Verdict) -> MetricComparison {
+        MetricComparison {
+            metric: metric.into(),
+            verdict,
+            current: Some(2.0),
+            baseline: Some(1.0),
+            change: Some(1.0),
+            direction: Some(Direction::Higher),
+            tolerance: Some(0.03),
+            floor: None,
+            current_spread: Some(0.0),
+            baseline_spread: Some(0.0),
+            noise: Some(0.0),
+        }
+    }
+
+    #[test]
+    fn step_time_family_is_shown_once() {
+        use crate::baseline::Verdict::Regression;
+        let ms = [
+            m("tokens_per_s", Regression),
+            m("peak_mem_bytes", Regression),
+            m("step_time_s", Regression),
+            m("mfu", Regression),
+        ];
+        let g = grouped(ms.iter());
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].0.metric, "tokens_per_s");
+        assert_eq!(g[0].1, vec!["step time", "MFU"]);
+        assert_eq!(g[1].0.metric, "peak_mem_bytes");
+        assert!(g[1].1.is_empty());
+        assert!(group_change(g[0].0, &g[0].1).ends_with("; also step time, MFU"));
+    }
+}

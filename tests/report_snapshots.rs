@@ -1,0 +1,155 @@
+//! Snapshot tests of every report format, rendered from the hand-made fixture runs in
+//! tests/fixtures (see make_fixtures.py) against tests/fixtures/baselines. Durations and
+//! dates are redacted so that the snapshots pin the content, not the clock.
+
+use std::path::Path;
+
+use bench::baseline::{compare, Baselines, CellStatus, Comparison};
+use bench::report::human::HumanExporter;
+use bench::report::json::JsonExporter;
+use bench::report::junit::JunitExporter;
+use bench::report::markdown::MarkdownExporter;
+use bench::report::{render_markdown, Exporter, ReportInput};
+use bench::results::RunResults;
+
+fn load(run: &str) -> (RunResults, Comparison) {
+    let results = RunResults::load(&Path::new("tests/fixtures/runs").join(run)).unwrap();
+    let baselines = Baselines::load_for(
+        Path::new("tests/fixtures/baselines"),
+        &results.environment.hardware_key,
+    )
+    .unwrap();
+    let comparison = compare(&results, &baselines);
+    (results, comparison)
+}
+
+fn render(exporter: &dyn Exporter, run: &str) -> String {
+    let (results, comparison) = load(run);
+    exporter
+        .render(&ReportInput {
+            results: &results,
+            comparison: &comparison,
+        })
+        .unwrap()
+}
+
+/// The fixture exercises every status; this pins which cell gets which, so the snapshots
+/// below show each status's rendering.
+#[test]
+fn mixed_fixture_has_every_status() {
+    let (_, cmp) = load("mixed");
+    let status = |id: &str| cmp.cell(id).map(|c| c.status);
+    assert_eq!(
+        status("gpt2-125m.bf16.1gpu.single.base"),
+        Some(CellStatus::Unchanged)
+    );
+    assert_eq!(
+        status("gpt2-125m.bf16.1gpu.single.compile"),
+        Some(CellStatus::Regression)
+    );
+    assert_eq!(
+        status("gpt2-125m.bf16.1gpu.single.sac"),
+        Some(CellStatus::Improvement)
+    );
+    assert_eq!(
+        status("gpt2-125m.bf16.2gpu.ddp.base"),
+        Some(CellStatus::Unchanged)
+    );
+    assert_eq!(
+        status("gpt2-125m.fp8.1gpu.single.base"),
+        Some(CellStatus::New)
+    );
+    assert_eq!(
+        status("gpt2-1_5b.bf16.1gpu.single.base"),
+        Some(CellStatus::Failed)
+    );
+    assert_eq!(
+        status("gpt2-1_5b.bf16.2gpu.fsdp.base"),
+        Some(CellStatus::TimedOut)
+    );
+    assert_eq!(
+        status("llama-3_1-8b-proxy.bf16.8gpu.fsdp.base"),
+        Some(CellStatus::Skipped)
+    );
+    assert_eq!(
+        status("gpt2-125m.fp8.2gpu.ddp.sac"),
+        Some(CellStatus::Dropped)
+    );
+    assert_eq!(
+        status("gpt2-125m.bf16.1gpu.single.compile+sac"),
+        Some(CellStatus::Missing)
+    );
+    assert_eq!(cmp.exit_code(), 1);
+    // The regression's speed-up factor is the throughput ratio.
+    let f = cmp
+        .cell("gpt2-125m.bf16.1gpu.single.compile")
+        .unwrap()
+        .speedup()
+        .unwrap();
+    assert!((f - 0.94).abs() < 1e-9, "{f}");
+}
+
+#[test]
+fn junit_xml() {
+    let xml = render(&JunitExporter, "mixed");
+    insta::with_settings!({filters => vec![
+        (r#"time="[0-9.e-]+""#, r#"time="[duration]""#),
+        (r#"timestamp="[^"]+""#, r#"timestamp="[date]""#),
+    ]}, {
+        insta::assert_snapshot!(xml);
+    });
+}
+
+#[test]
+fn summary_md() {
+    insta::assert_snapshot!(render(&MarkdownExporter, "mixed"));
+}
+
+#[test]
+fn pr_comment_markdown() {
+    let (results, comparison) = load("mixed");
+    let md = render_markdown(
+        &results,
+        &comparison,
+        Some("https://github.com/acme/train/actions/runs/42"),
+    );
+    assert!(md.contains("<details>"));
+    // Regressions come before the table of every cell.
+    let reg = md.find("#### Regressions").unwrap();
+    assert!(reg < md.find("<details>").unwrap());
+    insta::assert_snapshot!(md);
+}
+
+#[test]
+fn summary_md_without_baselines() {
+    // The CPU fixture's hardware key has no baseline file: every cell is new, exit 0.
+    let (_, cmp) = load("cpu-ok");
+    assert!(!cmp.baseline_exists);
+    assert_eq!(cmp.exit_code(), 0);
+    insta::assert_snapshot!(render(&MarkdownExporter, "cpu-ok"));
+}
+
+#[test]
+fn report_json() {
+    let json: serde_json::Value = serde_json::from_str(&render(&JsonExporter, "mixed")).unwrap();
+    assert_eq!(json["exit_code"], 1);
+    assert_eq!(json["counts"]["regression"], 1);
+    insta::assert_json_snapshot!(json, {
+        ".started_at" => "[date]",
+        ".finished_at" => "[date]",
+        ".cells[].duration_s" => "[duration]",
+        ".cells[].baseline_provenance.date" => "[date]",
+    });
+}
+
+#[test]
+fn human_summary() {
+    let text = render(&HumanExporter, "mixed");
+    insta::with_settings!({filters => vec![
+        // The time column (just before the verdict) and the total.
+        (r"(\d+(\.\d+)? m?s|\d+m \d\ds|\d+h \d\dm)  (REGRESSION|FAILED|TIMED OUT|[a-z]+)", "[dur]  $3"),
+        (r"took .*", "took [duration]"),
+    ]}, {
+        insta::assert_snapshot!(text);
+    });
+}
