@@ -237,3 +237,22 @@ fn bench_env_prints_the_environment_as_json() {
         "{text}"
     );
 }
+
+#[test]
+fn a_grace_period_that_is_not_a_duration_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_matrix(tmp.path(), &["a"], &["ok"], "");
+    for bad in ["inf", "NaN"] {
+        let out = bench()
+            .arg("matrix")
+            .arg(&m)
+            .args(["--gpus", "0", "--kill-grace", bad, "--results-dir"])
+            .arg(tmp.path().join("results"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--kill-grace"), "{stderr}");
+    }
+    assert!(!tmp.path().join("results").exists());
+}

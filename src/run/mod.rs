@@ -46,20 +46,28 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    pub fn from_args(args: &MatrixArgs) -> RunConfig {
-        RunConfig {
+    /// Resolves `bench matrix` arguments; a grace period that is not a finite,
+    /// non-negative number of seconds is bad input.
+    pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
+        let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
+            CliError::bad_input(miette::miette!(
+                "--kill-grace {}: expected a non-negative number of seconds",
+                args.kill_grace
+            ))
+        })?;
+        Ok(RunConfig {
             results_dir: args.results_dir.clone(),
             run_id: args.run_id.clone(),
             resume: args.resume.clone(),
             fail_fast: args.fail_fast,
             max_fail: args.max_fail,
             gpus: args.gpus,
-            grace: Duration::from_secs_f64(args.kill_grace.max(0.0)),
+            grace,
             matrix: args.file.clone(),
             filters: args.filters.clone(),
             no_progress: args.no_progress,
             bench_exe: None,
-        }
+        })
     }
 }
 
@@ -140,7 +148,7 @@ pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome,
             "--launcher slurm is not built yet; run on this host with --launcher local"
         )));
     }
-    let config = RunConfig::from_args(args);
+    let config = RunConfig::from_args(args)?;
     let mut reporter = progress::for_stderr(config.no_progress);
     run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
 }
