@@ -99,6 +99,9 @@ pub struct MatrixArgs {
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// Seconds between SIGTERM and SIGKILL when a cell is stopped (timeout, Ctrl-C).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub kill_grace: f64,
 }
 
 #[derive(Debug, Args)]

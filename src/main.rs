@@ -9,9 +9,7 @@ fn main() {
     let cli = Cli::parse();
     let result: Result<i32, CliError> = match cli.command {
         Command::Matrix(args) if args.dry_run => bench::matrix::cmd::dry_run(&args),
-        Command::Matrix(_) => Err(CliError::internal(miette::miette!(
-            "running cells is not built yet; use --dry-run"
-        ))),
+        Command::Matrix(args) => bench::run::cmd(&args),
         Command::Schema => bench::matrix::cmd::schema(),
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
         Command::Baseline(args) => match &args.command {
@@ -21,9 +19,7 @@ fn main() {
             Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
             None => bench::report::report_command(&args),
         },
-        Command::Env(_) => Err(CliError::internal(miette::miette!(
-            "this command is not built yet"
-        ))),
+        Command::Env(args) => bench::env::cmd(&args),
     };
     let code = match result {
         Ok(code) => code,

@@ -1,0 +1,526 @@
+//! Environment capture: what a run ran on, captured once per run, and the hardware key
+//! that selects the baseline file (`h100-sxm-80gb`, `h200-141gb`, `mi300x-192gb`,
+//! `cpu-x86_64`).
+//!
+//! Every probe is best-effort: a missing tool (no `nvidia-smi`, no git) leaves its field
+//! empty instead of failing the run. The parsers are separate pure functions so they are
+//! tested against captured tool output. Also the `bench env` command.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cli::{EnvArgs, Format};
+use crate::error::CliError;
+use crate::results::Environment;
+
+/// Which GPU stack a host has; it decides the device-selection variable for workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vendor {
+    Nvidia,
+    Amd,
+}
+
+impl Vendor {
+    /// The variable that restricts a worker to its GPU slots.
+    pub fn visible_devices_var(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "CUDA_VISIBLE_DEVICES",
+            Vendor::Amd => "HIP_VISIBLE_DEVICES",
+        }
+    }
+}
+
+/// One GPU as the vendor tool reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpu {
+    pub name: String,
+    pub memory_mib: Option<u64>,
+    pub driver: Option<String>,
+}
+
+/// The GPUs this host offers to the runner.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GpuInventory {
+    pub vendor: Option<Vendor>,
+    pub gpus: Vec<Gpu>,
+    /// Device ids workers may use, in the numbering of the visible-devices variable
+    /// (e.g. `["0","1"]`, or `["2","3"]` when the runner itself was restricted to those).
+    pub ids: Vec<String>,
+    /// The driver's CUDA version (nvidia-smi header) or the ROCm version.
+    pub stack_version: Option<String>,
+}
+
+impl GpuInventory {
+    /// Probes `nvidia-smi`, then `rocm-smi`; an empty inventory when neither answers.
+    /// A visible-devices variable already set for `bench` narrows the ids to its list.
+    pub fn detect() -> GpuInventory {
+        let mut inv = if let Some(out) = run_tool(
+            "nvidia-smi",
+            &[
+                "--query-gpu=name,memory.total,driver_version",
+                "--format=csv,noheader,nounits",
+            ],
+        ) {
+            let gpus = parse_nvidia_query(&out);
+            let stack_version = run_tool("nvidia-smi", &[]).and_then(|h| parse_cuda_header(&h));
+            GpuInventory {
+                vendor: Some(Vendor::Nvidia),
+                ids: (0..gpus.len()).map(|i| i.to_string()).collect(),
+                gpus,
+                stack_version,
+            }
+        } else if let Some(out) = run_tool(
+            "rocm-smi",
+            &["--showproductname", "--showmeminfo", "vram", "--csv"],
+        ) {
+            let gpus = parse_rocm_csv(&out);
+            GpuInventory {
+                vendor: Some(Vendor::Amd),
+                ids: (0..gpus.len()).map(|i| i.to_string()).collect(),
+                gpus,
+                stack_version: std::fs::read_to_string("/opt/rocm/.info/version")
+                    .ok()
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty()),
+            }
+        } else {
+            GpuInventory::default()
+        };
+        if let Some(v) = inv.vendor {
+            if let Ok(list) = std::env::var(v.visible_devices_var()) {
+                let ids: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
+                inv.ids = ids;
+            }
+        }
+        inv
+    }
+
+    /// The inventory restricted to (or, on a host whose tools do not answer, forced to)
+    /// `n` GPUs, as `--gpus N` asks.
+    pub fn with_count(mut self, n: u32) -> GpuInventory {
+        let n = n as usize;
+        if n == 0 {
+            self.ids.clear();
+            return self;
+        }
+        if self.ids.len() >= n {
+            self.ids.truncate(n);
+        } else {
+            // The user says there are more GPUs than the tools showed (or no tool is
+            // installed); trust them and number the extra devices after the known ones.
+            let start = self.ids.len();
+            self.ids.extend((start..n).map(|i| i.to_string()));
+            self.vendor.get_or_insert(Vendor::Nvidia);
+        }
+        self
+    }
+}
+
+/// Runs a probe tool; its stdout when it exists and exits 0.
+fn run_tool(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Parses `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits`.
+pub fn parse_nvidia_query(out: &str) -> Vec<Gpu> {
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            Gpu {
+                name: f.first().copied().unwrap_or("").to_string(),
+                memory_mib: f.get(1).and_then(|m| m.parse().ok()),
+                driver: f.get(2).map(|d| d.to_string()).filter(|d| !d.is_empty()),
+            }
+        })
+        .collect()
+}
+
+/// Parses the `CUDA Version: 12.4` field of the plain `nvidia-smi` header.
+pub fn parse_cuda_header(out: &str) -> Option<String> {
+    let i = out.find("CUDA Version:")?;
+    out[i + "CUDA Version:".len()..]
+        .split_whitespace()
+        .next()
+        .map(String::from)
+}
+
+/// Parses `rocm-smi --showproductname --showmeminfo vram --csv`: a header row naming the
+/// columns, then one row per card.
+pub fn parse_rocm_csv(out: &str) -> Vec<Gpu> {
+    let mut lines = out
+        .lines()
+        .filter(|l| l.starts_with("device") || l.starts_with("card"));
+    let Some(header) = lines.next() else {
+        return vec![];
+    };
+    let cols: Vec<&str> = header.split(',').collect();
+    let col = |name: &str| cols.iter().position(|c| c.trim() == name);
+    let (series, total) = (col("Card Series"), col("VRAM Total Memory (B)"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Gpu {
+                name: series
+                    .and_then(|i| f.get(i))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_default(),
+                memory_mib: total
+                    .and_then(|i| f.get(i))
+                    .and_then(|b| b.trim().parse::<u64>().ok())
+                    .map(|b| b / (1024 * 1024)),
+                driver: None,
+            }
+        })
+        .collect()
+}
+
+/// The baseline key of a GPU: model, form factor when the name gives one, memory in GB,
+/// e.g. `NVIDIA H100 80GB HBM3` -> `h100-sxm-80gb`, `NVIDIA H200` with 143771 MiB ->
+/// `h200-141gb`, `AMD Instinct MI300X` with 196592 MiB -> `mi300x-192gb`.
+///
+/// Memory comes from an `NNGB` token in the name when there is one (the marketed size);
+/// otherwise it is the reported MiB rounded up to whole GiB, which gives the marketed
+/// figure for the HBM parts this tool targets (80, 141, 192).
+pub fn gpu_hardware_key(name: &str, memory_mib: Option<u64>) -> String {
+    let lower = name.to_ascii_lowercase();
+    let tokens: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .filter(|t| {
+            !matches!(
+                *t,
+                "nvidia" | "amd" | "instinct" | "tesla" | "geforce" | "radeon"
+            )
+        })
+        .collect();
+    let is_mem = |t: &str| t.ends_with("gb") && t[..t.len() - 2].parse::<u32>().is_ok();
+    let model = tokens
+        .iter()
+        .find(|t| {
+            !is_mem(t)
+                && t.chars().any(|c| c.is_ascii_digit())
+                && t.chars().any(|c| c.is_ascii_alphabetic())
+        })
+        .or(tokens.first())
+        .copied()
+        .unwrap_or("gpu");
+    let form = if tokens.iter().any(|t| t.starts_with("sxm")) {
+        Some("sxm")
+    } else if tokens.contains(&"pcie") {
+        Some("pcie")
+    } else if tokens.contains(&"nvl") {
+        Some("nvl")
+    } else if model == "h100" && tokens.iter().any(|t| t.starts_with("hbm")) {
+        // The SXM H100 reports itself as "H100 80GB HBM3"; the PCIe one says PCIe.
+        Some("sxm")
+    } else {
+        None
+    };
+    let mem_gb = tokens
+        .iter()
+        .find(|t| is_mem(t))
+        .map(|t| t[..t.len() - 2].to_string())
+        .or_else(|| memory_mib.map(|m| m.div_ceil(1024).to_string()));
+    let mut parts = vec![model.to_string()];
+    parts.extend(form.map(String::from));
+    parts.extend(mem_gb.map(|g| format!("{g}gb")));
+    parts.join("-")
+}
+
+/// The hardware key of a host: its first GPU's key, or `cpu-<arch>` without GPUs.
+pub fn hardware_key(inv: &GpuInventory) -> String {
+    match inv.gpus.first() {
+        Some(g) if !inv.ids.is_empty() => gpu_hardware_key(&g.name, g.memory_mib),
+        _ => format!("cpu-{}", std::env::consts::ARCH),
+    }
+}
+
+/// Versions of the libtorch this process loaded, read from the torch wheel it came from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TorchVersions {
+    pub torch: Option<String>,
+    pub cuda: Option<String>,
+    pub hip: Option<String>,
+    pub nccl: Option<String>,
+}
+
+/// Finds the loaded `libtorch_cpu.so` in /proc/self/maps (so the answer is the library
+/// actually in use, wherever it came from) and reads the wheel's `torch/version.py` (or a
+/// standalone archive's `build-version`) and the NCCL wheel's metadata beside it.
+pub fn torch_versions() -> TorchVersions {
+    let Some(lib) = loaded_library("libtorch_cpu") else {
+        return TorchVersions::default();
+    };
+    // <site-packages>/torch/lib/libtorch_cpu.so
+    let torch_dir = lib.parent().and_then(Path::parent);
+    let mut v = torch_dir
+        .and_then(|d| std::fs::read_to_string(d.join("version.py")).ok())
+        .map(|t| parse_torch_version_py(&t))
+        .unwrap_or_default();
+    if v.torch.is_none() {
+        // A standalone libtorch archive has `build-version` beside its lib/ instead.
+        v.torch = torch_dir
+            .and_then(|d| std::fs::read_to_string(d.join("build-version")).ok())
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+    }
+    if let Some(site) = torch_dir.and_then(Path::parent) {
+        v.nccl = nccl_wheel_version(site);
+    }
+    v
+}
+
+fn loaded_library(stem: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(stem))
+        })
+        .map(PathBuf::from)
+}
+
+/// Parses `__version__ = '2.11.0+cu128'`, `cuda = '12.8'`, `hip = None` from version.py.
+pub fn parse_torch_version_py(text: &str) -> TorchVersions {
+    let field = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            // Annotated assignments (`cuda: Optional[str] = '13.0'`) name the key first.
+            if k.split(':').next().map(str::trim) != Some(key) {
+                return None;
+            }
+            let v = v.trim().trim_matches(|c| c == '\'' || c == '"');
+            (v != "None" && !v.is_empty()).then(|| v.to_string())
+        })
+    };
+    TorchVersions {
+        torch: field("__version__"),
+        cuda: field("cuda"),
+        hip: field("hip"),
+        nccl: None,
+    }
+}
+
+/// The version of the `nvidia-nccl-cu*` wheel installed beside torch, from its
+/// `.dist-info` folder name.
+fn nccl_wheel_version(site: &Path) -> Option<String> {
+    std::fs::read_dir(site).ok()?.flatten().find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rest = name.strip_prefix("nvidia_nccl_cu")?;
+        let rest = rest.strip_suffix(".dist-info")?;
+        rest.split_once('-').map(|(_, v)| v.to_string())
+    })
+}
+
+/// The CPU model from /proc/cpuinfo, or the architecture when it does not say.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == "model name").then(|| v.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn os_description() -> String {
+    let pretty = std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("PRETTY_NAME=")
+                    .map(|v| v.trim_matches('"').to_string())
+            })
+        });
+    let kernel = nix::sys::utsname::uname()
+        .ok()
+        .map(|u| u.release().to_string_lossy().into_owned());
+    match (pretty, kernel) {
+        (Some(p), Some(k)) => format!("{p} (Linux {k})"),
+        (Some(p), None) => p,
+        (None, Some(k)) => format!("{} {k}", std::env::consts::OS),
+        (None, None) => std::env::consts::OS.to_string(),
+    }
+}
+
+/// The commit of the git work tree at `dir` and whether it has uncommitted changes.
+pub fn git_state(dir: &Path) -> (Option<String>, bool) {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty());
+    let dirty = commit.is_some()
+        && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    (commit, dirty)
+}
+
+/// Captures the environment of this host, with `inv` as the GPUs the run uses.
+pub fn capture(inv: &GpuInventory) -> Environment {
+    let torch = torch_versions();
+    let first = inv.gpus.first().filter(|_| !inv.ids.is_empty());
+    let (git_commit, git_dirty) = git_state(Path::new("."));
+    let nvidia = inv.vendor == Some(Vendor::Nvidia);
+    Environment {
+        gpu_model: first.map(|g| g.name.clone()).filter(|n| !n.is_empty()),
+        gpu_count: inv.ids.len() as u32,
+        gpu_memory_mib: first.and_then(|g| g.memory_mib),
+        driver: first.and_then(|g| g.driver.clone()),
+        // The CUDA libtorch was built with is what workers use; the driver's supported
+        // version is the fallback when no torch wheel is found.
+        cuda: torch
+            .cuda
+            .or_else(|| nvidia.then(|| inv.stack_version.clone()).flatten()),
+        rocm: torch.hip.or_else(|| {
+            (inv.vendor == Some(Vendor::Amd))
+                .then(|| inv.stack_version.clone())
+                .flatten()
+        }),
+        libtorch: torch.torch,
+        nccl: torch.nccl,
+        cpu: cpu_model(),
+        host: nix::unistd::gethostname()
+            .ok()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        os: os_description(),
+        git_commit,
+        git_dirty,
+        bench_version: env!("CARGO_PKG_VERSION").to_string(),
+        hardware_key: hardware_key(inv),
+    }
+}
+
+/// `bench env [--format json]`.
+pub fn cmd(args: &EnvArgs) -> Result<i32, CliError> {
+    let env = capture(&GpuInventory::detect());
+    match args.format {
+        Format::Json => {
+            let text = serde_json::to_string_pretty(&env)
+                .map_err(|e| CliError::internal(miette::miette!("cannot encode: {e}")))?;
+            println!("{text}");
+        }
+        Format::Human => {
+            let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "-".into());
+            println!("hardware key  {}", env.hardware_key);
+            println!(
+                "gpu           {} x {}{}",
+                env.gpu_count,
+                opt(&env.gpu_model),
+                env.gpu_memory_mib
+                    .map(|m| format!(" ({m} MiB)"))
+                    .unwrap_or_default()
+            );
+            println!("driver        {}", opt(&env.driver));
+            println!("cuda          {}", opt(&env.cuda));
+            println!("rocm          {}", opt(&env.rocm));
+            println!("libtorch      {}", opt(&env.libtorch));
+            println!("nccl          {}", opt(&env.nccl));
+            println!("cpu           {}", env.cpu);
+            println!("host          {}", env.host);
+            println!("os            {}", env.os);
+            println!(
+                "git           {}{}",
+                opt(&env.git_commit),
+                if env.git_dirty { " (dirty)" } else { "" }
+            );
+            println!("bench         {}", env.bench_version);
+        }
+    }
+    Ok(crate::error::exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_keys_of_known_parts() {
+        assert_eq!(
+            gpu_hardware_key("NVIDIA H100 80GB HBM3", Some(81559)),
+            "h100-sxm-80gb"
+        );
+        assert_eq!(gpu_hardware_key("NVIDIA H200", Some(143771)), "h200-141gb");
+        assert_eq!(
+            gpu_hardware_key("AMD Instinct MI300X", Some(196592)),
+            "mi300x-192gb"
+        );
+        assert_eq!(
+            gpu_hardware_key("NVIDIA A100-SXM4-40GB", Some(40960)),
+            "a100-sxm-40gb"
+        );
+        assert_eq!(
+            gpu_hardware_key("NVIDIA H100 PCIe", Some(81559)),
+            "h100-pcie-80gb"
+        );
+        assert_eq!(
+            hardware_key(&GpuInventory::default()),
+            format!("cpu-{}", std::env::consts::ARCH)
+        );
+    }
+
+    #[test]
+    fn parses_nvidia_smi_query_and_header() {
+        let out =
+            "NVIDIA H100 80GB HBM3, 81559, 550.54.15\nNVIDIA H100 80GB HBM3, 81559, 550.54.15\n";
+        let gpus = parse_nvidia_query(out);
+        assert_eq!(gpus.len(), 2);
+        assert_eq!(gpus[0].memory_mib, Some(81559));
+        assert_eq!(gpus[0].driver.as_deref(), Some("550.54.15"));
+        let header =
+            "| NVIDIA-SMI 550.54.15   Driver Version: 550.54.15   CUDA Version: 12.4     |";
+        assert_eq!(parse_cuda_header(header).as_deref(), Some("12.4"));
+    }
+
+    #[test]
+    fn parses_rocm_smi_csv() {
+        let out =
+            "device,Card Series,Card Model,VRAM Total Memory (B),VRAM Total Used Memory (B)\n\
+                   card0,AMD Instinct MI300X,0x74a1,206141652992,295567360\n";
+        let gpus = parse_rocm_csv(out);
+        assert_eq!(gpus.len(), 1);
+        assert_eq!(gpus[0].name, "AMD Instinct MI300X");
+        assert_eq!(
+            gpu_hardware_key(&gpus[0].name, gpus[0].memory_mib),
+            "mi300x-192gb"
+        );
+    }
+
+    #[test]
+    fn parses_torch_version_py() {
+        let v = parse_torch_version_py(
+            "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n",
+        );
+        assert_eq!(v.torch.as_deref(), Some("2.11.0+cu130"));
+        assert_eq!(v.cuda.as_deref(), Some("13.0"));
+        assert_eq!(v.hip, None);
+    }
+
+    #[test]
+    fn forced_gpu_count_numbers_devices() {
+        let inv = GpuInventory::default().with_count(2);
+        assert_eq!(inv.ids, vec!["0", "1"]);
+        assert_eq!(inv.vendor, Some(Vendor::Nvidia));
+        assert!(GpuInventory::default().with_count(0).ids.is_empty());
+    }
+}

@@ -1,0 +1,68 @@
+//! Runner events: what the scheduler tells reporters while a run goes on.
+//!
+//! The runner emits these and never looks at who listens; reporters (the progress bar,
+//! plain lines) consume them and never drive the run, as in cargo-nextest's reporter.
+
+use std::path::PathBuf;
+
+use crate::cell::CellId;
+use crate::results::Outcome;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    RunStarted {
+        run_id: String,
+        run_dir: PathBuf,
+        /// Cells in the expansion (not counting dropped ones).
+        total: usize,
+        /// Cells already finished in the run being resumed.
+        resumed: usize,
+        /// GPU slots of this host (0 on a CPU host, where cells run one at a time).
+        gpu_slots: usize,
+    },
+    CellStarted {
+        id: CellId,
+        /// The device ids the cell owns (empty on a CPU host).
+        devices: Vec<String>,
+    },
+    AttemptStarted {
+        id: CellId,
+        repeat: u32,
+        repeats: u32,
+        attempt: u32,
+    },
+    Step {
+        id: CellId,
+        repeat: u32,
+        step: u64,
+        steps: u32,
+        step_time_s: f64,
+    },
+    /// An attempt failed; `retrying` says whether another attempt follows.
+    AttemptFailed {
+        id: CellId,
+        repeat: u32,
+        attempt: u32,
+        reason: String,
+        retrying: bool,
+    },
+    CellFinished {
+        id: CellId,
+        outcome: Outcome,
+        flaky: bool,
+        duration_s: f64,
+        /// Median tokens/s of the cell, when measured.
+        tokens_per_s: Option<f64>,
+        /// True for cells kept from the run being resumed (not run again).
+        resumed: bool,
+    },
+    /// No new cell starts from here on (Ctrl-C, --fail-fast, --max-fail).
+    Stopping { reason: String },
+    RunFinished {
+        passed: usize,
+        failed: usize,
+        skipped: usize,
+        interrupted: bool,
+        duration_s: f64,
+    },
+}

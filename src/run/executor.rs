@@ -1,0 +1,422 @@
+//! The executor: runs one attempt of a cell (a [`LaunchPlan`]'s processes) to its end.
+//!
+//! Each process is started directly (no shell) in a process group of its own, so the
+//! terminal's Ctrl-C does not reach workers behind the runner's back and so the whole
+//! tree a worker starts can be signalled at once. At the timeout, on cancellation, or when
+//! one rank of a multi-process cell fails, every group gets SIGTERM, then SIGKILL after
+//! the grace period. When the processes have exited, their groups get SIGKILL anyway,
+//! which removes children a worker left behind: no orphans outlive an attempt.
+//!
+//! Every output line of both streams goes to the attempt's log file; lines that parse as
+//! worker [`Event`]s are collected for the results and passed to the caller as they come.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{LineWriter, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::launch::LaunchPlan;
+use crate::events::{ErrorKind, Event, StepEvent, SummaryEvent};
+
+/// How many trailing log lines an attempt keeps for its failure message.
+const TAIL_LINES: usize = 8;
+/// How long output is still read after the processes are gone (a descendant that left
+/// the process group may hold a pipe open; it must not hang the runner).
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// A request to stop running attempts, sent by the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cancel {
+    None,
+    /// SIGTERM, then SIGKILL after the grace period (first Ctrl-C).
+    Graceful,
+    /// SIGKILL now (second Ctrl-C).
+    Force,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Termination {
+    /// Every process exited with this code (the first failing rank's code when not 0).
+    Exited(i32),
+    /// A process died of this signal (not sent by the runner).
+    Signaled(i32),
+    /// The runner stopped it at the timeout.
+    TimedOut,
+    /// The runner stopped it on request (Ctrl-C).
+    Cancelled,
+    /// A process could not be started.
+    SpawnFailed(String),
+}
+
+/// Everything an attempt produced.
+#[derive(Debug, Clone)]
+pub struct AttemptOutput {
+    pub termination: Termination,
+    pub steps: Vec<StepEvent>,
+    pub summary: Option<SummaryEvent>,
+    pub notices: Vec<String>,
+    /// The last `error` event a worker printed.
+    pub error: Option<(ErrorKind, String)>,
+    /// The last lines of log text (not events), for failure messages.
+    pub tail: Vec<String>,
+    pub duration: Duration,
+    /// True when a stop needed SIGKILL: the processes outlived the grace period.
+    pub escalated: bool,
+    /// The log files written, one per process.
+    pub logs: Vec<PathBuf>,
+}
+
+/// Settings of one attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptSpec<'a> {
+    pub plan: &'a LaunchPlan,
+    pub timeout: Duration,
+    pub grace: Duration,
+    /// The log file without its `.log` extension; a multi-process plan adds `.rank<N>`.
+    pub log_stem: &'a Path,
+}
+
+fn log_path(stem: &Path, rank: u32, ranks: usize) -> PathBuf {
+    let mut s = stem.as_os_str().to_owned();
+    if ranks > 1 {
+        s.push(format!(".rank{rank}"));
+    }
+    s.push(".log");
+    PathBuf::from(s)
+}
+
+/// Sends `sig` to every process group; groups already empty are skipped silently.
+fn signal_groups(pgids: &[Pid], sig: Signal) {
+    for pg in pgids {
+        // ESRCH means the group is already empty, which is the goal.
+        let _ = killpg(*pg, sig);
+    }
+}
+
+/// Reads `stream` line by line into `tx`, tagged with the process index.
+fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
+    set: &mut JoinSet<()>,
+    index: usize,
+    stream: R,
+    tx: mpsc::UnboundedSender<(usize, String)>,
+) {
+    set.spawn(async move {
+        let mut reader = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    // Workers may print any bytes; the log keeps them as UTF-8 text.
+                    let line = String::from_utf8_lossy(&buf);
+                    let line = line.trim_end_matches(['\n', '\r']).to_string();
+                    if tx.send((index, line)).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Runs one attempt to its end. `on_event` sees each worker event as it is printed.
+pub async fn execute(
+    spec: AttemptSpec<'_>,
+    mut cancel: watch::Receiver<Cancel>,
+    mut on_event: impl FnMut(&Event),
+) -> AttemptOutput {
+    let started = Instant::now();
+    let n = spec.plan.procs.len();
+    let mut out = AttemptOutput {
+        termination: Termination::Exited(0),
+        steps: vec![],
+        summary: None,
+        notices: vec![],
+        error: None,
+        tail: vec![],
+        duration: Duration::ZERO,
+        escalated: false,
+        logs: vec![],
+    };
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut logs: Vec<Option<LineWriter<File>>> = Vec::with_capacity(n);
+    for p in &spec.plan.procs {
+        let path = log_path(spec.log_stem, p.rank, n);
+        logs.push(
+            path.parent()
+                .map(std::fs::create_dir_all)
+                .transpose()
+                .and_then(|_| File::create(&path))
+                .ok()
+                .map(LineWriter::new),
+        );
+        out.logs.push(path);
+    }
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, String)>();
+    let mut readers = JoinSet::new();
+    let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
+    let mut pgids: Vec<Pid> = Vec::with_capacity(n);
+    for (i, p) in spec.plan.procs.iter().enumerate() {
+        let mut cmd = tokio::process::Command::new(&p.program);
+        cmd.args(&p.args)
+            .envs(p.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A new group led by the worker: signals reach its whole tree.
+            .process_group(0)
+            .kill_on_drop(true);
+        match cmd.spawn() {
+            Ok(mut child) => {
+                if let Some(id) = child.id() {
+                    pgids.push(Pid::from_raw(id as i32));
+                }
+                if let Some(s) = child.stdout.take() {
+                    spawn_reader(&mut readers, i, s, tx.clone());
+                }
+                if let Some(s) = child.stderr.take() {
+                    spawn_reader(&mut readers, i, s, tx.clone());
+                }
+                waits.spawn(async move { (i, child.wait().await) });
+            }
+            Err(e) => {
+                let msg = format!("cannot start {}: {e}", p.program.display());
+                if let Some(Some(log)) = logs.get_mut(i) {
+                    let _ = writeln!(log, "bench: {msg}");
+                }
+                signal_groups(&pgids, Signal::SIGKILL);
+                out.termination = Termination::SpawnFailed(msg);
+                // The processes already started die with their groups; reap them.
+                while waits.join_next().await.is_some() {}
+                out.duration = started.elapsed();
+                return out;
+            }
+        }
+    }
+    drop(tx);
+
+    let mut handle_line = |i: usize, line: String, out: &mut AttemptOutput| {
+        if let Some(Some(log)) = logs.get_mut(i) {
+            let _ = writeln!(log, "{line}");
+        }
+        match Event::parse_line(&line) {
+            Some(ev) => {
+                on_event(&ev);
+                match ev {
+                    Event::Step(s) => out.steps.push(s),
+                    Event::Summary(s) => {
+                        // In a multi-rank cell each rank may summarise; rank 0's comes
+                        // first and is kept, the others add their memory figures.
+                        match &mut out.summary {
+                            None => out.summary = Some(s),
+                            Some(first) if i > 0 => {
+                                first.peak_mem_bytes.extend(s.peak_mem_bytes);
+                            }
+                            Some(first) => *first = s,
+                        }
+                    }
+                    Event::Notice { message } => out.notices.push(message),
+                    Event::Error { kind, message } => out.error = Some((kind, message)),
+                    Event::Start { .. } => {}
+                }
+            }
+            None => {
+                if !line.trim().is_empty() {
+                    if tail.len() == TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+            }
+        }
+    };
+
+    let deadline = tokio::time::sleep(spec.timeout);
+    tokio::pin!(deadline);
+    let grace = tokio::time::sleep(Duration::from_secs(u64::MAX / 4));
+    tokio::pin!(grace);
+    let mut terminating = false;
+    let mut killed = false;
+    let mut seen = Cancel::None;
+    let mut stopped_by: Option<Termination> = None;
+    let mut first_failure: Option<Termination> = None;
+    let mut remaining = n;
+    let mut lines_open = true;
+
+    while remaining > 0 {
+        tokio::select! {
+            msg = rx.recv(), if lines_open => match msg {
+                Some((i, line)) => handle_line(i, line, &mut out),
+                None => lines_open = false,
+            },
+            done = waits.join_next() => {
+                let Some(done) = done else { break };
+                remaining -= 1;
+                let status = match done {
+                    Ok((_, Ok(st))) => st,
+                    // Waiting failed (the runtime cannot observe the child): count it as
+                    // a crash so the attempt is retried rather than trusted.
+                    _ => ExitStatus::from_raw(1 << 8),
+                };
+                let t = match (status.code(), status.signal()) {
+                    (Some(c), _) => Termination::Exited(c),
+                    (None, Some(s)) => Termination::Signaled(s),
+                    (None, None) => Termination::Exited(-1),
+                };
+                if t != Termination::Exited(0) && first_failure.is_none() {
+                    first_failure = Some(t);
+                    // One failed rank brings the whole cell down (the others would hang
+                    // in their next collective).
+                    if remaining > 0 && !terminating {
+                        terminating = true;
+                        signal_groups(&pgids, Signal::SIGTERM);
+                        grace.as_mut().reset(tokio::time::Instant::now() + spec.grace);
+                    }
+                }
+            }
+            _ = &mut deadline, if stopped_by.is_none() => {
+                stopped_by = Some(Termination::TimedOut);
+                if !terminating {
+                    terminating = true;
+                    signal_groups(&pgids, Signal::SIGTERM);
+                    grace.as_mut().reset(tokio::time::Instant::now() + spec.grace);
+                }
+            }
+            c = cancel.wait_for(|c| *c > seen), if seen != Cancel::Force => {
+                // A closed channel means the scheduler is gone: stop at once.
+                let level = c.map(|r| *r).unwrap_or(Cancel::Force);
+                seen = level;
+                if stopped_by.is_none() {
+                    stopped_by = Some(Termination::Cancelled);
+                }
+                if level == Cancel::Force {
+                    killed = true;
+                    signal_groups(&pgids, Signal::SIGKILL);
+                } else if !terminating {
+                    terminating = true;
+                    signal_groups(&pgids, Signal::SIGTERM);
+                    grace.as_mut().reset(tokio::time::Instant::now() + spec.grace);
+                }
+            }
+            _ = &mut grace, if terminating && !killed => {
+                killed = true;
+                out.escalated = true;
+                signal_groups(&pgids, Signal::SIGKILL);
+            }
+        }
+    }
+    // Whatever the workers left in their groups dies with them.
+    signal_groups(&pgids, Signal::SIGKILL);
+    let drain = tokio::time::sleep(DRAIN_LIMIT);
+    tokio::pin!(drain);
+    while lines_open {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Some((i, line)) => handle_line(i, line, &mut out),
+                None => lines_open = false,
+            },
+            _ = &mut drain => break,
+        }
+    }
+    readers.abort_all();
+    out.termination = stopped_by
+        .or(first_failure)
+        .unwrap_or(Termination::Exited(0));
+    out.tail = tail.into_iter().collect();
+    out.duration = started.elapsed();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::launch::ProcSpec;
+
+    fn fake(args: &[&str], rank: u32) -> ProcSpec {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_worker.sh");
+        let mut a = vec![script.display().to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        ProcSpec {
+            program: "sh".into(),
+            args: a,
+            env: vec![("BENCH_CELL_ID".into(), format!("rank{rank}"))],
+            rank,
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    /// A multi-process cell (the shape issue 5's ranks take): when one rank crashes, the
+    /// others, even one that ignores SIGTERM, are brought down and each rank has its log.
+    #[test]
+    fn a_failing_rank_brings_down_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pidfile = tmp.path().join("pids");
+        let plan = LaunchPlan {
+            procs: vec![
+                fake(&["hang", pidfile.to_str().unwrap()], 0),
+                fake(&["crash-after", pidfile.to_str().unwrap()], 1),
+            ],
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_tx, rx) = watch::channel(Cancel::None);
+        let stem = tmp.path().join("logs/cell.r0");
+        let out = rt.block_on(execute(
+            AttemptSpec {
+                plan: &plan,
+                timeout: Duration::from_secs(600),
+                grace: Duration::from_millis(500),
+                log_stem: &stem,
+            },
+            rx,
+            |_| {},
+        ));
+        assert_eq!(out.termination, Termination::Exited(1));
+        assert!(out.escalated, "rank 0 ignores SIGTERM and needed SIGKILL");
+        assert_eq!(
+            out.logs,
+            vec![
+                tmp.path().join("logs/cell.r0.rank0.log"),
+                tmp.path().join("logs/cell.r0.rank1.log")
+            ]
+        );
+        let crash_log = std::fs::read_to_string(&out.logs[1]).unwrap();
+        assert!(crash_log.contains("segfault-like crash"));
+        // Rank 1 crashed only once rank 0 was ready; neither rank 0 nor its child survives.
+        let pids = std::fs::read_to_string(&pidfile).unwrap();
+        for pid in pids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let mut tries = 0;
+            while alive(pid) && tries < 100 {
+                std::thread::sleep(Duration::from_millis(50));
+                tries += 1;
+            }
+            assert!(!alive(pid), "rank-0 process {pid} survived");
+        }
+    }
+}

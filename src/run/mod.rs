@@ -1,0 +1,197 @@
+//! The runner: runs an expanded matrix's cells, each in its own process(es), and writes
+//! `results/<run-id>/results.json` after every cell.
+//!
+//! Stages: [`launch`] (a cell to command lines, no shell), [`executor`] (one attempt:
+//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`scheduler`] (GPU
+//! slots, repeats, retries, resume, fail-fast, Ctrl-C), [`events`] (what the runner
+//! tells reporters) and [`progress`] (the reporters: a bar on a terminal, plain lines in
+//! CI). The comparison with baselines and the report formats come after this stage.
+
+pub mod events;
+pub mod executor;
+pub mod launch;
+pub mod progress;
+pub mod scheduler;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::MatrixArgs;
+use crate::env::GpuInventory;
+use crate::error::{exit, CliError};
+use crate::matrix::Expansion;
+use crate::results::{Outcome, ResultsError, RunResults};
+
+/// Default time between SIGTERM and SIGKILL when a cell is stopped.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub results_dir: PathBuf,
+    pub run_id: Option<String>,
+    pub resume: Option<PathBuf>,
+    pub fail_fast: bool,
+    pub max_fail: Option<u32>,
+    /// `--gpus N`: use N GPUs (0: run on CPU); `None`: every GPU the tools show.
+    pub gpus: Option<u32>,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The matrix file, recorded in the results.
+    pub matrix: PathBuf,
+    pub filters: Vec<String>,
+    pub no_progress: bool,
+    /// Program for built-in cells (`bench worker`); `None`: this executable.
+    pub bench_exe: Option<PathBuf>,
+}
+
+impl RunConfig {
+    /// Resolves `bench matrix` arguments; a grace period that is not a finite,
+    /// non-negative number of seconds is bad input.
+    pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
+        let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
+            CliError::bad_input(miette::miette!(
+                "--kill-grace {}: expected a non-negative number of seconds",
+                args.kill_grace
+            ))
+        })?;
+        Ok(RunConfig {
+            results_dir: args.results_dir.clone(),
+            run_id: args.run_id.clone(),
+            resume: args.resume.clone(),
+            fail_fast: args.fail_fast,
+            max_fail: args.max_fail,
+            gpus: args.gpus,
+            grace,
+            matrix: args.file.clone(),
+            filters: args.filters.clone(),
+            no_progress: args.no_progress,
+            bench_exe: None,
+        })
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_dir: PathBuf,
+    pub results: RunResults,
+    /// Stopped by Ctrl-C or SIGTERM (exit 130).
+    pub interrupted: bool,
+}
+
+impl RunOutcome {
+    /// The exit code of the run alone (before baselines are compared): 130 when
+    /// interrupted, 1 when a cell failed or timed out, else 0.
+    pub fn exit_code(&self) -> i32 {
+        if self.interrupted {
+            exit::INTERRUPTED
+        } else if self
+            .results
+            .cells
+            .iter()
+            .any(|c| matches!(c.outcome, Outcome::Failed { .. } | Outcome::TimedOut { .. }))
+        {
+            exit::FAILED
+        } else {
+            exit::OK
+        }
+    }
+}
+
+/// Failures of the runner itself (a failing cell is a result, not an error).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Launch(#[from] launch::LaunchError),
+    #[error("{path}: cannot create the run directory: {source}")]
+    RunDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: a run with this id already exists; pass --resume {path} to continue it or choose another --run-id")]
+    Exists { path: PathBuf },
+    #[error("--resume: {0}")]
+    Resume(ResultsError),
+    #[error("--resume {path}: that run was measured on `{was}` but this host is `{now}`; results of different hardware cannot be mixed")]
+    HardwareChanged {
+        path: PathBuf,
+        was: String,
+        now: String,
+    },
+    #[error("{0}")]
+    Results(ResultsError),
+    #[error("runner: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl From<RunError> for CliError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Launch(launch::LaunchError::CurrentExe(_))
+            | RunError::RunDir { .. }
+            | RunError::Results(_)
+            | RunError::Runtime(_) => CliError::internal(miette::miette!("{e}")),
+            RunError::Launch(_)
+            | RunError::Exists { .. }
+            | RunError::Resume(_)
+            | RunError::HardwareChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
+        }
+    }
+}
+
+/// Runs `expansion` on this host as `bench matrix` asks, reporting progress on stderr.
+pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome, CliError> {
+    // Running Slurm cells locally would measure the wrong thing; refuse until it exists.
+    if args.launcher != crate::cli::Launcher::Local {
+        return Err(CliError::internal(miette::miette!(
+            "--launcher slurm is not built yet; run on this host with --launcher local"
+        )));
+    }
+    let config = RunConfig::from_args(args)?;
+    let mut reporter = progress::for_stderr(config.no_progress);
+    run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
+}
+
+/// Runs `expansion` with explicit settings and reporter (the library entry tests use).
+pub fn run_with(
+    config: &RunConfig,
+    expansion: Expansion,
+    reporter: &mut dyn progress::Reporter,
+) -> Result<RunOutcome, RunError> {
+    let mut inv = GpuInventory::detect();
+    if let Some(n) = config.gpus {
+        inv = inv.with_count(n);
+    }
+    let env = crate::env::capture(&inv);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    rt.block_on(scheduler::run(config, expansion, inv, env, reporter))
+}
+
+/// `bench matrix FILE` without `--dry-run`: load, run, then compare with the baselines and
+/// write the reports (`report::finish_run`).
+///
+/// Exit code: 130 when interrupted (the reports of the finished cells are still written);
+/// otherwise 1 when a cell failed, timed out or regressed, else 0.
+pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
+    let expansion = crate::matrix::cmd::load(args)?;
+    let outcome = run_matrix(args, expansion)?;
+    eprintln!(
+        "results: {}",
+        outcome.run_dir.join(RunResults::FILE).display()
+    );
+    let verdict = crate::report::finish_run(
+        &outcome.run_dir,
+        &outcome.results,
+        &args.baselines,
+        args.format,
+    )?;
+    Ok(if outcome.interrupted {
+        exit::INTERRUPTED
+    } else {
+        verdict.max(outcome.exit_code())
+    })
+}

@@ -1,0 +1,802 @@
+//! The scheduler: decides which cell runs when and on which GPUs, runs each cell's
+//! repeats and retries, and writes the results document after every cell.
+//!
+//! GPU slots: a cell needs `gpus` devices. On a host with GPUs, cells that fit the free
+//! slots start side by side (first fit in expansion order, so a small cell may pass a
+//! large one waiting for slots), each with the visible-devices variable set to its slots;
+//! a cell that needs more GPUs than the host has is skipped with a reason. On a host with
+//! no GPU, cells run one at a time on CPU, and a built-in cell that needs several GPUs is
+//! skipped (a `command` cell still runs: the command decides what a GPU count means).
+//!
+//! Failures: retries are only for infrastructure failures (spawn failure, death by a
+//! signal the runner did not send, a crash before the first step event); a success after
+//! a retry marks the cell flaky. Worker exit 3 (unsupported) skips the cell; 2 (bad
+//! input), 4 (out of memory) and 5 (NaN loss) fail it without retry. `--fail-fast` and
+//! `--max-fail N` stop new cells from starting (running cells finish). The first Ctrl-C
+//! (or SIGTERM) stops running cells gracefully and starts nothing new; a second one kills
+//! them at once. Finished cells are never lost: the document is saved after each one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use super::events::RunEvent;
+use super::executor::{self, AttemptOutput, AttemptSpec, Cancel, Termination};
+use super::launch::{self, AttemptCtx};
+use super::progress::Reporter;
+use super::{RunConfig, RunError, RunOutcome};
+use crate::cell::{Cell, CellId, Workload};
+use crate::env::GpuInventory;
+use crate::events::{ErrorKind, Event};
+use crate::matrix::Expansion;
+use crate::metrics::stats;
+use crate::results::{
+    Attempt, CellResult, DroppedCell, Environment, Metrics, Outcome, Repeat, RunResults,
+    SCHEMA_VERSION,
+};
+
+/// What the cell tasks share.
+struct Shared {
+    run_dir: PathBuf,
+    bench_exe: PathBuf,
+    grace: Duration,
+    /// The visible-devices variable of this host's GPUs; `None` on a host without GPU
+    /// tools. Every cell gets it set to its slots, which is empty under `--gpus 0` on a GPU
+    /// host: such a run is asked to stay on CPU, so workers must not see the GPUs.
+    devices_var: Option<String>,
+}
+
+/// How one attempt is judged.
+#[derive(Debug, Clone, PartialEq)]
+enum Verdict {
+    Ok,
+    /// Retried while retries remain.
+    Infra(String),
+    Failed(String),
+    Unsupported(String),
+    TimedOut,
+    Cancelled,
+}
+
+fn signal_name(sig: i32) -> String {
+    nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
+/// The worker's own words about a failure: its `error` event, else its last log line.
+fn detail(o: &AttemptOutput) -> String {
+    if let Some((_, msg)) = &o.error {
+        return msg.clone();
+    }
+    o.tail
+        .last()
+        .cloned()
+        .unwrap_or_else(|| "no output".to_string())
+}
+
+fn judge(o: &AttemptOutput) -> Verdict {
+    use crate::events::exit;
+    match &o.termination {
+        Termination::SpawnFailed(msg) => Verdict::Infra(msg.clone()),
+        Termination::TimedOut => Verdict::TimedOut,
+        Termination::Cancelled => Verdict::Cancelled,
+        Termination::Signaled(s) => Verdict::Infra(format!(
+            "killed by {} after {} step event(s): {}",
+            signal_name(*s),
+            o.steps.len(),
+            detail(o)
+        )),
+        Termination::Exited(0) => {
+            if o.steps.is_empty() && o.summary.is_none() {
+                Verdict::Failed(
+                    "exited 0 without printing any step or summary event (see its log)".into(),
+                )
+            } else {
+                Verdict::Ok
+            }
+        }
+        Termination::Exited(exit::UNSUPPORTED) => Verdict::Unsupported(detail(o)),
+        Termination::Exited(c @ (exit::BAD_INPUT | exit::OOM | exit::NAN_LOSS)) => {
+            let what = match *c {
+                exit::BAD_INPUT => ErrorKind::BadInput,
+                exit::OOM => ErrorKind::Oom,
+                _ => ErrorKind::NanLoss,
+            };
+            let label = match what {
+                ErrorKind::BadInput => "bad input",
+                ErrorKind::Oom => "out of memory",
+                _ => "loss became NaN",
+            };
+            Verdict::Failed(format!("{label} (exit {c}): {}", detail(o)))
+        }
+        Termination::Exited(c) if o.steps.is_empty() => Verdict::Infra(format!(
+            "crashed with exit code {c} before its first step: {}",
+            detail(o)
+        )),
+        Termination::Exited(c) => Verdict::Failed(format!(
+            "exited with code {c} after {} step event(s): {}",
+            o.steps.len(),
+            detail(o)
+        )),
+    }
+}
+
+/// Runs one cell: its repeats, each with retries for infrastructure failures.
+async fn run_cell(
+    cell: Cell,
+    devices: Vec<String>,
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<RunEvent>,
+    cancel: watch::Receiver<Cancel>,
+) -> CellResult {
+    let started = Instant::now();
+    let p = &cell.params;
+    let repeats_n = p.repeats.max(1);
+    // A timeout of 0 means no limit (a day is longer than any CI job).
+    let timeout = if p.timeout_s == 0 {
+        Duration::from_secs(86_400 * 365)
+    } else {
+        Duration::from_secs(p.timeout_s)
+    };
+    let mut attempts = Vec::new();
+    let mut repeats = Vec::new();
+    let mut logs = Vec::new();
+    let mut flaky = false;
+    let mut outcome: Option<Outcome> = None;
+    let visible = shared
+        .devices_var
+        .as_ref()
+        .map(|v| (v.clone(), devices.join(",")));
+
+    'repeats: for r in 0..repeats_n {
+        let mut attempt = 0u32;
+        loop {
+            if *cancel.borrow() != Cancel::None {
+                outcome = Some(Outcome::Skipped {
+                    reason: "the run was interrupted while this cell ran".into(),
+                });
+                break 'repeats;
+            }
+            let _ = tx.send(RunEvent::AttemptStarted {
+                id: cell.id.clone(),
+                repeat: r,
+                repeats: repeats_n,
+                attempt,
+            });
+            // A multi-rank cell needs a rendezvous port: a free one, or torchrun's default
+            // when the system will not name one.
+            let master_port = if launch::ranks(&cell) > 1 {
+                launch::free_port().unwrap_or(29500)
+            } else {
+                0
+            };
+            let ctx = AttemptCtx {
+                visible_devices: visible.clone(),
+                repeat: r,
+                attempt,
+                run_dir: shared.run_dir.clone(),
+                master_port,
+            };
+            let plan = match launch::plan(&cell, &ctx, &shared.bench_exe) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    outcome = Some(Outcome::Failed {
+                        reason: e.to_string(),
+                    });
+                    break 'repeats;
+                }
+            };
+            let mut stem = format!("{}.r{r}", cell.id);
+            if attempt > 0 {
+                stem.push_str(&format!(".a{attempt}"));
+            }
+            let log_stem = shared.run_dir.join("logs").join(stem);
+            let steps_total = p.steps;
+            let out = executor::execute(
+                AttemptSpec {
+                    plan: &plan,
+                    timeout,
+                    grace: shared.grace,
+                    log_stem: &log_stem,
+                },
+                cancel.clone(),
+                |ev| {
+                    if let Event::Step(s) = ev {
+                        let _ = tx.send(RunEvent::Step {
+                            id: cell.id.clone(),
+                            repeat: r,
+                            step: s.step,
+                            steps: steps_total,
+                            step_time_s: s.step_time_s,
+                        });
+                    }
+                },
+            )
+            .await;
+            logs.extend(
+                out.logs
+                    .iter()
+                    .map(|l| l.strip_prefix(&shared.run_dir).unwrap_or(l).to_path_buf()),
+            );
+            let verdict = judge(&out);
+            let out_escalated = out.escalated;
+            let error = match &verdict {
+                Verdict::Ok => None,
+                Verdict::Infra(m) | Verdict::Failed(m) | Verdict::Unsupported(m) => Some(m.clone()),
+                Verdict::TimedOut => Some(format!("timed out after {}s", p.timeout_s)),
+                Verdict::Cancelled => Some("interrupted".into()),
+            };
+            attempts.push(Attempt {
+                repeat: r,
+                attempt,
+                exit_code: match out.termination {
+                    Termination::Exited(c) => Some(c),
+                    _ => None,
+                },
+                duration_s: out.duration.as_secs_f64(),
+                error: error.clone(),
+            });
+            let retry = matches!(verdict, Verdict::Infra(_)) && attempt < p.retries;
+            // A skip (unsupported) or a stop on request is said once, by the cell's outcome.
+            let noteworthy = !matches!(verdict, Verdict::Cancelled | Verdict::Unsupported(_));
+            if let Some(reason) = error.filter(|_| noteworthy) {
+                let _ = tx.send(RunEvent::AttemptFailed {
+                    id: cell.id.clone(),
+                    repeat: r,
+                    attempt,
+                    reason,
+                    retrying: retry,
+                });
+            }
+            match verdict {
+                Verdict::Ok => {
+                    flaky |= attempt > 0;
+                    repeats.push(Repeat {
+                        steps: out.steps,
+                        summary: out.summary.unwrap_or_default(),
+                        notices: out.notices,
+                    });
+                    break;
+                }
+                Verdict::Infra(_) if retry => attempt += 1,
+                Verdict::Infra(m) => {
+                    outcome = Some(Outcome::Failed {
+                        reason: format!(
+                            "infrastructure failure in {} attempt(s): {m}",
+                            attempt + 1
+                        ),
+                    });
+                    break 'repeats;
+                }
+                Verdict::Failed(m) => {
+                    outcome = Some(Outcome::Failed { reason: m });
+                    break 'repeats;
+                }
+                Verdict::Unsupported(m) => {
+                    outcome = Some(Outcome::Skipped {
+                        reason: format!("unsupported here: {m}"),
+                    });
+                    break 'repeats;
+                }
+                Verdict::TimedOut => {
+                    outcome = Some(Outcome::TimedOut {
+                        reason: if out_escalated {
+                            format!(
+                                "repeat {r} ran past its {}s timeout; its process group got SIGTERM, and SIGKILL after the {}s grace period",
+                                p.timeout_s,
+                                shared.grace.as_secs_f64()
+                            )
+                        } else {
+                            format!(
+                                "repeat {r} ran past its {}s timeout; its process group stopped on SIGTERM",
+                                p.timeout_s
+                            )
+                        },
+                    });
+                    break 'repeats;
+                }
+                Verdict::Cancelled => {
+                    outcome = Some(Outcome::Skipped {
+                        reason: "the run was interrupted while this cell ran".into(),
+                    });
+                    break 'repeats;
+                }
+            }
+        }
+    }
+    let outcome = outcome.unwrap_or(Outcome::Passed);
+    let metrics = if outcome == Outcome::Passed {
+        stats::cell_metrics(&cell.params, cell.gpus(), &repeats)
+    } else {
+        Metrics::new()
+    };
+    CellResult {
+        id: cell.id,
+        values: cell.values,
+        params: cell.params,
+        outcome,
+        flaky,
+        attempts,
+        repeats,
+        metrics,
+        logs,
+        duration_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// A cell that did not run, with why.
+fn skipped(cell: &Cell, reason: String) -> CellResult {
+    CellResult {
+        id: cell.id.clone(),
+        values: cell.values.clone(),
+        params: cell.params.clone(),
+        outcome: Outcome::Skipped { reason },
+        flaky: false,
+        attempts: vec![],
+        repeats: vec![],
+        metrics: Metrics::new(),
+        logs: vec![],
+        duration_s: 0.0,
+    }
+}
+
+/// Whether a resumed run keeps a cell's earlier result instead of running it again.
+fn is_finished(o: &Outcome) -> bool {
+    matches!(
+        o,
+        Outcome::Passed | Outcome::Failed { .. } | Outcome::TimedOut { .. }
+    )
+}
+
+fn is_failure(o: &Outcome) -> bool {
+    matches!(o, Outcome::Failed { .. } | Outcome::TimedOut { .. })
+}
+
+/// Why a cell cannot run on this host at all, if it cannot.
+pub fn unschedulable(cell: &Cell, gpu_slots: usize) -> Option<String> {
+    let need = cell.gpus() as usize;
+    if gpu_slots > 0 {
+        (need > gpu_slots).then(|| format!("needs {need} GPUs; this host offers {gpu_slots}"))
+    } else {
+        (need > 1 && cell.params.workload == Workload::Builtin).then(|| {
+            format!("needs {need} GPUs; this host has none (cells run one at a time on CPU here)")
+        })
+    }
+}
+
+/// UTC now as `20261122T134501Z`.
+fn timestamp_id() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    now.format(&fmt).unwrap_or_else(|_| "run".to_string())
+}
+
+/// UTC now in RFC 3339.
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// The run directory and the document to continue: a fresh one, or the one resumed.
+fn open_run(
+    config: &RunConfig,
+    expansion: &Expansion,
+    env: &Environment,
+) -> Result<(PathBuf, RunResults), RunError> {
+    if let Some(dir) = &config.resume {
+        let mut doc = RunResults::load(dir).map_err(RunError::Resume)?;
+        if doc.environment.hardware_key != env.hardware_key {
+            return Err(RunError::HardwareChanged {
+                path: dir.clone(),
+                was: doc.environment.hardware_key.clone(),
+                now: env.hardware_key.clone(),
+            });
+        }
+        let dir = if dir.is_dir() {
+            dir.clone()
+        } else {
+            dir.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        doc.environment = env.clone();
+        doc.interrupted = false;
+        doc.finished_at = None;
+        return Ok((dir, doc));
+    }
+    let (run_id, dir) = match &config.run_id {
+        Some(id) => {
+            let dir = config.results_dir.join(id);
+            if dir.join(RunResults::FILE).exists() {
+                return Err(RunError::Exists { path: dir });
+            }
+            (id.clone(), dir)
+        }
+        None => {
+            // Two runs started in the same second get distinct folders.
+            let base = timestamp_id();
+            let mut id = base.clone();
+            let mut n = 2;
+            while config.results_dir.join(&id).exists() {
+                id = format!("{base}-{n}");
+                n += 1;
+            }
+            let dir = config.results_dir.join(&id);
+            (id, dir)
+        }
+    };
+    let doc = RunResults {
+        schema_version: SCHEMA_VERSION,
+        run_id,
+        matrix: config.matrix.clone(),
+        matrix_name: expansion.name.clone(),
+        filters: config.filters.clone(),
+        started_at: now_rfc3339(),
+        finished_at: None,
+        interrupted: false,
+        environment: env.clone(),
+        cells: vec![],
+        dropped: vec![],
+    };
+    Ok((dir, doc))
+}
+
+/// The results being built: the document's header plus one slot per expansion cell.
+struct Book {
+    dir: PathBuf,
+    doc: RunResults,
+    slots: Vec<Option<CellResult>>,
+    /// Cells of a resumed run that the current expansion no longer has: kept, not run.
+    others: Vec<CellResult>,
+}
+
+impl Book {
+    fn save(&mut self) -> Result<(), RunError> {
+        self.doc.cells = self
+            .slots
+            .iter()
+            .flatten()
+            .chain(self.others.iter())
+            .cloned()
+            .collect();
+        self.doc.save_atomic(&self.dir).map_err(RunError::Results)
+    }
+}
+
+/// Runs the expansion's cells and writes the results document (see the module docs).
+pub async fn run(
+    config: &RunConfig,
+    expansion: Expansion,
+    inv: GpuInventory,
+    env: Environment,
+    reporter: &mut dyn Reporter,
+) -> Result<RunOutcome, RunError> {
+    let run_started = Instant::now();
+    let bench_exe = match &config.bench_exe {
+        Some(p) => p.clone(),
+        None => {
+            std::env::current_exe().map_err(|e| launch::LaunchError::CurrentExe(e.to_string()))?
+        }
+    };
+    // Bad templates are bad input: refuse the run before anything starts or is written.
+    for cell in &expansion.cells {
+        launch::plan(cell, &AttemptCtx::default(), &bench_exe)?;
+    }
+    let (dir, mut doc) = open_run(config, &expansion, &env)?;
+    std::fs::create_dir_all(dir.join("logs")).map_err(|source| RunError::RunDir {
+        path: dir.clone(),
+        source,
+    })?;
+    doc.dropped = expansion
+        .dropped
+        .iter()
+        .map(|d| DroppedCell {
+            id: d.cell.id.clone(),
+            values: d.cell.values.clone(),
+            by: d.by.clone(),
+            reason: d.reason.clone(),
+        })
+        .collect();
+
+    let cells = expansion.cells;
+    let mut prior: HashMap<CellId, CellResult> = std::mem::take(&mut doc.cells)
+        .into_iter()
+        .map(|c| (c.id.clone(), c))
+        .collect();
+    let mut book = Book {
+        dir: dir.clone(),
+        doc,
+        slots: vec![None; cells.len()],
+        others: vec![],
+    };
+    let gpu_slots = inv.ids.len();
+    let mut pending: Vec<usize> = Vec::new();
+    let mut resumed = 0;
+    for (i, cell) in cells.iter().enumerate() {
+        match prior.remove(&cell.id) {
+            Some(r) if is_finished(&r.outcome) => {
+                book.slots[i] = Some(r);
+                resumed += 1;
+            }
+            _ => pending.push(i),
+        }
+    }
+    book.others = prior.into_values().collect();
+    book.others.sort_by(|a, b| a.id.cmp(&b.id));
+
+    reporter.on_event(&RunEvent::RunStarted {
+        run_id: book.doc.run_id.clone(),
+        run_dir: dir.clone(),
+        total: cells.len(),
+        resumed,
+        gpu_slots,
+    });
+    for slot in book.slots.iter().flatten() {
+        finish(reporter, slot, true);
+    }
+    book.save()?;
+
+    // Cells this host can never run are settled before anything starts.
+    let mut runnable = Vec::with_capacity(pending.len());
+    for i in pending {
+        match unschedulable(&cells[i], gpu_slots) {
+            Some(reason) => {
+                let r = skipped(&cells[i], reason);
+                finish(reporter, &r, false);
+                book.slots[i] = Some(r);
+                book.save()?;
+            }
+            None => runnable.push(i),
+        }
+    }
+    let mut pending = runnable;
+
+    let shared = Arc::new(Shared {
+        run_dir: dir.clone(),
+        bench_exe,
+        grace: config.grace,
+        devices_var: inv.vendor.map(|v| v.visible_devices_var().to_string()),
+    });
+    // Slots are indices into `inv.ids`; a CPU host has one slot, so one cell at a time.
+    let capacity = gpu_slots.max(1);
+    let mut free: BTreeSet<usize> = (0..capacity).collect();
+    let (cancel_tx, cancel_rx) = watch::channel(Cancel::None);
+    let (tx, mut rx) = mpsc::unbounded_channel::<RunEvent>();
+    let mut running: JoinSet<(usize, Vec<usize>, CellResult)> = JoinSet::new();
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Runtime)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Runtime)?;
+    let mut stop: Option<String> = None;
+    let mut interrupted = false;
+    let mut failures = 0u32;
+
+    loop {
+        if stop.is_none() {
+            // First fit in expansion order.
+            let mut k = 0;
+            while k < pending.len() {
+                let i = pending[k];
+                let need = if gpu_slots > 0 {
+                    cells[i].gpus() as usize
+                } else {
+                    1
+                };
+                if free.len() >= need {
+                    pending.remove(k);
+                    let taken: Vec<usize> = free.iter().copied().take(need).collect();
+                    for t in &taken {
+                        free.remove(t);
+                    }
+                    let devices: Vec<String> = if gpu_slots > 0 {
+                        taken.iter().map(|t| inv.ids[*t].clone()).collect()
+                    } else {
+                        vec![]
+                    };
+                    reporter.on_event(&RunEvent::CellStarted {
+                        id: cells[i].id.clone(),
+                        devices: devices.clone(),
+                    });
+                    let fut = run_cell(
+                        cells[i].clone(),
+                        devices,
+                        shared.clone(),
+                        tx.clone(),
+                        cancel_rx.clone(),
+                    );
+                    running.spawn(async move { (i, taken, fut.await) });
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        if running.is_empty() && (pending.is_empty() || stop.is_some()) {
+            break;
+        }
+        tokio::select! {
+            Some(ev) = rx.recv() => reporter.on_event(&ev),
+            done = running.join_next() => {
+                let Some(done) = done else { continue };
+                while let Ok(ev) = rx.try_recv() {
+                    reporter.on_event(&ev);
+                }
+                let (i, taken, result) = done.map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
+                free.extend(taken);
+                if is_failure(&result.outcome) {
+                    failures += 1;
+                }
+                finish(reporter, &result, false);
+                book.slots[i] = Some(result);
+                book.save()?;
+                if stop.is_none() {
+                    let limit = if config.fail_fast { Some(1) } else { config.max_fail };
+                    if let Some(n) = limit.filter(|n| failures >= (*n).max(1)) {
+                        let why = format!("{failures} failed cell(s) reached the limit of {n}{}", if config.fail_fast { " (--fail-fast)" } else { " (--max-fail)" });
+                        reporter.on_event(&RunEvent::Stopping { reason: why.clone() });
+                        stop = Some(why);
+                    }
+                }
+            }
+            _ = sigint.recv() => on_signal(&cancel_tx, &mut stop, &mut interrupted, reporter),
+            _ = sigterm.recv() => on_signal(&cancel_tx, &mut stop, &mut interrupted, reporter),
+        }
+    }
+    while let Ok(ev) = rx.try_recv() {
+        reporter.on_event(&ev);
+    }
+    if let Some(why) = &stop {
+        for i in pending {
+            let r = skipped(&cells[i], format!("not run: {why}"));
+            finish(reporter, &r, false);
+            book.slots[i] = Some(r);
+        }
+    }
+    book.doc.interrupted = stop.is_some();
+    book.doc.finished_at = Some(now_rfc3339());
+    book.save()?;
+
+    let (mut passed, mut failed, mut skipped_n) = (0, 0, 0);
+    for r in book.slots.iter().flatten() {
+        match r.outcome {
+            Outcome::Passed => passed += 1,
+            Outcome::Failed { .. } | Outcome::TimedOut { .. } => failed += 1,
+            Outcome::Skipped { .. } => skipped_n += 1,
+        }
+    }
+    reporter.on_event(&RunEvent::RunFinished {
+        passed,
+        failed,
+        skipped: skipped_n,
+        interrupted,
+        duration_s: run_started.elapsed().as_secs_f64(),
+    });
+    Ok(RunOutcome {
+        run_dir: dir,
+        results: book.doc,
+        interrupted,
+    })
+}
+
+fn finish(reporter: &mut dyn Reporter, r: &CellResult, resumed: bool) {
+    reporter.on_event(&RunEvent::CellFinished {
+        id: r.id.clone(),
+        outcome: r.outcome.clone(),
+        flaky: r.flaky,
+        duration_s: r.duration_s,
+        tokens_per_s: r.metrics.get("tokens_per_s").map(|m| m.value),
+        resumed,
+    });
+}
+
+/// The first Ctrl-C/SIGTERM stops gracefully; a second one kills running cells now.
+fn on_signal(
+    cancel: &watch::Sender<Cancel>,
+    stop: &mut Option<String>,
+    interrupted: &mut bool,
+    reporter: &mut dyn Reporter,
+) {
+    if *interrupted {
+        let _ = cancel.send(Cancel::Force);
+        reporter.on_event(&RunEvent::Stopping {
+            reason: "interrupted again: killing running cells now".into(),
+        });
+        return;
+    }
+    *interrupted = true;
+    let why = "interrupted (Ctrl-C): stopping running cells, keeping finished ones".to_string();
+    let _ = cancel.send(Cancel::Graceful);
+    reporter.on_event(&RunEvent::Stopping {
+        reason: why.clone(),
+    });
+    *stop = Some("the run was interrupted before this cell started".into());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{Params, Value};
+    use indexmap::IndexMap;
+
+    fn cell(gpus: i64, workload: Workload) -> Cell {
+        let mut values = IndexMap::new();
+        values.insert("gpus".to_string(), Value::Int(gpus));
+        Cell {
+            id: CellId::from_values(&values),
+            values,
+            params: Params {
+                workload,
+                ..Params::default()
+            },
+        }
+    }
+
+    #[test]
+    fn cells_larger_than_the_host_are_unschedulable() {
+        assert!(unschedulable(&cell(8, Workload::Builtin), 8).is_none());
+        let why = unschedulable(&cell(16, Workload::Builtin), 8).unwrap();
+        assert!(
+            why.contains("needs 16 GPUs") && why.contains("offers 8"),
+            "{why}"
+        );
+        // CPU host: one-rank cells and command cells run; multi-GPU built-in cells do not.
+        assert!(unschedulable(&cell(1, Workload::Builtin), 0).is_none());
+        assert!(unschedulable(&cell(2, Workload::Builtin), 0).is_some());
+        let cmd = Workload::Command {
+            argv: vec!["true".into()],
+            env: Default::default(),
+        };
+        assert!(unschedulable(&cell(2, cmd), 0).is_none());
+    }
+
+    fn output(t: Termination, steps: usize) -> AttemptOutput {
+        AttemptOutput {
+            termination: t,
+            steps: (0..steps)
+                .map(|i| crate::events::StepEvent {
+                    step: i as u64,
+                    step_time_s: 0.1,
+                    tokens: 1,
+                    loss: 1.0,
+                    warmup: None,
+                    rank: None,
+                })
+                .collect(),
+            summary: None,
+            notices: vec![],
+            error: None,
+            tail: vec!["last words".into()],
+            duration: Duration::ZERO,
+            escalated: false,
+            logs: vec![],
+        }
+    }
+
+    #[test]
+    fn attempts_are_judged_by_exit_code_and_progress() {
+        use Termination::*;
+        assert_eq!(judge(&output(Exited(0), 3)), Verdict::Ok);
+        assert!(matches!(judge(&output(Exited(0), 0)), Verdict::Failed(_)));
+        assert_eq!(
+            judge(&output(Exited(3), 0)),
+            Verdict::Unsupported("last words".into())
+        );
+        for c in [2, 4, 5] {
+            assert!(
+                matches!(judge(&output(Exited(c), 0)), Verdict::Failed(_)),
+                "{c}"
+            );
+        }
+        // A crash before any step is infrastructure (retried); after steps it is the cell's.
+        assert!(matches!(judge(&output(Exited(1), 0)), Verdict::Infra(_)));
+        assert!(matches!(judge(&output(Exited(1), 2)), Verdict::Failed(_)));
+        assert!(matches!(judge(&output(Signaled(9), 2)), Verdict::Infra(_)));
+        assert!(matches!(
+            judge(&output(SpawnFailed("x".into()), 0)),
+            Verdict::Infra(_)
+        ));
+        assert_eq!(judge(&output(TimedOut, 1)), Verdict::TimedOut);
+    }
+}

@@ -1,0 +1,114 @@
+//! Helpers for the runner's integration tests: hand-built cells whose workload is the
+//! fake worker in tests/fixtures, started through `Workload::Command` (no shell).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bench::cell::{Cell, CellId, Params, Value, Workload};
+use bench::matrix::{Dropped, Expansion};
+use bench::run::progress::LineReporter;
+use bench::run::{run_with, RunConfig, RunError, RunOutcome};
+use indexmap::IndexMap;
+
+pub fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_worker.sh")
+}
+
+/// A cell named `name` whose workload is `sh fake_worker.sh ARGS...` (ARGS may hold
+/// `{placeholders}`), with 5 steps of which 1 is warm-up.
+pub fn cell(name: &str, args: &[&str]) -> Cell {
+    let mut values = IndexMap::new();
+    values.insert("model".to_string(), Value::Str(name.to_string()));
+    let mut argv = vec!["sh".to_string(), fixture().display().to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    Cell {
+        id: CellId::from_values(&values),
+        values,
+        params: Params {
+            steps: 5,
+            warmup: 1,
+            seq_len: 256,
+            micro_batch: 4,
+            global_batch: 4,
+            timeout_s: 60,
+            retries: 0,
+            workload: Workload::Command {
+                argv,
+                env: Default::default(),
+            },
+            ..Params::default()
+        },
+    }
+}
+
+pub fn expansion(cells: Vec<Cell>) -> Expansion {
+    Expansion {
+        name: "runner-test".into(),
+        file: "tests/runner.yaml".into(),
+        spec: Default::default(),
+        combinations: cells.len(),
+        cells,
+        dropped: vec![],
+        warnings: vec![],
+        vocab: Default::default(),
+    }
+}
+
+pub fn expansion_with_dropped(cells: Vec<Cell>, dropped: Vec<Dropped>) -> Expansion {
+    Expansion {
+        dropped,
+        ..expansion(cells)
+    }
+}
+
+/// Settings for a CPU run (`--gpus 0`) into `results`, with a 1 s grace period.
+pub fn config(results: &Path) -> RunConfig {
+    RunConfig {
+        results_dir: results.to_path_buf(),
+        run_id: Some("test-run".into()),
+        resume: None,
+        fail_fast: false,
+        max_fail: None,
+        gpus: Some(0),
+        grace: Duration::from_secs(1),
+        matrix: "tests/runner.yaml".into(),
+        filters: vec![],
+        no_progress: true,
+        bench_exe: None,
+    }
+}
+
+/// Runs and returns the outcome and the plain progress lines.
+pub fn run(config: &RunConfig, exp: Expansion) -> (Result<RunOutcome, RunError>, String) {
+    let mut buf = Vec::new();
+    let res = {
+        let mut rep = LineReporter::new(&mut buf);
+        run_with(config, exp, &mut rep)
+    };
+    (res, String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Whether process `pid` no longer runs (absent, or a zombie nobody reaped yet: a
+/// container's init may not reap re-parented children).
+pub fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits (bounded) until `pid` is gone; SIGKILL takes effect asynchronously.
+pub fn wait_gone(pid: i32) -> bool {
+    for _ in 0..100 {
+        if gone(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    gone(pid)
+}

@@ -1,0 +1,258 @@
+//! `bench matrix FILE` (without --dry-run) end to end: the built binary, a real matrix file
+//! whose cells run the fake worker (tests/fixtures/fake_worker.sh) as a `command` workload.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bench::results::{Outcome, RunResults};
+use common::fixture;
+
+fn bench() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    // Hermetic: plain progress, and no appending to a CI job summary.
+    c.env_remove("CI").env_remove("GITHUB_STEP_SUMMARY");
+    c
+}
+
+/// A matrix of cells `model: [names...]`, each running `fake_worker.sh <mode args>`.
+fn write_matrix(dir: &Path, models: &[&str], args: &[&str], extra: &str) -> std::path::PathBuf {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let models: Vec<String> = models.iter().map(|m| quote(m)).collect();
+    let mut argv = vec![quote("sh"), quote(&fixture().display().to_string())];
+    argv.extend(args.iter().map(|a| quote(a)));
+    let text = format!(
+        "name: runner-cli\naxes:\n  model: [{}]\ndefaults:\n  steps: 5\n  warmup: 1\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [{}]\n    env: {{RECORD: {}}}\n{extra}",
+        models.join(", "),
+        argv.join(", "),
+        quote(&dir.join("record").display().to_string()),
+    );
+    let path = dir.join("matrix.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn cell<'a>(r: &'a RunResults, id: &str) -> &'a bench::results::CellResult {
+    r.cells.iter().find(|c| c.id.as_str() == id).unwrap()
+}
+
+#[test]
+fn runs_a_matrix_and_writes_results_and_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_matrix(tmp.path(), &["a", "b"], &["ok"], "");
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .args([
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "r1",
+            "--results-dir",
+        ])
+        .arg(tmp.path().join("results"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("[2/2] PASS"), "{stderr}");
+    let dir = tmp.path().join("results/r1");
+    let r = RunResults::load(&dir).unwrap();
+    assert_eq!(r.matrix_name, "runner-cli");
+    assert_eq!(r.cells.len(), 2);
+    assert_eq!(cell(&r, "a").outcome, Outcome::Passed);
+    assert_eq!(cell(&r, "a").metrics["tokens_per_s"].value, 2048.0);
+    let log = std::fs::read_to_string(dir.join("logs/a.r0.log")).unwrap();
+    assert!(log.contains("starting fake training") && log.contains("\"event\":\"summary\""));
+    // The reports follow the run: no baseline yet, so every cell is new (exit 0).
+    for report in ["junit.xml", "summary.md", "report.json"] {
+        assert!(dir.join(report).exists(), "{report}");
+    }
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
+    assert!(junit.contains("name=\"a\""), "{junit}");
+}
+
+#[test]
+fn shell_injection_value_in_a_matrix_file_is_one_literal_argument() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pwned = tmp.path().join("pwned");
+    let evil = format!("x; touch {}", pwned.display());
+    let evil2 = format!("$(touch {})", pwned.display());
+    let argsfile = tmp.path().join("args");
+    let m = write_matrix(
+        tmp.path(),
+        &[&evil, &evil2],
+        &["args", argsfile.to_str().unwrap(), "{model}"],
+        "",
+    );
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .args(["--gpus", "0", "--no-progress", "--results-dir"])
+        .arg(tmp.path().join("results"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The second cell overwrote the file with its own single argument.
+    assert_eq!(
+        std::fs::read_to_string(&argsfile).unwrap(),
+        format!("{evil2}\n")
+    );
+    assert!(!pwned.exists(), "a matrix value was executed by a shell");
+}
+
+#[test]
+fn unknown_placeholder_exits_2_naming_cell_and_placeholder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_matrix(tmp.path(), &["a"], &["ok", "{sequence_length}"], "");
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .args(["--gpus", "0", "--no-progress", "--results-dir"])
+        .arg(tmp.path().join("results"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cell a") && stderr.contains("{sequence_length}"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("slow-ran");
+    let started = tmp.path().join("slow-started");
+    // `first` is quick; `slow` hangs the first time it runs; `last` never starts then.
+    let extra = format!(
+        "overrides:\n  model:\n    slow: {{workload: {{kind: command, argv: [sh, '{}', slow-once, '{}', '{}'], env: {{RECORD: '{}'}}}}}}\n",
+        fixture().display(),
+        marker.display(),
+        started.display(),
+        tmp.path().join("record").display()
+    );
+    let m = write_matrix(tmp.path(), &["first", "slow", "last"], &["ok"], &extra);
+    let results = tmp.path().join("results");
+    let child = bench()
+        .arg("matrix")
+        .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .args([
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "r1",
+            "--kill-grace",
+            "5",
+        ])
+        .arg("--results-dir")
+        .arg(&results)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut waited = 0;
+    while !started.exists() {
+        assert!(waited < 1200, "the slow cell never started");
+        std::thread::sleep(Duration::from_millis(50));
+        waited += 1;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let dir = results.join("r1");
+    let r = RunResults::load(&dir).unwrap();
+    assert!(r.interrupted);
+    assert_eq!(cell(&r, "first").outcome, Outcome::Passed);
+    assert!(matches!(cell(&r, "slow").outcome, Outcome::Skipped { .. }));
+    assert!(matches!(cell(&r, "last").outcome, Outcome::Skipped { .. }));
+
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .args(["--gpus", "0", "--no-progress", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let r = RunResults::load(&dir).unwrap();
+    assert!(!r.interrupted);
+    for id in ["first", "slow", "last"] {
+        assert_eq!(cell(&r, id).outcome, Outcome::Passed, "{id}");
+    }
+    let record = std::fs::read_to_string(tmp.path().join("record")).unwrap();
+    let runs = |id: &str| record.lines().filter(|l| *l == id).count();
+    assert_eq!(
+        (runs("first"), runs("slow"), runs("last")),
+        (1, 2, 1),
+        "{record}"
+    );
+}
+
+#[test]
+fn bench_env_prints_the_environment_as_json() {
+    let out = bench().args(["env", "--format", "json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let env: bench::results::Environment = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env.bench_version, env!("CARGO_PKG_VERSION"));
+    assert!(!env.cpu.is_empty() && !env.os.is_empty());
+    if env.gpu_count == 0 {
+        assert_eq!(env.hardware_key, format!("cpu-{}", std::env::consts::ARCH));
+    } else {
+        assert!(env.gpu_model.is_some() && !env.hardware_key.starts_with("cpu-"));
+    }
+    // The libtorch this binary loaded comes from the torch wheel's version.py.
+    assert!(env.libtorch.is_some(), "{env:?}");
+    let human = bench().arg("env").output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.starts_with(&format!("hardware key  {}", env.hardware_key)),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_grace_period_that_is_not_a_duration_is_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_matrix(tmp.path(), &["a"], &["ok"], "");
+    for bad in ["inf", "NaN"] {
+        let out = bench()
+            .arg("matrix")
+            .arg(&m)
+            .args(["--gpus", "0", "--kill-grace", bad, "--results-dir"])
+            .arg(tmp.path().join("results"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--kill-grace"), "{stderr}");
+    }
+    assert!(!tmp.path().join("results").exists());
+}
