@@ -20,6 +20,6 @@ pub mod metrics;
 pub mod publish;
 pub mod report;
 pub mod results;
-pub mod slurm;
 pub mod run;
+pub mod slurm;
 pub mod workload;
