@@ -63,7 +63,7 @@ impl Batches {
     pub fn new(source: Source, seed: u64, vocab: i64, batch: usize, seq: usize) -> Batches {
         Batches {
             source,
-            rng: SplitMix64(seed ^ 0x5EED_0F_BE7C),
+            rng: SplitMix64(seed ^ 0x005E_ED0F_BE7C),
             vocab,
             batch,
             seq,

@@ -29,7 +29,7 @@ enum Segment {
 
 /// Whether block `i` is checkpointed when every `every`-th block is.
 pub fn is_checkpointed(i: usize, every: usize) -> bool {
-    every > 0 && i % every == 0
+    every > 0 && i.is_multiple_of(every)
 }
 
 /// Forward and backward of one micro-batch with the loss scaled by `scale`; gradients
