@@ -127,6 +127,13 @@ int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
   });
 }
 
+// Drops a tensor's gradient (PyTorch's zero_grad(set_to_none=True)): the next backward then
+// hands its gradient over instead of adding it into a zeroed buffer, which saves a zeroing
+// and an addition kernel per parameter and step.
+int bench_set_grad_none(at::Tensor* t) {
+  return guarded([&] { t->mutable_grad().reset(); });
+}
+
 int bench_cuda_capability(int64_t device, int* major, int* minor) {
   return guarded([&] {
     auto* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));

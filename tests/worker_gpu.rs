@@ -154,8 +154,8 @@ fn fused_adamw_matches_reference_update() {
         }
         fa.step().unwrap();
         fb.step().unwrap();
-        fa.zero_grad();
-        fb.zero_grad();
+        fa.zero_grad(true).unwrap();
+        fb.zero_grad(false).unwrap();
     }
     for (pa, pb) in a.iter().zip(&b) {
         let d = (&pa.tensor - &pb.tensor).abs().max().double_value(&[]);

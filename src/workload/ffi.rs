@@ -29,6 +29,7 @@ extern "C" {
         weight_decay: f64,
         eps: f64,
     ) -> c_int;
+    fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
     fn bench_cuda_capability(device: i64, major: *mut c_int, minor: *mut c_int) -> c_int;
     fn bench_cuda_device_name(device: i64, buf: *mut c_char, len: i64) -> c_int;
     fn bench_cuda_synchronize(device: i64) -> c_int;
@@ -99,6 +100,11 @@ pub fn fused_adamw(
             eps,
         )
     })
+}
+
+/// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).
+pub fn set_grad_none(t: &mut Tensor) -> Result<(), String> {
+    check(unsafe { bench_set_grad_none(t.as_mut_ptr()) })
 }
 
 pub fn cuda_capability(device: i64) -> Result<(i32, i32), String> {

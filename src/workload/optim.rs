@@ -120,16 +120,22 @@ impl AdamW {
         })
     }
 
-    /// Zeroes every gradient in place (keeping the buffers, which CUDA graphs rely on).
-    pub fn zero_grad(&self) {
-        for g in &self.groups {
-            for p in &g.params {
+    /// Clears every gradient: drops them (`set_to_none`, cheapest for eager steps) or zeroes
+    /// them in place, keeping the buffers at fixed addresses as CUDA graphs need.
+    pub fn zero_grad(&mut self, set_to_none: bool) -> Result<(), String> {
+        for g in &mut self.groups {
+            for p in &mut g.params {
+                if set_to_none {
+                    ffi::set_grad_none(p)?;
+                    continue;
+                }
                 let mut grad = p.grad();
                 if grad.defined() {
                     let _ = grad.zero_();
                 }
             }
         }
+        Ok(())
     }
 }
 
