@@ -13,6 +13,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -40,11 +41,16 @@ constexpr double kE4M3Max = 448.0;
 constexpr double kE5M2Max = 57344.0;
 
 // Dynamic per-tensor scaling: the tensor's absolute maximum maps to the format's maximum.
-// Returns the fp8 tensor and the inverse scale that _scaled_mm multiplies back in.
+// Returns the fp8 tensor and the inverse scale that _scaled_mm multiplies back in. The
+// maximum is one reduction kernel (an infinity norm, no |t| temporary) and the cast is two
+// passes in the input's dtype (scale, then clamp in place: fp8 casts do not saturate). The
+// scale is a power of two, so it is exact in bf16 and so is its inverse; a floating-point
+// format's relative precision does not depend on the scale, so this costs at most one
+// binade of headroom.
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
-  auto amax = t.abs().max().to(at::kFloat).clamp_min(1e-12);
-  auto scale = fmax / amax;
-  auto q = (t.to(at::kFloat) * scale).clamp(-fmax, fmax).to(fp8);
+  auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
+  auto scale = at::exp2(at::floor(at::log2(fmax / amax)));
+  auto q = (t * scale.to(t.scalar_type())).clamp_(-fmax, fmax).to(fp8);
   return {q, scale.reciprocal()};
 }
 
@@ -58,7 +64,9 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     auto [w8, sw] = quantize(w, at::kFloat8_e4m3fn, kE4M3Max);
     // _scaled_mm wants its first operand row-major and its second column-major; w8.t() is
     // the column-major view of the row-major w8.
-    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, at::kBFloat16, false);
+    // Fast accumulation in the forward matmul only, as Transformer Engine does; the gradient
+    // matmuls below accumulate in full precision.
+    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, at::kBFloat16, true);
     ctx->save_for_backward({x8, w8, sx, sw});
     return y;
   }

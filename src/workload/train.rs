@@ -65,16 +65,12 @@ impl Loop<'_> {
         total.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.device.device)))
     }
 
-    /// One optimizer step; `in_place_zero` keeps gradient buffers (graph warm-up/capture).
-    fn eager_step(
-        &mut self,
-        xs: &[Tensor],
-        ys: &[Tensor],
-        in_place_zero: bool,
-    ) -> Result<Tensor, WorkerError> {
-        self.opt
-            .zero_grad(!in_place_zero)
-            .map_err(WorkerError::Internal)?;
+    /// One optimizer step. Gradients are dropped first rather than zeroed, so the backward
+    /// hands them over instead of adding into zeroed buffers (two passes over every
+    /// gradient saved). Under graph capture the gradients the captured backward allocates
+    /// come from the graph's pool and keep their addresses on every replay.
+    fn eager_step(&mut self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
+        self.opt.zero_grad(true).map_err(WorkerError::Internal)?;
         let loss = self.micro_batches(xs, ys);
         self.opt.step().map_err(WorkerError::from_device)?;
         Ok(loss)
@@ -124,7 +120,7 @@ impl Loop<'_> {
             } else if let Some(mut g) = side.take() {
                 let (xs, ys) = (self.to_device(hx), self.to_device(hy));
                 let loss = g
-                    .on_side_stream(|| self.eager_step(&xs, &ys, true))
+                    .on_side_stream(|| self.eager_step(&xs, &ys))
                     .map_err(WorkerError::from_device)??;
                 if step + 1 >= EAGER_BEFORE_CAPTURE {
                     // Capture one step into the graph; capture records kernels without
@@ -133,7 +129,7 @@ impl Loop<'_> {
                     let sy: Vec<Tensor> = ys.iter().map(Tensor::zeros_like).collect();
                     self.device.synchronize()?;
                     let sloss = g
-                        .capture(|| self.eager_step(&sx, &sy, true))
+                        .capture(|| self.eager_step(&sx, &sy))
                         .map_err(WorkerError::from_device)??;
                     graph = Some((g, sx, sy, sloss));
                 } else {
@@ -142,7 +138,7 @@ impl Loop<'_> {
                 loss
             } else {
                 let (xs, ys) = (self.to_device(hx), self.to_device(hy));
-                self.eager_step(&xs, &ys, false)?
+                self.eager_step(&xs, &ys)?
             };
             let loss_value = loss
                 .f_double_value(&[])
