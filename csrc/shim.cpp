@@ -42,21 +42,22 @@ constexpr double kE5M2Max = 57344.0;
 
 // Dynamic per-tensor scaling: the tensor's absolute maximum maps to the format's maximum.
 // Returns the fp8 tensor and the inverse scale that _scaled_mm multiplies back in. The
-// maximum is one reduction kernel (an infinity norm, no |t| temporary) and the cast is two
-// passes in the input's dtype (scale, then clamp in place: fp8 casts do not saturate). The
-// scale is a power of two, so it is exact in bf16 and so is its inverse; a floating-point
-// format's relative precision does not depend on the scale, so this costs at most one
-// binade of headroom.
+// maximum is one reduction kernel (an infinity norm, no |t| temporary). The scale is a
+// power of two: multiplying by it is exact, so |t * scale| <= amax * scale <= fmax and no
+// clamp pass is needed (fp8 casts do not saturate), and its inverse is exact too. A
+// floating-point format's relative precision does not depend on the scale, so this costs
+// at most one binade of headroom.
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
   auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
   auto scale = at::exp2(at::floor(at::log2(fmax / amax)));
-  auto q = (t * scale.to(t.scalar_type())).clamp_(-fmax, fmax).to(fp8);
+  auto q = (t * scale.to(t.scalar_type())).to(fp8);
   return {q, scale.reciprocal()};
 }
 
-// y = x @ w^T with x [M, K] and w [N, K] in bf16; matmuls in fp8 (e4m3 forward, e5m2 for
-// the incoming gradient), bf16 outputs. Saves the fp8 copies, which also halves the memory
-// the backward keeps.
+// y = x @ w^T with x [M, K] in bf16 and w [N, K] in its master dtype (fp32): the weight is
+// quantized straight from the master copy, skipping a bf16 cast, and its gradient comes out
+// in that dtype. Matmuls in fp8 (e4m3 forward, e5m2 for the incoming gradient). Saves the
+// fp8 copies, which also halves the memory the backward keeps.
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w) {
@@ -66,8 +67,10 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     // the column-major view of the row-major w8.
     // Fast accumulation in the forward matmul only, as Transformer Engine does; the gradient
     // matmuls below accumulate in full precision.
-    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, at::kBFloat16, true);
+    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, x.scalar_type(), true);
     ctx->save_for_backward({x8, w8, sx, sw});
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
     return y;
   }
 
@@ -82,11 +85,13 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     auto [g8, sg] = quantize(g, at::kFloat8_e5m2, kE5M2Max);
     // dx [M, K] = g [M, N] @ w [N, K]: w must be column-major.
     auto w_cm = w8.t().contiguous().t();
-    auto dx = at::_scaled_mm(g8, w_cm, sg, sw, std::nullopt, std::nullopt, at::kBFloat16, false);
+    auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    auto dx = at::_scaled_mm(g8, w_cm, sg, sw, std::nullopt, std::nullopt, x_dtype, false);
     // dw [N, K] = g^T [N, M] @ x [M, K]: g^T row-major, x column-major.
     auto gt = g8.t().contiguous();
     auto x_cm = x8.t().contiguous().t();
-    auto dw = at::_scaled_mm(gt, x_cm, sg, sx, std::nullopt, std::nullopt, at::kBFloat16, false);
+    auto dw = at::_scaled_mm(gt, x_cm, sg, sx, std::nullopt, std::nullopt, w_dtype, false);
     return {dx, dw};
   }
 };

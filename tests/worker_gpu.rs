@@ -195,7 +195,11 @@ fn cuda_graph_replay_matches_eager_steps() {
     if cuda().is_none() {
         return;
     }
-    for extra in [&[][..], &["--features", "sac"][..], &["--dtype", "fp8"][..]] {
+    for extra in [
+        &["--dtype", "bf16"][..],
+        &["--dtype", "bf16", "--features", "sac"][..],
+        &["--dtype", "fp8"][..],
+    ] {
         let base = [
             "--model",
             "gpt2-tiny",
@@ -205,8 +209,6 @@ fn cuda_graph_replay_matches_eager_steps() {
             "3",
             "--seq-len",
             "64",
-            "--dtype",
-            "bf16",
         ];
         let mut eager_args = base.to_vec();
         eager_args.extend(extra);

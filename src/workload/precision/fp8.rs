@@ -6,7 +6,8 @@ use tch::Tensor;
 
 use crate::workload::ffi;
 
-/// `x @ w^T` for x `[.., K]` and w `[N, K]`, both bf16; the result is bf16 `[.., N]`.
+/// `x @ w^T` for x `[.., K]` (bf16) and w `[N, K]` (bf16 or the fp32 master); the result is
+/// `[.., N]` in x's dtype and w's gradient comes back in w's dtype.
 ///
 /// Panics with the shim's message when the matmul fails (e.g. shapes not multiples of 16);
 /// the worker's panic boundary turns that into an error event.
