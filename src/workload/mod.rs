@@ -320,3 +320,29 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     emit(Event::Summary(measure::summary(&rec, &facts)));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_errors_are_classified() {
+        let oom = WorkerError::from_device(
+            "CUDA out of memory. Tried to allocate 2.00 GiB\nException raised from malloc".into(),
+        );
+        assert_eq!(oom.kind(), ErrorKind::Oom);
+        assert_eq!(
+            oom.to_string(),
+            "out of device memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+        );
+        assert_eq!(
+            WorkerError::from_device("cudaErrorMemoryAllocation".into()).kind(),
+            ErrorKind::Oom
+        );
+        assert_eq!(
+            WorkerError::from_device("shape mismatch".into()).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(ErrorKind::Oom.exit_code(), crate::events::exit::OOM);
+    }
+}
