@@ -235,6 +235,10 @@ pub struct WorkerArgs {
     /// Token file (.bin of uint16 or uint32 tokens); synthetic tokens when absent.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Synthetic tokens when no --data: random (uniform) or pattern (a learnable sequence
+    /// whose loss falls, for correctness checks).
+    #[arg(long, default_value = "random")]
+    pub synthetic: String,
     /// Element width of the token file: 2 (uint16) or 4 (uint32).
     #[arg(long, default_value_t = 2)]
     pub data_bytes: u8,

@@ -1,9 +1,348 @@
-//! The built-in training workload (`bench worker`): decoder-only models on libtorch.
+//! The built-in training workload (`bench worker`): decoder-only models on libtorch through
+//! tch, trained on synthetic or file tokens, measured and reported as worker events.
+//!
+//! Stages: resolve the arguments ([`Settings`]), pick the device ([`device`]), build the
+//! model ([`models`]) and data ([`data`]), run the loop ([`train`], with [`sac`],
+//! [`precision`] and [`optim`]), and summarise ([`measure`], formulas in
+//! [`crate::metrics::flops`]). Every failure becomes one error event and a distinct exit
+//! code (`events::exit`); libtorch errors, which tch raises as panics, are caught at one
+//! boundary here and classified.
+
+pub mod data;
+pub mod device;
+pub mod ffi;
+pub mod measure;
+pub mod models;
+pub mod optim;
+pub mod precision;
+pub mod sac;
+pub mod train;
+
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
 
 use crate::cli::WorkerArgs;
+use crate::events::{ErrorKind, Event};
+use crate::metrics::flops;
+
+use data::{Batches, Source};
+use device::DeviceInfo;
+use models::presets;
+use precision::{Ctx, Precision};
+
+/// Why a worker failed; each maps to an [`ErrorKind`] and its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("{0}")]
+    BadInput(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("out of device memory: {0}")]
+    Oom(String),
+    #[error("loss is {value} at step {step}")]
+    NanLoss { step: u64, value: f64 },
+    #[error("{0}")]
+    Internal(String),
+    #[error(transparent)]
+    Data(#[from] data::DataError),
+}
+
+impl WorkerError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            WorkerError::BadInput(_) | WorkerError::Data(_) => ErrorKind::BadInput,
+            WorkerError::Unsupported(_) => ErrorKind::Unsupported,
+            WorkerError::Oom(_) => ErrorKind::Oom,
+            WorkerError::NanLoss { .. } => ErrorKind::NanLoss,
+            WorkerError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// Classifies a libtorch / CUDA error message: out-of-memory is its own failure class.
+    pub fn from_device(msg: String) -> WorkerError {
+        if is_oom(&msg) {
+            WorkerError::Oom(first_line(&msg))
+        } else {
+            WorkerError::Internal(msg)
+        }
+    }
+}
+
+fn is_oom(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("out of memory") || m.contains("cudaerrormemoryallocation")
+}
+
+fn first_line(msg: &str) -> String {
+    msg.lines().next().unwrap_or("").to_string()
+}
+
+/// Features the worker knows.
+const FEATURES: [&str; 2] = ["compile", "sac"];
+
+/// The arguments, checked and resolved.
+pub struct Settings {
+    pub cfg: presets::ModelConfig,
+    pub precision: Precision,
+    pub compile: bool,
+    pub sac_every: Option<usize>,
+    pub steps: u32,
+    pub warmup: u32,
+    pub seq_len: i64,
+    pub micro_batch: i64,
+    pub grad_accum: u32,
+}
+
+impl Settings {
+    pub fn resolve(a: &WorkerArgs) -> Result<Settings, WorkerError> {
+        let cfg = presets::get(&a.model).ok_or_else(|| {
+            let names: Vec<_> = presets::all().iter().map(|c| c.name).collect();
+            WorkerError::BadInput(format!(
+                "--model {:?}: unknown preset (known: {})",
+                a.model,
+                names.join(", ")
+            ))
+        })?;
+        let precision = Precision::parse(&a.dtype).ok_or_else(|| {
+            WorkerError::BadInput(format!("--dtype {:?}: expected fp32, bf16 or fp8", a.dtype))
+        })?;
+        if a.parallel != "single" {
+            return Err(WorkerError::Unsupported(format!(
+                "--parallel {}: this worker runs one process on one device (single)",
+                a.parallel
+            )));
+        }
+        for f in &a.features {
+            if !FEATURES.contains(&f.as_str()) {
+                return Err(WorkerError::Unsupported(format!(
+                    "--features {f}: unknown feature (known: {})",
+                    FEATURES.join(", ")
+                )));
+            }
+        }
+        let has = |f: &str| a.features.iter().any(|x| x == f);
+        if a.steps == 0 || a.warmup >= a.steps {
+            return Err(WorkerError::BadInput(format!(
+                "--steps {} --warmup {}: need more steps than warm-up steps",
+                a.steps, a.warmup
+            )));
+        }
+        if a.seq_len == 0 || a.micro_batch == 0 || a.grad_accum == 0 {
+            return Err(WorkerError::BadInput(
+                "--seq-len, --micro-batch and --grad-accum must be positive".into(),
+            ));
+        }
+        if a.seq_len as i64 > cfg.max_seq {
+            return Err(WorkerError::BadInput(format!(
+                "--seq-len {}: {} accepts at most {}",
+                a.seq_len, cfg.name, cfg.max_seq
+            )));
+        }
+        let sac_every = if has("sac") {
+            if a.sac_every == 0 {
+                return Err(WorkerError::BadInput(
+                    "--sac-every must be at least 1".into(),
+                ));
+            }
+            Some(a.sac_every as usize)
+        } else {
+            None
+        };
+        Ok(Settings {
+            cfg,
+            precision,
+            compile: has("compile"),
+            sac_every,
+            steps: a.steps,
+            warmup: a.warmup,
+            seq_len: a.seq_len as i64,
+            micro_batch: a.micro_batch as i64,
+            grad_accum: a.grad_accum,
+        })
+    }
+}
+
+fn emit(e: Event) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", e.to_line());
+    let _ = out.flush();
+}
 
 /// Runs one worker and returns its exit code (see `events::exit`).
-pub fn run_worker(_args: &WorkerArgs) -> i32 {
-    eprintln!("bench worker: not built yet");
-    crate::events::exit::INTERNAL
+pub fn run_worker(args: &WorkerArgs) -> i32 {
+    let started = Instant::now();
+    if args.list_models {
+        for c in presets::all() {
+            println!(
+                "{:<22} {:>9.3}B params  {} layers  hidden {}  heads {}/{}  vocab {}",
+                c.name,
+                c.n_params() as f64 / 1e9,
+                c.layers,
+                c.hidden,
+                c.heads,
+                c.kv_heads,
+                c.vocab
+            );
+        }
+        return crate::events::exit::OK;
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| run(args, started))).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "libtorch raised an error".to_string());
+        Err(WorkerError::from_device(msg))
+    });
+    match result {
+        Ok(()) => crate::events::exit::OK,
+        Err(e) => {
+            let kind = e.kind();
+            eprintln!("bench worker {}: {e}", args.cell_id);
+            emit(Event::Error {
+                kind,
+                message: e.to_string(),
+            });
+            kind.exit_code()
+        }
+    }
+}
+
+fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
+    let s = Settings::resolve(args)?;
+    let dev = DeviceInfo::resolve(&args.device)?;
+    if s.precision == Precision::Fp8 && !dev.supports_fp8()? {
+        return Err(WorkerError::Unsupported(format!(
+            "--dtype fp8: {} has no fp8 matmuls (needs a CUDA GPU of compute capability 8.9+)",
+            dev.name
+        )));
+    }
+    let cuda_graph = s.compile && dev.is_cuda();
+    if s.compile && !dev.is_cuda() {
+        emit(Event::Notice {
+            message: format!(
+                "compile: {} has no CUDA graphs or fused kernels; running plain eager execution",
+                dev.name
+            ),
+        });
+    }
+    let mut warmup = s.warmup;
+    if cuda_graph && warmup < train::EAGER_BEFORE_CAPTURE {
+        warmup = train::EAGER_BEFORE_CAPTURE.min(s.steps - 1);
+        emit(Event::Notice {
+            message: format!(
+                "compile: warm-up raised from {} to {warmup} steps (eager steps before CUDA-graph capture)",
+                s.warmup
+            ),
+        });
+    }
+
+    let source = match (&args.data, args.synthetic.as_str()) {
+        (Some(path), _) => {
+            Batches::read_file(path, args.data_bytes, s.cfg.vocab, s.seq_len as usize)?
+        }
+        (None, "random") => Source::Random,
+        (None, "pattern") => Source::Pattern,
+        (None, other) => {
+            return Err(WorkerError::BadInput(format!(
+                "--synthetic {other:?}: expected random or pattern"
+            )))
+        }
+    };
+    let data = Batches::new(
+        source,
+        args.seed,
+        s.cfg.vocab,
+        s.micro_batch as usize,
+        s.seq_len as usize,
+    );
+
+    tch::manual_seed(args.seed as i64);
+    dev.reset_peak_memory()?;
+    let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
+    let n_params = s.cfg.n_params();
+    emit(Event::Start {
+        model: Some(s.cfg.name.to_string()),
+        n_params: Some(n_params),
+        device: Some(dev.name.clone()),
+        world_size: Some(1),
+    });
+    eprintln!(
+        "bench worker {}: {} ({:.1}M params) {:?} on {}, batch {}x{} x{} accum, sac {:?}, compile {}",
+        args.cell_id,
+        s.cfg.name,
+        n_params as f64 / 1e6,
+        s.precision,
+        dev.name,
+        s.micro_batch,
+        s.seq_len,
+        s.grad_accum,
+        s.sac_every,
+        cuda_graph
+    );
+    let opt = optim::AdamW::new(
+        model.params(),
+        optim::AdamWConfig::new(args.lr),
+        dev.is_cuda(),
+    );
+    let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64;
+    let mut rec = measure::Recorder::default();
+    let lp = train::Loop {
+        model: model.as_ref(),
+        ctx: Ctx::new(s.precision),
+        device: &dev,
+        opt,
+        data,
+        steps: s.steps,
+        warmup,
+        grad_accum: s.grad_accum,
+        sac_every: s.sac_every,
+        cuda_graph,
+        tokens_per_step,
+        started,
+    };
+    lp.run(&mut emit, &mut rec)?;
+    let facts = measure::RunFacts {
+        tokens_per_step,
+        world_size: 1,
+        n_params,
+        flops_per_token: flops::flops_per_token(
+            s.cfg.n_matmul_params(),
+            s.cfg.layers as u64,
+            s.cfg.hidden as u64,
+            s.seq_len as u64,
+        ),
+        peak: flops::peak_tflops(&dev.name, s.precision.matmul_dtype()),
+        peak_mem_bytes: dev.peak_memory()?,
+        device: dev.name.clone(),
+    };
+    emit(Event::Summary(measure::summary(&rec, &facts)));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_errors_are_classified() {
+        let oom = WorkerError::from_device(
+            "CUDA out of memory. Tried to allocate 2.00 GiB\nException raised from malloc".into(),
+        );
+        assert_eq!(oom.kind(), ErrorKind::Oom);
+        assert_eq!(
+            oom.to_string(),
+            "out of device memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+        );
+        assert_eq!(
+            WorkerError::from_device("cudaErrorMemoryAllocation".into()).kind(),
+            ErrorKind::Oom
+        );
+        assert_eq!(
+            WorkerError::from_device("shape mismatch".into()).kind(),
+            ErrorKind::Internal
+        );
+        assert_eq!(ErrorKind::Oom.exit_code(), crate::events::exit::OOM);
+    }
 }

@@ -1,0 +1,235 @@
+// C++ shim for what libtorch offers only in C++: a custom autograd Function (fp8 linear
+// through at::_scaled_mm), the fused AdamW kernel, CUDA-graph capture and replay, and the
+// CUDA caching allocator's statistics. Tensors cross the boundary as `at::Tensor*`, which is
+// what tch's C_tensor points to. Every function catches C++ exceptions and reports them
+// through bench_last_error() so that no exception unwinds into Rust.
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+thread_local std::string g_last_error;
+
+template <typename F>
+int guarded(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+  } catch (...) {
+    g_last_error = "unknown C++ exception";
+  }
+  return 1;
+}
+
+// The largest finite values of the two fp8 formats.
+constexpr double kE4M3Max = 448.0;
+constexpr double kE5M2Max = 57344.0;
+
+// Dynamic per-tensor scaling: the tensor's absolute maximum maps to the format's maximum.
+// Returns the fp8 tensor and the inverse scale that _scaled_mm multiplies back in. The
+// maximum is one reduction kernel (an infinity norm, no |t| temporary). The scale is a
+// power of two: multiplying by it is exact, so |t * scale| <= amax * scale <= fmax and no
+// clamp pass is needed (fp8 casts do not saturate), and its inverse is exact too. A
+// floating-point format's relative precision does not depend on the scale, so this costs
+// at most one binade of headroom.
+std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
+  auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
+  auto scale = at::exp2(at::floor(at::log2(fmax / amax)));
+  auto q = (t * scale.to(t.scalar_type())).to(fp8);
+  return {q, scale.reciprocal()};
+}
+
+// y = x @ w^T with x [M, K] in bf16 and w [N, K] in its master dtype (fp32): the weight is
+// quantized straight from the master copy, skipping a bf16 cast, and its gradient comes out
+// in that dtype. Matmuls in fp8 (e4m3 forward, e5m2 for the incoming gradient). Saves the
+// fp8 copies, which also halves the memory the backward keeps.
+struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w) {
+    auto [x8, sx] = quantize(x, at::kFloat8_e4m3fn, kE4M3Max);
+    auto [w8, sw] = quantize(w, at::kFloat8_e4m3fn, kE4M3Max);
+    // _scaled_mm wants its first operand row-major and its second column-major; w8.t() is
+    // the column-major view of the row-major w8.
+    // Fast accumulation in the forward matmul only, as Transformer Engine does; the gradient
+    // matmuls below accumulate in full precision.
+    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, x.scalar_type(), true);
+    ctx->save_for_backward({x8, w8, sx, sw});
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto& x8 = saved[0];
+    auto& w8 = saved[1];
+    auto& sx = saved[2];
+    auto& sw = saved[3];
+    auto g = grads[0].contiguous();
+    auto [g8, sg] = quantize(g, at::kFloat8_e5m2, kE5M2Max);
+    // dx [M, K] = g [M, N] @ w [N, K]: w must be column-major.
+    auto w_cm = w8.t().contiguous().t();
+    auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    auto dx = at::_scaled_mm(g8, w_cm, sg, sw, std::nullopt, std::nullopt, x_dtype, false);
+    // dw [N, K] = g^T [N, M] @ x [M, K]: g^T row-major, x column-major.
+    auto gt = g8.t().contiguous();
+    auto x_cm = x8.t().contiguous().t();
+    auto dw = at::_scaled_mm(gt, x_cm, sg, sx, std::nullopt, std::nullopt, w_dtype, false);
+    return {dx, dw};
+  }
+};
+
+struct GraphState {
+  at::cuda::CUDAGraph graph;
+  std::optional<c10::cuda::CUDAStream> stream;
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+};
+
+}  // namespace
+
+extern "C" {
+
+const char* bench_last_error() { return g_last_error.c_str(); }
+
+// fp8 linear: *out = Fp8Linear(x2d, w); x2d is [M, K] bf16, w is [N, K] bf16.
+int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(Fp8Linear::apply(*x, *w)); });
+}
+
+// One AdamW step with libtorch's fused CUDA kernel over n parameters. `step` is one
+// float tensor on the device, shared by all parameters and incremented here, so the whole
+// update can be captured in a CUDA graph.
+int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_avgs,
+                      at::Tensor** exp_avg_sqs, int64_t n, at::Tensor* step, double lr,
+                      double beta1, double beta2, double weight_decay, double eps) {
+  return guarded([&] {
+    std::vector<at::Tensor> p, g, m, v, s;
+    p.reserve(n);
+    g.reserve(n);
+    m.reserve(n);
+    v.reserve(n);
+    s.reserve(n);
+    for (int64_t i = 0; i < n; ++i) {
+      p.push_back(*params[i]);
+      g.push_back(*grads[i]);
+      m.push_back(*exp_avgs[i]);
+      v.push_back(*exp_avg_sqs[i]);
+      s.push_back(*step);
+    }
+    step->add_(1.0);
+    // The kernel reads each step tensor once per parameter; sharing one tensor is fine
+    // because it is incremented once, before the kernel.
+    at::_fused_adamw_(p, g, m, v, {}, s, lr, beta1, beta2, weight_decay, eps, false, false);
+  });
+}
+
+// Drops a tensor's gradient (PyTorch's zero_grad(set_to_none=True)): the next backward then
+// hands its gradient over instead of adding it into a zeroed buffer, which saves a zeroing
+// and an addition kernel per parameter and step.
+int bench_set_grad_none(at::Tensor* t) {
+  return guarded([&] { t->mutable_grad().reset(); });
+}
+
+int bench_cuda_capability(int64_t device, int* major, int* minor) {
+  return guarded([&] {
+    auto* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+    *major = prop->major;
+    *minor = prop->minor;
+  });
+}
+
+// Copies the device name (NUL-terminated, truncated to len - 1 bytes) into buf.
+int bench_cuda_device_name(int64_t device, char* buf, int64_t len) {
+  return guarded([&] {
+    auto* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+    std::strncpy(buf, prop->name, static_cast<size_t>(len - 1));
+    buf[len - 1] = '\0';
+  });
+}
+
+int bench_cuda_synchronize(int64_t device) {
+  return guarded([&] {
+    c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
+    c10::cuda::device_synchronize();
+  });
+}
+
+// Peak bytes allocated by the caching allocator since the last reset (all pools).
+int bench_cuda_peak_allocated(int64_t device, int64_t* bytes) {
+  return guarded([&] {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device));
+    *bytes = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  });
+}
+
+int bench_cuda_reset_peak(int64_t device) {
+  return guarded([&] {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  });
+}
+
+GraphState* bench_graph_new() {
+  GraphState* s = nullptr;
+  guarded([&] { s = new GraphState(); });
+  return s;
+}
+
+void bench_graph_free(GraphState* s) { delete s; }
+
+// Makes a side stream current (graph capture cannot run on the legacy default stream);
+// the stream waits for the work already queued on the previous one.
+int bench_graph_enter_stream(GraphState* s, int64_t device) {
+  return guarded([&] {
+    auto dev = static_cast<c10::DeviceIndex>(device);
+    auto prev = c10::cuda::getCurrentCUDAStream(dev);
+    if (!s->stream) s->stream = c10::cuda::getStreamFromPool(false, dev);
+    at::cuda::CUDAEvent ev;
+    ev.record(prev);
+    ev.block(*s->stream);
+    s->guard.emplace(*s->stream);
+  });
+}
+
+// Restores the previous stream, which then waits for the side stream's work.
+int bench_graph_exit_stream(GraphState* s) {
+  return guarded([&] {
+    if (!s->guard) return;
+    auto side = *s->stream;
+    s->guard.reset();
+    at::cuda::CUDAEvent ev;
+    ev.record(side);
+    ev.block(c10::cuda::getCurrentCUDAStream(side.device_index()));
+  });
+}
+
+int bench_graph_capture_begin(GraphState* s) {
+  return guarded([&] { s->graph.capture_begin(); });
+}
+
+int bench_graph_capture_end(GraphState* s) {
+  return guarded([&] { s->graph.capture_end(); });
+}
+
+int bench_graph_replay(GraphState* s) {
+  return guarded([&] { s->graph.replay(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Side-by-side timing of `bench worker` against the PyTorch peers on one GPU, on a host that
+# has torch (the same torch==2.11.0 the binary was built against) but no Rust toolchain.
+#
+# Usage: scripts/gpu-bench.sh [DIR] [OUT_DIR]
+#   DIR      holds the release binary `bench`, the reference peers (gpt2_pytorch.py,
+#            llama_pytorch.py) and optionally the GPU test binary `worker_gpu`
+#            (default .gpu, as the lead's recipe copies them there)
+#   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
+# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300).
+# Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
+set -u
+DIR=${1:-.gpu}
+OUTD=${2:-${OUT:-/tmp/gpu-bench}}
+TMO=${TMO:-300}
+LOGS=$OUTD/logs
+mkdir -p "$LOGS"
+TL=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib
+export LD_LIBRARY_PATH=$TL:$TL/../../nvidia/nccl/lib:$TL/../../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+BENCH=$DIR/bench
+RES=$OUTD/results.tsv
+: > "$RES"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$LOGS/gpu.txt"
+python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' | tee -a "$LOGS/gpu.txt"
+
+# peer NAME ARGS...: a PyTorch reference run; records tok/s, MFU and first-step time.
+peer() {
+  local name=$1; shift
+  timeout "$TMO" python3 "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  local line; line=$(grep '^RESULT' "$LOGS/$name.log" | tail -1)
+  python3 - "$name" "$rc" "$line" >> "$RES" <<'PY'
+import sys
+name, rc, line = sys.argv[1], sys.argv[2], sys.argv[3]
+f = line.split()
+kv = {f[i]: f[i + 1] for i in range(2, len(f) - 1, 2)} if f else {}
+mfu = kv.get("mfu_h100_bf16", "")
+print("\t".join([name, "peer", rc, kv.get("tok_s", ""), mfu, kv.get("first_step_s", ""), kv.get("peak_gib", "")]))
+PY
+  echo "$name rc=$rc $line"
+}
+
+# mine NAME ARGS...: a `bench worker` run; records the summary's figures.
+mine() {
+  local name=$1; shift
+  timeout "$TMO" "$BENCH" worker --cell-id "$name" "$@" > "$LOGS/$name.log" 2> "$LOGS/$name.err"
+  local rc=$?
+  python3 - "$name" "$rc" "$LOGS/$name.log" >> "$RES" <<'PY'
+import sys, json
+name, rc, path = sys.argv[1], sys.argv[2], sys.argv[3]
+s, err = {}, ""
+for l in open(path):
+    try:
+        e = json.loads(l)
+    except ValueError:
+        continue
+    if e.get("event") == "summary":
+        s = e
+    if e.get("event") == "error":
+        err = e["kind"] + ": " + e["message"][:80]
+mem = s.get("peak_mem_bytes") or [0]
+print("\t".join([name, "bench", rc, "%.0f" % s["tokens_per_s"] if s else "", "%.3f" % s["mfu"] if s.get("mfu") else "",
+                 "%.1f" % s["time_to_first_step_s"] if s else "", "%.1f" % (mem[0] / 2**30) if s else "", err]))
+PY
+  echo "$name rc=$rc $(tail -1 "$LOGS/$name.log" | cut -c1-300)"
+}
+
+G="--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --warmup 10"
+L="--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5"
+
+if [ -x "$DIR/worker_gpu" ]; then
+  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture > "$LOGS/worker_gpu.log" 2>&1
+  echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
+fi
+
+mine gpt2-125m.bf16 $G
+mine gpt2-125m.bf16.compile $G --features compile
+mine llama8p.bf16 $L --dtype bf16
+mine llama8p.bf16.compile $L --dtype bf16 --features compile
+mine llama8p.bf16.sac $L --dtype bf16 --features sac --sac-every 1
+mine llama8p.fp8 $L --dtype fp8
+mine llama8p.fp8.compile $L --dtype fp8 --features compile
+
+if [ "${QUICK:-0}" != 1 ]; then
+  peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
+  peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
+  peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
+  peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
+  peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
+fi
+
+python3 - "$RES" > "$OUTD/table.md" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+byname = {r[0]: r for r in rows}
+def tok(n):
+    r = byname.get(n)
+    return float(r[3]) if r and r[3] else None
+refs = {"gpt2": ["gpt2-125m.peer.eager", "gpt2-125m.peer.compile_fused"],
+        "llama8p": ["llama8p.peer.eager_fused", "llama8p.peer.compile_fused"]}
+print("| run | side | rc | tok/s | MFU | first step s | peak GiB | vs peer eager | vs peer compile | note |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    r = r + [""] * (8 - len(r))
+    fam = "gpt2" if r[0].startswith("gpt2") else "llama8p"
+    t = tok(r[0])
+    ratios = []
+    for ref in refs[fam]:
+        p = tok(ref)
+        ratios.append("%.2fx" % (t / p) if t and p else "")
+    print("| " + " | ".join([r[0], r[1], r[2], r[3], r[4], r[5], r[6]] + ratios + [r[7]]) + " |")
+PY
+tar czf "$OUTD/logs.tgz" -C "$OUTD" logs
+cat "$OUTD/table.md"

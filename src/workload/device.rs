@@ -1,0 +1,100 @@
+//! The device a worker runs on: parsing `--device`, its name, capability checks,
+//! synchronisation and peak-memory statistics. CUDA is touched only when present.
+
+use tch::{Cuda, Device};
+
+use super::ffi;
+use super::WorkerError;
+
+/// A resolved device.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub device: Device,
+    /// E.g. "NVIDIA H100 80GB HBM3" or "cpu".
+    pub name: String,
+}
+
+impl DeviceInfo {
+    /// Resolves `cpu`, `cuda`, `cuda:N` or `auto`.
+    pub fn resolve(spec: &str) -> Result<DeviceInfo, WorkerError> {
+        let device = match spec {
+            "cpu" => Device::Cpu,
+            "auto" => {
+                if Cuda::is_available() {
+                    Device::Cuda(0)
+                } else {
+                    Device::Cpu
+                }
+            }
+            "cuda" => Device::Cuda(0),
+            s => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(i)) => Device::Cuda(i),
+                _ => {
+                    return Err(WorkerError::BadInput(format!(
+                        "--device {s:?}: expected cpu, cuda, cuda:N or auto"
+                    )))
+                }
+            },
+        };
+        if let Device::Cuda(i) = device {
+            let count = Cuda::device_count();
+            if !Cuda::is_available() || i as i64 >= count {
+                return Err(WorkerError::Unsupported(format!(
+                    "--device {spec}: no such CUDA device ({count} visible)"
+                )));
+            }
+        }
+        let name = match device {
+            Device::Cuda(i) => ffi::cuda_device_name(i as i64).map_err(WorkerError::Internal)?,
+            _ => "cpu".to_string(),
+        };
+        Ok(DeviceInfo { device, name })
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.device, Device::Cuda(_))
+    }
+
+    fn index(&self) -> Option<i64> {
+        match self.device {
+            Device::Cuda(i) => Some(i as i64),
+            _ => None,
+        }
+    }
+
+    /// Whether the device runs fp8 matmuls (`_scaled_mm`): CUDA compute capability 8.9+.
+    pub fn supports_fp8(&self) -> Result<bool, WorkerError> {
+        match self.index() {
+            Some(i) => {
+                let (major, minor) = ffi::cuda_capability(i).map_err(WorkerError::Internal)?;
+                Ok((major, minor) >= (8, 9))
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Waits for all queued work (no-op on CPU, where ops are synchronous).
+    pub fn synchronize(&self) -> Result<(), WorkerError> {
+        match self.index() {
+            Some(i) => ffi::cuda_synchronize(i).map_err(WorkerError::from_device),
+            None => Ok(()),
+        }
+    }
+
+    /// Peak bytes held by the CUDA caching allocator since the last reset; `None` on CPU.
+    pub fn peak_memory(&self) -> Result<Option<u64>, WorkerError> {
+        match self.index() {
+            Some(i) => ffi::cuda_peak_allocated(i)
+                .map(Some)
+                .map_err(WorkerError::Internal),
+            None => Ok(None),
+        }
+    }
+
+    pub fn reset_peak_memory(&self) -> Result<(), WorkerError> {
+        match self.index() {
+            Some(i) => ffi::cuda_reset_peak(i).map_err(WorkerError::Internal),
+            None => Ok(()),
+        }
+    }
+}

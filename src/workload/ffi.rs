@@ -1,0 +1,186 @@
+//! Safe wrappers over the C++ shim (csrc/shim.cpp): the fp8 linear autograd Function, the
+//! fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
+//! error text on failure; none of them may be made on a host without a CUDA device (the
+//! callers check `tch::Cuda::is_available()` first).
+
+use std::ffi::{c_char, c_int, CStr};
+
+use tch::Tensor;
+use torch_sys::C_tensor;
+
+#[repr(C)]
+pub struct RawGraph {
+    _private: [u8; 0],
+}
+
+extern "C" {
+    fn bench_last_error() -> *const c_char;
+    fn bench_fp8_linear(x: *const C_tensor, w: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
+    fn bench_fused_adamw(
+        params: *const *mut C_tensor,
+        grads: *const *mut C_tensor,
+        exp_avgs: *const *mut C_tensor,
+        exp_avg_sqs: *const *mut C_tensor,
+        n: i64,
+        step: *mut C_tensor,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+    ) -> c_int;
+    fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
+    fn bench_cuda_capability(device: i64, major: *mut c_int, minor: *mut c_int) -> c_int;
+    fn bench_cuda_device_name(device: i64, buf: *mut c_char, len: i64) -> c_int;
+    fn bench_cuda_synchronize(device: i64) -> c_int;
+    fn bench_cuda_peak_allocated(device: i64, bytes: *mut i64) -> c_int;
+    fn bench_cuda_reset_peak(device: i64) -> c_int;
+    fn bench_graph_new() -> *mut RawGraph;
+    fn bench_graph_free(g: *mut RawGraph);
+    fn bench_graph_enter_stream(g: *mut RawGraph, device: i64) -> c_int;
+    fn bench_graph_exit_stream(g: *mut RawGraph) -> c_int;
+    fn bench_graph_capture_begin(g: *mut RawGraph) -> c_int;
+    fn bench_graph_capture_end(g: *mut RawGraph) -> c_int;
+    fn bench_graph_replay(g: *mut RawGraph) -> c_int;
+}
+
+fn check(rc: c_int) -> Result<(), String> {
+    if rc == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim returns a pointer to its thread-local, NUL-terminated error string.
+    let msg = unsafe { CStr::from_ptr(bench_last_error()) };
+    Err(msg.to_string_lossy().into_owned())
+}
+
+/// `x [M, K] @ w[N, K]^T` with fp8 matmuls, differentiable in both arguments (bf16 in/out).
+pub fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: x and w are live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// One fused AdamW step over equally long lists of fp32 CUDA tensors.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_adamw(
+    params: &[Tensor],
+    grads: &[Tensor],
+    exp_avgs: &[Tensor],
+    exp_avg_sqs: &[Tensor],
+    step: &mut Tensor,
+    lr: f64,
+    betas: (f64, f64),
+    weight_decay: f64,
+    eps: f64,
+) -> Result<(), String> {
+    let n = params.len();
+    if grads.len() != n || exp_avgs.len() != n || exp_avg_sqs.len() != n {
+        return Err("fused_adamw: tensor lists differ in length".into());
+    }
+    let ptrs = |ts: &[Tensor]| {
+        ts.iter()
+            .map(|t| t.as_ptr() as *mut C_tensor)
+            .collect::<Vec<_>>()
+    };
+    let (p, g, m, v) = (ptrs(params), ptrs(grads), ptrs(exp_avgs), ptrs(exp_avg_sqs));
+    // SAFETY: all pointers are live tensors borrowed for the duration of the call.
+    check(unsafe {
+        bench_fused_adamw(
+            p.as_ptr(),
+            g.as_ptr(),
+            m.as_ptr(),
+            v.as_ptr(),
+            n as i64,
+            step.as_mut_ptr(),
+            lr,
+            betas.0,
+            betas.1,
+            weight_decay,
+            eps,
+        )
+    })
+}
+
+/// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).
+pub fn set_grad_none(t: &mut Tensor) -> Result<(), String> {
+    check(unsafe { bench_set_grad_none(t.as_mut_ptr()) })
+}
+
+pub fn cuda_capability(device: i64) -> Result<(i32, i32), String> {
+    let (mut major, mut minor) = (0, 0);
+    check(unsafe { bench_cuda_capability(device, &mut major, &mut minor) })?;
+    Ok((major, minor))
+}
+
+pub fn cuda_device_name(device: i64) -> Result<String, String> {
+    let mut buf = vec![0 as c_char; 256];
+    check(unsafe { bench_cuda_device_name(device, buf.as_mut_ptr(), buf.len() as i64) })?;
+    // SAFETY: the shim NUL-terminates within the buffer.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+pub fn cuda_synchronize(device: i64) -> Result<(), String> {
+    check(unsafe { bench_cuda_synchronize(device) })
+}
+
+pub fn cuda_peak_allocated(device: i64) -> Result<u64, String> {
+    let mut b = 0i64;
+    check(unsafe { bench_cuda_peak_allocated(device, &mut b) })?;
+    Ok(b.max(0) as u64)
+}
+
+pub fn cuda_reset_peak(device: i64) -> Result<(), String> {
+    check(unsafe { bench_cuda_reset_peak(device) })
+}
+
+/// A CUDA graph and the side stream it is captured on.
+pub struct CudaGraph {
+    raw: *mut RawGraph,
+    device: i64,
+}
+
+impl CudaGraph {
+    pub fn new(device: i64) -> Result<Self, String> {
+        let raw = unsafe { bench_graph_new() };
+        if raw.is_null() {
+            return Err(check(1).err().unwrap_or_default());
+        }
+        Ok(CudaGraph { raw, device })
+    }
+
+    /// Runs `f` with the graph's side stream current (warm-up before capture).
+    pub fn on_side_stream<T>(&mut self, f: impl FnOnce() -> T) -> Result<T, String> {
+        check(unsafe { bench_graph_enter_stream(self.raw, self.device) })?;
+        let out = f();
+        check(unsafe { bench_graph_exit_stream(self.raw) })?;
+        Ok(out)
+    }
+
+    /// Captures what `f` queues on the device into the graph.
+    pub fn capture<T>(&mut self, f: impl FnOnce() -> T) -> Result<T, String> {
+        check(unsafe { bench_graph_enter_stream(self.raw, self.device) })?;
+        if let Err(e) = check(unsafe { bench_graph_capture_begin(self.raw) }) {
+            let _ = check(unsafe { bench_graph_exit_stream(self.raw) });
+            return Err(e);
+        }
+        let out = f();
+        let end = check(unsafe { bench_graph_capture_end(self.raw) });
+        let exit = check(unsafe { bench_graph_exit_stream(self.raw) });
+        end?;
+        exit?;
+        Ok(out)
+    }
+
+    pub fn replay(&mut self) -> Result<(), String> {
+        check(unsafe { bench_graph_replay(self.raw) })
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        unsafe { bench_graph_free(self.raw) }
+    }
+}

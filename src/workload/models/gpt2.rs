@@ -1,0 +1,128 @@
+//! GPT-2: learned position embeddings, pre-LayerNorm blocks, GELU (tanh) MLP, biases, and
+//! the token embedding tied to the output head.
+
+use tch::{Device, Tensor};
+
+use super::{cross_entropy, Init, Model, ModelConfig, Param};
+use crate::workload::precision::Ctx;
+
+struct Block {
+    ln1_w: Tensor,
+    ln1_b: Tensor,
+    attn_w: Tensor,
+    attn_b: Tensor,
+    proj_w: Tensor,
+    proj_b: Tensor,
+    ln2_w: Tensor,
+    ln2_b: Tensor,
+    fc_w: Tensor,
+    fc_b: Tensor,
+    fc2_w: Tensor,
+    fc2_b: Tensor,
+}
+
+pub struct Gpt2 {
+    cfg: ModelConfig,
+    params: Vec<Param>,
+    wte: Tensor,
+    wpe: Tensor,
+    blocks: Vec<Block>,
+    lnf_w: Tensor,
+    lnf_b: Tensor,
+}
+
+impl Gpt2 {
+    pub fn new(cfg: ModelConfig, device: Device) -> Gpt2 {
+        let (e, f) = (cfg.hidden, cfg.ffn);
+        let mut init = Init::new(device, cfg.layers);
+        let rstd = init.residual_std;
+        let wte = init.normal("wte".into(), &[cfg.vocab, e], 0.02);
+        let wpe = init.normal("wpe".into(), &[cfg.max_seq, e], 0.01);
+        let blocks = (0..cfg.layers)
+            .map(|i| {
+                let n = |s: &str| format!("h.{i}.{s}");
+                Block {
+                    ln1_w: init.ones(n("ln1.w"), &[e]),
+                    ln1_b: init.zeros(n("ln1.b"), &[e]),
+                    attn_w: init.normal(n("attn.w"), &[3 * e, e], 0.02),
+                    attn_b: init.zeros(n("attn.b"), &[3 * e]),
+                    proj_w: init.normal(n("proj.w"), &[e, e], rstd),
+                    proj_b: init.zeros(n("proj.b"), &[e]),
+                    ln2_w: init.ones(n("ln2.w"), &[e]),
+                    ln2_b: init.zeros(n("ln2.b"), &[e]),
+                    fc_w: init.normal(n("fc.w"), &[f, e], 0.02),
+                    fc_b: init.zeros(n("fc.b"), &[f]),
+                    fc2_w: init.normal(n("fc2.w"), &[e, f], rstd),
+                    fc2_b: init.zeros(n("fc2.b"), &[e]),
+                }
+            })
+            .collect();
+        let lnf_w = init.ones("lnf.w".into(), &[e]);
+        let lnf_b = init.zeros("lnf.b".into(), &[e]);
+        Gpt2 {
+            cfg,
+            params: init.params,
+            wte,
+            wpe,
+            blocks,
+            lnf_w,
+            lnf_b,
+        }
+    }
+}
+
+fn layer_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
+    let e = *x.size().last().unwrap_or(&0);
+    x.layer_norm([e], Some(ctx.cast(w)), Some(ctx.cast(b)), eps, true)
+}
+
+impl Model for Gpt2 {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    fn embed(&self, ctx: &Ctx, x: &Tensor) -> Tensor {
+        let t = x.size()[1];
+        // Look up in fp32 and cast the (small) result rather than the whole table.
+        let tok = Tensor::embedding(&self.wte, x, -1, false, false);
+        let pos = self.wpe.narrow(0, 0, t);
+        ctx.cast(&(tok + pos))
+    }
+
+    fn block(&self, ctx: &Ctx, i: usize, x: &Tensor) -> Tensor {
+        let b = &self.blocks[i];
+        let (e, nh) = (self.cfg.hidden, self.cfg.heads);
+        let sz = x.size();
+        let (bsz, t) = (sz[0], sz[1]);
+        let eps = self.cfg.norm_eps;
+        let h = layer_norm(ctx, x, &b.ln1_w, &b.ln1_b, eps);
+        let qkv = ctx.linear(&h, &b.attn_w, Some(&b.attn_b));
+        let heads = |z: &Tensor| z.view([bsz, t, nh, e / nh]).transpose(1, 2);
+        let parts = qkv.split(e, 2);
+        let y = Tensor::scaled_dot_product_attention::<Tensor>(
+            &heads(&parts[0]),
+            &heads(&parts[1]),
+            &heads(&parts[2]),
+            None,
+            0.0,
+            true,
+            None,
+            false,
+        );
+        let y = y.transpose(1, 2).reshape([bsz, t, e]);
+        let x = x + ctx.linear(&y, &b.proj_w, Some(&b.proj_b));
+        let h = layer_norm(ctx, &x, &b.ln2_w, &b.ln2_b, eps);
+        let m = ctx.linear(&h, &b.fc_w, Some(&b.fc_b)).gelu("tanh");
+        x + ctx.linear(&m, &b.fc2_w, Some(&b.fc2_b))
+    }
+
+    fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {
+        let h = layer_norm(ctx, h, &self.lnf_w, &self.lnf_b, self.cfg.norm_eps);
+        let logits = ctx.linear_hp(&h, &self.wte, None);
+        cross_entropy(&logits, y, self.cfg.vocab)
+    }
+}

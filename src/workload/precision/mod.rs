@@ -1,0 +1,91 @@
+//! Precision policies: which dtype the model computes in, with fp32 master weights always.
+//!
+//! Parameters (and the AdamW state) stay fp32. Under bf16 each op casts the weights it uses
+//! to bf16 inside the autograd graph, so gradients arrive in the fp32 parameters' `.grad`
+//! exactly as autocast would deliver them, and recomputation (sac) repeats the casts. Under
+//! fp8 the block linears' matmuls additionally run through `_scaled_mm` (see [`fp8`]);
+//! embeddings, norms, attention and the output head stay bf16.
+
+pub mod fp8;
+
+use tch::{Kind, Tensor};
+
+/// The `--dtype` of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    Fp32,
+    Bf16,
+    Fp8,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s {
+            "fp32" | "float32" => Some(Precision::Fp32),
+            "bf16" | "bfloat16" => Some(Precision::Bf16),
+            "fp8" => Some(Precision::Fp8),
+            _ => None,
+        }
+    }
+
+    /// The dtype activations and matmul inputs are in.
+    pub fn compute_kind(self) -> Kind {
+        match self {
+            Precision::Fp32 => Kind::Float,
+            Precision::Bf16 | Precision::Fp8 => Kind::BFloat16,
+        }
+    }
+
+    pub fn matmul_dtype(self) -> crate::metrics::flops::MatmulDtype {
+        use crate::metrics::flops::MatmulDtype;
+        match self {
+            Precision::Fp32 => MatmulDtype::Fp32,
+            Precision::Bf16 => MatmulDtype::Bf16,
+            Precision::Fp8 => MatmulDtype::Fp8,
+        }
+    }
+}
+
+/// What a forward pass needs to know about precision.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub kind: Kind,
+    pub fp8: bool,
+}
+
+impl Ctx {
+    pub fn new(p: Precision) -> Ctx {
+        Ctx {
+            kind: p.compute_kind(),
+            fp8: p == Precision::Fp8,
+        }
+    }
+
+    /// The tensor in the compute dtype (a differentiable cast, or the tensor itself).
+    pub fn cast(&self, t: &Tensor) -> Tensor {
+        if t.kind() == self.kind {
+            t.shallow_clone()
+        } else {
+            t.to_kind(self.kind)
+        }
+    }
+
+    /// A transformer-block linear layer: fp8 matmul under fp8, else a plain one.
+    pub fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
+        if self.fp8 {
+            // The weight goes in as its fp32 master: the shim quantizes it directly.
+            let y = fp8::linear(x, w);
+            match b {
+                Some(b) => y + self.cast(b),
+                None => y,
+            }
+        } else {
+            self.linear_hp(x, w, b)
+        }
+    }
+
+    /// A linear layer that never runs in fp8 (the output head).
+    pub fn linear_hp(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
+        x.linear(&self.cast(w), b.map(|b| self.cast(b)))
+    }
+}

@@ -1,0 +1,167 @@
+//! The training loop: one optimizer step = `grad_accum` micro-batches of forward and
+//! backward (plain, or with selective checkpointing) and one AdamW update, timed with the
+//! device synchronised, reported as one step event.
+//!
+//! Under `compile` on a GPU the whole step (gradient zeroing, every micro-batch, the fused
+//! AdamW update) is captured once into a CUDA graph on a side stream after eager warm-up
+//! steps, and replayed: inputs are copied into static buffers before each replay. This is
+//! the fastest execution libtorch offers from Rust (no TorchScript, no Inductor): one launch
+//! per step, no host overhead between kernels.
+
+use std::time::Instant;
+
+use tch::{Device, Tensor};
+
+use super::data::Batches;
+use super::device::DeviceInfo;
+use super::ffi::CudaGraph;
+use super::measure::Recorder;
+use super::models::Model;
+use super::optim::AdamW;
+use super::precision::Ctx;
+use super::{sac, WorkerError};
+use crate::events::{Event, StepEvent};
+
+/// Eager steps that precede graph capture (allocator and cuBLAS warm-up, gradient buffers).
+pub const EAGER_BEFORE_CAPTURE: u32 = 3;
+
+pub struct Loop<'a> {
+    pub model: &'a dyn Model,
+    pub ctx: Ctx,
+    pub device: &'a DeviceInfo,
+    pub opt: AdamW,
+    pub data: Batches,
+    pub steps: u32,
+    pub warmup: u32,
+    pub grad_accum: u32,
+    /// Checkpoint every k-th block (`None`: no checkpointing).
+    pub sac_every: Option<usize>,
+    /// Capture and replay the step as a CUDA graph.
+    pub cuda_graph: bool,
+    pub tokens_per_step: u64,
+    pub started: Instant,
+}
+
+impl Loop<'_> {
+    /// Forward and backward of every micro-batch; returns the mean loss (a device scalar).
+    fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Tensor {
+        let scale = 1.0 / self.grad_accum as f64;
+        let mut total: Option<Tensor> = None;
+        for (x, y) in xs.iter().zip(ys) {
+            let loss = match self.sac_every {
+                Some(k) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
+                None => {
+                    let loss = self.model.forward_loss(&self.ctx, x, y);
+                    (&loss * scale).backward();
+                    loss.detach()
+                }
+            };
+            let part = loss * scale;
+            total = Some(match total {
+                Some(t) => t + part,
+                None => part,
+            });
+        }
+        total.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.device.device)))
+    }
+
+    /// One optimizer step. Gradients are dropped first rather than zeroed, so the backward
+    /// hands them over instead of adding into zeroed buffers (two passes over every
+    /// gradient saved). Under graph capture the gradients the captured backward allocates
+    /// come from the graph's pool and keep their addresses on every replay.
+    fn eager_step(&mut self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
+        self.opt.zero_grad(true).map_err(WorkerError::Internal)?;
+        let loss = self.micro_batches(xs, ys);
+        self.opt.step().map_err(WorkerError::from_device)?;
+        Ok(loss)
+    }
+
+    fn host_batches(&mut self) -> (Vec<Tensor>, Vec<Tensor>) {
+        (0..self.grad_accum).map(|_| self.data.next_batch()).unzip()
+    }
+
+    fn to_device(&self, ts: Vec<Tensor>) -> Vec<Tensor> {
+        let dev = self.device.device;
+        ts.into_iter()
+            .map(|t| {
+                if dev == Device::Cpu {
+                    t
+                } else {
+                    t.to_device(dev)
+                }
+            })
+            .collect()
+    }
+
+    /// Runs every step, emitting a step event after each.
+    pub fn run(
+        mut self,
+        emit: &mut dyn FnMut(Event),
+        rec: &mut Recorder,
+    ) -> Result<(), WorkerError> {
+        let mut graph: Option<(CudaGraph, Vec<Tensor>, Vec<Tensor>, Tensor)> = None;
+        let device_index = match self.device.device {
+            Device::Cuda(i) => i as i64,
+            _ => -1,
+        };
+        let mut side: Option<CudaGraph> = None;
+        if self.cuda_graph {
+            side = Some(CudaGraph::new(device_index).map_err(WorkerError::Internal)?);
+        }
+        for step in 0..self.steps {
+            let t0 = Instant::now();
+            let (hx, hy) = self.host_batches();
+            let loss = if let Some((g, sx, sy, sloss)) = &mut graph {
+                for (s, h) in sx.iter_mut().zip(&hx).chain(sy.iter_mut().zip(&hy)) {
+                    s.copy_(h);
+                }
+                g.replay().map_err(WorkerError::from_device)?;
+                sloss.shallow_clone()
+            } else if let Some(mut g) = side.take() {
+                let (xs, ys) = (self.to_device(hx), self.to_device(hy));
+                let loss = g
+                    .on_side_stream(|| self.eager_step(&xs, &ys))
+                    .map_err(WorkerError::from_device)??;
+                if step + 1 >= EAGER_BEFORE_CAPTURE {
+                    // Capture one step into the graph; capture records kernels without
+                    // running them, so this step's update happens in the first replay.
+                    let sx: Vec<Tensor> = xs.iter().map(Tensor::zeros_like).collect();
+                    let sy: Vec<Tensor> = ys.iter().map(Tensor::zeros_like).collect();
+                    self.device.synchronize()?;
+                    let sloss = g
+                        .capture(|| self.eager_step(&sx, &sy))
+                        .map_err(WorkerError::from_device)??;
+                    graph = Some((g, sx, sy, sloss));
+                } else {
+                    side = Some(g);
+                }
+                loss
+            } else {
+                let (xs, ys) = (self.to_device(hx), self.to_device(hy));
+                self.eager_step(&xs, &ys)?
+            };
+            let loss_value = loss
+                .f_double_value(&[])
+                .map_err(|e| WorkerError::from_device(e.to_string()))?;
+            self.device.synchronize()?;
+            let dt = t0.elapsed().as_secs_f64();
+            if !loss_value.is_finite() {
+                return Err(WorkerError::NanLoss {
+                    step: step as u64,
+                    value: loss_value,
+                });
+            }
+            let warm = step < self.warmup;
+            rec.record(warm, dt, loss_value, self.started.elapsed().as_secs_f64());
+            emit(Event::Step(StepEvent {
+                step: step as u64,
+                step_time_s: dt,
+                tokens: self.tokens_per_step,
+                loss: loss_value,
+                warmup: warm.then_some(true),
+                rank: None,
+            }));
+        }
+        Ok(())
+    }
+}

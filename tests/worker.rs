@@ -1,0 +1,293 @@
+//! `bench worker` end to end on CPU: the built binary, tiny presets, real libtorch.
+
+use std::process::Output;
+
+use assert_cmd::Command;
+use bench::events::{exit, ErrorKind, Event};
+
+fn worker(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("worker")
+        .args(["--device", "cpu"])
+        .args(args)
+        // One intra-op thread: tiny models gain nothing from more, and on a loaded two-core
+        // CI machine a thread pool that waits on descheduled threads is ten times slower.
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .expect("bench worker runs")
+}
+
+fn events(out: &Output) -> Vec<Event> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(Event::parse_line)
+        .collect()
+}
+
+fn losses(evs: &[Event]) -> Vec<f64> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::Step(s) => Some(s.loss),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_family_dtype_and_checkpointing_runs() {
+    for model in ["gpt2-tiny", "llama-tiny"] {
+        for dtype in ["fp32", "bf16"] {
+            for features in ["", "sac"] {
+                let mut args = vec![
+                    "--model",
+                    model,
+                    "--dtype",
+                    dtype,
+                    "--steps",
+                    "4",
+                    "--warmup",
+                    "1",
+                    "--seq-len",
+                    "32",
+                    "--micro-batch",
+                    "2",
+                    "--grad-accum",
+                    "2",
+                ];
+                if !features.is_empty() {
+                    args.extend(["--features", features, "--sac-every", "2"]);
+                }
+                let out = worker(&args);
+                let what = format!("{model} {dtype} {features:?}");
+                assert!(
+                    out.status.success(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let evs = events(&out);
+                assert!(matches!(evs.first(), Some(Event::Start { .. })), "{what}");
+                let steps: Vec<_> = evs
+                    .iter()
+                    .filter_map(|e| {
+                        if let Event::Step(s) = e {
+                            Some(s)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                assert_eq!(steps.len(), 4, "{what}");
+                assert_eq!(steps[0].warmup, Some(true));
+                assert!(steps[1..].iter().all(|s| s.warmup.is_none()));
+                assert!(steps
+                    .iter()
+                    .all(|s| s.tokens == 2 * 2 * 32 && s.loss.is_finite() && s.step_time_s > 0.0));
+                let Some(Event::Summary(sum)) = evs.last() else {
+                    panic!("{what}: no summary last");
+                };
+                assert!(sum.tokens_per_s.unwrap() > 0.0 && sum.tflops_per_gpu.unwrap() > 0.0);
+                // No peak for CPUs: MFU and its policy are absent, memory too.
+                assert_eq!((sum.mfu, sum.mfu_policy.as_deref()), (None, None));
+                assert!(sum.peak_mem_bytes.is_empty());
+                assert_eq!(sum.device.as_deref(), Some("cpu"));
+            }
+        }
+    }
+}
+
+#[test]
+fn loss_falls_on_the_learnable_pattern() {
+    for model in ["gpt2-tiny", "llama-tiny"] {
+        let out = worker(&[
+            "--model",
+            model,
+            "--synthetic",
+            "pattern",
+            "--steps",
+            "50",
+            "--warmup",
+            "2",
+            "--seq-len",
+            "64",
+            "--micro-batch",
+            "4",
+            "--lr",
+            "3e-3",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let l = losses(&events(&out));
+        assert_eq!(l.len(), 50);
+        let first = l[0];
+        let last = l[45..].iter().sum::<f64>() / 5.0;
+        // From ln(512) = 6.2 at initialisation to well under half of it.
+        assert!(last < first / 2.0, "{model}: {first} -> {last}");
+    }
+}
+
+#[test]
+fn same_seed_same_losses_with_and_without_checkpointing() {
+    let base = [
+        "--model",
+        "llama-tiny",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--seq-len",
+        "16",
+        "--micro-batch",
+        "2",
+    ];
+    let plain = losses(&events(&worker(&base)));
+    let mut sac_args = base.to_vec();
+    sac_args.extend(["--features", "sac", "--sac-every", "1"]);
+    let sac = losses(&events(&worker(&sac_args)));
+    assert_eq!(plain.len(), 3);
+    for (a, b) in plain.iter().zip(&sac) {
+        assert!((a - b).abs() <= 1e-5 * a.abs(), "{plain:?} vs {sac:?}");
+    }
+}
+
+#[test]
+fn trains_on_a_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokens.bin");
+    let toks: Vec<u8> = (0..2000u32)
+        .flat_map(|i| ((i * 13) % 512).to_le_bytes())
+        .collect();
+    std::fs::write(&path, toks).unwrap();
+    let p = path.to_str().unwrap();
+    let out = worker(&[
+        "--data",
+        p,
+        "--data-bytes",
+        "4",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--seq-len",
+        "32",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(losses(&events(&out)).len(), 3);
+    // Read as uint16 the same bytes hold zeros and large ids, some past the vocabulary.
+    std::fs::write(
+        &path,
+        (0..200u32)
+            .flat_map(|i| (60000 + i).to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let bad = worker(&[
+        "--data",
+        p,
+        "--data-bytes",
+        "4",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--seq-len",
+        "32",
+    ]);
+    assert_eq!(bad.status.code(), Some(exit::BAD_INPUT));
+    let evs = events(&bad);
+    assert!(
+        matches!(&evs[..], [Event::Error { kind: ErrorKind::BadInput, message }] if message.contains("tokens.bin"))
+    );
+}
+
+#[test]
+fn compile_on_cpu_falls_back_and_says_so() {
+    let out = worker(&[
+        "--features",
+        "compile",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--seq-len",
+        "16",
+    ]);
+    assert!(out.status.success());
+    let evs = events(&out);
+    assert!(evs.iter().any(|e| matches!(e, Event::Notice { message } if message.contains("compile") && message.contains("eager"))));
+    assert_eq!(losses(&evs).len(), 2);
+}
+
+#[test]
+fn failures_have_their_own_exit_codes() {
+    let cases: [(&[&str], i32, ErrorKind); 5] = [
+        (
+            &["--dtype", "fp8"],
+            exit::UNSUPPORTED,
+            ErrorKind::Unsupported,
+        ),
+        (
+            &["--features", "warp-drive"],
+            exit::UNSUPPORTED,
+            ErrorKind::Unsupported,
+        ),
+        (
+            &["--parallel", "fsdp"],
+            exit::UNSUPPORTED,
+            ErrorKind::Unsupported,
+        ),
+        (&["--model", "gpt5"], exit::BAD_INPUT, ErrorKind::BadInput),
+        // A learning rate this large drives the loss to NaN within a few steps.
+        (
+            &[
+                "--lr",
+                "1e30",
+                "--steps",
+                "20",
+                "--warmup",
+                "1",
+                "--seq-len",
+                "16",
+            ],
+            exit::NAN_LOSS,
+            ErrorKind::NanLoss,
+        ),
+    ];
+    for (args, code, kind) in cases {
+        let out = worker(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let evs = events(&out);
+        assert!(
+            matches!(evs.last(), Some(Event::Error { kind: k, .. }) if *k == kind),
+            "{args:?}: {evs:?}"
+        );
+    }
+}
+
+#[test]
+fn lists_models() {
+    let out = worker(&["--list-models"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "gpt2-125m",
+        "gpt2-1.5b",
+        "llama-3.1-8b-proxy",
+        "llama-3.1-405b",
+        "qwen-2.5-7b",
+        "llama-tiny",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+}

@@ -1,0 +1,242 @@
+//! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
+//! against the reference update, checkpointed gradients in bf16, and CUDA-graph replay
+//! against eager steps. On hosts without CUDA every test returns at once (CI has no GPU);
+//! scripts/gpu-bench.sh runs this binary on a GPU host.
+
+use std::process::Output;
+
+use assert_cmd::Command;
+use bench::events::Event;
+use bench::workload::models::{self, presets, Model, Param};
+use bench::workload::optim::{AdamW, AdamWConfig};
+use bench::workload::precision::{Ctx, Precision};
+use bench::workload::sac;
+use tch::{Cuda, Device, Kind, Tensor};
+
+fn cuda() -> Option<Device> {
+    if Cuda::is_available() {
+        Some(Device::Cuda(0))
+    } else {
+        eprintln!("no CUDA device: GPU check not run");
+        None
+    }
+}
+
+fn grads(model: &dyn Model) -> Vec<Tensor> {
+    model
+        .params()
+        .iter()
+        .map(|p| p.tensor.grad().copy())
+        .collect()
+}
+
+fn zero(model: &dyn Model) {
+    for p in model.params() {
+        let mut g = p.tensor.grad();
+        if g.defined() {
+            let _ = g.zero_();
+        }
+    }
+}
+
+fn grads_for(model: &dyn Model, p: Precision, x: &Tensor, y: &Tensor) -> Vec<Tensor> {
+    zero(model);
+    model.forward_loss(&Ctx::new(p), x, y).backward();
+    grads(model)
+}
+
+fn cosine(a: &Tensor, b: &Tensor) -> f64 {
+    let a = a.to_kind(Kind::Double).flatten(0, -1);
+    let b = b.to_kind(Kind::Double).flatten(0, -1);
+    (a.dot(&b) / (a.norm() * b.norm() + 1e-30)).double_value(&[])
+}
+
+fn rel_err(a: &Tensor, reference: &Tensor) -> f64 {
+    let d = (a.to_kind(Kind::Double) - reference.to_kind(Kind::Double)).norm();
+    (d / (reference.to_kind(Kind::Double).norm() + 1e-30)).double_value(&[])
+}
+
+/// Widths that are multiples of 16, as `_scaled_mm` requires.
+fn fp8_sized(name: &str) -> presets::ModelConfig {
+    let mut c = presets::get(name).unwrap();
+    c.hidden = 128;
+    c.heads = 4;
+    c.kv_heads = if c.family == presets::Family::Llama {
+        2
+    } else {
+        4
+    };
+    c.ffn = if c.family == presets::Family::Llama {
+        352
+    } else {
+        512
+    };
+    c
+}
+
+#[test]
+fn fp8_gradients_match_bf16() {
+    let Some(dev) = cuda() else { return };
+    for name in ["gpt2-tiny", "llama-tiny"] {
+        let cfg = fp8_sized(name);
+        tch::manual_seed(1);
+        let model = models::build(&cfg, 64, dev, Kind::BFloat16);
+        let x = Tensor::randint(cfg.vocab, [4, 64], (Kind::Int64, dev));
+        let y = Tensor::randint(cfg.vocab, [4, 64], (Kind::Int64, dev));
+        let g32 = grads_for(model.as_ref(), Precision::Fp32, &x, &y);
+        let g16 = grads_for(model.as_ref(), Precision::Bf16, &x, &y);
+        let g8 = grads_for(model.as_ref(), Precision::Fp8, &x, &y);
+        let mut worst = (1.0f64, 0.0f64, String::new());
+        for (i, p) in model.params().iter().enumerate() {
+            let c = cosine(&g8[i], &g16[i]);
+            let e8 = rel_err(&g8[i], &g32[i]);
+            let e16 = rel_err(&g16[i], &g32[i]);
+            println!(
+                "{name} {:<12} cos(fp8,bf16) {c:.4}  rel err vs fp32: fp8 {e8:.4} bf16 {e16:.4}",
+                p.name
+            );
+            if c < worst.0 {
+                worst = (c, e8, p.name.clone());
+            }
+            assert!(c > 0.95, "{name} {}: cosine(fp8, bf16) = {c}", p.name);
+            assert!(e8 < 0.3, "{name} {}: fp8 gradient off fp32 by {e8}", p.name);
+        }
+        println!(
+            "{name}: worst cos(fp8,bf16) {:.4} at {} (rel err {:.4})",
+            worst.0, worst.2, worst.1
+        );
+    }
+}
+
+#[test]
+fn checkpointed_bf16_gradients_equal_plain_on_gpu() {
+    let Some(dev) = cuda() else { return };
+    let mut cfg = presets::get("llama-tiny").unwrap();
+    cfg.layers = 4;
+    tch::manual_seed(2);
+    let model = models::build(&cfg, 64, dev, Kind::BFloat16);
+    let x = Tensor::randint(cfg.vocab, [2, 64], (Kind::Int64, dev));
+    let ctx = Ctx::new(Precision::Bf16);
+    let plain = grads_for(model.as_ref(), Precision::Bf16, &x, &x);
+    zero(model.as_ref());
+    let _ = sac::forward_backward(model.as_ref(), &ctx, &x, &x, 2, 1.0);
+    for (p, (a, b)) in model
+        .params()
+        .iter()
+        .zip(plain.iter().zip(grads(model.as_ref())))
+    {
+        let e = rel_err(&b, a);
+        assert!(e < 1e-2, "{}: {e}", p.name);
+    }
+}
+
+#[test]
+fn fused_adamw_matches_reference_update() {
+    let Some(dev) = cuda() else { return };
+    let mk = || -> Vec<Param> {
+        tch::manual_seed(5);
+        (0..3)
+            .map(|i| Param {
+                name: format!("p{i}"),
+                tensor: Tensor::randn([64, 32], (Kind::Float, dev)).set_requires_grad(true),
+                decay: i != 2,
+            })
+            .collect()
+    };
+    let (a, b) = (mk(), mk());
+    let mut fa = AdamW::new(&a, AdamWConfig::new(1e-2), true);
+    let mut fb = AdamW::new(&b, AdamWConfig::new(1e-2), false);
+    for step in 0..3 {
+        for (pa, pb) in a.iter().zip(&b) {
+            let g = Tensor::randn([64, 32], (Kind::Float, dev)) * (step + 1) as f64;
+            (&pa.tensor * &g).sum(Kind::Float).backward();
+            (&pb.tensor * &g).sum(Kind::Float).backward();
+        }
+        fa.step().unwrap();
+        fb.step().unwrap();
+        fa.zero_grad(true).unwrap();
+        fb.zero_grad(false).unwrap();
+    }
+    for (pa, pb) in a.iter().zip(&b) {
+        let d = (&pa.tensor - &pb.tensor).abs().max().double_value(&[]);
+        assert!(d < 1e-5, "{}: {d}", pa.name);
+    }
+}
+
+fn worker(args: &[&str]) -> Output {
+    // scripts/gpu-bench.sh runs this test binary on another host, where the build-time path
+    // of `bench` does not exist; it names the copied binary in BENCH_BIN.
+    let bin =
+        std::env::var("BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bench").to_string());
+    Command::new(bin)
+        .arg("worker")
+        .args(["--device", "cuda"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn losses(out: &Output) -> Vec<f64> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(Event::parse_line)
+        .filter_map(|e| {
+            if let Event::Step(s) = e {
+                Some(s.loss)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn cuda_graph_replay_matches_eager_steps() {
+    if cuda().is_none() {
+        return;
+    }
+    for extra in [
+        &["--dtype", "bf16"][..],
+        &["--dtype", "bf16", "--features", "sac"][..],
+        &["--dtype", "fp8"][..],
+    ] {
+        let base = [
+            "--model",
+            "gpt2-tiny",
+            "--steps",
+            "8",
+            "--warmup",
+            "3",
+            "--seq-len",
+            "64",
+        ];
+        let mut eager_args = base.to_vec();
+        eager_args.extend(extra);
+        let mut graph_args = eager_args.clone();
+        if let Some(i) = graph_args.iter().position(|a| *a == "--features") {
+            graph_args[i + 1] = "sac,compile";
+        } else {
+            graph_args.extend(["--features", "compile"]);
+        }
+        let (e, g) = (worker(&eager_args), worker(&graph_args));
+        assert!(
+            e.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&e.stderr)
+        );
+        assert!(
+            g.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&g.stderr)
+        );
+        let (le, lg) = (losses(&e), losses(&g));
+        println!("{extra:?} eager {le:?}\n{extra:?} graph {lg:?}");
+        assert_eq!(le.len(), 8);
+        for (a, b) in le.iter().zip(&lg) {
+            assert!(
+                (a - b).abs() < 2e-2 * a.abs(),
+                "{extra:?}: {le:?} vs {lg:?}"
+            );
+        }
+    }
+}
