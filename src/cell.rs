@@ -183,6 +183,11 @@ pub struct Params {
     pub seed: u64,
     /// Learning rate of AdamW.
     pub lr: f64,
+    /// Relative tolerance of this cell's throughput and time metrics, written into its
+    /// baseline by `bench baseline update` (a tolerance already in the baseline file wins).
+    /// None: the baseline store's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
     /// Token file (.bin of uint16 or uint32) for real data; synthetic tokens when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
@@ -209,6 +214,7 @@ impl Default for Params {
             sac_every: 1,
             seed: 0,
             lr: 3e-4,
+            tolerance: None,
             data: None,
             workload: Workload::Builtin,
             extra: BTreeMap::new(),

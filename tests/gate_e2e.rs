@@ -19,7 +19,7 @@ fn bench(args: &[&str]) -> Output {
 fn matrix(dir: &Path, name: &str, step_time: &str) -> String {
     let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
     let text = format!(
-        "name: gate\naxes:\n  model: [small, large]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 2\n  timeout: 60s\n  extra: {{step_time: \"{step_time}\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
+        "name: gate\naxes:\n  model: [small, large]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 2\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"{step_time}\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
         worker.display()
     );
     let p = dir.join(name);
@@ -75,6 +75,17 @@ fn baseline_then_no_regression_then_regression() {
         dir.join("baselines").to_str().unwrap(),
     ]);
     assert_eq!(update.status.code(), Some(0), "{}", text(&update));
+    // The matrix's per-cell tolerance is recorded in the baselines, for review.
+    let file = std::fs::read_to_string(dir.join("baselines/cpu-x86_64.yaml"))
+        .or_else(|_| {
+            let entry = std::fs::read_dir(dir.join("baselines"))
+                .unwrap()
+                .next()
+                .unwrap();
+            std::fs::read_to_string(entry.unwrap().path())
+        })
+        .unwrap();
+    assert!(file.contains("tolerance: 0.1"), "{file}");
 
     let second = run(dir, &same, "second");
     assert_eq!(second.status.code(), Some(0), "{}", text(&second));

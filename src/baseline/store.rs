@@ -488,14 +488,20 @@ fn entry_from(
     metric: &str,
     m: &MetricValue,
     old: Option<&MetricBaseline>,
+    cell_tolerance: Option<f64>,
 ) -> Option<MetricBaseline> {
     let direction = old
         .map(|o| o.direction)
         .or_else(|| Direction::default_for(metric))?;
+    // The matrix's per-cell tolerance applies to the throughput and time metrics (those with
+    // the throughput default); memory keeps its own default. A tolerance already written in
+    // the baseline file (by hand, in review) always wins.
+    let from_cell =
+        cell_tolerance.filter(|_| default_tolerance(metric) == DEFAULT_THROUGHPUT_TOLERANCE);
     Some(MetricBaseline {
         value: m.value,
         direction,
-        tolerance: old.and_then(|o| o.tolerance),
+        tolerance: old.and_then(|o| o.tolerance).or(from_cell),
         floor: old.and_then(|o| o.floor),
         // Six decimals keep the file readable; the spread is a noise estimate, not a figure
         // anyone compares to the last digit.
@@ -535,7 +541,9 @@ pub fn merge_run(
                 let metrics = cell
                     .metrics
                     .iter()
-                    .filter_map(|(name, m)| entry_from(name, m, None).map(|e| (name.clone(), e)))
+                    .filter_map(|(name, m)| {
+                        entry_from(name, m, None, cell.params.tolerance).map(|e| (name.clone(), e))
+                    })
                     .collect();
                 baselines.doc.cells.insert(
                     id.clone(),
@@ -551,7 +559,9 @@ pub fn merge_run(
             }
             Some(old) => {
                 for (name, m) in &cell.metrics {
-                    if let Some(e) = entry_from(name, m, old.metrics.get(name)) {
+                    if let Some(e) =
+                        entry_from(name, m, old.metrics.get(name), cell.params.tolerance)
+                    {
                         old.metrics.insert(name.clone(), e);
                     }
                 }

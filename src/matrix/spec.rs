@@ -125,6 +125,10 @@ pub struct ParamsPatch {
     pub seed: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lr: Option<f64>,
+    /// Relative tolerance (e.g. 0.03) of the cells' throughput and time metrics, recorded in
+    /// their baselines by `bench baseline update` unless the baseline file sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
     /// Token file (.bin of uint16 or uint32 tokens); synthetic tokens when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
@@ -150,6 +154,7 @@ pub const PARAM_NAMES: &[&str] = &[
     "sac_every",
     "seed",
     "lr",
+    "tolerance",
     "data",
 ];
 
@@ -189,6 +194,15 @@ impl ParamsPatch {
         }
         if let Some(t) = &self.timeout {
             p.timeout_s = t.seconds().map_err(|e| ("timeout".to_string(), e))?;
+        }
+        if let Some(t) = self.tolerance {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err((
+                    "tolerance".to_string(),
+                    format!("tolerance must be a non-negative fraction such as 0.03, not {t}"),
+                ));
+            }
+            p.tolerance = Some(t);
         }
         if let Some(d) = &self.data {
             p.data = Some(d.clone());
@@ -250,6 +264,18 @@ pub fn set_param(
                 .as_f64()
                 .ok_or_else(|| format!("`lr` must be a number, not `{}`", value.id_fragment()))?
         }
+        "tolerance" => {
+            let t = value
+                .as_f64()
+                .filter(|t| t.is_finite() && *t >= 0.0)
+                .ok_or_else(|| {
+                    format!(
+                        "`tolerance` must be a non-negative fraction such as 0.03, not `{}`",
+                        value.id_fragment()
+                    )
+                })?;
+            p.tolerance = Some(t);
+        }
         "data" => {
             p.data = Some(
                 value
@@ -278,6 +304,7 @@ pub fn param_value(p: &Params, name: &str) -> Option<Value> {
         "seed" => Value::Int(p.seed as i64),
         "timeout" => Value::Int(p.timeout_s as i64),
         "lr" => Value::Float(p.lr),
+        "tolerance" => Value::Float(p.tolerance?),
         "data" => Value::Str(p.data.clone()?),
         other => match p.extra.get(other)? {
             serde_json::Value::String(s) => Value::Str(s.clone()),

@@ -174,15 +174,16 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
     let started = Instant::now();
     if args.list_models {
         for c in presets::all() {
+            let n = c.n_params() as f64;
+            // Tiny CPU presets have well under a million parameters; show them in M.
+            let size = if n >= 1e9 {
+                format!("{:.3}B", n / 1e9)
+            } else {
+                format!("{:.2}M", n / 1e6)
+            };
             println!(
-                "{:<22} {:>9.3}B params  {} layers  hidden {}  heads {}/{}  vocab {}",
-                c.name,
-                c.n_params() as f64 / 1e9,
-                c.layers,
-                c.hidden,
-                c.heads,
-                c.kv_heads,
-                c.vocab
+                "{:<22} {:>9} params  {} layers  hidden {}  heads {}/{}  vocab {}",
+                c.name, size, c.layers, c.hidden, c.heads, c.kv_heads, c.vocab
             );
         }
         return crate::events::exit::OK;
