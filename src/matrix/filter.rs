@@ -290,24 +290,28 @@ impl<'a> Parser<'a> {
         t
     }
 
-    fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut lhs = self.and()?;
-        while self.peek() == Some(&Tok::Or) {
+    /// A left-associative chain `operand (op operand)*`, combined with `make`.
+    fn chain(
+        &mut self,
+        op: Tok,
+        operand: fn(&mut Self) -> Result<Expr, FilterError>,
+        make: fn(Box<Expr>, Box<Expr>) -> Expr,
+    ) -> Result<Expr, FilterError> {
+        let mut lhs = operand(self)?;
+        while self.peek() == Some(&op) {
             self.i += 1;
-            let rhs = self.and()?;
-            lhs = Expr::Or(Box::new(lhs), Box::new(rhs));
+            let rhs = operand(self)?;
+            lhs = make(Box::new(lhs), Box::new(rhs));
         }
         Ok(lhs)
     }
 
+    fn or(&mut self) -> Result<Expr, FilterError> {
+        self.chain(Tok::Or, Self::and, Expr::Or)
+    }
+
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut lhs = self.unary()?;
-        while self.peek() == Some(&Tok::And) {
-            self.i += 1;
-            let rhs = self.unary()?;
-            lhs = Expr::And(Box::new(lhs), Box::new(rhs));
-        }
-        Ok(lhs)
+        self.chain(Tok::And, Self::unary, Expr::And)
     }
 
     fn unary(&mut self) -> Result<Expr, FilterError> {

@@ -64,26 +64,7 @@ fn comment(
     value: &serde_json::Value,
     method: &Method,
 ) -> Result<Found, PublishError> {
-    let id = value
-        .get("id")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| PublishError::Response {
-            method: method.to_string(),
-            path: resp.url.path().to_string(),
-            message: "a comment without a numeric `id`".into(),
-        })?;
-    Ok(Found {
-        id,
-        body: value
-            .get("body")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_string(),
-        url: value
-            .get("html_url")
-            .and_then(|v| v.as_str())
-            .map(str::to_string),
-    })
+    Found::from_json(resp, value, method, "comment", Some("html_url"))
 }
 
 impl Thread for PullRequest {

@@ -44,28 +44,13 @@ impl MergeRequest {
     }
 }
 
+/// A note object of the API: `id`, `body` (notes carry no link; the target builds one).
 fn note(
     resp: &Response,
     value: &serde_json::Value,
     method: &Method,
 ) -> Result<Found, PublishError> {
-    let id = value
-        .get("id")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| PublishError::Response {
-            method: method.to_string(),
-            path: resp.url.path().to_string(),
-            message: "a note without a numeric `id`".into(),
-        })?;
-    Ok(Found {
-        id,
-        body: value
-            .get("body")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_string(),
-        url: None,
-    })
+    Found::from_json(resp, value, method, "note", None)
 }
 
 /// `url` with its `page` parameter set to `page`.

@@ -312,6 +312,41 @@ pub(crate) struct Found {
     pub url: Option<String>,
 }
 
+impl Found {
+    /// Reads a comment (GitHub) or note (GitLab) object: both carry a numeric `id` and a
+    /// `body`; `url_key` names the field with a link to it, where the provider has one.
+    /// `what` ("comment", "note") names the object in the error.
+    pub(crate) fn from_json(
+        resp: &http::Response,
+        value: &serde_json::Value,
+        method: &reqwest::Method,
+        what: &str,
+        url_key: Option<&str>,
+    ) -> Result<Found, PublishError> {
+        let id =
+            value
+                .get("id")
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| PublishError::Response {
+                    method: method.to_string(),
+                    path: resp.url.path().to_string(),
+                    message: format!("a {what} without a numeric `id`"),
+                })?;
+        Ok(Found {
+            id,
+            body: value
+                .get("body")
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string(),
+            url: url_key
+                .and_then(|k| value.get(k))
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+        })
+    }
+}
+
 /// Posts `body` (the rendered Markdown report) as the comment of `marker`'s matrix and
 /// hardware on the target's pull request or merge request, creating it the first time and
 /// updating it in place afterwards (one comment per matrix and hardware, however often the
