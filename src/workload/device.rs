@@ -14,6 +14,31 @@ pub struct DeviceInfo {
     pub name: String,
 }
 
+/// CPU cells train on one thread unless `BENCH_CPU_THREADS` says otherwise.
+///
+/// libtorch's default is one OpenMP thread per core, whose workers spin while they wait.
+/// On a machine shared with other work (a CI runner, several cells side by side) that made
+/// two identical smoke runs of the tiny presets differ by up to 28x; one thread measures the
+/// workload rather than the scheduler. CPU cells exist to prove the pipeline, not to rank
+/// CPUs, so stability wins over speed here.
+fn set_cpu_threads() -> Result<(), WorkerError> {
+    let threads = match std::env::var("BENCH_CPU_THREADS") {
+        Ok(v) => v
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                WorkerError::BadInput(format!(
+                    "BENCH_CPU_THREADS={v:?}: expected a number of threads, at least 1"
+                ))
+            })?,
+        Err(_) => 1,
+    };
+    tch::set_num_threads(threads);
+    Ok(())
+}
+
 impl DeviceInfo {
     /// Resolves `cpu`, `cuda`, `cuda:N` or `auto`.
     pub fn resolve(spec: &str) -> Result<DeviceInfo, WorkerError> {
@@ -46,7 +71,10 @@ impl DeviceInfo {
         }
         let name = match device {
             Device::Cuda(i) => ffi::cuda_device_name(i as i64).map_err(WorkerError::Internal)?,
-            _ => "cpu".to_string(),
+            _ => {
+                set_cpu_threads()?;
+                "cpu".to_string()
+            }
         };
         Ok(DeviceInfo { device, name })
     }
