@@ -67,21 +67,21 @@ PY
   echo "$name rc=$rc $(tail -1 "$LOGS/$name.log" | cut -c1-300)"
 }
 
-G="--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --warmup 10"
-L="--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5"
+G=(--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --warmup 10)
+L=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5)
 
 if [ -x "$DIR/worker_gpu" ]; then
   BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
-mine gpt2-125m.bf16 $G
-mine gpt2-125m.bf16.compile $G --features compile
-mine llama8p.bf16 $L --dtype bf16
-mine llama8p.bf16.compile $L --dtype bf16 --features compile
-mine llama8p.bf16.sac $L --dtype bf16 --features sac --sac-every 1
-mine llama8p.fp8 $L --dtype fp8
-mine llama8p.fp8.compile $L --dtype fp8 --features compile
+mine gpt2-125m.bf16 "${G[@]}"
+mine gpt2-125m.bf16.compile "${G[@]}" --features compile
+mine llama8p.bf16 "${L[@]}" --dtype bf16
+mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
+mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
+mine llama8p.fp8 "${L[@]}" --dtype fp8
+mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
 
 if [ "${QUICK:-0}" != 1 ]; then
   peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
