@@ -147,6 +147,27 @@ int bench_set_grad_none(at::Tensor* t) {
   return guarded([&] { t->mutable_grad().reset(); });
 }
 
+// Makes `g` the tensor's gradient. DDP points every parameter's gradient at a view of one
+// flat buffer, so that the backward accumulates into it in place and the all-reduce runs
+// on the buffer with no flatten or unflatten copies.
+int bench_set_grad(at::Tensor* t, const at::Tensor* g) {
+  return guarded([&] { t->mutable_grad() = *g; });
+}
+
+// The raw cudaStream_t of the current stream of `device` (what NCCL calls are queued on, so
+// they are ordered after the backward's kernels whatever stream libtorch made current).
+int bench_cuda_current_stream(int64_t device, void** out) {
+  return guarded([&] {
+    *out = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+  });
+}
+
+// Makes `device` the calling thread's current CUDA device (NCCL creates a communicator on
+// the current device).
+int bench_cuda_set_device(int64_t device) {
+  return guarded([&] { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); });
+}
+
 int bench_cuda_capability(int64_t device, int* major, int* minor) {
   return guarded([&] {
     auto* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));

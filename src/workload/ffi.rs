@@ -3,7 +3,7 @@
 //! error text on failure; none of them may be made on a host without a CUDA device (the
 //! callers check `tch::Cuda::is_available()` first).
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use tch::Tensor;
 use torch_sys::C_tensor;
@@ -30,6 +30,9 @@ extern "C" {
         eps: f64,
     ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
+    fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
+    fn bench_cuda_set_device(device: i64) -> c_int;
+    fn bench_cuda_current_stream(device: i64, out: *mut *mut c_void) -> c_int;
     fn bench_cuda_capability(device: i64, major: *mut c_int, minor: *mut c_int) -> c_int;
     fn bench_cuda_device_name(device: i64, buf: *mut c_char, len: i64) -> c_int;
     fn bench_cuda_synchronize(device: i64) -> c_int;
@@ -105,6 +108,23 @@ pub fn fused_adamw(
 /// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).
 pub fn set_grad_none(t: &mut Tensor) -> Result<(), String> {
     check(unsafe { bench_set_grad_none(t.as_mut_ptr()) })
+}
+
+/// Makes `g` the gradient of `t` (same shape and dtype); later backwards accumulate into it.
+pub fn set_grad(t: &mut Tensor, g: &Tensor) -> Result<(), String> {
+    check(unsafe { bench_set_grad(t.as_mut_ptr(), g.as_ptr()) })
+}
+
+/// Makes `device` this thread's current CUDA device.
+pub fn cuda_set_device(device: i64) -> Result<(), String> {
+    check(unsafe { bench_cuda_set_device(device) })
+}
+
+/// The raw `cudaStream_t` of the device's current stream (null for the legacy default).
+pub fn cuda_current_stream(device: i64) -> Result<*mut c_void, String> {
+    let mut s: *mut c_void = std::ptr::null_mut();
+    check(unsafe { bench_cuda_current_stream(device, &mut s) })?;
+    Ok(s)
 }
 
 pub fn cuda_capability(device: i64) -> Result<(i32, i32), String> {
