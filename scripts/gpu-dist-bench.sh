@@ -37,6 +37,12 @@ timeout "$TMO" "$BENCH" matrix "$DIR/ddp-2gpu.yaml" --results-dir "$OUTD/results
   --baselines "$OUTD/no-baselines" --no-progress > "$LOGS/bench-matrix.log" 2>&1
 echo "bench matrix rc=$?"
 tail -5 "$LOGS/bench-matrix.log"
+# The 2-GPU cell again with the all-reduce after the backward instead of overlapped with it.
+BENCH_DDP_OVERLAP=0 timeout "$TMO" "$BENCH" matrix "$DIR/ddp-2gpu.yaml" --filter gpus=2 \
+  --results-dir "$OUTD/results" --run-id ddp-no-overlap --baselines "$OUTD/no-baselines" \
+  --no-progress > "$LOGS/bench-matrix-no-overlap.log" 2>&1
+echo "bench matrix (no overlap) rc=$?"
+tail -3 "$LOGS/bench-matrix-no-overlap.log"
 
 for n in 1 2; do
   timeout "$TMO" torchrun --standalone --nproc_per_node "$n" "$DIR/gpt2_dist_pytorch.py" 8 20 ddp 48 1600 25 \
@@ -48,16 +54,19 @@ python3 - "$OUTD" <<'PY' | tee "$OUTD/table.md"
 import glob, json, os, sys
 out = sys.argv[1]
 rows = {}
-for path in sorted(glob.glob(f"{out}/results/ddp/logs/*.log")):
-    for line in open(path):
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(e, dict) and e.get("event") == "summary":
-            n = e.get("world_size") or 1
-            rows[("bench", n)] = (e.get("tokens_per_s_per_gpu"), e.get("mfu"),
+for run, who in (("ddp", "bench"), ("ddp-no-overlap", "bench, no overlap")):
+    for path in sorted(glob.glob(f"{out}/results/{run}/logs/*.log")):
+        for line in open(path):
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(e, dict) and e.get("event") == "summary":
+                n = e.get("world_size") or 1
+                rows[(who, n)] = (e.get("tokens_per_s_per_gpu"), e.get("mfu"),
                                   [b / 2**30 for b in e.get("peak_mem_bytes", [])])
+if ("bench", 1) in rows:
+    rows[("bench, no overlap", 1)] = rows[("bench", 1)]
 for n in (1, 2):
     p = f"{out}/logs/peer-ddp{n}.log"
     line = [l for l in open(p) if l.startswith("RESULT")] if os.path.exists(p) else []
@@ -68,9 +77,11 @@ for n in (1, 2):
                              [float(kv["peak_gib_per_rank"])] * n)
 print("| run | GPUs | tok/s per GPU | MFU | scaling | peak GiB per rank |")
 print("|---|---|---|---|---|---|")
-for who in ("bench", "peer"):
+for who in ("bench", "bench, no overlap", "peer"):
     base = rows.get((who, 1), (None,))[0]
     for n in (1, 2):
+        if who == "bench, no overlap" and n == 1:
+            continue
         if (who, n) not in rows:
             print(f"| {who} | {n} | failed | | | |")
             continue

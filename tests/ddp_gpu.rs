@@ -63,8 +63,8 @@ fn worker(steps: u32, extra: &[&str]) -> Command {
     c
 }
 
-fn rank(steps: u32, r: u32, world: u32, port: u16) -> Command {
-    let mut c = worker(steps, &[]);
+fn rank(steps: u32, extra: &[&str], r: u32, world: u32, port: u16) -> Command {
+    let mut c = worker(steps, extra);
     c.args(["--parallel", "ddp"])
         .env("RANK", r.to_string())
         .env("LOCAL_RANK", r.to_string())
@@ -122,13 +122,31 @@ fn spawn(mut c: Command) -> Child {
         .expect("rank starts")
 }
 
+/// Both ranks and a one-GPU run of the same global batch, with the all-reduce overlapped
+/// with the backward or not, and with checkpointing (whose backward runs in segments).
 #[test]
 fn two_ranks_stay_identical_and_match_one_gpu_on_the_same_global_batch() {
     if !two_gpus() {
         return;
     }
+    let sac: &[&str] = &["--features", "sac", "--sac-every", "1"];
+    for (overlap, extra) in [("1", &[][..]), ("0", &[][..]), ("1", sac)] {
+        println!("overlap {overlap}, {extra:?}");
+        check_against_one_gpu(overlap, extra);
+    }
+}
+
+fn check_against_one_gpu(overlap: &str, extra: &[&str]) {
     let port = free_port();
-    let outs = wait_all((0..2).map(|r| spawn(rank(8, r, 2, port))).collect());
+    let outs = wait_all(
+        (0..2)
+            .map(|r| {
+                let mut c = rank(8, extra, r, 2, port);
+                c.env("BENCH_DDP_OVERLAP", overlap);
+                spawn(c)
+            })
+            .collect(),
+    );
     for (r, o) in outs.iter().enumerate() {
         assert!(
             o.status.success(),
@@ -166,9 +184,12 @@ fn two_ranks_stay_identical_and_match_one_gpu_on_the_same_global_batch() {
     assert_eq!(c0, c1, "parameters differ between ranks");
 
     // One GPU with grad_accum 2 sees the same eight sequences per step.
-    let single = worker(8, &["--grad-accum", "2", "--device", "cuda:0"])
-        .output()
-        .expect("single run");
+    let single = worker(
+        8,
+        &[&["--grad-accum", "2", "--device", "cuda:0"][..], extra].concat(),
+    )
+    .output()
+    .expect("single run");
     assert!(
         single.status.success(),
         "{}",
@@ -204,8 +225,8 @@ fn a_dead_rank_brings_the_other_down_with_the_distributed_exit_code() {
         return;
     }
     let port = free_port();
-    let mut r0 = spawn(rank(100_000, 0, 2, port));
-    let mut r1 = spawn(rank(100_000, 1, 2, port));
+    let mut r0 = spawn(rank(100_000, &[], 0, 2, port));
+    let mut r1 = spawn(rank(100_000, &[], 1, 2, port));
     // Wait until training runs (rank 0's first step event), then kill rank 1.
     let stdout = r0.stdout.take().expect("rank 0 stdout");
     let mut lines = BufReader::new(stdout).lines();

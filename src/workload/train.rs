@@ -52,7 +52,13 @@ impl Loop<'_> {
     fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Tensor {
         let scale = 1.0 / self.grad_accum as f64;
         let mut total: Option<Tensor> = None;
-        for (x, y) in xs.iter().zip(ys) {
+        for (i, (x, y)) in xs.iter().zip(ys).enumerate() {
+            if i + 1 == xs.len() {
+                // DDP may start reducing buckets during the last backward of the step.
+                if let Some(d) = self.ddp {
+                    d.begin_last_backward();
+                }
+            }
             let loss = match self.sac_every {
                 Some(k) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
                 None => {
