@@ -291,3 +291,62 @@ fn lists_models() {
         assert!(text.contains(name), "{name} missing from:\n{text}");
     }
 }
+
+fn ddp_worker(env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.arg("worker")
+        .args(["--device", "cpu", "--parallel", "ddp"])
+        .args(["--steps", "2", "--warmup", "1", "--seq-len", "16"])
+        .env("OMP_NUM_THREADS", "1");
+    for v in bench::dist::rendezvous::ENV_VARS {
+        c.env_remove(v);
+    }
+    c.envs(env.iter().copied());
+    c.output().expect("bench worker runs")
+}
+
+/// A DDP rank on a device without CUDA is unsupported here (exit 3, skipped by the runner)
+/// and says why, before it joins any rendezvous: a peer-less rank must never wait.
+#[test]
+fn ddp_rank_on_cpu_is_unsupported_before_the_rendezvous() {
+    let out = ddp_worker(&[
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        // Nobody listens here: reaching the rendezvous would fail with exit 6 instead.
+        ("MASTER_PORT", "9"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(exit::UNSUPPORTED),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evs = events(&out);
+    assert!(
+        matches!(evs.last(), Some(Event::Error { kind: ErrorKind::Unsupported, message })
+            if message.contains("ddp") && message.contains("CUDA")),
+        "{evs:?}"
+    );
+}
+
+/// `--parallel ddp` started alone (no WORLD_SIZE > 1) trains as one process and says so.
+#[test]
+fn ddp_without_a_world_runs_single_with_a_notice() {
+    for env in [&[][..], &[("RANK", "0"), ("WORLD_SIZE", "1")][..]] {
+        let out = ddp_worker(env);
+        assert!(
+            out.status.success(),
+            "{env:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let evs = events(&out);
+        assert!(
+            evs.iter()
+                .any(|e| matches!(e, Event::Notice { message } if message.contains("single"))),
+            "{evs:?}"
+        );
+        assert_eq!(losses(&evs).len(), 2);
+    }
+}

@@ -119,6 +119,15 @@ impl Batches {
         Ok(Source::File { tokens, pos: 0 })
     }
 
+    /// Passes over `n` batches: the ranks of a data-parallel run read one shared stream,
+    /// each keeping its own slice of every step, so that together they see exactly the
+    /// batches one process would (what makes DDP comparable with a single-GPU run).
+    pub fn skip(&mut self, n: usize) {
+        for _ in 0..n {
+            let _ = self.next_batch();
+        }
+    }
+
     /// The next batch as host tensors (inputs, targets), each `[B, T]` int64.
     pub fn next_batch(&mut self) -> (Tensor, Tensor) {
         let (b, t) = (self.batch, self.seq);
@@ -168,6 +177,28 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_slicing_one_stream_see_the_single_process_batches() {
+        // Two ranks, grad_accum 2: rank r takes batches 2r, 2r+1 of every step's four.
+        let mk = || Batches::new(Source::Random, 7, 50, 2, 8);
+        let mut one = mk();
+        let single: Vec<Tensor> = (0..8).map(|_| one.next_batch().0).collect();
+        for rank in 0..2usize {
+            let mut b = mk();
+            for step in 0..2usize {
+                b.skip(rank * 2);
+                for j in 0..2 {
+                    let x = b.next_batch().0;
+                    assert!(
+                        x.equal(&single[step * 4 + rank * 2 + j]),
+                        "rank {rank} step {step}"
+                    );
+                }
+                b.skip((1 - rank) * 2);
+            }
+        }
+    }
 
     fn to_vec(t: &Tensor) -> Vec<i64> {
         Vec::<i64>::try_from(t.flatten(0, -1)).unwrap()

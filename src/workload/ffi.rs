@@ -3,7 +3,7 @@
 //! error text on failure; none of them may be made on a host without a CUDA device (the
 //! callers check `tch::Cuda::is_available()` first).
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use tch::Tensor;
 use torch_sys::C_tensor;
@@ -12,6 +12,14 @@ use torch_sys::C_tensor;
 pub struct RawGraph {
     _private: [u8; 0],
 }
+
+#[repr(C)]
+pub struct RawHookSet {
+    _private: [u8; 0],
+}
+
+/// Called (on libtorch's autograd thread) after parameter `index`'s gradient accumulated.
+pub type ReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
 
 extern "C" {
     fn bench_last_error() -> *const c_char;
@@ -30,6 +38,17 @@ extern "C" {
         eps: f64,
     ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
+    fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
+    fn bench_cuda_set_device(device: i64) -> c_int;
+    fn bench_grad_ready_hooks(
+        params: *const *mut C_tensor,
+        n: i64,
+        f: ReadyFn,
+        ctx: *mut c_void,
+    ) -> *mut RawHookSet;
+    fn bench_cuda_comm_stream(device: i64, out: *mut *mut c_void) -> c_int;
+    fn bench_cuda_stream_wait(waiter: *mut c_void, waited: *mut c_void) -> c_int;
+    fn bench_cuda_current_stream(device: i64, out: *mut *mut c_void) -> c_int;
     fn bench_cuda_capability(device: i64, major: *mut c_int, minor: *mut c_int) -> c_int;
     fn bench_cuda_device_name(device: i64, buf: *mut c_char, len: i64) -> c_int;
     fn bench_cuda_synchronize(device: i64) -> c_int;
@@ -105,6 +124,59 @@ pub fn fused_adamw(
 /// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).
 pub fn set_grad_none(t: &mut Tensor) -> Result<(), String> {
     check(unsafe { bench_set_grad_none(t.as_mut_ptr()) })
+}
+
+/// Makes `g` the gradient of `t` (same shape and dtype); later backwards accumulate into it.
+pub fn set_grad(t: &mut Tensor, g: &Tensor) -> Result<(), String> {
+    check(unsafe { bench_set_grad(t.as_mut_ptr(), g.as_ptr()) })
+}
+
+/// Registers `f(ctx, i)` to run after parameter i's gradient is accumulated, in every later
+/// backward. The hooks live as long as the process (the accumulators are kept alive on
+/// purpose), so `ctx` must too.
+///
+/// # Safety
+/// `ctx` must stay valid, and `f` callable with it from any thread, for the rest of the
+/// process.
+pub unsafe fn grad_ready_hooks(
+    params: &[Tensor],
+    f: ReadyFn,
+    ctx: *mut c_void,
+) -> Result<(), String> {
+    let ptrs: Vec<*mut C_tensor> = params.iter().map(|t| t.as_ptr() as *mut C_tensor).collect();
+    let set = bench_grad_ready_hooks(ptrs.as_ptr(), ptrs.len() as i64, f, ctx);
+    if set.is_null() {
+        return Err(check(1).err().unwrap_or_default());
+    }
+    // Deliberately never freed: the hooks must keep their accumulators for the whole run.
+    Ok(())
+}
+
+/// A high-priority stream of the device's pool, for collectives.
+pub fn cuda_comm_stream(device: i64) -> Result<*mut c_void, String> {
+    let mut s: *mut c_void = std::ptr::null_mut();
+    check(unsafe { bench_cuda_comm_stream(device, &mut s) })?;
+    Ok(s)
+}
+
+/// Makes stream `waiter` wait for the work queued on `waited` so far.
+///
+/// # Safety
+/// Both must be live `cudaStream_t` values (null: the legacy default stream).
+pub unsafe fn cuda_stream_wait(waiter: *mut c_void, waited: *mut c_void) -> Result<(), String> {
+    check(unsafe { bench_cuda_stream_wait(waiter, waited) })
+}
+
+/// Makes `device` this thread's current CUDA device.
+pub fn cuda_set_device(device: i64) -> Result<(), String> {
+    check(unsafe { bench_cuda_set_device(device) })
+}
+
+/// The raw `cudaStream_t` of the device's current stream (null for the legacy default).
+pub fn cuda_current_stream(device: i64) -> Result<*mut c_void, String> {
+    let mut s: *mut c_void = std::ptr::null_mut();
+    check(unsafe { bench_cuda_current_stream(device, &mut s) })?;
+    Ok(s)
 }
 
 pub fn cuda_capability(device: i64) -> Result<(i32, i32), String> {

@@ -9,6 +9,7 @@
 //! boundary here and classified.
 
 pub mod data;
+pub mod ddp;
 pub mod device;
 pub mod ffi;
 pub mod measure;
@@ -31,6 +32,8 @@ use device::DeviceInfo;
 use models::presets;
 use precision::{Ctx, Precision};
 
+use crate::dist::rendezvous::DistEnv;
+
 /// Why a worker failed; each maps to an [`ErrorKind`] and its exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -44,6 +47,9 @@ pub enum WorkerError {
     NanLoss { step: u64, value: f64 },
     #[error("{0}")]
     Internal(String),
+    /// A rendezvous or NCCL failure of a multi-rank run.
+    #[error("{0}")]
+    Distributed(String),
     #[error(transparent)]
     Data(#[from] data::DataError),
 }
@@ -56,6 +62,7 @@ impl WorkerError {
             WorkerError::Oom(_) => ErrorKind::Oom,
             WorkerError::NanLoss { .. } => ErrorKind::NanLoss,
             WorkerError::Internal(_) => ErrorKind::Internal,
+            WorkerError::Distributed(_) => ErrorKind::Distributed,
         }
     }
 
@@ -92,6 +99,9 @@ pub struct Settings {
     pub seq_len: i64,
     pub micro_batch: i64,
     pub grad_accum: u32,
+    /// `--parallel ddp`: one data-parallel rank per GPU (when the launch contract says
+    /// WORLD_SIZE > 1).
+    pub ddp: bool,
 }
 
 impl Settings {
@@ -107,11 +117,19 @@ impl Settings {
         let precision = Precision::parse(&a.dtype).ok_or_else(|| {
             WorkerError::BadInput(format!("--dtype {:?}: expected fp32, bf16 or fp8", a.dtype))
         })?;
-        if a.parallel != "single" {
-            return Err(WorkerError::Unsupported(format!(
-                "--parallel {}: this worker runs one process on one device (single)",
-                a.parallel
-            )));
+        match a.parallel.as_str() {
+            "single" | "ddp" => {}
+            "fsdp" => {
+                return Err(WorkerError::Unsupported(
+                    "--parallel fsdp: not implemented in the built-in workload yet (single and ddp are)"
+                        .into(),
+                ))
+            }
+            other => {
+                return Err(WorkerError::Unsupported(format!(
+                    "--parallel {other}: the built-in workload runs single or ddp"
+                )))
+            }
         }
         for f in &a.features {
             if !FEATURES.contains(&f.as_str()) {
@@ -159,6 +177,7 @@ impl Settings {
             seq_len: a.seq_len as i64,
             micro_batch: a.micro_batch as i64,
             grad_accum: a.grad_accum,
+            ddp: a.parallel == "ddp",
         })
     }
 }
@@ -210,16 +229,90 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
     }
 }
 
+/// The launch contract when this worker is one rank of several (`--parallel ddp` with
+/// WORLD_SIZE > 1); a DDP worker started alone runs as a single process, with a notice.
+fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
+    if !s.ddp {
+        return Ok(None);
+    }
+    let env = DistEnv::from_env().map_err(|e| WorkerError::Distributed(e.to_string()))?;
+    match env {
+        Some(e) if e.world_size > 1 => Ok(Some(e)),
+        _ => {
+            emit(Event::Notice {
+                message: "--parallel ddp without WORLD_SIZE > 1 in the environment: running one process (single)".into(),
+            });
+            Ok(None)
+        }
+    }
+}
+
 fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     let s = Settings::resolve(args)?;
-    let dev = DeviceInfo::resolve(&args.device)?;
+    let denv = dist_env(&s)?;
+    // A rank uses the GPU at LOCAL_RANK among those the launcher made visible.
+    let device_spec = match (&denv, args.device.as_str()) {
+        (Some(e), "auto" | "cuda") => format!("cuda:{}", e.local_rank),
+        _ => args.device.clone(),
+    };
+    if denv.is_some() && !tch::Cuda::is_available() {
+        return Err(WorkerError::Unsupported(
+            "--parallel ddp: needs one CUDA GPU per rank and NCCL; no CUDA device is visible"
+                .into(),
+        ));
+    }
+    let dev = DeviceInfo::resolve(&device_spec)?;
+    let mut ddp = match (&denv, dev.device) {
+        (Some(e), tch::Device::Cuda(i)) => {
+            let d = ddp::Ddp::join(e.clone(), i as i64)?;
+            Some(d)
+        }
+        (Some(_), _) => {
+            return Err(WorkerError::Unsupported(format!(
+                "--parallel ddp: needs one CUDA GPU per rank and NCCL; {} is not one",
+                dev.name
+            )))
+        }
+        (None, _) => None,
+    };
+    let result = train_on(args, &s, &dev, ddp.as_mut(), started);
+    match (result, ddp) {
+        (Err(e), Some(d)) => {
+            d.report_failure(&e.to_string());
+            Err(e)
+        }
+        (Ok(()), Some(d)) => d.finish(),
+        (r, None) => r,
+    }
+}
+
+fn train_on(
+    args: &WorkerArgs,
+    s: &Settings,
+    dev: &DeviceInfo,
+    mut ddp: Option<&mut ddp::Ddp>,
+    started: Instant,
+) -> Result<(), WorkerError> {
+    let world = ddp.as_ref().map_or(1, |d| d.world_size());
+    let rank = ddp.as_ref().map_or(0, |d| d.rank());
+    // Only rank 0 reports; the other ranks' stdout stays free of events.
+    let mut emit = |e: Event| {
+        if rank == 0 {
+            emit(e)
+        }
+    };
     if s.precision == Precision::Fp8 && !dev.supports_fp8()? {
         return Err(WorkerError::Unsupported(format!(
             "--dtype fp8: {} has no fp8 matmuls (needs a CUDA GPU of compute capability 8.9+)",
             dev.name
         )));
     }
-    let cuda_graph = s.compile && dev.is_cuda();
+    let cuda_graph = s.compile && dev.is_cuda() && ddp.is_none();
+    if s.compile && ddp.is_some() {
+        emit(Event::Notice {
+            message: "compile: CUDA-graph capture is not used with ddp (the NCCL all-reduce is not captured); running eager steps with fused AdamW".into(),
+        });
+    }
     if s.compile && !dev.is_cuda() {
         emit(Event::Notice {
             message: format!(
@@ -262,12 +355,16 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     tch::manual_seed(args.seed as i64);
     dev.reset_peak_memory()?;
     let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
+    if let Some(d) = ddp.as_deref_mut() {
+        d.attach(model.params())?;
+    }
+    let ddp: Option<&ddp::Ddp> = ddp.map(|d| &*d);
     let n_params = s.cfg.n_params();
     emit(Event::Start {
         model: Some(s.cfg.name.to_string()),
         n_params: Some(n_params),
         device: Some(dev.name.clone()),
-        world_size: Some(1),
+        world_size: Some(world),
     });
     eprintln!(
         "bench worker {}: {} ({:.1}M params) {:?} on {}, batch {}x{} x{} accum, sac {:?}, compile {}",
@@ -287,12 +384,13 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
         optim::AdamWConfig::new(args.lr),
         dev.is_cuda(),
     );
-    let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64;
+    // Global: every rank processes micro_batch x grad_accum sequences per step.
+    let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64 * world as u64;
     let mut rec = measure::Recorder::default();
     let lp = train::Loop {
         model: model.as_ref(),
         ctx: Ctx::new(s.precision),
-        device: &dev,
+        device: dev,
         opt,
         data,
         steps: s.steps,
@@ -302,11 +400,12 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
         cuda_graph,
         tokens_per_step,
         started,
+        ddp,
     };
     lp.run(&mut emit, &mut rec)?;
     let facts = measure::RunFacts {
         tokens_per_step,
-        world_size: 1,
+        world_size: world,
         n_params,
         flops_per_token: flops::flops_per_token(
             s.cfg.n_matmul_params(),
@@ -318,7 +417,17 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
         peak_mem_bytes: dev.peak_memory()?,
         device: dev.name.clone(),
     };
-    emit(Event::Summary(measure::summary(&rec, &facts)));
+    let mut summary = measure::summary(&rec, &facts);
+    if let Some(d) = ddp {
+        // Every rank's peak, in rank order (index = rank), gathered to rank 0.
+        let mine = facts.peak_mem_bytes.unwrap_or(0);
+        summary.peak_mem_bytes = d.gather_u64(mine)?;
+    }
+    if std::env::var_os("BENCH_PARAM_CHECKSUM").is_some() {
+        let (sum, sumsq) = ddp::param_checksum(model.params());
+        eprintln!("bench worker: param checksum rank {rank}: {sum:.17e} {sumsq:.17e}");
+    }
+    emit(Event::Summary(summary));
     Ok(())
 }
 

@@ -13,6 +13,7 @@ use std::time::Instant;
 use tch::{Device, Tensor};
 
 use super::data::Batches;
+use super::ddp::Ddp;
 use super::device::DeviceInfo;
 use super::ffi::CudaGraph;
 use super::measure::Recorder;
@@ -38,8 +39,12 @@ pub struct Loop<'a> {
     pub sac_every: Option<usize>,
     /// Capture and replay the step as a CUDA graph.
     pub cuda_graph: bool,
+    /// Tokens of one step over all ranks.
     pub tokens_per_step: u64,
     pub started: Instant,
+    /// Data-parallel: gradients averaged over the ranks after each backward, the loss
+    /// averaged and the step time the slowest rank's. `None` for one process.
+    pub ddp: Option<&'a Ddp>,
 }
 
 impl Loop<'_> {
@@ -47,7 +52,13 @@ impl Loop<'_> {
     fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Tensor {
         let scale = 1.0 / self.grad_accum as f64;
         let mut total: Option<Tensor> = None;
-        for (x, y) in xs.iter().zip(ys) {
+        for (i, (x, y)) in xs.iter().zip(ys).enumerate() {
+            if i + 1 == xs.len() {
+                // DDP may start reducing buckets during the last backward of the step.
+                if let Some(d) = self.ddp {
+                    d.begin_last_backward();
+                }
+            }
             let loss = match self.sac_every {
                 Some(k) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
                 None => {
@@ -69,15 +80,38 @@ impl Loop<'_> {
     /// hands them over instead of adding into zeroed buffers (two passes over every
     /// gradient saved). Under graph capture the gradients the captured backward allocates
     /// come from the graph's pool and keep their addresses on every replay.
+    ///
+    /// Under DDP the gradients are views of the flat buckets the all-reduce works on, so
+    /// they are zeroed in place (one fill per bucket) instead of dropped.
     fn eager_step(&mut self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
-        self.opt.zero_grad(true).map_err(WorkerError::Internal)?;
+        match self.ddp {
+            Some(d) => d.zero_grads(),
+            None => self.opt.zero_grad(true).map_err(WorkerError::Internal)?,
+        }
         let loss = self.micro_batches(xs, ys);
+        if let Some(d) = self.ddp {
+            d.all_reduce_grads()?;
+        }
         self.opt.step().map_err(WorkerError::from_device)?;
-        Ok(loss)
+        match self.ddp {
+            Some(d) => d.mean(&loss),
+            None => Ok(loss),
+        }
     }
 
+    /// This rank's micro-batches of the step. The ranks of a DDP run read the same seeded
+    /// stream: of every step's `world x grad_accum` batches rank r takes the r-th run of
+    /// `grad_accum`, so together they see what one process with `grad_accum x world`
+    /// would, and the two runs train alike.
     fn host_batches(&mut self) -> (Vec<Tensor>, Vec<Tensor>) {
-        (0..self.grad_accum).map(|_| self.data.next_batch()).unzip()
+        let (rank, world) = self
+            .ddp
+            .map_or((0, 1), |d| (d.rank() as usize, d.world_size() as usize));
+        let a = self.grad_accum as usize;
+        self.data.skip(rank * a);
+        let out = (0..a).map(|_| self.data.next_batch()).unzip();
+        self.data.skip((world - 1 - rank) * a);
+        out
     }
 
     fn to_device(&self, ts: Vec<Tensor>) -> Vec<Tensor> {
@@ -144,7 +178,12 @@ impl Loop<'_> {
                 .f_double_value(&[])
                 .map_err(|e| WorkerError::from_device(e.to_string()))?;
             self.device.synchronize()?;
-            let dt = t0.elapsed().as_secs_f64();
+            let mut dt = t0.elapsed().as_secs_f64();
+            if let Some(d) = self.ddp {
+                // Every rank waits in the all-reduce for the others, but a rank can still
+                // finish its optimizer step later; the step is as slow as the slowest rank.
+                dt = d.max_f64(dt)?;
+            }
             if !loss_value.is_finite() {
                 return Err(WorkerError::NanLoss {
                     step: step as u64,
@@ -159,7 +198,7 @@ impl Loop<'_> {
                 tokens: self.tokens_per_step,
                 loss: loss_value,
                 warmup: warm.then_some(true),
-                rank: None,
+                rank: self.ddp.map(|d| d.rank()),
             }));
         }
         Ok(())

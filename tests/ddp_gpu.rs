@@ -1,0 +1,259 @@
+//! GPU checks of data-parallel training (`bench worker --parallel ddp`) with two ranks on
+//! two GPUs of this host: parameters bit-identical on both ranks after several steps, loss
+//! and parameters equal (within bf16 tolerance) to one GPU training on the same global
+//! batch, and a rank that dies brings the other down with the distributed exit code
+//! instead of leaving it in a collective. On hosts with fewer than two CUDA devices every
+//! test returns at once (CI has no GPU); scripts/gpu-dist-bench.sh runs this binary.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bench::events::{exit, Event};
+
+fn two_gpus() -> bool {
+    let n = tch::Cuda::device_count();
+    if n < 2 {
+        eprintln!("{n} CUDA device(s): two-GPU DDP check not run");
+    }
+    n >= 2
+}
+
+fn bin() -> String {
+    // On a GPU host without the Rust toolchain the cargo-built path of `bench` does not
+    // exist; BENCH_BIN names the copied binary.
+    std::env::var("BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bench").to_string())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+const COMMON: [&str; 12] = [
+    "--model",
+    "gpt2-tiny",
+    "--dtype",
+    "bf16",
+    "--warmup",
+    "1",
+    "--seq-len",
+    "64",
+    "--micro-batch",
+    "4",
+    "--synthetic",
+    "pattern",
+];
+
+/// A worker of `steps` steps (clap refuses a flag given twice, so it is set only here).
+fn worker(steps: u32, extra: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("worker")
+        .args(COMMON)
+        .args(["--steps", &steps.to_string()])
+        .args(extra)
+        .env("BENCH_PARAM_CHECKSUM", "1")
+        .env("NCCL_NVLS_ENABLE", "0");
+    for v in bench::dist::rendezvous::ENV_VARS {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn rank(steps: u32, extra: &[&str], r: u32, world: u32, port: u16) -> Command {
+    let mut c = worker(steps, extra);
+    c.args(["--parallel", "ddp"])
+        .env("RANK", r.to_string())
+        .env("LOCAL_RANK", r.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string());
+    c
+}
+
+fn events(out: &Output) -> Vec<Event> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(Event::parse_line)
+        .collect()
+}
+
+fn losses(evs: &[Event]) -> Vec<f64> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::Step(s) => Some(s.loss),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `(sum, sum of squares)` line the worker prints with BENCH_PARAM_CHECKSUM set.
+fn checksum(out: &Output) -> (f64, f64) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("param checksum"))
+        .unwrap_or_else(|| panic!("no checksum line in:\n{err}"));
+    let f: Vec<f64> = line
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|x| x.parse().expect("checksum number"))
+        .collect();
+    (f[0], f[1])
+}
+
+fn wait_all(children: Vec<Child>) -> Vec<Output> {
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("rank output"))
+        .collect()
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rank starts")
+}
+
+/// Both ranks and a one-GPU run of the same global batch, with the all-reduce overlapped
+/// with the backward or not, and with checkpointing (whose backward runs in segments).
+#[test]
+fn two_ranks_stay_identical_and_match_one_gpu_on_the_same_global_batch() {
+    if !two_gpus() {
+        return;
+    }
+    let sac: &[&str] = &["--features", "sac", "--sac-every", "1"];
+    for (overlap, extra) in [("1", &[][..]), ("0", &[][..]), ("1", sac)] {
+        println!("overlap {overlap}, {extra:?}");
+        check_against_one_gpu(overlap, extra);
+    }
+}
+
+fn check_against_one_gpu(overlap: &str, extra: &[&str]) {
+    let port = free_port();
+    let outs = wait_all(
+        (0..2)
+            .map(|r| {
+                let mut c = rank(8, extra, r, 2, port);
+                c.env("BENCH_DDP_OVERLAP", overlap);
+                spawn(c)
+            })
+            .collect(),
+    );
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {:?}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // Only rank 0 reports events.
+    assert!(events(&outs[1]).is_empty(), "rank 1 printed events");
+    let evs = events(&outs[0]);
+    let ddp_losses = losses(&evs);
+    assert_eq!(ddp_losses.len(), 8);
+    let summary = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::Summary(s) => Some(s.clone()),
+            _ => None,
+        })
+        .expect("a summary");
+    assert_eq!(summary.world_size, Some(2));
+    assert_eq!(summary.peak_mem_bytes.len(), 2, "{summary:?}");
+    assert!(summary.peak_mem_bytes.iter().all(|&b| b > 0));
+    let tokens: Vec<u64> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step(s) => Some(s.tokens),
+            _ => None,
+        })
+        .collect();
+    assert!(tokens.iter().all(|&t| t == 2 * 4 * 64), "{tokens:?}");
+
+    let (c0, c1) = (checksum(&outs[0]), checksum(&outs[1]));
+    println!("ddp checksums: rank 0 {c0:?}, rank 1 {c1:?}");
+    assert_eq!(c0, c1, "parameters differ between ranks");
+
+    // One GPU with grad_accum 2 sees the same eight sequences per step.
+    let single = worker(
+        8,
+        &[&["--grad-accum", "2", "--device", "cuda:0"][..], extra].concat(),
+    )
+    .output()
+    .expect("single run");
+    assert!(
+        single.status.success(),
+        "{}",
+        String::from_utf8_lossy(&single.stderr)
+    );
+    let single_losses = losses(&events(&single));
+    println!("losses ddp {ddp_losses:?}\n    single {single_losses:?}");
+    for (a, b) in ddp_losses.iter().zip(&single_losses) {
+        assert!((a - b).abs() <= 1e-2 * b.abs(), "ddp {a} vs single {b}");
+    }
+    // The loss must have moved, or equality would prove nothing about the updates.
+    assert!(ddp_losses[7] < ddp_losses[0] * 0.98, "{ddp_losses:?}");
+    let cs = checksum(&single);
+    println!("single checksum {cs:?}");
+    let rel = |a: f64, b: f64| (a - b).abs() / b.abs().max(1e-12);
+    assert!(
+        rel(c0.1, cs.1) < 1e-3,
+        "sum of squares {} vs {}",
+        c0.1,
+        cs.1
+    );
+    assert!(
+        (c0.0 - cs.0).abs() < 1e-3 * cs.1.sqrt().max(1.0),
+        "sum {} vs {}",
+        c0.0,
+        cs.0
+    );
+}
+
+#[test]
+fn a_dead_rank_brings_the_other_down_with_the_distributed_exit_code() {
+    if !two_gpus() {
+        return;
+    }
+    let port = free_port();
+    let mut r0 = spawn(rank(100_000, &[], 0, 2, port));
+    let mut r1 = spawn(rank(100_000, &[], 1, 2, port));
+    // Wait until training runs (rank 0's first step event), then kill rank 1.
+    let stdout = r0.stdout.take().expect("rank 0 stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let started = Instant::now();
+    loop {
+        let Some(Ok(line)) = lines.next() else {
+            let _ = r1.kill();
+            let err = r0.wait_with_output().expect("rank 0 output").stderr;
+            panic!(
+                "rank 0 ended before its first step:\n{}",
+                String::from_utf8_lossy(&err)
+            );
+        };
+        if matches!(Event::parse_line(&line), Some(Event::Step(_))) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120));
+    }
+    r1.kill().expect("kill rank 1");
+    let _ = r1.wait();
+    // Drain stdout so rank 0 never blocks on a full pipe, then it must exit on its own.
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = r0.wait().expect("rank 0 exits");
+    assert_eq!(status.code(), Some(exit::DISTRIBUTED), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.contains("\"distributed\"")),
+        "no distributed error event in {rest:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(240));
+}
