@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::http::{next_link, Api, Replay, Response};
 use super::target::Target;
-use super::{CommitStatus, Found, Marker, PublishError, Thread};
+use super::{CommitStatus, Found, Marker, MarkerHits, PublishError, Thread};
 
 /// GitHub refuses comment bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 65_536;
@@ -70,8 +70,7 @@ fn comment(
 impl Thread for PullRequest {
     fn find(&self, api: &mut Api, marker: &Marker) -> Result<Option<(Found, usize)>, PublishError> {
         let mut url = self.comments_url(api);
-        let mut found: Option<Found> = None;
-        let mut extra = 0;
+        let mut hits = MarkerHits::default();
         for _ in 0..MAX_PAGES {
             let resp = api.send(Method::GET, &url, None, Replay::Safe)?;
             let page = resp.json(&Method::GET)?;
@@ -82,20 +81,14 @@ impl Thread for PullRequest {
             })?;
             for item in items {
                 let c = comment(&resp, item, &Method::GET)?;
-                if marker.matches(&c.body) {
-                    if found.is_none() {
-                        found = Some(c);
-                    } else {
-                        extra += 1;
-                    }
-                }
+                hits.offer(marker, c);
             }
             match resp.header("link").and_then(next_link) {
                 Some(next) => url = api.same_origin(&next, &Method::GET)?,
                 None => break,
             }
         }
-        Ok(found.map(|f| (f, extra)))
+        Ok(hits.finish())
     }
 
     fn create(&self, api: &mut Api, body: &str) -> Result<Found, PublishError> {

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::http::{next_link, Api, Replay, Response};
 use super::target::Target;
-use super::{Found, Marker, PublishError, Thread};
+use super::{Found, Marker, MarkerHits, PublishError, Thread};
 
 /// GitLab refuses note bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 1_000_000;
@@ -79,8 +79,7 @@ impl Thread for MergeRequest {
             .append_pair("per_page", "100")
             .append_pair("sort", "asc")
             .append_pair("order_by", "created_at");
-        let mut found: Option<Found> = None;
-        let mut extra = 0;
+        let mut hits = MarkerHits::default();
         for _ in 0..MAX_PAGES {
             let resp = api.send(Method::GET, &url, None, Replay::Safe)?;
             let page = resp.json(&Method::GET)?;
@@ -95,13 +94,7 @@ impl Thread for MergeRequest {
                     continue;
                 }
                 let n = note(&resp, item, &Method::GET)?;
-                if marker.matches(&n.body) {
-                    if found.is_none() {
-                        found = Some(n);
-                    } else {
-                        extra += 1;
-                    }
-                }
+                hits.offer(marker, n);
             }
             if let Some(next) = resp.header("link").and_then(next_link) {
                 url = api.same_origin(&next, &Method::GET)?;
@@ -115,7 +108,7 @@ impl Thread for MergeRequest {
                 break;
             }
         }
-        Ok(found.map(|f| (f, extra)))
+        Ok(hits.finish())
     }
 
     fn create(&self, api: &mut Api, body: &str) -> Result<Found, PublishError> {

@@ -312,6 +312,33 @@ pub(crate) struct Found {
     pub url: Option<String>,
 }
 
+/// While paging through a thread: the first comment that carries the marker, and how many
+/// more carry it (duplicates an earlier interrupted run may have left), for both providers.
+#[derive(Debug, Default)]
+pub(crate) struct MarkerHits {
+    first: Option<Found>,
+    extra: usize,
+}
+
+impl MarkerHits {
+    /// Looks at one comment of the thread, in the order the API lists them.
+    pub(crate) fn offer(&mut self, marker: &Marker, comment: Found) {
+        if !marker.matches(&comment.body) {
+            return;
+        }
+        if self.first.is_none() {
+            self.first = Some(comment);
+        } else {
+            self.extra += 1;
+        }
+    }
+
+    /// The first match and the number of further matches, if any matched.
+    pub(crate) fn finish(self) -> Option<(Found, usize)> {
+        self.first.map(|f| (f, self.extra))
+    }
+}
+
 impl Found {
     /// Reads a comment (GitHub) or note (GitLab) object: both carry a numeric `id` and a
     /// `body`; `url_key` names the field with a link to it, where the provider has one.
