@@ -150,6 +150,11 @@ impl Event {
         serde_json::from_str(t).ok()
     }
 
+    /// Every event in a block of worker output, in order; log lines are skipped.
+    pub fn parse_text(text: &str) -> Vec<Event> {
+        text.lines().filter_map(Event::parse_line).collect()
+    }
+
     /// The event as one JSON line (no trailing newline).
     pub fn to_line(&self) -> String {
         // Serialising these plain structs cannot fail: no maps with non-string keys.

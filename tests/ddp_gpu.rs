@@ -76,10 +76,7 @@ fn rank(steps: u32, extra: &[&str], r: u32, world: u32, port: u16) -> Command {
 }
 
 fn events(out: &Output) -> Vec<Event> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(Event::parse_line)
-        .collect()
+    Event::parse_text(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn losses(evs: &[Event]) -> Vec<f64> {

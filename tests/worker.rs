@@ -18,10 +18,7 @@ fn worker(args: &[&str]) -> Output {
 }
 
 fn events(out: &Output) -> Vec<Event> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(Event::parse_line)
-        .collect()
+    Event::parse_text(&String::from_utf8_lossy(&out.stdout))
 }
 
 fn losses(evs: &[Event]) -> Vec<f64> {

@@ -177,9 +177,8 @@ fn worker(args: &[&str]) -> Output {
 }
 
 fn losses(out: &Output) -> Vec<f64> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(Event::parse_line)
+    Event::parse_text(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
         .filter_map(|e| {
             if let Event::Step(s) = e {
                 Some(s.loss)
