@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -312,6 +313,76 @@ int bench_graph_capture_end(GraphState* s) {
 
 int bench_graph_replay(GraphState* s) {
   return guarded([&] { s->graph.replay(); });
+}
+
+// --- FSDP: storage that comes and goes, events, and a backward from a given gradient ---
+
+// Frees the memory behind a tensor's storage while keeping the storage object, so every
+// tensor sharing it (the parameters that are views of an FSDP unit's flat buffer, and the
+// autograd graph's saved references to them) stays valid and sees the memory again after
+// bench_storage_allocate. When `stream` is not null the caching allocator is first told
+// that the memory was used on that stream too (recordStream), so it is not handed out
+// again before the work queued there, such as a reduce-scatter reading it, has finished.
+int bench_storage_release(at::Tensor* t, void* stream) {
+  return guarded([&] {
+    auto* impl = t->storage().unsafeGetStorageImpl();
+    if (stream != nullptr && impl->data_ptr().get() != nullptr && t->is_cuda()) {
+      auto s = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream),
+                                                t->device().index());
+      c10::cuda::CUDACachingAllocator::recordStream(impl->data_ptr(), s);
+    }
+    impl->set_data_ptr_noswap(at::DataPtr(nullptr, t->device()));
+    impl->set_nbytes(0);
+  });
+}
+
+// Gives a released storage `nbytes` of fresh memory from its own allocator (the caching
+// allocator on CUDA, on the current stream). The contents are undefined.
+int bench_storage_allocate(at::Tensor* t, int64_t nbytes) {
+  return guarded([&] {
+    auto* impl = t->storage().unsafeGetStorageImpl();
+    TORCH_CHECK(impl->allocator() != nullptr, "storage has no allocator");
+    auto dp = impl->allocator()->allocate(static_cast<size_t>(nbytes));
+    impl->set_data_ptr_noswap(std::move(dp));
+    impl->set_nbytes(static_cast<size_t>(nbytes));
+  });
+}
+
+// Bytes of memory behind a tensor's storage right now (0 once released).
+int bench_storage_nbytes(const at::Tensor* t, int64_t* out) {
+  return guarded([&] { *out = static_cast<int64_t>(t->storage().nbytes()); });
+}
+
+// A CUDA event for ordering work between streams (no timing).
+int bench_event_new(void** out) {
+  return guarded([&] {
+    cudaEvent_t ev;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *out = ev;
+  });
+}
+
+int bench_event_record(void* ev, void* stream) {
+  return guarded([&] {
+    C10_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev), static_cast<cudaStream_t>(stream)));
+  });
+}
+
+// Makes `stream` wait for the work recorded in `ev` (and nothing queued after it).
+int bench_stream_wait_event(void* stream, void* ev) {
+  return guarded([&] {
+    C10_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(ev), 0));
+  });
+}
+
+void bench_event_free(void* ev) {
+  if (ev != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+}
+
+// Back-propagates `grad` from `out` (torch.autograd.backward(out, grad)): gradients
+// accumulate into the leaves' .grad. FSDP drives its backward block by block with it.
+int bench_backward(const at::Tensor* out, const at::Tensor* grad) {
+  return guarded([&] { torch::autograd::backward({*out}, {*grad}); });
 }
 
 }  // extern "C"

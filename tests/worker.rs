@@ -235,7 +235,7 @@ fn failures_have_their_own_exit_codes() {
             ErrorKind::Unsupported,
         ),
         (
-            &["--parallel", "fsdp"],
+            &["--parallel", "tensor"],
             exit::UNSUPPORTED,
             ErrorKind::Unsupported,
         ),
@@ -290,9 +290,13 @@ fn lists_models() {
 }
 
 fn ddp_worker(env: &[(&str, &str)]) -> Output {
+    dist_worker("ddp", env)
+}
+
+fn dist_worker(parallel: &str, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
     c.arg("worker")
-        .args(["--device", "cpu", "--parallel", "ddp"])
+        .args(["--device", "cpu", "--parallel", parallel])
         .args(["--steps", "2", "--warmup", "1", "--seq-len", "16"])
         .env("OMP_NUM_THREADS", "1");
     for v in bench::dist::rendezvous::ENV_VARS {
@@ -302,30 +306,115 @@ fn ddp_worker(env: &[(&str, &str)]) -> Output {
     c.output().expect("bench worker runs")
 }
 
-/// A DDP rank on a device without CUDA is unsupported here (exit 3, skipped by the runner)
-/// and says why, before it joins any rendezvous: a peer-less rank must never wait.
+/// A DDP or FSDP rank on a device without CUDA is unsupported here (exit 3, skipped by
+/// the runner) and says why, before it joins any rendezvous: a peer-less rank must never
+/// wait.
 #[test]
-fn ddp_rank_on_cpu_is_unsupported_before_the_rendezvous() {
-    let out = ddp_worker(&[
-        ("RANK", "1"),
-        ("WORLD_SIZE", "2"),
-        ("LOCAL_RANK", "1"),
-        ("MASTER_ADDR", "127.0.0.1"),
-        // Nobody listens here: reaching the rendezvous would fail with exit 6 instead.
-        ("MASTER_PORT", "9"),
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(exit::UNSUPPORTED),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let evs = events(&out);
-    assert!(
-        matches!(evs.last(), Some(Event::Error { kind: ErrorKind::Unsupported, message })
-            if message.contains("ddp") && message.contains("CUDA")),
-        "{evs:?}"
-    );
+fn multi_rank_on_cpu_is_unsupported_before_the_rendezvous() {
+    for parallel in ["ddp", "fsdp"] {
+        let out = dist_worker(
+            parallel,
+            &[
+                ("RANK", "1"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_RANK", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                // Nobody listens here: reaching the rendezvous would fail with exit 6.
+                ("MASTER_PORT", "9"),
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(exit::UNSUPPORTED),
+            "{parallel}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let evs = events(&out);
+        assert!(
+            matches!(evs.last(), Some(Event::Error { kind: ErrorKind::Unsupported, message })
+                if message.contains(parallel) && message.contains("CUDA")),
+            "{evs:?}"
+        );
+    }
+}
+
+/// `--parallel fsdp` with one rank runs FSDP's own schedule (parameters gathered block by
+/// block from fp32 slices, gradients reduced into them, AdamW over the slices) and trains
+/// exactly as the plain loop does: same losses step by step, with gradient accumulation
+/// and with checkpointing, and the same final weights.
+#[test]
+fn fsdp_with_one_rank_trains_like_the_plain_loop() {
+    let base = [
+        "--model",
+        "llama-tiny",
+        "--steps",
+        "4",
+        "--warmup",
+        "1",
+        "--seq-len",
+        "16",
+        "--micro-batch",
+        "2",
+        "--grad-accum",
+        "2",
+    ];
+    let checksum = |out: &Output| -> (f64, f64) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains("param checksum"))
+            .unwrap_or_else(|| panic!("no checksum line in:\n{err}"));
+        let f: Vec<f64> = line
+            .rsplit(':')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(|x| x.parse().expect("checksum number"))
+            .collect();
+        (f[0], f[1])
+    };
+    let run = |extra: &[&str]| -> Output {
+        Command::new(env!("CARGO_BIN_EXE_bench"))
+            .arg("worker")
+            .args(["--device", "cpu"])
+            .args(base)
+            .args(extra)
+            .env("OMP_NUM_THREADS", "1")
+            .env("BENCH_PARAM_CHECKSUM", "1")
+            .output()
+            .expect("bench worker runs")
+    };
+    for sac in [&[][..], &["--features", "sac", "--sac-every", "2"][..]] {
+        let plain = run(sac);
+        let fsdp = run(&[sac, &["--parallel", "fsdp"][..]].concat());
+        for o in [&plain, &fsdp] {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        let (a, b) = (losses(&events(&plain)), losses(&events(&fsdp)));
+        assert_eq!(a.len(), 4);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-5 * x.abs(), "{sac:?}: {a:?} vs {b:?}");
+        }
+        // The loss moved, so equal losses say the updates were equal too.
+        assert!(a[3] < a[0], "{a:?}");
+        let (cp, cf) = (checksum(&plain), checksum(&fsdp));
+        assert!(
+            (cp.1 - cf.1).abs() <= 1e-6 * cp.1,
+            "{sac:?}: sum of squares {cp:?} vs {cf:?}"
+        );
+        assert!(
+            (cp.0 - cf.0).abs() <= 1e-5 * cp.1.sqrt(),
+            "{sac:?}: sum {cp:?} vs {cf:?}"
+        );
+        let summary = events(&fsdp)
+            .into_iter()
+            .find_map(|e| match e {
+                Event::Summary(s) => Some(s),
+                _ => None,
+            })
+            .expect("a summary");
+        assert_eq!(summary.world_size, Some(1));
+    }
 }
 
 /// `--parallel ddp` started alone (no WORLD_SIZE > 1) trains as one process and says so.

@@ -18,42 +18,20 @@
 //! after the backward; a gradient arriving after its bucket was launched is an error,
 //! never a silent wrong sum.
 //!
-//! A peer's failure reaches this rank through the rendezvous' watcher thread, which aborts
-//! the communicator (`ncclCommAbort`) and exits with `events::exit::DISTRIBUTED`, so no
-//! rank is left spinning in a collective; this rank's own failure is reported to the
-//! others by [`Ddp::report_failure`] (or by its socket closing when it dies).
+//! The communicator, the rendezvous and the collectives of the step's bookkeeping (mean
+//! loss, slowest step time, every rank's memory) are the [`Group`]'s.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 use super::ffi;
+use super::group::{nccl_dtype, Group};
 use super::models::Param;
 use super::WorkerError;
-use crate::dist::nccl::{Comm, DataType, Nccl, RedOp};
-use crate::dist::rendezvous::{Config, DistEnv, Rendezvous};
-
-/// How long rank 0 waits at the end for the others to finish.
-const FINISH_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn dist_err(e: impl std::fmt::Display) -> WorkerError {
-    WorkerError::Distributed(e.to_string())
-}
-
-/// NCCL's name for a tensor dtype.
-pub fn nccl_dtype(kind: Kind) -> Option<DataType> {
-    Some(match kind {
-        Kind::Float => DataType::Float32,
-        Kind::BFloat16 => DataType::Bfloat16,
-        Kind::Half => DataType::Float16,
-        Kind::Double => DataType::Float64,
-        Kind::Int64 => DataType::Int64,
-        _ => return None,
-    })
-}
+use crate::dist::nccl::{Comm, DataType, RedOp};
 
 /// Target size of one all-reduce bucket.
 const BUCKET_BYTES: usize = 64 << 20;
@@ -172,15 +150,9 @@ impl Overlap {
     }
 }
 
-/// This rank's place in the world and its communicator.
-pub struct Ddp {
-    pub env: DistEnv,
-    nccl: Arc<Nccl>,
-    /// Shared with the rendezvous' failure hook, which takes and aborts it.
-    comm: Arc<Mutex<Option<Comm>>>,
-    rv: Option<Rendezvous>,
-    device: Device,
-    index: i64,
+/// DDP's gradient buckets on top of the rank's [`Group`].
+pub struct Ddp<'a> {
+    pub group: &'a Group,
     /// The flat gradient buffers, one per dtype (every gradient is a view into one).
     flats: Vec<Tensor>,
     /// The buckets and, with overlap on, the state shared with the gradient hooks; leaked
@@ -189,95 +161,28 @@ pub struct Ddp {
     overlap_on: bool,
 }
 
-impl Ddp {
-    /// Joins the rendezvous and the NCCL communicator on CUDA device `index`.
-    pub fn join(env: DistEnv, index: i64) -> Result<Ddp, WorkerError> {
-        ffi::cuda_set_device(index).map_err(WorkerError::Internal)?;
-        let nccl = Nccl::load(None).map_err(dist_err)?;
-        let config = Config::from_env().map_err(dist_err)?;
-        let (rv, id) = crate::dist::join_with_nccl(&env, &nccl, config).map_err(dist_err)?;
-        let comm = nccl
-            .comm_init_rank(env.world_size, &id, env.rank)
-            .map_err(dist_err)?;
-        let comm = Arc::new(Mutex::new(Some(comm)));
-        let hook_comm = Arc::clone(&comm);
-        rv.set_failure_hook(Box::new(move |_| {
-            // The main thread holds the lock only while queueing a collective, which does
-            // not block; a few tries are enough, and the process exits right after anyway.
-            for _ in 0..100 {
-                if let Ok(mut g) = hook_comm.try_lock() {
-                    if let Some(c) = g.take() {
-                        let _ = c.abort();
-                    }
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }));
-        Ok(Ddp {
-            env,
-            nccl,
-            comm,
-            rv: Some(rv),
-            device: Device::Cuda(index as usize),
-            index,
+impl<'a> Ddp<'a> {
+    pub fn new(group: &'a Group) -> Ddp<'a> {
+        Ddp {
+            group,
             flats: Vec::new(),
             overlap: None,
             overlap_on: false,
-        })
+        }
     }
 
     pub fn rank(&self) -> u32 {
-        self.env.rank
+        self.group.rank()
     }
 
     pub fn world_size(&self) -> u32 {
-        self.env.world_size
-    }
-
-    fn stream(&self) -> Result<*mut c_void, WorkerError> {
-        ffi::cuda_current_stream(self.index).map_err(WorkerError::Internal)
-    }
-
-    /// Runs `f` with the communicator (an error once a failure hook has aborted it).
-    fn with_comm<T>(
-        &self,
-        f: impl FnOnce(&Comm) -> Result<T, crate::dist::nccl::NcclError>,
-    ) -> Result<T, WorkerError> {
-        let g = self
-            .comm
-            .lock()
-            .map_err(|_| WorkerError::Distributed("communicator lock poisoned".into()))?;
-        let comm = g
-            .as_ref()
-            .ok_or_else(|| WorkerError::Distributed("communicator aborted".into()))?;
-        f(comm).map_err(dist_err)
+        self.group.world_size()
     }
 
     /// Broadcasts rank 0's parameters to every rank, then points every parameter's
     /// gradient at its slice of a flat bucket of its dtype.
     pub fn attach(&mut self, params: &[Param]) -> Result<(), WorkerError> {
-        let stream = self.stream()?;
-        let nccl = Arc::clone(&self.nccl);
-        self.with_comm(|c| {
-            nccl.group_start()?;
-            for p in params {
-                let t = &p.tensor;
-                let Some(dt) = nccl_dtype(t.kind()) else {
-                    continue;
-                };
-                // SAFETY: a live, contiguous device tensor of `numel` elements of `dt`,
-                // kept alive by `params` until the stream is synchronised below.
-                let r =
-                    unsafe { c.broadcast(t.data_ptr(), t.data_ptr(), t.numel(), dt, 0, stream) };
-                if let Err(e) = r {
-                    let _ = nccl.group_end();
-                    return Err(e);
-                }
-            }
-            nccl.group_end()
-        })?;
-        ffi::cuda_synchronize(self.index).map_err(WorkerError::from_device)?;
+        self.group.broadcast_params(params)?;
 
         // Reverse order: the backward produces the last layers' gradients first.
         let mut by_kind: BTreeMap<i32, Vec<(usize, &Param)>> = BTreeMap::new();
@@ -304,7 +209,7 @@ impl Ddp {
                 ))
             })?;
             let numel: usize = ps.iter().map(|(_, p)| p.tensor.numel()).sum();
-            let flat = Tensor::zeros([numel as i64], (kind, self.device));
+            let flat = Tensor::zeros([numel as i64], (kind, self.group.device));
             let elem = flat.kind().elt_size_in_bytes();
             let base = flat.data_ptr() as usize;
             let (mut off, mut start) = (0usize, 0usize);
@@ -330,13 +235,13 @@ impl Ddp {
         }
         let overlap_on = std::env::var("BENCH_DDP_OVERLAP").map_or(true, |v| v != "0");
         let stream = if overlap_on {
-            ffi::cuda_comm_stream(self.index).map_err(WorkerError::Internal)? as usize
+            ffi::cuda_comm_stream(self.group.index).map_err(WorkerError::Internal)? as usize
         } else {
             0
         };
         let ov = Box::leak(Box::new(Overlap {
-            comm: Arc::clone(&self.comm),
-            index: self.index,
+            comm: Arc::clone(&self.group.comm),
+            index: self.group.index,
             stream,
             buckets,
             param_bucket,
@@ -409,7 +314,7 @@ impl Ddp {
                 Mode::Armed => {
                     ov.launch_ready(&mut st, true)
                         .map_err(WorkerError::Distributed)?;
-                    let cur = self.stream()?;
+                    let cur = self.group.stream()?;
                     // SAFETY: as in `Overlap::launch_ready`.
                     return unsafe { ffi::cuda_stream_wait(cur, ov.stream as *mut c_void) }
                         .map_err(WorkerError::from_device);
@@ -424,9 +329,9 @@ impl Ddp {
                 Mode::Idle => {}
             }
         }
-        let stream = self.stream()?;
-        let nccl = Arc::clone(&self.nccl);
-        self.with_comm(|c| {
+        let stream = self.group.stream()?;
+        let nccl = Arc::clone(&self.group.nccl);
+        self.group.with_comm(|c| {
             nccl.group_start()?;
             for b in &ov.buckets {
                 let ptr = b.ptr as *mut c_void;
@@ -440,69 +345,6 @@ impl Ddp {
             }
             nccl.group_end()
         })
-    }
-
-    /// An all-reduce of a small device tensor (in place on a copy, which is returned).
-    fn reduce_tensor(&self, t: &Tensor, op: RedOp) -> Result<Tensor, WorkerError> {
-        let out = t.to_device(self.device).contiguous().copy();
-        let dt = nccl_dtype(out.kind())
-            .ok_or_else(|| WorkerError::Internal(format!("ddp: cannot reduce {:?}", out.kind())))?;
-        let stream = self.stream()?;
-        let ptr = out.data_ptr();
-        // SAFETY: `out` is a live device tensor of `numel` elements of `dt`; it is returned
-        // to the caller, who reads it only through libtorch, which orders the read after
-        // the work queued on the current stream.
-        self.with_comm(|c| unsafe { c.all_reduce(ptr, ptr, out.numel(), dt, op, stream) })?;
-        Ok(out)
-    }
-
-    /// The mean of a device scalar over all ranks (the step's global loss).
-    pub fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
-        self.reduce_tensor(&t.to_kind(Kind::Float), RedOp::Avg)
-    }
-
-    /// The largest of every rank's `x` (the slowest rank's step time).
-    pub fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
-        let t = self.reduce_tensor(&Tensor::from_slice(&[x]), RedOp::Max)?;
-        t.f_double_value(&[0])
-            .map_err(|e| WorkerError::from_device(e.to_string()))
-    }
-
-    /// Every rank's `x`, in rank order (one all-gather).
-    pub fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
-        let send = Tensor::from_slice(&[x as i64]).to_device(self.device);
-        let recv = Tensor::zeros([self.world_size() as i64], (Kind::Int64, self.device));
-        let stream = self.stream()?;
-        // SAFETY: `send` holds 1 and `recv` world_size int64 elements on this device, both
-        // alive until the copy to the host below, which libtorch orders after the stream.
-        self.with_comm(|c| unsafe {
-            c.all_gather(send.data_ptr(), recv.data_ptr(), 1, DataType::Int64, stream)
-        })?;
-        let host = recv.to_device(Device::Cpu);
-        let v = Vec::<i64>::try_from(&host).map_err(|e| WorkerError::from_device(e.to_string()))?;
-        Ok(v.into_iter().map(|b| b.max(0) as u64).collect())
-    }
-
-    /// Tells the other ranks that this one failed, so they stop at once.
-    pub fn report_failure(&self, message: &str) {
-        if let Some(rv) = &self.rv {
-            rv.report_failure(message);
-        }
-    }
-
-    /// Orderly end: waits for queued work, destroys the communicator and closes the
-    /// rendezvous (rank 0 waits for the others to be done).
-    pub fn finish(mut self) -> Result<(), WorkerError> {
-        ffi::cuda_synchronize(self.index).map_err(WorkerError::from_device)?;
-        self.flats.clear();
-        let comm = self.comm.lock().ok().and_then(|mut g| g.take());
-        if let Some(c) = comm {
-            c.destroy().map_err(dist_err)?;
-        }
-        if let Some(rv) = self.rv.take() {
-            rv.finish(FINISH_TIMEOUT).map_err(dist_err)?;
-        }
-        Ok(())
     }
 }
 
@@ -523,14 +365,7 @@ pub fn param_checksum(params: &[Param]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dtypes_map_to_nccl() {
-        assert_eq!(nccl_dtype(Kind::Float), Some(DataType::Float32));
-        assert_eq!(nccl_dtype(Kind::BFloat16), Some(DataType::Bfloat16));
-        assert_eq!(nccl_dtype(Kind::Int64), Some(DataType::Int64));
-        assert_eq!(nccl_dtype(Kind::Bool), None);
-    }
+    use tch::Device;
 
     static CALLS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
@@ -577,6 +412,7 @@ mod tests {
             name: "p".into(),
             tensor: Tensor::from_slice(v),
             decay: true,
+            block: None,
         };
         assert_eq!(param_checksum(&[p(&[1.0, -2.0]), p(&[3.0])]), (2.0, 14.0));
     }

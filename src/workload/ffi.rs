@@ -61,6 +61,14 @@ extern "C" {
     fn bench_graph_capture_begin(g: *mut RawGraph) -> c_int;
     fn bench_graph_capture_end(g: *mut RawGraph) -> c_int;
     fn bench_graph_replay(g: *mut RawGraph) -> c_int;
+    fn bench_storage_release(t: *mut C_tensor, stream: *mut c_void) -> c_int;
+    fn bench_storage_allocate(t: *mut C_tensor, nbytes: i64) -> c_int;
+    fn bench_storage_nbytes(t: *const C_tensor, out: *mut i64) -> c_int;
+    fn bench_event_new(out: *mut *mut c_void) -> c_int;
+    fn bench_event_record(ev: *mut c_void, stream: *mut c_void) -> c_int;
+    fn bench_stream_wait_event(stream: *mut c_void, ev: *mut c_void) -> c_int;
+    fn bench_event_free(ev: *mut c_void);
+    fn bench_backward(out: *const C_tensor, grad: *const C_tensor) -> c_int;
 }
 
 fn check(rc: c_int) -> Result<(), String> {
@@ -254,5 +262,70 @@ impl CudaGraph {
 impl Drop for CudaGraph {
     fn drop(&mut self) {
         unsafe { bench_graph_free(self.raw) }
+    }
+}
+
+/// Frees the memory behind `t`'s storage, keeping the storage object (and every tensor that
+/// shares it) alive; see [`storage_allocate`]. With `stream` set, the caching allocator
+/// first records that the memory is in use on that stream too, so it is not reused before
+/// the work queued there has finished. Works on any device.
+///
+/// # Safety
+/// No tensor sharing the storage may be read or written until it is allocated again, and
+/// `stream`, when not null, must be a live CUDA stream of the tensor's device.
+pub unsafe fn storage_release(t: &Tensor, stream: *mut c_void) -> Result<(), String> {
+    check(bench_storage_release(t.as_ptr() as *mut C_tensor, stream))
+}
+
+/// Gives `t`'s (released) storage `nbytes` of fresh, uninitialised memory from its own
+/// allocator (on CUDA: the caching allocator, on the current stream).
+pub fn storage_allocate(t: &Tensor, nbytes: usize) -> Result<(), String> {
+    check(unsafe { bench_storage_allocate(t.as_ptr() as *mut C_tensor, nbytes as i64) })
+}
+
+/// Bytes of memory behind `t`'s storage now (0 after [`storage_release`]).
+pub fn storage_nbytes(t: &Tensor) -> Result<usize, String> {
+    let mut n = 0i64;
+    check(unsafe { bench_storage_nbytes(t.as_ptr(), &mut n) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// `torch.autograd.backward(out, grad)`: gradients accumulate into the leaves' `.grad`.
+pub fn backward_with(out: &Tensor, grad: &Tensor) -> Result<(), String> {
+    check(unsafe { bench_backward(out.as_ptr(), grad.as_ptr()) })
+}
+
+/// A CUDA event (no timing) for ordering work between two streams.
+pub struct CudaEvent {
+    raw: *mut c_void,
+}
+
+impl CudaEvent {
+    pub fn new() -> Result<Self, String> {
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { bench_event_new(&mut raw) })?;
+        Ok(CudaEvent { raw })
+    }
+
+    /// Records the work queued on `stream` so far.
+    ///
+    /// # Safety
+    /// `stream` must be a live CUDA stream of the event's device.
+    pub unsafe fn record(&self, stream: *mut c_void) -> Result<(), String> {
+        check(bench_event_record(self.raw, stream))
+    }
+
+    /// Makes `stream` wait for the work last recorded in this event.
+    ///
+    /// # Safety
+    /// `stream` must be a live CUDA stream of the event's device.
+    pub unsafe fn block(&self, stream: *mut c_void) -> Result<(), String> {
+        check(bench_stream_wait_event(stream, self.raw))
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        unsafe { bench_event_free(self.raw) }
     }
 }

@@ -12,6 +12,8 @@ pub mod data;
 pub mod ddp;
 pub mod device;
 pub mod ffi;
+pub mod fsdp;
+pub mod group;
 pub mod measure;
 pub mod models;
 pub mod optim;
@@ -85,6 +87,24 @@ fn first_line(msg: &str) -> String {
     msg.lines().next().unwrap_or("").to_string()
 }
 
+/// `--parallel`: how the ranks of a cell share the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParallelKind {
+    Single,
+    Ddp,
+    Fsdp,
+}
+
+impl ParallelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParallelKind::Single => "single",
+            ParallelKind::Ddp => "ddp",
+            ParallelKind::Fsdp => "fsdp",
+        }
+    }
+}
+
 /// Features the worker knows.
 const FEATURES: [&str; 2] = ["compile", "sac"];
 
@@ -99,9 +119,9 @@ pub struct Settings {
     pub seq_len: i64,
     pub micro_batch: i64,
     pub grad_accum: u32,
-    /// `--parallel ddp`: one data-parallel rank per GPU (when the launch contract says
-    /// WORLD_SIZE > 1).
-    pub ddp: bool,
+    /// `--parallel`: DDP and FSDP run one rank per GPU when the launch contract says
+    /// WORLD_SIZE > 1; FSDP with one rank runs its sharded schedule with local copies.
+    pub parallel: ParallelKind,
 }
 
 impl Settings {
@@ -117,20 +137,16 @@ impl Settings {
         let precision = Precision::parse(&a.dtype).ok_or_else(|| {
             WorkerError::BadInput(format!("--dtype {:?}: expected fp32, bf16 or fp8", a.dtype))
         })?;
-        match a.parallel.as_str() {
-            "single" | "ddp" => {}
-            "fsdp" => {
-                return Err(WorkerError::Unsupported(
-                    "--parallel fsdp: not implemented in the built-in workload yet (single and ddp are)"
-                        .into(),
-                ))
-            }
+        let parallel = match a.parallel.as_str() {
+            "single" => ParallelKind::Single,
+            "ddp" => ParallelKind::Ddp,
+            "fsdp" => ParallelKind::Fsdp,
             other => {
                 return Err(WorkerError::Unsupported(format!(
-                    "--parallel {other}: the built-in workload runs single or ddp"
+                    "--parallel {other}: the built-in workload runs single, ddp or fsdp"
                 )))
             }
-        }
+        };
         for f in &a.features {
             if !FEATURES.contains(&f.as_str()) {
                 return Err(WorkerError::Unsupported(format!(
@@ -177,7 +193,7 @@ impl Settings {
             seq_len: a.seq_len as i64,
             micro_batch: a.micro_batch as i64,
             grad_accum: a.grad_accum,
-            ddp: a.parallel == "ddp",
+            parallel,
         })
     }
 }
@@ -229,19 +245,22 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
     }
 }
 
-/// The launch contract when this worker is one rank of several (`--parallel ddp` with
-/// WORLD_SIZE > 1); a DDP worker started alone runs as a single process, with a notice.
+/// The launch contract when this worker is one rank of several (`--parallel ddp|fsdp`
+/// with WORLD_SIZE > 1). A DDP worker started alone runs as a single process, with a
+/// notice; an FSDP worker alone runs FSDP's schedule over one rank.
 fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
-    if !s.ddp {
+    if s.parallel == ParallelKind::Single {
         return Ok(None);
     }
     let env = DistEnv::from_env().map_err(|e| WorkerError::Distributed(e.to_string()))?;
     match env {
         Some(e) if e.world_size > 1 => Ok(Some(e)),
         _ => {
-            emit(Event::Notice {
-                message: "--parallel ddp without WORLD_SIZE > 1 in the environment: running one process (single)".into(),
-            });
+            if s.parallel == ParallelKind::Ddp {
+                emit(Event::Notice {
+                    message: "--parallel ddp without WORLD_SIZE > 1 in the environment: running one process (single)".into(),
+                });
+            }
             Ok(None)
         }
     }
@@ -255,33 +274,30 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
         (Some(e), "auto" | "cuda") => format!("cuda:{}", e.local_rank),
         _ => args.device.clone(),
     };
+    let par = s.parallel.name();
     if denv.is_some() && !tch::Cuda::is_available() {
-        return Err(WorkerError::Unsupported(
-            "--parallel ddp: needs one CUDA GPU per rank and NCCL; no CUDA device is visible"
-                .into(),
-        ));
+        return Err(WorkerError::Unsupported(format!(
+            "--parallel {par}: needs one CUDA GPU per rank and NCCL; no CUDA device is visible"
+        )));
     }
     let dev = DeviceInfo::resolve(&device_spec)?;
-    let mut ddp = match (&denv, dev.device) {
-        (Some(e), tch::Device::Cuda(i)) => {
-            let d = ddp::Ddp::join(e.clone(), i as i64)?;
-            Some(d)
-        }
+    let group = match (&denv, dev.device) {
+        (Some(e), tch::Device::Cuda(i)) => Some(group::Group::join(e.clone(), i as i64)?),
         (Some(_), _) => {
             return Err(WorkerError::Unsupported(format!(
-                "--parallel ddp: needs one CUDA GPU per rank and NCCL; {} is not one",
+                "--parallel {par}: needs one CUDA GPU per rank and NCCL; {} is not one",
                 dev.name
             )))
         }
         (None, _) => None,
     };
-    let result = train_on(args, &s, &dev, ddp.as_mut(), started);
-    match (result, ddp) {
-        (Err(e), Some(d)) => {
-            d.report_failure(&e.to_string());
+    let result = train_on(args, &s, &dev, group.as_ref(), started);
+    match (result, group) {
+        (Err(e), Some(g)) => {
+            g.report_failure(&e.to_string());
             Err(e)
         }
-        (Ok(()), Some(d)) => d.finish(),
+        (Ok(()), Some(g)) => g.finish(),
         (r, None) => r,
     }
 }
@@ -290,11 +306,11 @@ fn train_on(
     args: &WorkerArgs,
     s: &Settings,
     dev: &DeviceInfo,
-    mut ddp: Option<&mut ddp::Ddp>,
+    group: Option<&group::Group>,
     started: Instant,
 ) -> Result<(), WorkerError> {
-    let world = ddp.as_ref().map_or(1, |d| d.world_size());
-    let rank = ddp.as_ref().map_or(0, |d| d.rank());
+    let world = group.map_or(1, |g| g.world_size());
+    let rank = group.map_or(0, |g| g.rank());
     // Only rank 0 reports; the other ranks' stdout stays free of events.
     let mut emit = |e: Event| {
         if rank == 0 {
@@ -307,10 +323,16 @@ fn train_on(
             dev.name
         )));
     }
-    let cuda_graph = s.compile && dev.is_cuda() && ddp.is_none();
-    if s.compile && ddp.is_some() {
+    let sharded = s.parallel == ParallelKind::Fsdp;
+    let cuda_graph = s.compile && dev.is_cuda() && group.is_none() && !sharded;
+    if s.compile && dev.is_cuda() && group.is_some() && !sharded {
         emit(Event::Notice {
             message: "compile: CUDA-graph capture is not used with ddp (the NCCL all-reduce is not captured); running eager steps with fused AdamW".into(),
+        });
+    }
+    if s.compile && dev.is_cuda() && sharded {
+        emit(Event::Notice {
+            message: "compile: CUDA-graph capture is not used with fsdp (parameters are gathered and released around every block); running eager steps with fused AdamW".into(),
         });
     }
     if s.compile && !dev.is_cuda() {
@@ -355,10 +377,36 @@ fn train_on(
     tch::manual_seed(args.seed as i64);
     dev.reset_peak_memory()?;
     let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
-    if let Some(d) = ddp.as_deref_mut() {
-        d.attach(model.params())?;
-    }
-    let ddp: Option<&ddp::Ddp> = ddp.map(|d| &*d);
+    let mut ddp_state: Option<ddp::Ddp> = None;
+    let mut fsdp_state: Option<fsdp::Fsdp> = None;
+    let parallel = match (s.parallel, group) {
+        (ParallelKind::Ddp, Some(g)) => {
+            let d = ddp_state.insert(ddp::Ddp::new(g));
+            d.attach(model.params())?;
+            train::Parallel::Ddp(&*d)
+        }
+        (ParallelKind::Fsdp, g) => {
+            let comms = match g {
+                Some(g) => fsdp::Comms::Nccl {
+                    group: g,
+                    stream: ffi::cuda_comm_stream(g.index).map_err(WorkerError::Internal)?,
+                },
+                None => fsdp::Comms::Local,
+            };
+            let f = fsdp_state.insert(fsdp::Fsdp::new(
+                comms,
+                model.params(),
+                s.cfg.layers as usize,
+                s.precision.compute_kind(),
+                dev.device,
+            )?);
+            // The peak memory of the training steps: the whole fp32 model existed on each
+            // rank only while it was cut into slices.
+            dev.reset_peak_memory()?;
+            train::Parallel::Fsdp(&*f)
+        }
+        _ => train::Parallel::Single,
+    };
     let n_params = s.cfg.n_params();
     emit(Event::Start {
         model: Some(s.cfg.name.to_string()),
@@ -379,11 +427,11 @@ fn train_on(
         s.sac_every,
         cuda_graph
     );
-    let opt = optim::AdamW::new(
-        model.params(),
-        optim::AdamWConfig::new(args.lr),
-        dev.is_cuda(),
-    );
+    let opt_params = match parallel {
+        train::Parallel::Fsdp(f) => f.optim_params(),
+        _ => model.params(),
+    };
+    let opt = optim::AdamW::new(opt_params, optim::AdamWConfig::new(args.lr), dev.is_cuda());
     // Global: every rank processes micro_batch x grad_accum sequences per step.
     let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64 * world as u64;
     let mut rec = measure::Recorder::default();
@@ -400,7 +448,7 @@ fn train_on(
         cuda_graph,
         tokens_per_step,
         started,
-        ddp,
+        parallel,
     };
     lp.run(&mut emit, &mut rec)?;
     let facts = measure::RunFacts {
@@ -418,13 +466,20 @@ fn train_on(
         device: dev.name.clone(),
     };
     let mut summary = measure::summary(&rec, &facts);
-    if let Some(d) = ddp {
-        // Every rank's peak, in rank order (index = rank), gathered to rank 0.
-        let mine = facts.peak_mem_bytes.unwrap_or(0);
-        summary.peak_mem_bytes = d.gather_u64(mine)?;
+    // Every rank's peak, in rank order (index = rank), gathered to rank 0.
+    let mine = facts.peak_mem_bytes.unwrap_or(0);
+    match parallel {
+        train::Parallel::Ddp(d) => summary.peak_mem_bytes = d.group.gather_u64(mine)?,
+        train::Parallel::Fsdp(f) if group.is_some() => {
+            summary.peak_mem_bytes = f.gather_u64(mine)?
+        }
+        _ => {}
     }
     if std::env::var_os("BENCH_PARAM_CHECKSUM").is_some() {
-        let (sum, sumsq) = ddp::param_checksum(model.params());
+        let (sum, sumsq) = match parallel {
+            train::Parallel::Fsdp(f) => f.param_checksum()?,
+            _ => ddp::param_checksum(model.params()),
+        };
         eprintln!("bench worker: param checksum rank {rank}: {sum:.17e} {sumsq:.17e}");
     }
     emit(Event::Summary(summary));

@@ -156,6 +156,7 @@ mod tests {
             name: "p".into(),
             tensor: p.shallow_clone(),
             decay: true,
+            block: None,
         }];
         let cfg = AdamWConfig::new(0.1);
         let mut opt = AdamW::new(&params, cfg, false);

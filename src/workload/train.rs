@@ -16,6 +16,7 @@ use super::data::Batches;
 use super::ddp::Ddp;
 use super::device::DeviceInfo;
 use super::ffi::CudaGraph;
+use super::fsdp::Fsdp;
 use super::measure::Recorder;
 use super::models::Model;
 use super::optim::AdamW;
@@ -25,6 +26,36 @@ use crate::events::{Event, StepEvent};
 
 /// Eager steps that precede graph capture (allocator and cuBLAS warm-up, gradient buffers).
 pub const EAGER_BEFORE_CAPTURE: u32 = 3;
+
+/// How the ranks of a run share the work.
+#[derive(Clone, Copy)]
+pub enum Parallel<'a> {
+    /// One process.
+    Single,
+    /// Data-parallel: gradients averaged over the ranks after each backward.
+    Ddp(&'a Ddp<'a>),
+    /// Fully sharded: parameters gathered per block, gradients reduce-scattered.
+    Fsdp(&'a Fsdp<'a>),
+}
+
+impl Parallel<'_> {
+    /// This process's rank and the number of ranks.
+    pub fn rank_world(&self) -> (u32, u32) {
+        match self {
+            Parallel::Single => (0, 1),
+            Parallel::Ddp(d) => (d.rank(), d.world_size()),
+            Parallel::Fsdp(f) => (f.rank(), f.world_size()),
+        }
+    }
+
+    /// The rank, for step events of a multi-rank run.
+    fn event_rank(&self) -> Option<u32> {
+        match self {
+            Parallel::Single => None,
+            _ => Some(self.rank_world().0),
+        }
+    }
+}
 
 pub struct Loop<'a> {
     pub model: &'a dyn Model,
@@ -42,26 +73,29 @@ pub struct Loop<'a> {
     /// Tokens of one step over all ranks.
     pub tokens_per_step: u64,
     pub started: Instant,
-    /// Data-parallel: gradients averaged over the ranks after each backward, the loss
-    /// averaged and the step time the slowest rank's. `None` for one process.
-    pub ddp: Option<&'a Ddp>,
+    /// Multi-rank work sharing; with DDP or FSDP the loss is averaged over the ranks and
+    /// the step time is the slowest rank's.
+    pub parallel: Parallel<'a>,
 }
 
 impl Loop<'_> {
     /// Forward and backward of every micro-batch; returns the mean loss (a device scalar).
-    fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Tensor {
+    fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
         let scale = 1.0 / self.grad_accum as f64;
         let mut total: Option<Tensor> = None;
         for (i, (x, y)) in xs.iter().zip(ys).enumerate() {
             if i + 1 == xs.len() {
                 // DDP may start reducing buckets during the last backward of the step.
-                if let Some(d) = self.ddp {
+                if let Parallel::Ddp(d) = self.parallel {
                     d.begin_last_backward();
                 }
             }
-            let loss = match self.sac_every {
-                Some(k) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
-                None => {
+            let loss = match (self.parallel, self.sac_every) {
+                (Parallel::Fsdp(f), k) => {
+                    f.forward_backward(self.model, &self.ctx, x, y, k, scale)?
+                }
+                (_, Some(k)) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
+                (_, None) => {
                     let loss = self.model.forward_loss(&self.ctx, x, y);
                     (&loss * scale).backward();
                     loss.detach()
@@ -73,7 +107,7 @@ impl Loop<'_> {
                 None => part,
             });
         }
-        total.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.device.device)))
+        Ok(total.unwrap_or_else(|| Tensor::zeros([], (tch::Kind::Float, self.device.device))))
     }
 
     /// One optimizer step. Gradients are dropped first rather than zeroed, so the backward
@@ -82,20 +116,26 @@ impl Loop<'_> {
     /// come from the graph's pool and keep their addresses on every replay.
     ///
     /// Under DDP the gradients are views of the flat buckets the all-reduce works on, so
-    /// they are zeroed in place (one fill per bucket) instead of dropped.
+    /// they are zeroed in place (one fill per bucket) instead of dropped; under FSDP the
+    /// optimizer's gradients are this rank's fp32 slices, zeroed in one fill.
     fn eager_step(&mut self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
-        match self.ddp {
-            Some(d) => d.zero_grads(),
-            None => self.opt.zero_grad(true).map_err(WorkerError::Internal)?,
+        match self.parallel {
+            Parallel::Ddp(d) => d.zero_grads(),
+            Parallel::Fsdp(f) => f.zero_grads(),
+            Parallel::Single => self.opt.zero_grad(true).map_err(WorkerError::Internal)?,
         }
-        let loss = self.micro_batches(xs, ys);
-        if let Some(d) = self.ddp {
+        let loss = self.micro_batches(xs, ys)?;
+        if let Parallel::Ddp(d) = self.parallel {
             d.all_reduce_grads()?;
         }
         self.opt.step().map_err(WorkerError::from_device)?;
-        match self.ddp {
-            Some(d) => d.mean(&loss),
-            None => Ok(loss),
+        match self.parallel {
+            Parallel::Ddp(d) => d.group.mean(&loss),
+            Parallel::Fsdp(f) => {
+                f.after_step();
+                f.mean(&loss)
+            }
+            Parallel::Single => Ok(loss),
         }
     }
 
@@ -104,9 +144,8 @@ impl Loop<'_> {
     /// `grad_accum`, so together they see what one process with `grad_accum x world`
     /// would, and the two runs train alike.
     fn host_batches(&mut self) -> (Vec<Tensor>, Vec<Tensor>) {
-        let (rank, world) = self
-            .ddp
-            .map_or((0, 1), |d| (d.rank() as usize, d.world_size() as usize));
+        let (rank, world) = self.parallel.rank_world();
+        let (rank, world) = (rank as usize, world as usize);
         let a = self.grad_accum as usize;
         self.data.skip(rank * a);
         let out = (0..a).map(|_| self.data.next_batch()).unzip();
@@ -179,10 +218,12 @@ impl Loop<'_> {
                 .map_err(|e| WorkerError::from_device(e.to_string()))?;
             self.device.synchronize()?;
             let mut dt = t0.elapsed().as_secs_f64();
-            if let Some(d) = self.ddp {
-                // Every rank waits in the all-reduce for the others, but a rank can still
-                // finish its optimizer step later; the step is as slow as the slowest rank.
-                dt = d.max_f64(dt)?;
+            // Every rank waits in the collectives for the others, but a rank can still
+            // finish its optimizer step later; the step is as slow as the slowest rank.
+            match self.parallel {
+                Parallel::Ddp(d) => dt = d.group.max_f64(dt)?,
+                Parallel::Fsdp(f) => dt = f.max_f64(dt)?,
+                Parallel::Single => {}
             }
             if !loss_value.is_finite() {
                 return Err(WorkerError::NanLoss {
@@ -198,7 +239,7 @@ impl Loop<'_> {
                 tokens: self.tokens_per_step,
                 loss: loss_value,
                 warmup: warm.then_some(true),
-                rank: self.ddp.map(|d| d.rank()),
+                rank: self.parallel.event_rank(),
             }));
         }
         Ok(())

@@ -41,6 +41,7 @@ impl Llama {
         let emb = init.normal("emb".into(), &[cfg.vocab, e], 0.02);
         let blocks = (0..cfg.layers)
             .map(|i| {
+                init.block = Some(i as usize);
                 let n = |s: &str| format!("h.{i}.{s}");
                 let n1 = init.ones(n("n1"), &[e]);
                 let wq = init.normal(n("q"), &[e, e], 0.02);
@@ -67,6 +68,7 @@ impl Llama {
                 }
             })
             .collect();
+        init.block = None;
         let norm = init.ones("norm".into(), &[e]);
         let head = init.normal("head".into(), &[cfg.vocab, e], 0.02);
         let inv = Tensor::arange_start_step(0, d, 2, (Kind::Float, device))

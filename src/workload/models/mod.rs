@@ -22,6 +22,9 @@ pub struct Param {
     pub tensor: Tensor,
     /// Whether AdamW decays it (matrices and embeddings yes; norms and biases no).
     pub decay: bool,
+    /// The transformer block it belongs to (`None`: embeddings, final norm, head). FSDP
+    /// shards and gathers the parameters of one block together.
+    pub block: Option<usize>,
 }
 
 /// A decoder-only language model cut at block boundaries.
@@ -65,6 +68,8 @@ pub(crate) struct Init {
     pub device: Device,
     pub params: Vec<Param>,
     pub residual_std: f64,
+    /// The block whose parameters are being created (set by the model's constructor).
+    pub block: Option<usize>,
 }
 
 impl Init {
@@ -73,6 +78,7 @@ impl Init {
             device,
             params: Vec::new(),
             residual_std: 0.02 / (2.0 * layers as f64).sqrt(),
+            block: None,
         }
     }
 
@@ -82,6 +88,7 @@ impl Init {
             name,
             tensor: t.shallow_clone(),
             decay,
+            block: self.block,
         });
         t
     }

@@ -1,0 +1,827 @@
+//! Fully sharded data parallelism (FSDP, ZeRO-3) of the built-in workload: parameters,
+//! gradients and optimizer state are split across the ranks, and each transformer block's
+//! parameters exist in full only while that block computes.
+//!
+//! Units: every transformer block is one unit, and the rest of the model (embeddings,
+//! final norm, output head) is the root unit. A unit's parameters are laid out in one flat
+//! buffer, decayed parameters first and each aligned to [`ALIGN`] elements, padded to a
+//! multiple of `world x ALIGN`; rank r keeps the r-th equal slice of it ([`UnitLayout`]).
+//!
+//! What each rank holds for the whole run: its slices of the fp32 master weights, of their
+//! fp32 gradients and of the fp32 AdamW state (all units in one flat buffer each, so the
+//! optimizer runs over a handful of views), plus a copy of its weight slices in the compute
+//! dtype, which is what the all-gathers send. Precision is the single-GPU policy's: fp32
+//! masters and AdamW state, matmuls in the compute dtype (bf16, or fp8 through the shim).
+//!
+//! Gathered parameters: the model's parameters are re-pointed (`set_data`) at views of
+//! their unit's full flat buffer in the compute dtype, so the model code runs unchanged and
+//! casts nothing. Between uses the memory behind that buffer is handed back to the caching
+//! allocator while the storage object stays ([`ffi::storage_release`]); the autograd graph
+//! keeps its references to the weights, which see the re-gathered memory again before the
+//! backward needs them. Gradients work the same way: each parameter's `.grad` is a view of
+//! the unit's flat gradient buffer, which exists from just before the unit's backward until
+//! its reduce-scatter has read it.
+//!
+//! Schedule, per micro-batch: the forward and the backward are driven block by block from
+//! Rust, each block its own autograd segment (the technique of [`super::sac`], which also
+//! lets checkpointed blocks recompute with their unit gathered). Collectives run on one
+//! communication stream: the all-gather of the next unit is queued before the current
+//! block's kernels (one unit of prefetch, as FSDP's forward and backward prefetch), and a
+//! unit's reduce-scatter (average, in the compute dtype) is queued as soon as its backward
+//! is, so communication overlaps computation in both directions. CUDA events order the two
+//! streams; memory first used on the compute stream and then by a collective is recorded on
+//! the communication stream before it is released (the caching allocator's
+//! `recordStream`). At the end of a micro-batch the reduced slices are added into the fp32
+//! gradient slices.
+//!
+//! With one rank (`--parallel fsdp` without WORLD_SIZE > 1) the same code runs with local
+//! copies for collectives, on any device: the layout, the re-pointing, the storage release
+//! and the segment-wise schedule are then exercised by the CPU tests.
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::ops::Range;
+
+use tch::{Device, Kind, Tensor};
+
+use super::ffi::{self, CudaEvent};
+use super::group::{nccl_dtype, Group};
+use super::models::{Model, Param};
+use super::precision::Ctx;
+use super::{sac, WorkerError};
+use crate::dist::nccl::{DataType, RedOp};
+
+/// Alignment of every parameter and every rank's slice in a unit's flat buffer, in
+/// elements: 128 bytes in bf16, so views keep the alignment vectorised kernels want.
+pub const ALIGN: usize = 64;
+
+/// One parameter's place in its unit's flat buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Index into the model's parameter list.
+    pub param: usize,
+    pub offset: usize,
+    pub numel: usize,
+}
+
+/// How one unit's parameters are laid out and split across the ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitLayout {
+    /// Decayed parameters first, in model order, then the others.
+    pub slots: Vec<Slot>,
+    /// Elements below this offset belong to decayed parameters (or their padding).
+    pub decay_end: usize,
+    /// Length of the flat buffer: a multiple of `world x ALIGN`.
+    pub padded: usize,
+    /// Length of each rank's slice (`padded / world`).
+    pub shard: usize,
+}
+
+fn round_up(n: usize, m: usize) -> usize {
+    n.div_ceil(m) * m
+}
+
+impl UnitLayout {
+    /// Lays out parameters given as `(param index, numel, decay)` for `world` ranks.
+    pub fn new(params: &[(usize, usize, bool)], world: usize) -> UnitLayout {
+        let world = world.max(1);
+        let mut slots = Vec::with_capacity(params.len());
+        let (mut off, mut decay_end) = (0, 0);
+        for pass in [true, false] {
+            for &(param, numel, decay) in params {
+                if decay == pass {
+                    slots.push(Slot {
+                        param,
+                        offset: off,
+                        numel,
+                    });
+                    off = round_up(off + numel, ALIGN);
+                }
+            }
+            if pass {
+                // Offsets stay aligned, so the decayed region ends on an aligned offset.
+                decay_end = off;
+            }
+        }
+        let padded = round_up(off.max(1), world * ALIGN);
+        UnitLayout {
+            slots,
+            decay_end,
+            padded,
+            shard: padded / world,
+        }
+    }
+
+    /// The parts of rank `rank`'s slice, relative to the slice's start, with whether AdamW
+    /// decays them: at most one decayed and one undecayed range, empty ones left out.
+    pub fn pieces(&self, rank: usize) -> Vec<(Range<usize>, bool)> {
+        let (lo, hi) = (rank * self.shard, (rank + 1) * self.shard);
+        let mut out = Vec::with_capacity(2);
+        let cut = self.decay_end.clamp(lo, hi);
+        if cut > lo {
+            out.push((0..cut - lo, true));
+        }
+        if hi > cut {
+            out.push((cut - lo..hi - lo, false));
+        }
+        out
+    }
+}
+
+/// How the collectives are carried out.
+pub enum Comms<'a> {
+    /// One rank: all-gather and reduce-scatter are copies on the current stream.
+    Local,
+    /// NCCL across the group's ranks, on a separate communication stream.
+    Nccl {
+        group: &'a Group,
+        /// The communication stream (a raw `cudaStream_t`).
+        stream: *mut c_void,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Only this rank's slice exists.
+    Sharded,
+    /// The all-gather is queued; the compute stream has not waited for it yet.
+    Gathering,
+    /// Full parameters usable on the compute stream.
+    Gathered,
+}
+
+struct Unit {
+    layout: UnitLayout,
+    /// Where this unit's slice starts in the rank's flat slice buffers.
+    shard_off: usize,
+    /// The full parameters (compute dtype); the model's parameters are views of it.
+    full: Tensor,
+    /// The full gradients (compute dtype); the parameters' `.grad` are views of it.
+    grad: Tensor,
+    state: Cell<State>,
+    grad_live: Cell<bool>,
+    /// Recorded on the communication stream after this unit's all-gather.
+    gathered: Option<CudaEvent>,
+}
+
+/// One rank's FSDP state.
+pub struct Fsdp<'a> {
+    comms: Comms<'a>,
+    rank: usize,
+    world: usize,
+    kind: Kind,
+    device: Device,
+    /// Blocks `0..layers`, then the root unit.
+    units: Vec<Unit>,
+    /// This rank's slices of every unit, one after the other: fp32 masters, their fp32
+    /// gradients, the masters in the compute dtype (the all-gathers' input) and the
+    /// reduce-scatters' output.
+    shard32: Tensor,
+    grad32: Tensor,
+    shard_lp: Tensor,
+    rs_out: Tensor,
+    /// The optimizer's view of the slices (fp32, `.grad` set), with their decay flags.
+    pieces: Vec<Param>,
+    /// Reused to make the communication stream wait for the compute stream.
+    compute_ready: Option<CudaEvent>,
+    device_index: i64,
+}
+
+fn internal(e: impl std::fmt::Display) -> WorkerError {
+    WorkerError::Internal(format!("fsdp: {e}"))
+}
+
+impl<'a> Fsdp<'a> {
+    /// Shards `params` (the model's freshly built fp32 parameters, identical on every rank
+    /// after rank 0's are broadcast) and re-points them at their units' full buffers in
+    /// the compute dtype `kind`. Afterwards only this rank's slices hold memory.
+    pub fn new(
+        comms: Comms<'a>,
+        params: &[Param],
+        layers: usize,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Fsdp<'a>, WorkerError> {
+        let (rank, world) = match &comms {
+            Comms::Local => (0, 1),
+            Comms::Nccl { group, .. } => {
+                group.broadcast_params(params)?;
+                (group.rank() as usize, group.world_size() as usize)
+            }
+        };
+        let device_index = match device {
+            Device::Cuda(i) => i as i64,
+            _ => -1,
+        };
+        if matches!(comms, Comms::Nccl { .. }) && nccl_dtype(kind).is_none() {
+            return Err(WorkerError::Unsupported(format!(
+                "fsdp: NCCL cannot carry {kind:?}"
+            )));
+        }
+        // Units: one per block, then the root (everything outside the blocks).
+        let mut members: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); layers + 1];
+        for (i, p) in params.iter().enumerate() {
+            let u = match p.block {
+                Some(b) if b < layers => b,
+                Some(b) => return Err(internal(format!("{} is in block {b} of {layers}", p.name))),
+                None => layers,
+            };
+            if !p.tensor.is_contiguous() {
+                return Err(internal(format!("parameter {} is not contiguous", p.name)));
+            }
+            members[u].push((i, p.tensor.numel(), p.decay));
+        }
+        let layouts: Vec<UnitLayout> = members.iter().map(|m| UnitLayout::new(m, world)).collect();
+        let total: usize = layouts.iter().map(|l| l.shard).sum();
+        let f32opt = (Kind::Float, device);
+        let shard32 = Tensor::zeros([total as i64], f32opt);
+        let grad32 = Tensor::zeros([total as i64], f32opt);
+        let cuda = device.is_cuda();
+        let mut units = Vec::with_capacity(layouts.len());
+        let mut shard_off = 0;
+        tch::no_grad(|| -> Result<(), WorkerError> {
+            for layout in layouts {
+                let n = layout.padded as i64;
+                // The fp32 values of the whole unit, to cut this rank's slice from.
+                let full32 = Tensor::zeros([n], f32opt);
+                for s in &layout.slots {
+                    let p = &params[s.param].tensor;
+                    full32
+                        .narrow(0, s.offset as i64, s.numel as i64)
+                        .copy_(&p.reshape([-1]));
+                }
+                shard32
+                    .narrow(0, shard_off as i64, layout.shard as i64)
+                    .copy_(&full32.narrow(0, (rank * layout.shard) as i64, layout.shard as i64));
+                let full = full32.to_kind(kind);
+                drop(full32);
+                let grad = Tensor::zeros([n], (kind, device));
+                for s in &layout.slots {
+                    let p = &params[s.param];
+                    let shape = p.tensor.size();
+                    let mut t = p.tensor.shallow_clone();
+                    t.set_data(
+                        &full
+                            .narrow(0, s.offset as i64, s.numel as i64)
+                            .view(shape.as_slice()),
+                    );
+                    let g = grad
+                        .narrow(0, s.offset as i64, s.numel as i64)
+                        .view(shape.as_slice());
+                    ffi::set_grad(&mut t, &g).map_err(internal)?;
+                }
+                // SAFETY: nothing reads the buffers until they are allocated again.
+                unsafe {
+                    ffi::storage_release(&full, std::ptr::null_mut()).map_err(internal)?;
+                    ffi::storage_release(&grad, std::ptr::null_mut()).map_err(internal)?;
+                }
+                units.push(Unit {
+                    shard_off,
+                    full,
+                    grad,
+                    state: Cell::new(State::Sharded),
+                    grad_live: Cell::new(false),
+                    gathered: if cuda && world > 1 {
+                        Some(CudaEvent::new().map_err(internal)?)
+                    } else {
+                        None
+                    },
+                    layout,
+                });
+                shard_off += units.last().map_or(0, |u| u.layout.shard);
+            }
+            Ok(())
+        })?;
+        let shard_lp = shard32.to_kind(kind);
+        let rs_out = shard_lp.zeros_like();
+        let mut pieces = Vec::new();
+        for (u, unit) in units.iter().enumerate() {
+            for (range, decay) in unit.layout.pieces(rank) {
+                let (start, len) = ((unit.shard_off + range.start) as i64, range.len() as i64);
+                let mut t = shard32
+                    .narrow(0, start, len)
+                    .detach()
+                    .set_requires_grad(true);
+                ffi::set_grad(&mut t, &grad32.narrow(0, start, len)).map_err(internal)?;
+                pieces.push(Param {
+                    name: format!("fsdp.unit{u}.{}", if decay { "decay" } else { "no_decay" }),
+                    tensor: t,
+                    decay,
+                    block: (u < layers).then_some(u),
+                });
+            }
+        }
+        let compute_ready = if cuda && world > 1 {
+            Some(CudaEvent::new().map_err(internal)?)
+        } else {
+            None
+        };
+        Ok(Fsdp {
+            comms,
+            rank,
+            world,
+            kind,
+            device,
+            units,
+            shard32,
+            grad32,
+            shard_lp,
+            rs_out,
+            pieces,
+            compute_ready,
+            device_index,
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank as u32
+    }
+
+    pub fn world_size(&self) -> u32 {
+        self.world as u32
+    }
+
+    /// What the optimizer updates: this rank's fp32 slices, with their gradients.
+    pub fn optim_params(&self) -> &[Param] {
+        &self.pieces
+    }
+
+    /// Elements of this rank's slices (every unit's, padding included).
+    pub fn shard_numel(&self) -> usize {
+        self.shard32.numel()
+    }
+
+    fn compute_stream(&self) -> Result<*mut c_void, WorkerError> {
+        ffi::cuda_current_stream(self.device_index).map_err(WorkerError::from_device)
+    }
+
+    /// Makes the communication stream wait for the work queued on the compute stream.
+    fn comm_after_compute(&self, comm: *mut c_void) -> Result<(), WorkerError> {
+        let ev = self
+            .compute_ready
+            .as_ref()
+            .ok_or_else(|| internal("no event for a multi-rank run"))?;
+        let cur = self.compute_stream()?;
+        // SAFETY: both are live streams of this rank's device.
+        unsafe {
+            ev.record(cur).map_err(WorkerError::from_device)?;
+            ev.block(comm).map_err(WorkerError::from_device)
+        }
+    }
+
+    fn elt(&self) -> usize {
+        self.kind.elt_size_in_bytes()
+    }
+
+    /// Starts gathering unit `u`'s full parameters (no-op if it is already gathered).
+    fn unshard(&self, u: usize) -> Result<(), WorkerError> {
+        let unit = &self.units[u];
+        if unit.state.get() != State::Sharded {
+            return Ok(());
+        }
+        let l = &unit.layout;
+        ffi::storage_allocate(&unit.full, l.padded * self.elt())
+            .map_err(WorkerError::from_device)?;
+        match &self.comms {
+            Comms::Local => {
+                tch::no_grad(|| {
+                    unit.full.shallow_clone().copy_(&self.shard_lp.narrow(
+                        0,
+                        unit.shard_off as i64,
+                        l.shard as i64,
+                    ))
+                });
+                unit.state.set(State::Gathered);
+            }
+            Comms::Nccl { group, stream } => {
+                // The new memory may have been in use by queued compute work until just
+                // now; the all-gather writing it must come after that work.
+                self.comm_after_compute(*stream)?;
+                let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
+                let send = (self.shard_lp.data_ptr() as usize + unit.shard_off * self.elt())
+                    as *const c_void;
+                // SAFETY: `send` is this rank's `shard` elements of the slice buffer and
+                // `full` has `shard x world` elements, both live on this device; the
+                // compute stream waits for `gathered` before reading `full`, and releases
+                // it only after that.
+                group.with_comm(|c| unsafe {
+                    c.all_gather(send, unit.full.data_ptr(), l.shard, dt, *stream)
+                })?;
+                if let Some(ev) = &unit.gathered {
+                    // SAFETY: the communication stream is live.
+                    unsafe { ev.record(*stream) }.map_err(WorkerError::from_device)?;
+                }
+                unit.state.set(State::Gathering);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers unit `u` if needed and makes the compute stream wait for it.
+    fn gathered(&self, u: usize) -> Result<(), WorkerError> {
+        self.unshard(u)?;
+        let unit = &self.units[u];
+        if unit.state.get() == State::Gathering {
+            if let Some(ev) = &unit.gathered {
+                let cur = self.compute_stream()?;
+                // SAFETY: the compute stream is live.
+                unsafe { ev.block(cur) }.map_err(WorkerError::from_device)?;
+            }
+            unit.state.set(State::Gathered);
+        }
+        Ok(())
+    }
+
+    /// Drops unit `u`'s full parameters. Their last reader is the compute stream, which
+    /// orders any reuse of the memory after it.
+    fn reshard(&self, u: usize) -> Result<(), WorkerError> {
+        let unit = &self.units[u];
+        if unit.state.get() == State::Sharded {
+            return Ok(());
+        }
+        if unit.state.get() == State::Gathering {
+            // Never read: still wait, so the all-gather is done before the memory goes.
+            self.gathered(u)?;
+        }
+        // SAFETY: the autograd graph reads these weights again only after `gathered`.
+        unsafe { ffi::storage_release(&unit.full, std::ptr::null_mut()) }
+            .map_err(WorkerError::from_device)?;
+        unit.state.set(State::Sharded);
+        Ok(())
+    }
+
+    /// Gives unit `u` a zeroed full gradient buffer for its backward to accumulate into.
+    fn grads_ready(&self, u: usize) -> Result<(), WorkerError> {
+        let unit = &self.units[u];
+        if unit.grad_live.get() {
+            return Ok(());
+        }
+        ffi::storage_allocate(&unit.grad, unit.layout.padded * self.elt())
+            .map_err(WorkerError::from_device)?;
+        let _ = unit.grad.shallow_clone().zero_();
+        unit.grad_live.set(true);
+        Ok(())
+    }
+
+    /// Queues the reduce-scatter (average) of unit `u`'s gradients into this rank's slice
+    /// of `rs_out`, then releases the full gradient buffer.
+    fn reduce(&self, u: usize) -> Result<(), WorkerError> {
+        let unit = &self.units[u];
+        if !unit.grad_live.get() {
+            return Err(internal(format!("unit {u} has no gradients to reduce")));
+        }
+        let l = &unit.layout;
+        let release_on = match &self.comms {
+            Comms::Local => {
+                tch::no_grad(|| {
+                    self.rs_out
+                        .narrow(0, unit.shard_off as i64, l.shard as i64)
+                        .copy_(&unit.grad)
+                });
+                std::ptr::null_mut()
+            }
+            Comms::Nccl { group, stream } => {
+                self.comm_after_compute(*stream)?;
+                let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
+                let recv =
+                    (self.rs_out.data_ptr() as usize + unit.shard_off * self.elt()) as *mut c_void;
+                // SAFETY: `grad` holds `shard x world` elements and `recv` this rank's
+                // `shard` elements of `rs_out`, both live; `grad` is recorded on the
+                // communication stream before release, and `rs_out` is read only after
+                // the compute stream waited for the communication stream.
+                group.with_comm(|c| unsafe {
+                    c.reduce_scatter(unit.grad.data_ptr(), recv, l.shard, dt, RedOp::Avg, *stream)
+                })?;
+                *stream
+            }
+        };
+        // SAFETY: no parameter's `.grad` is read again before `grads_ready` allocates it.
+        unsafe { ffi::storage_release(&unit.grad, release_on) }
+            .map_err(WorkerError::from_device)?;
+        unit.grad_live.set(false);
+        Ok(())
+    }
+
+    /// Adds the reduced gradient slices of this micro-batch into the fp32 gradients.
+    fn accumulate(&self) -> Result<(), WorkerError> {
+        if let Comms::Nccl { stream, .. } = &self.comms {
+            let cur = self.compute_stream()?;
+            // SAFETY: both are live streams of this device.
+            unsafe { ffi::cuda_stream_wait(cur, *stream) }.map_err(WorkerError::from_device)?;
+        }
+        tch::no_grad(|| {
+            let _ = self.grad32.shallow_clone().g_add_(&self.rs_out);
+        });
+        Ok(())
+    }
+
+    /// Zeroes this rank's fp32 gradient slices (once per optimizer step).
+    pub fn zero_grads(&self) {
+        let _ = self.grad32.shallow_clone().zero_();
+    }
+
+    /// After the optimizer step: refreshes the compute-dtype copy of the slices that the
+    /// next all-gathers send.
+    pub fn after_step(&self) {
+        tch::no_grad(|| self.shard_lp.shallow_clone().copy_(&self.shard32));
+    }
+
+    /// Forward and backward of one micro-batch, block by block, with the loss scaled by
+    /// `scale`; every checkpointed block (`sac_every`) is recomputed in the backward.
+    /// Returns the unscaled loss, detached. The reduced gradients are in the fp32 slices
+    /// when it returns (queued on the compute stream).
+    pub fn forward_backward(
+        &self,
+        model: &dyn Model,
+        ctx: &Ctx,
+        x: &Tensor,
+        y: &Tensor,
+        sac_every: Option<usize>,
+        scale: f64,
+    ) -> Result<Tensor, WorkerError> {
+        enum Saved {
+            Kept { input: Tensor, output: Tensor },
+            Checkpointed { input: Tensor },
+        }
+        let layers = self.units.len() - 1;
+        let root = layers;
+        self.unshard(root)?;
+        if layers > 0 {
+            self.unshard(0)?;
+        }
+        self.gathered(root)?;
+        self.grads_ready(root)?;
+        let emb = model.embed(ctx, x);
+        let mut cur = emb.shallow_clone();
+        let mut saved = Vec::with_capacity(layers);
+        for i in 0..layers {
+            if i + 1 < layers {
+                self.unshard(i + 1)?;
+            }
+            self.gathered(i)?;
+            let input = cur.detach();
+            if sac_every.is_some_and(|k| sac::is_checkpointed(i, k)) {
+                cur = tch::no_grad(|| model.block(ctx, i, &input));
+                saved.push(Saved::Checkpointed { input });
+            } else {
+                let input = input.set_requires_grad(true);
+                let output = model.block(ctx, i, &input);
+                cur = output.shallow_clone();
+                saved.push(Saved::Kept { input, output });
+            }
+            self.reshard(i)?;
+        }
+        let head_in = cur.detach().set_requires_grad(true);
+        drop(cur);
+        let loss = model.head_loss(ctx, &head_in, y);
+        if layers > 0 {
+            // Prefetch the last block for the backward while the head's runs.
+            self.unshard(layers - 1)?;
+        }
+        (&loss * scale).backward();
+        let mut grad = head_in.grad();
+        drop(head_in);
+        for i in (0..layers).rev() {
+            if i > 0 {
+                self.unshard(i - 1)?;
+            }
+            self.gathered(i)?;
+            self.grads_ready(i)?;
+            grad = match saved.pop() {
+                Some(Saved::Kept { input, output }) => {
+                    ffi::backward_with(&output, &grad).map_err(WorkerError::from_device)?;
+                    input.grad()
+                }
+                Some(Saved::Checkpointed { input }) => {
+                    let leaf = input.set_requires_grad(true);
+                    let output = model.block(ctx, i, &leaf);
+                    ffi::backward_with(&output, &grad).map_err(WorkerError::from_device)?;
+                    leaf.grad()
+                }
+                None => return Err(internal("backward ran out of saved blocks")),
+            };
+            self.reduce(i)?;
+            self.reshard(i)?;
+        }
+        ffi::backward_with(&emb, &grad).map_err(WorkerError::from_device)?;
+        self.reduce(root)?;
+        self.reshard(root)?;
+        self.accumulate()?;
+        Ok(loss.detach())
+    }
+
+    /// The mean of a device scalar over all ranks.
+    pub fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
+        match &self.comms {
+            Comms::Local => Ok(t.shallow_clone()),
+            Comms::Nccl { group, .. } => group.mean(t),
+        }
+    }
+
+    /// The largest of every rank's `x`.
+    pub fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
+        match &self.comms {
+            Comms::Local => Ok(x),
+            Comms::Nccl { group, .. } => group.max_f64(x),
+        }
+    }
+
+    /// Every rank's `x`, in rank order.
+    pub fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
+        match &self.comms {
+            Comms::Local => Ok(vec![x]),
+            Comms::Nccl { group, .. } => group.gather_u64(x),
+        }
+    }
+
+    /// Sum and sum of squares of the fp32 master weights over all ranks' slices (padding
+    /// is zero): comparable with [`super::ddp::param_checksum`] of an unsharded run.
+    pub fn param_checksum(&self) -> Result<(f64, f64), WorkerError> {
+        let (s, q) = tch::no_grad(|| {
+            let d = self.shard32.to_kind(Kind::Double);
+            (d.sum(Kind::Double), d.square().sum(Kind::Double))
+        });
+        let both = Tensor::stack(&[s, q], 0);
+        let both = match &self.comms {
+            Comms::Local => both,
+            Comms::Nccl { group, .. } => group.sum(&both)?,
+        };
+        let v = Vec::<f64>::try_from(&both.to_device(Device::Cpu))
+            .map_err(|e| WorkerError::from_device(e.to_string()))?;
+        Ok((v[0], v[1]))
+    }
+
+    /// The device the slices live on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::models::{self, presets};
+    use crate::workload::optim::{AdamW, AdamWConfig};
+    use crate::workload::precision::Precision;
+
+    #[test]
+    fn layout_puts_decayed_params_first_aligned_and_padded() {
+        // (index, numel, decay): a norm, a matrix, a bias, a matrix.
+        let ps = [(0, 10, false), (1, 100, true), (2, 3, false), (3, 70, true)];
+        let l = UnitLayout::new(&ps, 4);
+        let offs: Vec<(usize, usize)> = l.slots.iter().map(|s| (s.param, s.offset)).collect();
+        assert_eq!(offs, vec![(1, 0), (3, 128), (0, 256), (2, 320)]);
+        assert_eq!(l.decay_end, 256);
+        assert_eq!(l.padded, 512); // 323 rounded up to 4 x 64
+        assert_eq!(l.shard, 128);
+        for s in &l.slots {
+            assert_eq!(s.offset % ALIGN, 0);
+        }
+    }
+
+    #[test]
+    fn pieces_cover_every_slice_and_split_at_the_decay_boundary() {
+        let ps = [(0, 10, false), (1, 100, true), (2, 3, false), (3, 70, true)];
+        for world in [1, 2, 3, 4, 8] {
+            let l = UnitLayout::new(&ps, world);
+            let mut covered = 0;
+            for r in 0..world {
+                let pieces = l.pieces(r);
+                assert!(!pieces.is_empty() && pieces.len() <= 2);
+                let mut next = 0;
+                for (range, decay) in pieces {
+                    assert_eq!(range.start, next, "world {world} rank {r}");
+                    next = range.end;
+                    let (lo, hi) = (r * l.shard + range.start, r * l.shard + range.end);
+                    if decay {
+                        assert!(hi <= l.decay_end);
+                    } else {
+                        assert!(lo >= l.decay_end);
+                    }
+                }
+                assert_eq!(next, l.shard);
+                covered += next;
+            }
+            assert_eq!(covered, l.padded);
+        }
+    }
+
+    #[test]
+    fn a_unit_without_decayed_params_is_all_undecayed() {
+        let l = UnitLayout::new(&[(0, 5, false)], 2);
+        assert_eq!(l.decay_end, 0);
+        assert_eq!(l.pieces(0), vec![(0..64, false)]);
+        assert_eq!(l.pieces(1), vec![(0..64, false)]);
+    }
+
+    /// Two models with equal weights. Tests run on parallel threads and the seed is
+    /// global, so the second copies the first instead of relying on the seed.
+    fn twins(cfg: &presets::ModelConfig) -> (Box<dyn Model>, Box<dyn Model>) {
+        let a = models::build(cfg, 16, Device::Cpu, Kind::Float);
+        let b = models::build(cfg, 16, Device::Cpu, Kind::Float);
+        tch::no_grad(|| {
+            for (pa, pb) in a.params().iter().zip(b.params()) {
+                pb.tensor.shallow_clone().copy_(&pa.tensor);
+            }
+        });
+        (a, b)
+    }
+
+    fn grads_of(model: &dyn Model) -> Vec<Tensor> {
+        model
+            .params()
+            .iter()
+            .map(|p| p.tensor.grad().copy())
+            .collect()
+    }
+
+    /// One rank on the CPU: the sharded, block-by-block forward and backward give the
+    /// plain run's loss and gradients, with and without checkpointing, and the storage
+    /// of every unit is released between uses.
+    #[test]
+    fn one_rank_matches_plain_training_on_cpu() {
+        for name in ["gpt2-tiny", "llama-tiny"] {
+            let mut cfg = presets::get(name).unwrap();
+            cfg.layers = 3;
+            let (plain, sharded) = twins(&cfg);
+            let ctx = Ctx::new(Precision::Fp32);
+            let x = Tensor::randint(cfg.vocab, [2, 16], (Kind::Int64, Device::Cpu));
+            let y = Tensor::randint(cfg.vocab, [2, 16], (Kind::Int64, Device::Cpu));
+            let want_loss = plain.forward_loss(&ctx, &x, &y);
+            want_loss.backward();
+            let want = grads_of(plain.as_ref());
+
+            let f = Fsdp::new(Comms::Local, sharded.params(), 3, Kind::Float, Device::Cpu).unwrap();
+            for u in &f.units {
+                assert_eq!(ffi::storage_nbytes(&u.full).unwrap(), 0);
+            }
+            for sac_every in [None, Some(1), Some(2)] {
+                f.zero_grads();
+                let loss = f
+                    .forward_backward(sharded.as_ref(), &ctx, &x, &y, sac_every, 1.0)
+                    .unwrap();
+                assert!(
+                    (loss.double_value(&[]) - want_loss.double_value(&[])).abs() < 1e-6,
+                    "{name} {sac_every:?}: {} vs {}",
+                    loss.double_value(&[]),
+                    want_loss.double_value(&[])
+                );
+                for u in &f.units {
+                    assert_eq!(ffi::storage_nbytes(&u.full).unwrap(), 0);
+                    assert_eq!(ffi::storage_nbytes(&u.grad).unwrap(), 0);
+                }
+                // Scatter the fp32 gradient slices back to parameter order and compare.
+                for (unit, _) in f.units.iter().zip(0..) {
+                    for s in &unit.layout.slots {
+                        let got =
+                            f.grad32
+                                .narrow(0, (unit.shard_off + s.offset) as i64, s.numel as i64);
+                        let w = want[s.param].reshape([-1]);
+                        let diff = (&got - &w).abs().max().double_value(&[]);
+                        let scale = w.abs().max().double_value(&[]).max(1e-12);
+                        assert!(
+                            diff <= 1e-5 * scale,
+                            "{name} {sac_every:?} {}: {diff} (scale {scale})",
+                            plain.params()[s.param].name
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The optimizer over the slices moves the masters as AdamW over the whole parameters
+    /// does, and the gathered weights follow after `after_step`.
+    #[test]
+    fn one_rank_optimizer_steps_match_plain_adamw_on_cpu() {
+        let mut cfg = presets::get("gpt2-tiny").unwrap();
+        cfg.layers = 2;
+        let (plain, sharded) = twins(&cfg);
+        let ctx = Ctx::new(Precision::Fp32);
+        let f = Fsdp::new(Comms::Local, sharded.params(), 2, Kind::Float, Device::Cpu).unwrap();
+        let mut opt_plain = AdamW::new(plain.params(), AdamWConfig::new(1e-2), false);
+        let mut opt_sharded = AdamW::new(f.optim_params(), AdamWConfig::new(1e-2), false);
+        for step in 0..3 {
+            let x = Tensor::randint(cfg.vocab, [2, 16], (Kind::Int64, Device::Cpu));
+            opt_plain.zero_grad(true).unwrap();
+            plain.forward_loss(&ctx, &x, &x).backward();
+            opt_plain.step().unwrap();
+            f.zero_grads();
+            let _ = f
+                .forward_backward(sharded.as_ref(), &ctx, &x, &x, None, 1.0)
+                .unwrap();
+            opt_sharded.step().unwrap();
+            f.after_step();
+            let (s, q) = f.param_checksum().unwrap();
+            let (ws, wq) = crate::workload::ddp::param_checksum(plain.params());
+            assert!(
+                (s - ws).abs() < 1e-6 * ws.abs().max(1.0),
+                "step {step}: {s} vs {ws}"
+            );
+            assert!(
+                (q - wq).abs() < 1e-6 * wq.abs().max(1.0),
+                "step {step}: {q} vs {wq}"
+            );
+        }
+    }
+}
