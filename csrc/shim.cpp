@@ -13,7 +13,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cmath>
@@ -99,29 +98,6 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   }
 };
 
-// Calls back into Rust after a parameter's gradient accumulator ran (its gradient for this
-// backward is queued on the current stream): what lets DDP start a bucket's all-reduce
-// while the backward of the earlier layers still runs.
-typedef void (*bench_ready_fn)(void* ctx, int64_t index);
-
-struct ReadyHook : public torch::autograd::FunctionPostHook {
-  bench_ready_fn fn;
-  void* ctx;
-  int64_t index;
-  ReadyHook(bench_ready_fn f, void* c, int64_t i) : fn(f), ctx(c), index(i) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    fn(ctx, index);
-    return outputs;
-  }
-};
-
-// Keeps the parameters' gradient accumulators alive: a parameter holds its accumulator only
-// weakly, and a new one (without the hook) would be made once the graph dropped it.
-struct HookSet {
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-};
-
 struct GraphState {
   at::cuda::CUDAGraph graph;
   std::optional<c10::cuda::CUDAStream> stream;
@@ -173,9 +149,9 @@ int bench_set_grad_none(at::Tensor* t) {
   return guarded([&] { t->mutable_grad().reset(); });
 }
 
-// Makes `g` the tensor's gradient. DDP points every parameter's gradient at a view of one
-// flat buffer, so that the backward accumulates into it in place and the all-reduce runs
-// on the buffer with no flatten or unflatten copies.
+// Makes `g` the tensor's gradient. DDP and FSDP point every parameter's gradient at a view
+// of its unit's flat buffer, so that the backward accumulates into it in place and the
+// collective runs on the buffer with no flatten or unflatten copies.
 int bench_set_grad(at::Tensor* t, const at::Tensor* g) {
   return guarded([&] { t->mutable_grad() = *g; });
 }
@@ -192,23 +168,6 @@ int bench_cuda_current_stream(int64_t device, void** out) {
 // the current device).
 int bench_cuda_set_device(int64_t device) {
   return guarded([&] { c10::cuda::set_device(static_cast<c10::DeviceIndex>(device)); });
-}
-
-// Registers `fn(ctx, i)` to run after parameter i's gradient is accumulated, in every
-// backward from now on. The returned set must stay alive as long as the hooks are wanted.
-HookSet* bench_grad_ready_hooks(at::Tensor** params, int64_t n, bench_ready_fn fn, void* ctx) {
-  HookSet* set = nullptr;
-  guarded([&] {
-    auto s = std::make_unique<HookSet>();
-    for (int64_t i = 0; i < n; ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(*params[i]);
-      TORCH_CHECK(acc, "parameter ", i, " has no gradient accumulator (not a leaf?)");
-      acc->add_post_hook(std::make_unique<ReadyHook>(fn, ctx, i));
-      s->accumulators.push_back(std::move(acc));
-    }
-    set = s.release();
-  });
-  return set;
 }
 
 // A stream of the pool for collectives (high priority, so they start as soon as they can).

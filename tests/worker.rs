@@ -289,10 +289,6 @@ fn lists_models() {
     }
 }
 
-fn ddp_worker(env: &[(&str, &str)]) -> Output {
-    dist_worker("ddp", env)
-}
-
 fn dist_worker(parallel: &str, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
     c.arg("worker")
@@ -338,12 +334,13 @@ fn multi_rank_on_cpu_is_unsupported_before_the_rendezvous() {
     }
 }
 
-/// `--parallel fsdp` with one rank runs FSDP's own schedule (parameters gathered block by
-/// block from fp32 slices, gradients reduced into them, AdamW over the slices) and trains
-/// exactly as the plain loop does: same losses step by step, with gradient accumulation
-/// and with checkpointing, and the same final weights.
+/// `--parallel ddp|fsdp` started alone (no WORLD_SIZE > 1) runs its own schedule over one
+/// rank (working weights from fp32 masters, gathered block by block under FSDP, gradients
+/// reduced into fp32 slices, AdamW over the slices) and trains exactly as the plain loop
+/// does: same losses step by step, with gradient accumulation and with checkpointing, and
+/// the same final weights.
 #[test]
-fn fsdp_with_one_rank_trains_like_the_plain_loop() {
+fn data_parallel_with_one_rank_trains_like_the_plain_loop() {
     let base = [
         "--model",
         "llama-tiny",
@@ -384,16 +381,24 @@ fn fsdp_with_one_rank_trains_like_the_plain_loop() {
             .output()
             .expect("bench worker runs")
     };
-    for sac in [&[][..], &["--features", "sac", "--sac-every", "2"][..]] {
+    let cases = [
+        ("fsdp", &[][..]),
+        ("fsdp", &["--features", "sac", "--sac-every", "2"][..]),
+        ("ddp", &[][..]),
+    ];
+    for (parallel, sac) in cases {
         let plain = run(sac);
-        let fsdp = run(&[sac, &["--parallel", "fsdp"][..]].concat());
+        let fsdp = run(&[sac, &["--parallel", parallel][..]].concat());
         for o in [&plain, &fsdp] {
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
         let (a, b) = (losses(&events(&plain)), losses(&events(&fsdp)));
         assert_eq!(a.len(), 4);
         for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() <= 1e-5 * x.abs(), "{sac:?}: {a:?} vs {b:?}");
+            assert!(
+                (x - y).abs() <= 1e-5 * x.abs(),
+                "{parallel} {sac:?}: {a:?} vs {b:?}"
+            );
         }
         // The loss moved, so equal losses say the updates were equal too.
         assert!(a[3] < a[0], "{a:?}");
@@ -414,25 +419,5 @@ fn fsdp_with_one_rank_trains_like_the_plain_loop() {
             })
             .expect("a summary");
         assert_eq!(summary.world_size, Some(1));
-    }
-}
-
-/// `--parallel ddp` started alone (no WORLD_SIZE > 1) trains as one process and says so.
-#[test]
-fn ddp_without_a_world_runs_single_with_a_notice() {
-    for env in [&[][..], &[("RANK", "0"), ("WORLD_SIZE", "1")][..]] {
-        let out = ddp_worker(env);
-        assert!(
-            out.status.success(),
-            "{env:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let evs = events(&out);
-        assert!(
-            evs.iter()
-                .any(|e| matches!(e, Event::Notice { message } if message.contains("single"))),
-            "{evs:?}"
-        );
-        assert_eq!(losses(&evs).len(), 2);
     }
 }

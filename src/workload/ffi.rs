@@ -13,14 +13,6 @@ pub struct RawGraph {
     _private: [u8; 0],
 }
 
-#[repr(C)]
-pub struct RawHookSet {
-    _private: [u8; 0],
-}
-
-/// Called (on libtorch's autograd thread) after parameter `index`'s gradient accumulated.
-pub type ReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
-
 extern "C" {
     fn bench_last_error() -> *const c_char;
     fn bench_fp8_linear(x: *const C_tensor, w: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
@@ -40,12 +32,6 @@ extern "C" {
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
     fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
     fn bench_cuda_set_device(device: i64) -> c_int;
-    fn bench_grad_ready_hooks(
-        params: *const *mut C_tensor,
-        n: i64,
-        f: ReadyFn,
-        ctx: *mut c_void,
-    ) -> *mut RawHookSet;
     fn bench_cuda_comm_stream(device: i64, out: *mut *mut c_void) -> c_int;
     fn bench_cuda_stream_wait(waiter: *mut c_void, waited: *mut c_void) -> c_int;
     fn bench_cuda_current_stream(device: i64, out: *mut *mut c_void) -> c_int;
@@ -137,27 +123,6 @@ pub fn set_grad_none(t: &mut Tensor) -> Result<(), String> {
 /// Makes `g` the gradient of `t` (same shape and dtype); later backwards accumulate into it.
 pub fn set_grad(t: &mut Tensor, g: &Tensor) -> Result<(), String> {
     check(unsafe { bench_set_grad(t.as_mut_ptr(), g.as_ptr()) })
-}
-
-/// Registers `f(ctx, i)` to run after parameter i's gradient is accumulated, in every later
-/// backward. The hooks live as long as the process (the accumulators are kept alive on
-/// purpose), so `ctx` must too.
-///
-/// # Safety
-/// `ctx` must stay valid, and `f` callable with it from any thread, for the rest of the
-/// process.
-pub unsafe fn grad_ready_hooks(
-    params: &[Tensor],
-    f: ReadyFn,
-    ctx: *mut c_void,
-) -> Result<(), String> {
-    let ptrs: Vec<*mut C_tensor> = params.iter().map(|t| t.as_ptr() as *mut C_tensor).collect();
-    let set = bench_grad_ready_hooks(ptrs.as_ptr(), ptrs.len() as i64, f, ctx);
-    if set.is_null() {
-        return Err(check(1).err().unwrap_or_default());
-    }
-    // Deliberately never freed: the hooks must keep their accumulators for the whole run.
-    Ok(())
 }
 
 /// A high-priority stream of the device's pool, for collectives.

@@ -1,7 +1,7 @@
 //! One rank's place in a multi-GPU world: the rendezvous ([`crate::dist::rendezvous`]), the
 //! NCCL communicator and the small collectives every data-parallel strategy needs (rank
 //! 0's parameters broadcast, the step's mean loss, the slowest rank's step time, every
-//! rank's peak memory). DDP ([`super::ddp`]) and FSDP ([`super::fsdp`]) build on it.
+//! rank's peak memory). DDP and FSDP ([`super::dp`]) build on it.
 //!
 //! A peer's failure reaches this rank through the rendezvous' watcher thread, which aborts
 //! the communicator (`ncclCommAbort`) and exits with `events::exit::DISTRIBUTED`, so no

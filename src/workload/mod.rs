@@ -9,10 +9,9 @@
 //! boundary here and classified.
 
 pub mod data;
-pub mod ddp;
 pub mod device;
+pub mod dp;
 pub mod ffi;
-pub mod fsdp;
 pub mod group;
 pub mod measure;
 pub mod models;
@@ -120,7 +119,7 @@ pub struct Settings {
     pub micro_batch: i64,
     pub grad_accum: u32,
     /// `--parallel`: DDP and FSDP run one rank per GPU when the launch contract says
-    /// WORLD_SIZE > 1; FSDP with one rank runs its sharded schedule with local copies.
+    /// WORLD_SIZE > 1, and their own schedule over one rank otherwise.
     pub parallel: ParallelKind,
 }
 
@@ -246,24 +245,15 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
 }
 
 /// The launch contract when this worker is one rank of several (`--parallel ddp|fsdp`
-/// with WORLD_SIZE > 1). A DDP worker started alone runs as a single process, with a
-/// notice; an FSDP worker alone runs FSDP's schedule over one rank.
+/// with WORLD_SIZE > 1). A DDP or FSDP worker started alone runs the same schedule over
+/// one rank (collectives become local copies), so a one-GPU cell measures the code path
+/// its many-GPU cells run.
 fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
     if s.parallel == ParallelKind::Single {
         return Ok(None);
     }
     let env = DistEnv::from_env().map_err(|e| WorkerError::Distributed(e.to_string()))?;
-    match env {
-        Some(e) if e.world_size > 1 => Ok(Some(e)),
-        _ => {
-            if s.parallel == ParallelKind::Ddp {
-                emit(Event::Notice {
-                    message: "--parallel ddp without WORLD_SIZE > 1 in the environment: running one process (single)".into(),
-                });
-            }
-            Ok(None)
-        }
-    }
+    Ok(env.filter(|e| e.world_size > 1))
 }
 
 fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
@@ -323,16 +313,14 @@ fn train_on(
             dev.name
         )));
     }
-    let sharded = s.parallel == ParallelKind::Fsdp;
-    let cuda_graph = s.compile && dev.is_cuda() && group.is_none() && !sharded;
-    if s.compile && dev.is_cuda() && group.is_some() && !sharded {
+    let data_parallel = s.parallel != ParallelKind::Single;
+    let cuda_graph = s.compile && dev.is_cuda() && !data_parallel;
+    if s.compile && dev.is_cuda() && data_parallel {
         emit(Event::Notice {
-            message: "compile: CUDA-graph capture is not used with ddp (the NCCL all-reduce is not captured); running eager steps with fused AdamW".into(),
-        });
-    }
-    if s.compile && dev.is_cuda() && sharded {
-        emit(Event::Notice {
-            message: "compile: CUDA-graph capture is not used with fsdp (parameters are gathered and released around every block); running eager steps with fused AdamW".into(),
+            message: format!(
+                "compile: CUDA-graph capture is not used with {} (its collectives and block-by-block schedule run outside a graph); running eager steps with fused AdamW",
+                s.parallel.name()
+            ),
         });
     }
     if s.compile && !dev.is_cuda() {
@@ -377,35 +365,34 @@ fn train_on(
     tch::manual_seed(args.seed as i64);
     dev.reset_peak_memory()?;
     let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
-    let mut ddp_state: Option<ddp::Ddp> = None;
-    let mut fsdp_state: Option<fsdp::Fsdp> = None;
-    let parallel = match (s.parallel, group) {
-        (ParallelKind::Ddp, Some(g)) => {
-            let d = ddp_state.insert(ddp::Ddp::new(g));
-            d.attach(model.params())?;
-            train::Parallel::Ddp(&*d)
-        }
-        (ParallelKind::Fsdp, g) => {
-            let comms = match g {
-                Some(g) => fsdp::Comms::Nccl {
+    let mut dp_state: Option<dp::DataParallel> = None;
+    let parallel = match s.parallel {
+        ParallelKind::Single => train::Parallel::Single,
+        kind => {
+            let comms = match group {
+                Some(g) => dp::Comms::Nccl {
                     group: g,
                     stream: ffi::cuda_comm_stream(g.index).map_err(WorkerError::Internal)?,
                 },
-                None => fsdp::Comms::Local,
+                None => dp::Comms::Local,
             };
-            let f = fsdp_state.insert(fsdp::Fsdp::new(
+            let sharding = match kind {
+                ParallelKind::Fsdp => dp::Sharding::Sharded,
+                _ => dp::Sharding::Replicated,
+            };
+            let d = dp_state.insert(dp::DataParallel::new(
                 comms,
+                sharding,
                 model.params(),
                 s.cfg.layers as usize,
                 s.precision.compute_kind(),
                 dev.device,
             )?);
-            // The peak memory of the training steps: the whole fp32 model existed on each
-            // rank only while it was cut into slices.
+            // The peak memory of the training steps: the freshly built fp32 model existed
+            // whole on each rank only until it was cut into slices.
             dev.reset_peak_memory()?;
-            train::Parallel::Fsdp(&*f)
+            train::Parallel::Data(&*d)
         }
-        _ => train::Parallel::Single,
     };
     let n_params = s.cfg.n_params();
     emit(Event::Start {
@@ -428,7 +415,7 @@ fn train_on(
         cuda_graph
     );
     let opt_params = match parallel {
-        train::Parallel::Fsdp(f) => f.optim_params(),
+        train::Parallel::Data(d) => d.optim_params(),
         _ => model.params(),
     };
     let opt = optim::AdamW::new(opt_params, optim::AdamWConfig::new(args.lr), dev.is_cuda());
@@ -469,16 +456,15 @@ fn train_on(
     // Every rank's peak, in rank order (index = rank), gathered to rank 0.
     let mine = facts.peak_mem_bytes.unwrap_or(0);
     match parallel {
-        train::Parallel::Ddp(d) => summary.peak_mem_bytes = d.group.gather_u64(mine)?,
-        train::Parallel::Fsdp(f) if group.is_some() => {
-            summary.peak_mem_bytes = f.gather_u64(mine)?
+        train::Parallel::Data(d) if group.is_some() => {
+            summary.peak_mem_bytes = d.gather_u64(mine)?
         }
         _ => {}
     }
     if std::env::var_os("BENCH_PARAM_CHECKSUM").is_some() {
         let (sum, sumsq) = match parallel {
-            train::Parallel::Fsdp(f) => f.param_checksum()?,
-            _ => ddp::param_checksum(model.params()),
+            train::Parallel::Data(d) => d.param_checksum()?,
+            _ => dp::param_checksum(model.params()),
         };
         eprintln!("bench worker: param checksum rank {rank}: {sum:.17e} {sumsq:.17e}");
     }

@@ -13,10 +13,9 @@ use std::time::Instant;
 use tch::{Device, Tensor};
 
 use super::data::Batches;
-use super::ddp::Ddp;
 use super::device::DeviceInfo;
+use super::dp::DataParallel;
 use super::ffi::CudaGraph;
-use super::fsdp::Fsdp;
 use super::measure::Recorder;
 use super::models::Model;
 use super::optim::AdamW;
@@ -30,12 +29,10 @@ pub const EAGER_BEFORE_CAPTURE: u32 = 3;
 /// How the ranks of a run share the work.
 #[derive(Clone, Copy)]
 pub enum Parallel<'a> {
-    /// One process.
+    /// One process, the plain loop.
     Single,
-    /// Data-parallel: gradients averaged over the ranks after each backward.
-    Ddp(&'a Ddp<'a>),
-    /// Fully sharded: parameters gathered per block, gradients reduce-scattered.
-    Fsdp(&'a Fsdp<'a>),
+    /// DDP or FSDP ([`DataParallel`]), over one rank or several.
+    Data(&'a DataParallel<'a>),
 }
 
 impl Parallel<'_> {
@@ -43,16 +40,15 @@ impl Parallel<'_> {
     pub fn rank_world(&self) -> (u32, u32) {
         match self {
             Parallel::Single => (0, 1),
-            Parallel::Ddp(d) => (d.rank(), d.world_size()),
-            Parallel::Fsdp(f) => (f.rank(), f.world_size()),
+            Parallel::Data(d) => (d.rank(), d.world_size()),
         }
     }
 
     /// The rank, for step events of a multi-rank run.
     fn event_rank(&self) -> Option<u32> {
         match self {
-            Parallel::Single => None,
-            _ => Some(self.rank_world().0),
+            Parallel::Data(d) if d.world_size() > 1 => Some(d.rank()),
+            _ => None,
         }
     }
 }
@@ -73,7 +69,7 @@ pub struct Loop<'a> {
     /// Tokens of one step over all ranks.
     pub tokens_per_step: u64,
     pub started: Instant,
-    /// Multi-rank work sharing; with DDP or FSDP the loss is averaged over the ranks and
+    /// Work sharing across ranks; with DDP or FSDP the loss is averaged over the ranks and
     /// the step time is the slowest rank's.
     pub parallel: Parallel<'a>,
 }
@@ -83,16 +79,10 @@ impl Loop<'_> {
     fn micro_batches(&self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
         let scale = 1.0 / self.grad_accum as f64;
         let mut total: Option<Tensor> = None;
-        for (i, (x, y)) in xs.iter().zip(ys).enumerate() {
-            if i + 1 == xs.len() {
-                // DDP may start reducing buckets during the last backward of the step.
-                if let Parallel::Ddp(d) = self.parallel {
-                    d.begin_last_backward();
-                }
-            }
+        for (x, y) in xs.iter().zip(ys) {
             let loss = match (self.parallel, self.sac_every) {
-                (Parallel::Fsdp(f), k) => {
-                    f.forward_backward(self.model, &self.ctx, x, y, k, scale)?
+                (Parallel::Data(d), k) => {
+                    d.forward_backward(self.model, &self.ctx, x, y, k, scale)?
                 }
                 (_, Some(k)) => sac::forward_backward(self.model, &self.ctx, x, y, k, scale),
                 (_, None) => {
@@ -115,25 +105,19 @@ impl Loop<'_> {
     /// gradient saved). Under graph capture the gradients the captured backward allocates
     /// come from the graph's pool and keep their addresses on every replay.
     ///
-    /// Under DDP the gradients are views of the flat buckets the all-reduce works on, so
-    /// they are zeroed in place (one fill per bucket) instead of dropped; under FSDP the
-    /// optimizer's gradients are this rank's fp32 slices, zeroed in one fill.
+    /// Under DDP and FSDP the optimizer's gradients are this rank's fp32 slices, into
+    /// which every micro-batch's averaged gradients are added: zeroed in one fill.
     fn eager_step(&mut self, xs: &[Tensor], ys: &[Tensor]) -> Result<Tensor, WorkerError> {
         match self.parallel {
-            Parallel::Ddp(d) => d.zero_grads(),
-            Parallel::Fsdp(f) => f.zero_grads(),
+            Parallel::Data(d) => d.zero_grads(),
             Parallel::Single => self.opt.zero_grad(true).map_err(WorkerError::Internal)?,
         }
         let loss = self.micro_batches(xs, ys)?;
-        if let Parallel::Ddp(d) = self.parallel {
-            d.all_reduce_grads()?;
-        }
         self.opt.step().map_err(WorkerError::from_device)?;
         match self.parallel {
-            Parallel::Ddp(d) => d.group.mean(&loss),
-            Parallel::Fsdp(f) => {
-                f.after_step();
-                f.mean(&loss)
+            Parallel::Data(d) => {
+                d.after_step();
+                d.mean(&loss)
             }
             Parallel::Single => Ok(loss),
         }
@@ -220,10 +204,8 @@ impl Loop<'_> {
             let mut dt = t0.elapsed().as_secs_f64();
             // Every rank waits in the collectives for the others, but a rank can still
             // finish its optimizer step later; the step is as slow as the slowest rank.
-            match self.parallel {
-                Parallel::Ddp(d) => dt = d.group.max_f64(dt)?,
-                Parallel::Fsdp(f) => dt = f.max_f64(dt)?,
-                Parallel::Single => {}
+            if let Parallel::Data(d) = self.parallel {
+                dt = d.max_f64(dt)?;
             }
             if !loss_value.is_finite() {
                 return Err(WorkerError::NanLoss {

@@ -1,42 +1,47 @@
-//! Fully sharded data parallelism (FSDP, ZeRO-3) of the built-in workload: parameters,
-//! gradients and optimizer state are split across the ranks, and each transformer block's
-//! parameters exist in full only while that block computes.
+//! Data parallelism of the built-in workload across GPUs: DDP (replicated parameters) and
+//! FSDP (ZeRO-3: parameters, gradients and optimizer state sharded), one mechanism.
 //!
 //! Units: every transformer block is one unit, and the rest of the model (embeddings,
 //! final norm, output head) is the root unit. A unit's parameters are laid out in one flat
 //! buffer, decayed parameters first and each aligned to [`ALIGN`] elements, padded to a
-//! multiple of `world x ALIGN`; rank r keeps the r-th equal slice of it ([`UnitLayout`]).
+//! multiple of `world x ALIGN`; under FSDP rank r keeps the r-th equal slice of it, under
+//! DDP every rank keeps all of it ([`UnitLayout`] with a world of one).
 //!
 //! What each rank holds for the whole run: its slices of the fp32 master weights, of their
 //! fp32 gradients and of the fp32 AdamW state (all units in one flat buffer each, so the
-//! optimizer runs over a handful of views), plus a copy of its weight slices in the compute
-//! dtype, which is what the all-gathers send. Precision is the single-GPU policy's: fp32
+//! optimizer runs over a handful of views). Precision is the single-GPU policy's: fp32
 //! masters and AdamW state, matmuls in the compute dtype (bf16, or fp8 through the shim).
 //!
-//! Gathered parameters: the model's parameters are re-pointed (`set_data`) at views of
+//! Working parameters: the model's parameters are re-pointed (`set_data`) at views of
 //! their unit's full flat buffer in the compute dtype, so the model code runs unchanged and
-//! casts nothing. Between uses the memory behind that buffer is handed back to the caching
-//! allocator while the storage object stays ([`ffi::storage_release`]); the autograd graph
-//! keeps its references to the weights, which see the re-gathered memory again before the
-//! backward needs them. Gradients work the same way: each parameter's `.grad` is a view of
-//! the unit's flat gradient buffer, which exists from just before the unit's backward until
-//! its reduce-scatter has read it.
+//! casts nothing. Under DDP those buffers live for the whole run and are refreshed from the
+//! masters after each optimizer step. Under FSDP they are all-gathered from every rank's
+//! compute-dtype slice before each use, and between uses the memory behind them is handed
+//! back to the caching allocator while the storage object stays
+//! ([`ffi::storage_release`]): the autograd graph keeps its references to the weights,
+//! which see the re-gathered memory again before the backward needs them. Gradients work
+//! the same way in both: each parameter's `.grad` is a view of the unit's flat gradient
+//! buffer, which exists from just before the unit's backward until its collective has read
+//! it.
 //!
 //! Schedule, per micro-batch: the forward and the backward are driven block by block from
 //! Rust, each block its own autograd segment (the technique of [`super::sac`], which also
 //! lets checkpointed blocks recompute with their unit gathered). Collectives run on one
-//! communication stream: the all-gather of the next unit is queued before the current
-//! block's kernels (one unit of prefetch, as FSDP's forward and backward prefetch), and a
-//! unit's reduce-scatter (average, in the compute dtype) is queued as soon as its backward
-//! is, so communication overlaps computation in both directions. CUDA events order the two
-//! streams; memory first used on the compute stream and then by a collective is recorded on
-//! the communication stream before it is released (the caching allocator's
-//! `recordStream`). At the end of a micro-batch the reduced slices are added into the fp32
-//! gradient slices.
+//! communication stream. As soon as a unit's backward is queued, its gradients are
+//! averaged in the compute dtype: all-reduced (DDP) or reduce-scattered (FSDP) into a
+//! buffer of the rank's slices, so communication overlaps the backward of the blocks
+//! before it; under FSDP the all-gather of the next unit is queued before the current
+//! block's kernels (one unit of prefetch, forward and backward). CUDA events order the two
+//! streams; memory first used on the compute stream and then by a collective is recorded
+//! on the communication stream before it is released (the caching allocator's
+//! `recordStream`). At the end of a micro-batch the reduced slices are added into the
+//! fp32 gradients.
 //!
-//! With one rank (`--parallel fsdp` without WORLD_SIZE > 1) the same code runs with local
-//! copies for collectives, on any device: the layout, the re-pointing, the storage release
-//! and the segment-wise schedule are then exercised by the CPU tests.
+//! With one rank (`--parallel ddp|fsdp` without WORLD_SIZE > 1) the same code runs with
+//! local copies for collectives, on any device, so a one-GPU cell measures the same code
+//! path as a many-GPU one (as torchrun with one process does for the PyTorch peer), and
+//! the CPU tests exercise the layout, the re-pointing, the storage release and the
+//! segment-wise schedule.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -128,6 +133,16 @@ impl UnitLayout {
     }
 }
 
+/// Whether the ranks split the model or each keep all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharding {
+    /// DDP: every rank keeps the whole model; gradients are all-reduced.
+    Replicated,
+    /// FSDP: every rank keeps a slice; parameters are all-gathered before each use and
+    /// gradients reduce-scattered.
+    Sharded,
+}
+
 /// How the collectives are carried out.
 pub enum Comms<'a> {
     /// One rank: all-gather and reduce-scatter are copies on the current stream.
@@ -164,18 +179,19 @@ struct Unit {
     gathered: Option<CudaEvent>,
 }
 
-/// One rank's FSDP state.
-pub struct Fsdp<'a> {
+/// One rank's data-parallel state.
+pub struct DataParallel<'a> {
     comms: Comms<'a>,
+    sharding: Sharding,
     rank: usize,
     world: usize,
     kind: Kind,
     device: Device,
     /// Blocks `0..layers`, then the root unit.
     units: Vec<Unit>,
-    /// This rank's slices of every unit, one after the other: fp32 masters, their fp32
-    /// gradients, the masters in the compute dtype (the all-gathers' input) and the
-    /// reduce-scatters' output.
+    /// This rank's slices of every unit (under DDP: every unit whole), one after the
+    /// other: fp32 masters, their fp32 gradients, the masters in the compute dtype (the
+    /// all-gathers' input; empty under DDP) and the reduced gradients.
     shard32: Tensor,
     grad32: Tensor,
     shard_lp: Tensor,
@@ -188,20 +204,22 @@ pub struct Fsdp<'a> {
 }
 
 fn internal(e: impl std::fmt::Display) -> WorkerError {
-    WorkerError::Internal(format!("fsdp: {e}"))
+    WorkerError::Internal(format!("data parallel: {e}"))
 }
 
-impl<'a> Fsdp<'a> {
-    /// Shards `params` (the model's freshly built fp32 parameters, identical on every rank
-    /// after rank 0's are broadcast) and re-points them at their units' full buffers in
-    /// the compute dtype `kind`. Afterwards only this rank's slices hold memory.
+impl<'a> DataParallel<'a> {
+    /// Takes over `params` (the model's freshly built fp32 parameters, identical on every
+    /// rank after rank 0's are broadcast): keeps this rank's fp32 slices of them and
+    /// re-points them at their units' full buffers in the compute dtype `kind`. Under FSDP
+    /// only the slices hold memory afterwards.
     pub fn new(
         comms: Comms<'a>,
+        sharding: Sharding,
         params: &[Param],
         layers: usize,
         kind: Kind,
         device: Device,
-    ) -> Result<Fsdp<'a>, WorkerError> {
+    ) -> Result<DataParallel<'a>, WorkerError> {
         let (rank, world) = match &comms {
             Comms::Local => (0, 1),
             Comms::Nccl { group, .. } => {
@@ -209,13 +227,18 @@ impl<'a> Fsdp<'a> {
                 (group.rank() as usize, group.world_size() as usize)
             }
         };
+        // Under DDP every rank keeps all of every unit: slices of a world of one.
+        let (slice_rank, slice_world) = match sharding {
+            Sharding::Sharded => (rank, world),
+            Sharding::Replicated => (0, 1),
+        };
         let device_index = match device {
             Device::Cuda(i) => i as i64,
             _ => -1,
         };
         if matches!(comms, Comms::Nccl { .. }) && nccl_dtype(kind).is_none() {
             return Err(WorkerError::Unsupported(format!(
-                "fsdp: NCCL cannot carry {kind:?}"
+                "data parallel: NCCL cannot carry {kind:?}"
             )));
         }
         // Units: one per block, then the root (everything outside the blocks).
@@ -231,7 +254,10 @@ impl<'a> Fsdp<'a> {
             }
             members[u].push((i, p.tensor.numel(), p.decay));
         }
-        let layouts: Vec<UnitLayout> = members.iter().map(|m| UnitLayout::new(m, world)).collect();
+        let layouts: Vec<UnitLayout> = members
+            .iter()
+            .map(|m| UnitLayout::new(m, slice_world))
+            .collect();
         let total: usize = layouts.iter().map(|l| l.shard).sum();
         let f32opt = (Kind::Float, device);
         let shard32 = Tensor::zeros([total as i64], f32opt);
@@ -252,7 +278,11 @@ impl<'a> Fsdp<'a> {
                 }
                 shard32
                     .narrow(0, shard_off as i64, layout.shard as i64)
-                    .copy_(&full32.narrow(0, (rank * layout.shard) as i64, layout.shard as i64));
+                    .copy_(&full32.narrow(
+                        0,
+                        (slice_rank * layout.shard) as i64,
+                        layout.shard as i64,
+                    ));
                 let full = full32.to_kind(kind);
                 drop(full32);
                 let grad = Tensor::zeros([n], (kind, device));
@@ -270,18 +300,24 @@ impl<'a> Fsdp<'a> {
                         .view(shape.as_slice());
                     ffi::set_grad(&mut t, &g).map_err(internal)?;
                 }
-                // SAFETY: nothing reads the buffers until they are allocated again.
+                // SAFETY: nothing reads the buffers until they are allocated again. DDP's
+                // working parameters stay for the whole run.
                 unsafe {
-                    ffi::storage_release(&full, std::ptr::null_mut()).map_err(internal)?;
+                    if sharding == Sharding::Sharded {
+                        ffi::storage_release(&full, std::ptr::null_mut()).map_err(internal)?;
+                    }
                     ffi::storage_release(&grad, std::ptr::null_mut()).map_err(internal)?;
                 }
                 units.push(Unit {
                     shard_off,
                     full,
                     grad,
-                    state: Cell::new(State::Sharded),
+                    state: Cell::new(match sharding {
+                        Sharding::Sharded => State::Sharded,
+                        Sharding::Replicated => State::Gathered,
+                    }),
                     grad_live: Cell::new(false),
-                    gathered: if cuda && world > 1 {
+                    gathered: if cuda && world > 1 && sharding == Sharding::Sharded {
                         Some(CudaEvent::new().map_err(internal)?)
                     } else {
                         None
@@ -292,11 +328,14 @@ impl<'a> Fsdp<'a> {
             }
             Ok(())
         })?;
-        let shard_lp = shard32.to_kind(kind);
-        let rs_out = shard_lp.zeros_like();
+        let shard_lp = match sharding {
+            Sharding::Sharded => shard32.to_kind(kind),
+            Sharding::Replicated => Tensor::zeros([0], (kind, device)),
+        };
+        let rs_out = Tensor::zeros([total as i64], (kind, device));
         let mut pieces = Vec::new();
         for (u, unit) in units.iter().enumerate() {
-            for (range, decay) in unit.layout.pieces(rank) {
+            for (range, decay) in unit.layout.pieces(slice_rank) {
                 let (start, len) = ((unit.shard_off + range.start) as i64, range.len() as i64);
                 let mut t = shard32
                     .narrow(0, start, len)
@@ -304,7 +343,7 @@ impl<'a> Fsdp<'a> {
                     .set_requires_grad(true);
                 ffi::set_grad(&mut t, &grad32.narrow(0, start, len)).map_err(internal)?;
                 pieces.push(Param {
-                    name: format!("fsdp.unit{u}.{}", if decay { "decay" } else { "no_decay" }),
+                    name: format!("unit{u}.{}", if decay { "decay" } else { "no_decay" }),
                     tensor: t,
                     decay,
                     block: (u < layers).then_some(u),
@@ -316,8 +355,9 @@ impl<'a> Fsdp<'a> {
         } else {
             None
         };
-        Ok(Fsdp {
+        Ok(DataParallel {
             comms,
+            sharding,
             rank,
             world,
             kind,
@@ -432,11 +472,11 @@ impl<'a> Fsdp<'a> {
         Ok(())
     }
 
-    /// Drops unit `u`'s full parameters. Their last reader is the compute stream, which
-    /// orders any reuse of the memory after it.
+    /// Drops unit `u`'s full parameters (FSDP). Their last reader is the compute stream,
+    /// which orders any reuse of the memory after it.
     fn reshard(&self, u: usize) -> Result<(), WorkerError> {
         let unit = &self.units[u];
-        if unit.state.get() == State::Sharded {
+        if unit.state.get() == State::Sharded || self.sharding == Sharding::Replicated {
             return Ok(());
         }
         if unit.state.get() == State::Gathering {
@@ -463,8 +503,9 @@ impl<'a> Fsdp<'a> {
         Ok(())
     }
 
-    /// Queues the reduce-scatter (average) of unit `u`'s gradients into this rank's slice
-    /// of `rs_out`, then releases the full gradient buffer.
+    /// Queues the average of unit `u`'s gradients over the ranks into this rank's slice of
+    /// `rs_out` (an all-reduce under DDP, a reduce-scatter under FSDP), then releases the
+    /// full gradient buffer.
     fn reduce(&self, u: usize) -> Result<(), WorkerError> {
         let unit = &self.units[u];
         if !unit.grad_live.get() {
@@ -485,12 +526,20 @@ impl<'a> Fsdp<'a> {
                 let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
                 let recv =
                     (self.rs_out.data_ptr() as usize + unit.shard_off * self.elt()) as *mut c_void;
-                // SAFETY: `grad` holds `shard x world` elements and `recv` this rank's
-                // `shard` elements of `rs_out`, both live; `grad` is recorded on the
-                // communication stream before release, and `rs_out` is read only after
-                // the compute stream waited for the communication stream.
+                let send = unit.grad.data_ptr();
+                // SAFETY: `grad` holds `padded` elements and `recv` this rank's `shard`
+                // elements of `rs_out` (`padded` under DDP), both live; `grad` is recorded
+                // on the communication stream before release, and `rs_out` is read only
+                // after the compute stream waited for the communication stream.
                 group.with_comm(|c| unsafe {
-                    c.reduce_scatter(unit.grad.data_ptr(), recv, l.shard, dt, RedOp::Avg, *stream)
+                    match self.sharding {
+                        Sharding::Sharded => {
+                            c.reduce_scatter(send, recv, l.shard, dt, RedOp::Avg, *stream)
+                        }
+                        Sharding::Replicated => {
+                            c.all_reduce(send, recv, l.padded, dt, RedOp::Avg, *stream)
+                        }
+                    }
                 })?;
                 *stream
             }
@@ -520,10 +569,20 @@ impl<'a> Fsdp<'a> {
         let _ = self.grad32.shallow_clone().zero_();
     }
 
-    /// After the optimizer step: refreshes the compute-dtype copy of the slices that the
-    /// next all-gathers send.
+    /// After the optimizer step: refreshes the compute-dtype copy of the masters, which
+    /// the next all-gathers send (FSDP) or which are the working parameters (DDP).
     pub fn after_step(&self) {
-        tch::no_grad(|| self.shard_lp.shallow_clone().copy_(&self.shard32));
+        tch::no_grad(|| match self.sharding {
+            Sharding::Sharded => self.shard_lp.shallow_clone().copy_(&self.shard32),
+            Sharding::Replicated => {
+                for u in &self.units {
+                    let master = self
+                        .shard32
+                        .narrow(0, u.shard_off as i64, u.layout.padded as i64);
+                    u.full.shallow_clone().copy_(&master);
+                }
+            }
+        });
     }
 
     /// Forward and backward of one micro-batch, block by block, with the loss scaled by
@@ -634,17 +693,18 @@ impl<'a> Fsdp<'a> {
         }
     }
 
-    /// Sum and sum of squares of the fp32 master weights over all ranks' slices (padding
-    /// is zero): comparable with [`super::ddp::param_checksum`] of an unsharded run.
+    /// Sum and sum of squares of the fp32 master weights (padding is zero), comparable
+    /// with [`param_checksum`] of a plain run: under FSDP summed over all ranks' slices,
+    /// under DDP this rank's own copy (which must equal every other rank's).
     pub fn param_checksum(&self) -> Result<(f64, f64), WorkerError> {
         let (s, q) = tch::no_grad(|| {
             let d = self.shard32.to_kind(Kind::Double);
             (d.sum(Kind::Double), d.square().sum(Kind::Double))
         });
         let both = Tensor::stack(&[s, q], 0);
-        let both = match &self.comms {
-            Comms::Local => both,
-            Comms::Nccl { group, .. } => group.sum(&both)?,
+        let both = match (&self.comms, self.sharding) {
+            (Comms::Nccl { group, .. }, Sharding::Sharded) => group.sum(&both)?,
+            _ => both,
         };
         let v = Vec::<f64>::try_from(&both.to_device(Device::Cpu))
             .map_err(|e| WorkerError::from_device(e.to_string()))?;
@@ -655,6 +715,20 @@ impl<'a> Fsdp<'a> {
     pub fn device(&self) -> Device {
         self.device
     }
+}
+
+/// Sum and sum of squares of every parameter, in f64: equal on every rank of a correct
+/// data-parallel run; `BENCH_PARAM_CHECKSUM=1` prints it at the end for the GPU tests.
+pub fn param_checksum(params: &[Param]) -> (f64, f64) {
+    tch::no_grad(|| {
+        params.iter().fold((0.0, 0.0), |(s, q), p| {
+            let d = p.tensor.to_kind(Kind::Double);
+            (
+                s + d.sum(Kind::Double).double_value(&[]),
+                q + d.square().sum(Kind::Double).double_value(&[]),
+            )
+        })
+    })
 }
 
 #[cfg(test)]
@@ -735,12 +809,16 @@ mod tests {
             .collect()
     }
 
-    /// One rank on the CPU: the sharded, block-by-block forward and backward give the
-    /// plain run's loss and gradients, with and without checkpointing, and the storage
-    /// of every unit is released between uses.
+    /// One rank on the CPU: the block-by-block forward and backward, sharded or not, give
+    /// the plain run's loss and gradients, with and without checkpointing; under FSDP the
+    /// storage of every unit is released between uses.
     #[test]
     fn one_rank_matches_plain_training_on_cpu() {
-        for name in ["gpt2-tiny", "llama-tiny"] {
+        for (name, sharding) in [
+            ("gpt2-tiny", Sharding::Sharded),
+            ("llama-tiny", Sharding::Sharded),
+            ("llama-tiny", Sharding::Replicated),
+        ] {
             let mut cfg = presets::get(name).unwrap();
             cfg.layers = 3;
             let (plain, sharded) = twins(&cfg);
@@ -751,9 +829,18 @@ mod tests {
             want_loss.backward();
             let want = grads_of(plain.as_ref());
 
-            let f = Fsdp::new(Comms::Local, sharded.params(), 3, Kind::Float, Device::Cpu).unwrap();
+            let f = DataParallel::new(
+                Comms::Local,
+                sharding,
+                sharded.params(),
+                3,
+                Kind::Float,
+                Device::Cpu,
+            )
+            .unwrap();
+            let released = |t: &Tensor| ffi::storage_nbytes(t).unwrap() == 0;
             for u in &f.units {
-                assert_eq!(ffi::storage_nbytes(&u.full).unwrap(), 0);
+                assert_eq!(released(&u.full), sharding == Sharding::Sharded);
             }
             for sac_every in [None, Some(1), Some(2)] {
                 f.zero_grads();
@@ -767,8 +854,8 @@ mod tests {
                     want_loss.double_value(&[])
                 );
                 for u in &f.units {
-                    assert_eq!(ffi::storage_nbytes(&u.full).unwrap(), 0);
-                    assert_eq!(ffi::storage_nbytes(&u.grad).unwrap(), 0);
+                    assert_eq!(released(&u.full), sharding == Sharding::Sharded);
+                    assert!(released(&u.grad));
                 }
                 // Scatter the fp32 gradient slices back to parameter order and compare.
                 for (unit, _) in f.units.iter().zip(0..) {
@@ -796,9 +883,23 @@ mod tests {
     fn one_rank_optimizer_steps_match_plain_adamw_on_cpu() {
         let mut cfg = presets::get("gpt2-tiny").unwrap();
         cfg.layers = 2;
-        let (plain, sharded) = twins(&cfg);
+        for sharding in [Sharding::Sharded, Sharding::Replicated] {
+            optimizer_steps_match(&cfg, sharding);
+        }
+    }
+
+    fn optimizer_steps_match(cfg: &presets::ModelConfig, sharding: Sharding) {
+        let (plain, sharded) = twins(cfg);
         let ctx = Ctx::new(Precision::Fp32);
-        let f = Fsdp::new(Comms::Local, sharded.params(), 2, Kind::Float, Device::Cpu).unwrap();
+        let f = DataParallel::new(
+            Comms::Local,
+            sharding,
+            sharded.params(),
+            2,
+            Kind::Float,
+            Device::Cpu,
+        )
+        .unwrap();
         let mut opt_plain = AdamW::new(plain.params(), AdamWConfig::new(1e-2), false);
         let mut opt_sharded = AdamW::new(f.optim_params(), AdamWConfig::new(1e-2), false);
         for step in 0..3 {
@@ -813,15 +914,15 @@ mod tests {
             opt_sharded.step().unwrap();
             f.after_step();
             let (s, q) = f.param_checksum().unwrap();
-            let (ws, wq) = crate::workload::ddp::param_checksum(plain.params());
-            assert!(
-                (s - ws).abs() < 1e-6 * ws.abs().max(1.0),
-                "step {step}: {s} vs {ws}"
-            );
-            assert!(
-                (q - wq).abs() < 1e-6 * wq.abs().max(1.0),
-                "step {step}: {q} vs {wq}"
-            );
+            let (ws, wq) = param_checksum(plain.params());
+            let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.abs().max(1.0);
+            assert!(close(s, ws), "{sharding:?} step {step}: {s} vs {ws}");
+            assert!(close(q, wq), "{sharding:?} step {step}: {q} vs {wq}");
+            // DDP's working weights are the masters, refreshed after the step.
+            if sharding == Sharding::Replicated {
+                let (ps, pq) = param_checksum(sharded.params());
+                assert!(close(ps, ws) && close(pq, wq), "{ps} {pq} vs {ws} {wq}");
+            }
         }
     }
 }
