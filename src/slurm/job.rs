@@ -204,6 +204,14 @@ pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
     })
 }
 
+/// The `NodeList=` of a `scontrol show job -o` line; `None` when empty or `(null)`.
+fn node_list(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("NodeList="))
+        .filter(|v| !v.is_empty() && *v != "(null)")
+        .map(str::to_string)
+}
+
 /// Parses `ExitCode=a:b` (status and signal).
 fn parse_exit(v: &str) -> (Option<i32>, Option<i32>) {
     let mut it = v.split(':');
@@ -228,7 +236,11 @@ impl SlurmJob {
         let text = String::from_utf8_lossy(&q.stdout);
         if q.status.success() {
             if let Some(s) = text.lines().map(str::trim).find(|s| !s.is_empty()) {
-                return Ok(JobState::Active(s.to_string()));
+                // squeue may still list a job that has just ended (COMPLETED, FAILED...);
+                // its exit code comes from scontrol below.
+                if is_active(s) {
+                    return Ok(JobState::Active(s.to_string()));
+                }
             }
         } else {
             let err = String::from_utf8_lossy(&q.stderr);
@@ -263,6 +275,16 @@ impl SlurmJob {
             }
         }
         Ok(state.map(|s| classify(s, exit)))
+    }
+
+    /// The nodes the job ran on, as `scontrol` remembers them (`None` when it does not,
+    /// or the job never got nodes).
+    pub fn nodes(&self) -> Option<String> {
+        let out = run("scontrol", &["show", "job", "-o", &self.id]).ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        node_list(&String::from_utf8_lossy(&out.stdout))
     }
 
     fn state_from_sacct(&self) -> Option<JobState> {
@@ -367,6 +389,15 @@ impl SlurmJob {
         }
     }
 
+    /// Stops the job's tasks at once with SIGKILL, then cancels the job (a second Ctrl-C,
+    /// or a job that outlived the grace period after [`SlurmJob::cancel`]).
+    pub fn kill(&self) -> Result<(), SlurmError> {
+        // The signal reaches every step's tasks; the batch script then ends by itself,
+        // and the plain cancel below covers a job that had not started a step yet.
+        let _ = run("scancel", &["--signal=KILL", "--full", &self.id])?;
+        self.cancel()
+    }
+
     /// Reads the job's output file (an absent file is an empty output: the job may have
     /// been cancelled before it started).
     pub fn collect(&self) -> Result<JobOutput, SlurmError> {
@@ -381,7 +412,8 @@ impl SlurmJob {
     }
 }
 
-fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> JobState {
+/// Whether a Slurm job state (as squeue or scontrol write it) means "not finished yet".
+pub fn is_active(state: &str) -> bool {
     const ACTIVE: [&str; 8] = [
         "PENDING",
         "CONFIGURING",
@@ -392,7 +424,64 @@ fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> J
         "RESIZING",
         "STAGE_OUT",
     ];
-    if ACTIVE.contains(&state.as_str()) {
+    ACTIVE.contains(&state)
+}
+
+/// A job as one `squeue` listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Slurm's state word, e.g. PENDING, RUNNING, COMPLETING.
+    pub state: String,
+    /// The nodes it runs on (empty while pending).
+    pub nodes: String,
+}
+
+/// Parses `squeue -h -o %i|%T|%N` output into job id -> listing.
+pub fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.trim().splitn(3, '|');
+            let id = it.next()?.trim();
+            let state = it.next()?.trim();
+            if id.is_empty() || state.is_empty() {
+                return None;
+            }
+            let nodes = it.next().unwrap_or("").trim();
+            Some((
+                id.to_string(),
+                Listed {
+                    state: state.to_string(),
+                    nodes: nodes.to_string(),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// The listings of `ids` in one `squeue` call (so that many jobs in flight cost the
+/// controller one query per poll, not one each). Jobs squeue no longer shows are absent.
+pub fn list(ids: &[String]) -> Result<std::collections::HashMap<String, Listed>, SlurmError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let joined = ids.join(",");
+    let out = run("squeue", &["-h", "-j", &joined, "-o", "%i|%T|%N"])?;
+    if out.status.success() {
+        return Ok(parse_listing(&String::from_utf8_lossy(&out.stdout)));
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    // With a single id, squeue fails with "Invalid job id" for a job it no longer lists.
+    if err.contains("Invalid job id") {
+        return Ok(Default::default());
+    }
+    Err(SlurmError::Query {
+        cmd: format!("squeue -h -j {joined} -o %i|%T|%N"),
+        stderr: err.trim().to_string(),
+    })
+}
+
+fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> JobState {
+    if is_active(&state) {
         JobState::Active(state)
     } else {
         JobState::Finished {
@@ -433,6 +522,31 @@ mod tests {
         assert_eq!(
             o.log_of(1),
             "plain log text: with a colon\nbench: rank 1 exited with status 6\n"
+        );
+    }
+
+    #[test]
+    fn queue_listings_and_node_lists_parse() {
+        let m =
+            parse_listing("12|RUNNING|gpu[01-02]\n13|PENDING|\n\n bad line\n14|COMPLETING|n1\n");
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            m["12"],
+            Listed {
+                state: "RUNNING".into(),
+                nodes: "gpu[01-02]".into()
+            }
+        );
+        assert_eq!(m["13"].nodes, "");
+        assert!(is_active(&m["14"].state));
+        assert!(!is_active("COMPLETED") && !is_active("CANCELLED"));
+        assert_eq!(
+            node_list("JobId=5 JobState=COMPLETED NodeList=vm BatchHost=vm").as_deref(),
+            Some("vm")
+        );
+        assert_eq!(
+            node_list("JobId=5 JobState=CANCELLED NodeList=(null)"),
+            None
         );
     }
 

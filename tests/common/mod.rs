@@ -77,6 +77,8 @@ pub fn config(results: &Path) -> RunConfig {
         filters: vec![],
         no_progress: true,
         bench_exe: None,
+        launcher: bench::run::Launch::Local,
+        jobs: None,
     }
 }
 
