@@ -608,3 +608,49 @@ fn a_builtin_cpu_cell_runs_bench_worker_under_srun() {
         "{script}"
     );
 }
+
+#[test]
+fn a_job_slurm_will_never_start_fails_its_cell_instead_of_waiting_forever() {
+    if !enabled() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A job that depends on the success of a failed job pends with reason
+    // DependencyNeverSatisfied for ever.
+    let out = Command::new("sbatch")
+        .args(["--parsable", "--output=/dev/null", "--wrap", "exit 1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let failed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while job_state(&failed) != "FAILED" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(job_state(&failed), "FAILED");
+    let tmp = tempfile::tempdir().unwrap();
+    let dep = format!("--dependency=afterok:{failed}");
+    let m = write_matrix(
+        tmp.path(),
+        &[("blocked", &["ok"])],
+        &[1],
+        "",
+        &["--oversubscribe", &dep],
+    );
+    let mut cmd = bench();
+    run_args(&mut cmd, tmp.path(), &m);
+    let out = cmd.args(["--run-id", "r1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let r = RunResults::load(&tmp.path().join("results/r1")).unwrap();
+    let c = by_case(&r, "blocked", 1);
+    match &c.outcome {
+        Outcome::Failed { reason } => {
+            assert!(reason.contains("bad input (exit 2)"), "{reason}");
+            assert!(reason.contains("DependencyNeverSatisfied"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let id = c.attempts[0].slurm_job_id.clone().unwrap();
+    assert!(!squeue_lists(&id));
+}

@@ -2,10 +2,12 @@
 //! `results/<run-id>/results.json` after every cell.
 //!
 //! Stages: [`launch`] (a cell to command lines, no shell), [`executor`] (one attempt:
-//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`scheduler`] (GPU
-//! slots, repeats, retries, resume, fail-fast, Ctrl-C), [`events`] (what the runner
-//! tells reporters) and [`progress`] (the reporters: a bar on a terminal, plain lines in
-//! CI). The comparison with baselines and the report formats come after this stage.
+//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`slurm`] (one
+//! attempt as a Slurm job under `--launcher slurm`: sbatch, squeue, scancel, per-rank
+//! logs), [`scheduler`] (GPU slots or jobs in flight, repeats, retries, resume,
+//! fail-fast, Ctrl-C), [`events`] (what the runner tells reporters) and [`progress`] (the
+//! reporters: a bar on a terminal, plain lines in CI). The comparison with baselines and
+//! the report formats come after this stage.
 
 pub mod events;
 pub mod executor;

@@ -7,6 +7,11 @@
 //! a cell that needs more GPUs than the host has is skipped with a reason. On a host with
 //! no GPU, cells run one at a time on CPU, and a built-in cell that needs several GPUs is
 //! skipped (a `command` cell still runs: the command decides what a GPU count means).
+//! `--jobs N` caps the cells in flight.
+//!
+//! Under `--launcher slurm` this host's GPUs do not count: every cell takes one of `--jobs`
+//! slots (32 by default), its attempts run as Slurm jobs ([`super::slurm`]), and Slurm
+//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued.
 //!
 //! Failures: retries are only for infrastructure failures (spawn failure, death by a
 //! signal the runner did not send, a crash before the first step event); a success after

@@ -422,6 +422,15 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
     let plan = spec.plan.clone();
     let submitted = {
         let _turn = queue.submitting.lock().await;
+        // Ctrl-C may have come while this attempt waited for its turn.
+        if *cancel.borrow() != Cancel::None {
+            out.termination = Termination::Cancelled;
+            return JobAttempt {
+                out,
+                job_id: None,
+                nodes: None,
+            };
+        }
         blocking(move || crate::slurm::submit(&plan)).await
     };
     let job = match submitted {
@@ -470,6 +479,8 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
     let mut seen = Cancel::None;
     let mut failures = 0u32;
     let mut withdrawn = false;
+    // Set when Slurm says the job can never start as submitted.
+    let mut refused: Option<String> = None;
     // As the queue last listed the job: a job is only withdrawn while it waits.
     let mut pending = true;
     let final_state: JobState = loop {
@@ -478,6 +489,14 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
             Ok(Some(l)) if job::is_active(&l.state) => {
                 failures = 0;
                 pending = l.state == "PENDING";
+                if pending && refused.is_none() && job::never_starts(&l.reason) {
+                    let why = format!(
+                        "Slurm will never start job {} as submitted: it is pending with reason {} (a limit of the partition, account or QOS, e.g. a time limit above the partition's; see `scontrol show job {}`)",
+                        job.id, l.reason, job.id
+                    );
+                    reader.logs.all(&format!("bench: {why}"));
+                    refused = Some(why);
+                }
                 if !pending && nodes.is_none() && !l.nodes.is_empty() {
                     nodes = Some(l.nodes.clone());
                     deadline = Some(tokio::time::Instant::now() + spec.timeout);
@@ -532,6 +551,8 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
         if level > seen {
             seen = level;
             stop = Some((Termination::Cancelled, level == Cancel::Force));
+        } else if stopped_by.is_none() && refused.is_some() {
+            stop = Some((Termination::Exited(exit::BAD_INPUT), false));
         } else if stopped_by.is_none() && deadline.is_some_and(|d| now >= d) {
             stop = Some((Termination::TimedOut, false));
         } else if stopped_by.is_none() && pending && *pending_only.borrow() {
@@ -641,6 +662,9 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
     }
     if error.is_some() && out.error.is_none() {
         out.error = error;
+    }
+    if let Some(why) = refused {
+        out.error = Some((ErrorKind::BadInput, why));
     }
     out.termination = match stopped_by {
         Some(t) if withdrawn && t == Termination::Cancelled => Termination::Withdrawn,

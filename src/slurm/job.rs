@@ -434,28 +434,55 @@ pub struct Listed {
     pub state: String,
     /// The nodes it runs on (empty while pending).
     pub nodes: String,
+    /// Why it is pending (`Priority`, `Resources`, `PartitionTimeLimit`...); `None` when
+    /// it runs.
+    pub reason: String,
 }
 
-/// Parses `squeue -h -o %i|%T|%N` output into job id -> listing.
+/// Parses `squeue -h -o %i|%T|%r|%N` output into job id -> listing.
 pub fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
     text.lines()
         .filter_map(|l| {
-            let mut it = l.trim().splitn(3, '|');
+            let mut it = l.trim().splitn(4, '|');
             let id = it.next()?.trim();
             let state = it.next()?.trim();
             if id.is_empty() || state.is_empty() {
                 return None;
             }
+            let reason = it.next().unwrap_or("").trim();
             let nodes = it.next().unwrap_or("").trim();
             Some((
                 id.to_string(),
                 Listed {
                     state: state.to_string(),
                     nodes: nodes.to_string(),
+                    reason: reason.to_string(),
                 },
             ))
         })
         .collect()
+}
+
+/// Whether a pending job with this reason can never start as submitted: its request is
+/// beyond what the partition, account or QOS allows, or it names something that does not
+/// exist. Such a job would wait forever (and a CI job with it); the other reasons
+/// (`Priority`, `Resources`, a node being down...) resolve with time.
+pub fn never_starts(reason: &str) -> bool {
+    const NEVER: [&str; 12] = [
+        "PartitionTimeLimit",
+        "PartitionNodeLimit",
+        "PartitionConfig",
+        "BadConstraints",
+        "InvalidAccount",
+        "InvalidQOS",
+        "DependencyNeverSatisfied",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+        "AssocMaxNodesPerJobLimit",
+        "QOSMaxNodePerJobLimit",
+        "QOSMaxGRESPerJob",
+    ];
+    NEVER.contains(&reason.trim())
 }
 
 /// The listings of `ids` in one `squeue` call (so that many jobs in flight cost the
@@ -465,7 +492,7 @@ pub fn list(ids: &[String]) -> Result<std::collections::HashMap<String, Listed>,
         return Ok(Default::default());
     }
     let joined = ids.join(",");
-    let out = run("squeue", &["-h", "-j", &joined, "-o", "%i|%T|%N"])?;
+    let out = run("squeue", &["-h", "-j", &joined, "-o", "%i|%T|%r|%N"])?;
     if out.status.success() {
         return Ok(parse_listing(&String::from_utf8_lossy(&out.stdout)));
     }
@@ -475,7 +502,7 @@ pub fn list(ids: &[String]) -> Result<std::collections::HashMap<String, Listed>,
         return Ok(Default::default());
     }
     Err(SlurmError::Query {
-        cmd: format!("squeue -h -j {joined} -o %i|%T|%N"),
+        cmd: format!("squeue -h -j {joined} -o %i|%T|%r|%N"),
         stderr: err.trim().to_string(),
     })
 }
@@ -527,17 +554,21 @@ mod tests {
 
     #[test]
     fn queue_listings_and_node_lists_parse() {
-        let m =
-            parse_listing("12|RUNNING|gpu[01-02]\n13|PENDING|\n\n bad line\n14|COMPLETING|n1\n");
+        let m = parse_listing(
+            "12|RUNNING|None|gpu[01-02]\n13|PENDING|PartitionTimeLimit|\n\n bad line\n14|COMPLETING|None|n1\n",
+        );
         assert_eq!(m.len(), 3);
         assert_eq!(
             m["12"],
             Listed {
                 state: "RUNNING".into(),
-                nodes: "gpu[01-02]".into()
+                nodes: "gpu[01-02]".into(),
+                reason: "None".into(),
             }
         );
         assert_eq!(m["13"].nodes, "");
+        assert!(never_starts(&m["13"].reason));
+        assert!(!never_starts("Priority") && !never_starts("Resources") && !never_starts("None"));
         assert!(is_active(&m["14"].state));
         assert!(!is_active("COMPLETED") && !is_active("CANCELLED"));
         assert_eq!(
