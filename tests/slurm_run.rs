@@ -9,6 +9,7 @@
 //! few CPUs, and the fail-fast test needs to know which jobs can run side by side.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -402,7 +403,7 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
     );
     let mut cmd = bench();
     run_args(&mut cmd, tmp.path(), &m);
-    cmd.args(["--run-id", "r1"]);
+    cmd.args(["--run-id", "r1"]).process_group(0);
     let (mut child, lines) = spawn_bench(&mut cmd);
     // Wait until all four cells are submitted and one runs, then press Ctrl-C.
     let mut seen = Vec::new();
@@ -426,7 +427,9 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
         submitted.len() == 4 && running,
         "jobs never got going: {seen:#?}"
     );
-    nix::sys::signal::kill(
+    // As a terminal's Ctrl-C does: SIGINT to bench's whole process group (bench keeps its
+    // own Slurm commands out of it, so a half-done sbatch or scancel is not cut short).
+    nix::sys::signal::killpg(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )

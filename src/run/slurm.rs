@@ -368,7 +368,7 @@ pub fn termination(
             "FAILED" => (Termination::Exited(exit_code.unwrap_or(1).max(1)), None),
             other => (
                 Termination::Lost(format!(
-                    "Slurm ended the job as {other} (not a failure of the cell)"
+                    "the job ended as {other}, which is the cluster's doing, not the cell's"
                 )),
                 None,
             ),

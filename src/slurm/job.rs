@@ -5,6 +5,7 @@
 //! `scontrol show job` (the controller keeps finished jobs for `MinJobAge`), then from
 //! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,8 +147,17 @@ fn split_label(line: &str) -> (Option<u32>, &str) {
     (None, line)
 }
 
+/// A Slurm client command in a process group of its own: the terminal's Ctrl-C is for
+/// `bench`, which then cancels its jobs itself; an `sbatch` killed halfway by the same
+/// keypress could leave a job submitted that `bench` never heard of.
+fn command(tool: &str) -> Command {
+    let mut c = Command::new(tool);
+    c.process_group(0);
+    c
+}
+
 fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmError> {
-    Command::new(tool)
+    command(tool)
         .args(args)
         .output()
         .map_err(|source| SlurmError::Tool { tool, source })
@@ -165,7 +175,7 @@ pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
         path: plan.script_path.display().to_string(),
         source,
     })?;
-    let mut cmd = Command::new("sbatch");
+    let mut cmd = command("sbatch");
     cmd.args(&plan.sbatch_args).arg(&plan.script_path);
     let out = cmd.output().map_err(|source| SlurmError::Tool {
         tool: "sbatch",

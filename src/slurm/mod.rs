@@ -222,7 +222,9 @@ pub fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
 /// Asks `sinfo` whether the partition the jobs go to has GPUs; CPU cells are submitted
 /// without `--gpus-per-node` when it has none.
 pub fn partition_has_gpus(partition: Option<&str>) -> Result<bool, SlurmError> {
+    use std::os::unix::process::CommandExt;
     let out = std::process::Command::new("sinfo")
+        .process_group(0)
         .args(["-h", "-o", "%P|%G"])
         .output()
         .map_err(|source| SlurmError::Tool {
