@@ -5,41 +5,19 @@
 //! These run only when `BENCH_SLURM_TESTS=1` (CI sets it after starting the daemons); with
 //! the variable set, a Slurm that does not work fails them loudly. The cells are CPU cells
 //! running tests/fixtures/slurm_worker.sh (one copy per rank), plus one built-in gpt2-tiny
-//! cell to show `bench worker` under srun. They run one at a time (a lock): the CI node has
-//! few CPUs, and the fail-fast test needs to know which jobs can run side by side.
+//! cell to show `bench worker` under srun. They take turns with every Slurm test (a file
+//! lock, as nextest runs each test in its own process): the CI node has few CPUs, and the
+//! fail-fast test needs to know which jobs can run side by side.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bench::results::{CellResult, Outcome, RunResults};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn enabled() -> bool {
-    match std::env::var("BENCH_SLURM_TESTS").as_deref() {
-        Ok("1") => {
-            // Set but broken is a failure, not a skip.
-            let ok = Command::new("sinfo")
-                .arg("-h")
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            assert!(
-                ok,
-                "BENCH_SLURM_TESTS=1 but `sinfo` fails: run scripts/slurm-ci-setup.sh"
-            );
-            true
-        }
-        _ => {
-            eprintln!("skipping: set BENCH_SLURM_TESTS=1 after scripts/slurm-ci-setup.sh");
-            false
-        }
-    }
-}
+mod common;
 
 fn worker() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slurm_worker.sh")
@@ -166,10 +144,10 @@ fn job_ids(c: &CellResult) -> Vec<String> {
 
 #[test]
 fn one_and_two_rank_cells_pass_with_metrics_logs_and_job_ids() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
     let m = write_matrix(
         tmp.path(),
@@ -240,10 +218,10 @@ fn one_and_two_rank_cells_pass_with_metrics_logs_and_job_ids() {
 
 #[test]
 fn failing_ranks_are_classified_and_crashes_are_retried() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
     let marker = tmp.path().join("flaky-marker");
     let marker = marker.to_str().unwrap();
@@ -321,10 +299,10 @@ fn failing_ranks_are_classified_and_crashes_are_retried() {
 
 #[test]
 fn a_cell_past_its_timeout_is_cancelled_and_leaves_the_queue() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
     let m = write_matrix(
         tmp.path(),
@@ -387,10 +365,10 @@ fn spawn_bench(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Rece
 
 #[test]
 fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
     let gate = tmp.path().join("gate");
     let gate_s = gate.to_str().unwrap();
@@ -485,10 +463,10 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
 
 #[test]
 fn fail_fast_withdraws_queued_jobs_and_lets_running_ones_finish() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let cpus: u32 = String::from_utf8_lossy(
         &Command::new("sinfo")
             .args(["-h", "-p", "debug", "-o", "%c"])
@@ -569,10 +547,10 @@ fn fail_fast_withdraws_queued_jobs_and_lets_running_ones_finish() {
 
 #[test]
 fn a_builtin_cpu_cell_runs_bench_worker_under_srun() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
     let m = tmp.path().join("tiny.yaml");
     std::fs::write(
@@ -614,10 +592,10 @@ fn a_builtin_cpu_cell_runs_bench_worker_under_srun() {
 
 #[test]
 fn a_job_slurm_will_never_start_fails_its_cell_instead_of_waiting_forever() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = common::slurm_turn();
     // A job that depends on the success of a failed job pends with reason
     // DependencyNeverSatisfied for ever.
     let out = Command::new("sbatch")
