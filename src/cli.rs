@@ -90,6 +90,10 @@ pub struct MatrixArgs {
     /// How cells are started.
     #[arg(long, value_enum, default_value_t)]
     pub launcher: Launcher,
+    /// At most N cells in flight at once (default: as many as fit this host's GPUs; under
+    /// --launcher slurm, 32 jobs submitted at a time).
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<u32>,
     /// Slurm partition (or $BENCH_SLURM_PARTITION / the matrix's `slurm.partition`).
     #[arg(long)]
     pub partition: Option<String>,

@@ -62,6 +62,12 @@ pub struct Attempt {
     pub duration_s: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The Slurm job that ran this attempt (`--launcher slurm`), for `sacct -j`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+    /// The nodes Slurm ran the job on, as Slurm writes a node list (e.g. `gpu[01-02]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_nodes: Option<String>,
 }
 
 /// Measurements of one successful repeat.
@@ -143,6 +149,10 @@ pub struct RunResults {
     #[serde(default)]
     pub interrupted: bool,
     pub environment: Environment,
+    /// How the cells were started: `local` or `slurm` (absent in documents written before
+    /// the field existed, which were all local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
     pub cells: Vec<CellResult>,
     #[serde(default)]
     pub dropped: Vec<DroppedCell>,

@@ -393,3 +393,26 @@ fn a_program_that_cannot_start_is_an_infrastructure_failure() {
     assert_eq!(r.attempts.len(), 2);
     assert_eq!(r.attempts[0].exit_code, None);
 }
+
+#[test]
+fn jobs_caps_the_cells_in_flight_and_the_launcher_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snaps = tmp.path().join("snaps");
+    std::fs::create_dir(&snaps).unwrap();
+    let dir = snaps.to_str().unwrap();
+    let cells = ["first", "second", "third"]
+        .iter()
+        .map(|n| cell(n, &["snapshot", dir]))
+        .collect();
+    let mut cfg = config(tmp.path());
+    // Three GPU slots would run the three one-GPU cells side by side; --jobs 1 does not.
+    cfg.gpus = Some(3);
+    cfg.jobs = Some(1);
+    let (res, _) = run(&cfg, expansion(cells));
+    let out = res.unwrap();
+    for (name, before) in [("first", 0), ("second", 1), ("third", 2)] {
+        let snap = RunResults::load(&snaps.join(format!("snap-{name}.json"))).unwrap();
+        assert_eq!(snap.cells.len(), before, "{name}");
+    }
+    assert_eq!(out.results.launcher.as_deref(), Some("local"));
+}

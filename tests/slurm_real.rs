@@ -19,27 +19,7 @@ use bench::events::Event;
 use bench::slurm::{self, JobState, Outcome, Settings};
 use indexmap::IndexMap;
 
-fn enabled() -> bool {
-    match std::env::var("BENCH_SLURM_TESTS").as_deref() {
-        Ok("1") => {
-            // Set but broken is a failure, not a skip.
-            let ok = Command::new("sinfo")
-                .arg("-h")
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false);
-            assert!(
-                ok,
-                "BENCH_SLURM_TESTS=1 but `sinfo` fails: run scripts/slurm-ci-setup.sh"
-            );
-            true
-        }
-        _ => {
-            eprintln!("skipping: set BENCH_SLURM_TESTS=1 after scripts/slurm-ci-setup.sh");
-            false
-        }
-    }
-}
+mod common;
 
 fn cell(name: &str, ranks: i64, argv: &[String], env: BTreeMap<String, String>) -> Cell {
     let mut values = IndexMap::new();
@@ -95,9 +75,10 @@ if [ "$RANK" = "$FAIL_RANK" ]; then exit 6; fi
 
 #[test]
 fn a_two_rank_cpu_cell_runs_and_its_events_come_back() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
+    let _turn = common::slurm_turn();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("worker.sh");
     std::fs::write(&script, WORKER).unwrap();
@@ -167,9 +148,10 @@ fn a_two_rank_cpu_cell_runs_and_its_events_come_back() {
 
 #[test]
 fn a_failing_rank_fails_the_job_with_its_own_exit_code() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
+    let _turn = common::slurm_turn();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("worker.sh");
     std::fs::write(&script, WORKER).unwrap();
@@ -218,9 +200,10 @@ fn squeue_lists(id: &str) -> bool {
 
 #[test]
 fn sleeping_jobs_are_cancelled_on_timeout_and_on_the_cancel_flag() {
-    if !enabled() {
+    if !common::slurm_enabled() {
         return;
     }
+    let _turn = common::slurm_turn();
     let dir = tempfile::tempdir().unwrap();
     let argv = vec!["sleep".to_string(), "300".to_string()];
 

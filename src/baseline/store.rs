@@ -747,6 +747,7 @@ cells:
                 git_commit: Some("5e6f7a8".into()),
                 ..Default::default()
             },
+            launcher: None,
             cells: cells
                 .iter()
                 .map(|(id, tps)| CellResult {

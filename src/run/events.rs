@@ -19,6 +19,9 @@ pub enum RunEvent {
         resumed: usize,
         /// GPU slots of this host (0 on a CPU host, where cells run one at a time).
         gpu_slots: usize,
+        /// Under `--launcher slurm`: where the jobs go and how many may be in flight, e.g.
+        /// `partition gpu, up to 32 jobs at once` (GPU slots of this host do not apply).
+        slurm: Option<String>,
     },
     CellStarted {
         id: CellId,
@@ -30,6 +33,19 @@ pub enum RunEvent {
         repeat: u32,
         repeats: u32,
         attempt: u32,
+    },
+    /// An attempt was submitted as a Slurm job (`--launcher slurm`).
+    JobSubmitted {
+        id: CellId,
+        repeat: u32,
+        attempt: u32,
+        job_id: String,
+    },
+    /// A submitted job left the queue and runs on `nodes`.
+    JobRunning {
+        id: CellId,
+        job_id: String,
+        nodes: String,
     },
     Step {
         id: CellId,

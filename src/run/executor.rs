@@ -10,7 +10,7 @@
 //! Every output line of both streams goes to the attempt's log file; lines that parse as
 //! worker [`Event`]s are collected for the results and passed to the caller as they come.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{LineWriter, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -54,8 +54,14 @@ pub enum Termination {
     TimedOut,
     /// The runner stopped it on request (Ctrl-C).
     Cancelled,
-    /// A process could not be started.
+    /// A process could not be started (or, under Slurm, the job could not be submitted).
     SpawnFailed(String),
+    /// The cluster ended the job for reasons of its own (a node failed, the job was
+    /// preempted or cancelled by someone else): an infrastructure failure.
+    Lost(String),
+    /// A queued Slurm job was withdrawn before it started, because the run stopped
+    /// starting cells (`--fail-fast`, `--max-fail`).
+    Withdrawn,
 }
 
 /// Everything an attempt produced.
@@ -74,6 +80,68 @@ pub struct AttemptOutput {
     pub escalated: bool,
     /// The log files written, one per process.
     pub logs: Vec<PathBuf>,
+}
+
+/// Reads the output lines of one attempt's ranks by one set of rules, whichever launcher
+/// ran them: events go into the attempt's record, other text into the failure tail.
+///
+/// Summaries follow the multi-rank contract of the built-in workload: rank 0 reports the
+/// cell's figures (with every rank's peak memory gathered); a command workload whose
+/// other ranks print summaries of their own adds their memory figures after rank 0's,
+/// in rank order, whatever order the lines arrived in.
+#[derive(Debug, Default)]
+pub struct Collector {
+    steps: Vec<StepEvent>,
+    summaries: BTreeMap<u32, SummaryEvent>,
+    notices: Vec<String>,
+    error: Option<(ErrorKind, String)>,
+    tail: VecDeque<String>,
+}
+
+impl Collector {
+    /// Takes one line printed by `rank`; returns the event on it, if it is one.
+    pub fn line(&mut self, rank: u32, line: &str) -> Option<Event> {
+        let Some(ev) = Event::parse_line(line) else {
+            if !line.trim().is_empty() {
+                if self.tail.len() == TAIL_LINES {
+                    self.tail.pop_front();
+                }
+                self.tail.push_back(line.to_string());
+            }
+            return None;
+        };
+        match &ev {
+            Event::Step(s) => self.steps.push(s.clone()),
+            Event::Summary(s) => {
+                self.summaries.insert(rank, s.clone());
+            }
+            Event::Notice { message } => self.notices.push(message.clone()),
+            Event::Error { kind, message } => self.error = Some((*kind, message.clone())),
+            Event::Start { .. } => {}
+        }
+        Some(ev)
+    }
+
+    /// The attempt's summary: the lowest reporting rank's, with the others' memory added.
+    pub fn summary(&self) -> Option<SummaryEvent> {
+        let mut it = self.summaries.values();
+        let mut first = it.next()?.clone();
+        for other in it {
+            first
+                .peak_mem_bytes
+                .extend(other.peak_mem_bytes.iter().copied());
+        }
+        Some(first)
+    }
+
+    /// Moves what was gathered into `out` (its termination and timing are the caller's).
+    pub fn fill(self, out: &mut AttemptOutput) {
+        out.summary = self.summary();
+        out.steps = self.steps;
+        out.notices = self.notices;
+        out.error = self.error;
+        out.tail = self.tail.into_iter().collect();
+    }
 }
 
 /// Settings of one attempt.
@@ -149,7 +217,6 @@ pub async fn execute(
         escalated: false,
         logs: vec![],
     };
-    let mut tail: VecDeque<String> = VecDeque::new();
     let mut logs: Vec<Option<LineWriter<File>>> = Vec::with_capacity(n);
     for p in &spec.plan.procs {
         let path = log_path(spec.log_stem, p.rank, n);
@@ -207,39 +274,14 @@ pub async fn execute(
     }
     drop(tx);
 
-    let mut handle_line = |i: usize, line: String, out: &mut AttemptOutput| {
+    let ranks: Vec<u32> = spec.plan.procs.iter().map(|p| p.rank).collect();
+    let mut collector = Collector::default();
+    let mut handle_line = |i: usize, line: String| {
         if let Some(Some(log)) = logs.get_mut(i) {
             let _ = writeln!(log, "{line}");
         }
-        match Event::parse_line(&line) {
-            Some(ev) => {
-                on_event(&ev);
-                match ev {
-                    Event::Step(s) => out.steps.push(s),
-                    Event::Summary(s) => {
-                        // In a multi-rank cell each rank may summarise; rank 0's comes
-                        // first and is kept, the others add their memory figures.
-                        match &mut out.summary {
-                            None => out.summary = Some(s),
-                            Some(first) if i > 0 => {
-                                first.peak_mem_bytes.extend(s.peak_mem_bytes);
-                            }
-                            Some(first) => *first = s,
-                        }
-                    }
-                    Event::Notice { message } => out.notices.push(message),
-                    Event::Error { kind, message } => out.error = Some((kind, message)),
-                    Event::Start { .. } => {}
-                }
-            }
-            None => {
-                if !line.trim().is_empty() {
-                    if tail.len() == TAIL_LINES {
-                        tail.pop_front();
-                    }
-                    tail.push_back(line);
-                }
-            }
+        if let Some(ev) = collector.line(ranks.get(i).copied().unwrap_or(0), &line) {
+            on_event(&ev);
         }
     };
 
@@ -258,7 +300,7 @@ pub async fn execute(
     while remaining > 0 {
         tokio::select! {
             msg = rx.recv(), if lines_open => match msg {
-                Some((i, line)) => handle_line(i, line, &mut out),
+                Some((i, line)) => handle_line(i, line),
                 None => lines_open = false,
             },
             done = waits.join_next() => {
@@ -324,17 +366,17 @@ pub async fn execute(
     while lines_open {
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some((i, line)) => handle_line(i, line, &mut out),
+                Some((i, line)) => handle_line(i, line),
                 None => lines_open = false,
             },
             _ = &mut drain => break,
         }
     }
     readers.abort_all();
+    collector.fill(&mut out);
     out.termination = stopped_by
         .or(first_failure)
         .unwrap_or(Termination::Exited(0));
-    out.tail = tail.into_iter().collect();
     out.duration = started.elapsed();
     out
 }
@@ -364,6 +406,36 @@ mod tests {
                 .trim_start()
                 .starts_with('Z')
         })
+    }
+
+    #[test]
+    fn summaries_merge_by_rank_whatever_the_order() {
+        let summary = |mem: u64| {
+            format!(r#"{{"event":"summary","peak_mem_bytes":[{mem}],"tokens_per_s":{mem}.0}}"#)
+        };
+        let mut c = Collector::default();
+        assert!(c.line(1, &summary(2000)).is_some());
+        assert!(c.line(0, "plain text").is_none());
+        assert!(c.line(0, &summary(1000)).is_some());
+        assert!(c.line(2, &summary(3000)).is_some());
+        let s = c.summary().unwrap();
+        // Rank 0's figures, with every rank's memory in rank order.
+        assert_eq!(s.tokens_per_s, Some(1000.0));
+        assert_eq!(s.peak_mem_bytes, vec![1000, 2000, 3000]);
+        let mut out = AttemptOutput {
+            termination: Termination::Exited(0),
+            steps: vec![],
+            summary: None,
+            notices: vec![],
+            error: None,
+            tail: vec![],
+            duration: Duration::ZERO,
+            escalated: false,
+            logs: vec![],
+        };
+        c.fill(&mut out);
+        assert_eq!(out.tail, vec!["plain text"]);
+        assert_eq!(out.summary.map(|s| s.peak_mem_bytes.len()), Some(3));
     }
 
     /// A multi-process cell (the shape issue 5's ranks take): when one rank crashes, the

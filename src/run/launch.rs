@@ -187,8 +187,10 @@ fn runner_env(cell: &Cell, ctx: &AttemptCtx) -> Vec<(String, String)> {
     env
 }
 
-/// The processes of one attempt of `cell`; `bench_exe` is the program for built-in cells.
-pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPlan, LaunchError> {
+/// The one process of `cell` (placeholders filled, the runner's variables set, rank 0)
+/// before any rank contract is added: what [`plan`] starts on this host, and what the
+/// Slurm launcher hands to `srun` once per task.
+pub fn command(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<ProcSpec, LaunchError> {
     let mut env = runner_env(cell, ctx);
     let (program, args) = match &cell.params.workload {
         Workload::Builtin => {
@@ -214,6 +216,19 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
         }
     };
     env.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(ProcSpec {
+        program,
+        args,
+        env,
+        rank: 0,
+    })
+}
+
+/// The processes of one attempt of `cell`; `bench_exe` is the program for built-in cells.
+pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPlan, LaunchError> {
+    let ProcSpec {
+        program, args, env, ..
+    } = command(cell, ctx, bench_exe)?;
     let ranks = ranks(cell);
     if ranks == 1 {
         return Ok(LaunchPlan {

@@ -2,16 +2,19 @@
 //! `results/<run-id>/results.json` after every cell.
 //!
 //! Stages: [`launch`] (a cell to command lines, no shell), [`executor`] (one attempt:
-//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`scheduler`] (GPU
-//! slots, repeats, retries, resume, fail-fast, Ctrl-C), [`events`] (what the runner
-//! tells reporters) and [`progress`] (the reporters: a bar on a terminal, plain lines in
-//! CI). The comparison with baselines and the report formats come after this stage.
+//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`slurm`] (one
+//! attempt as a Slurm job under `--launcher slurm`: sbatch, squeue, scancel, per-rank
+//! logs), [`scheduler`] (GPU slots or jobs in flight, repeats, retries, resume,
+//! fail-fast, Ctrl-C), [`events`] (what the runner tells reporters) and [`progress`] (the
+//! reporters: a bar on a terminal, plain lines in CI). The comparison with baselines and
+//! the report formats come after this stage.
 
 pub mod events;
 pub mod executor;
 pub mod launch;
 pub mod progress;
 pub mod scheduler;
+pub mod slurm;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +27,25 @@ use crate::results::{Outcome, ResultsError, RunResults};
 
 /// Default time between SIGTERM and SIGKILL when a cell is stopped.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// How cells are started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// Worker processes on this host, on its GPU slots.
+    Local,
+    /// One Slurm job per attempt.
+    Slurm(slurm::SlurmLaunch),
+}
+
+impl Launch {
+    /// The name recorded in the results (`launcher`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Launch::Local => "local",
+            Launch::Slurm(_) => "slurm",
+        }
+    }
+}
 
 /// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
 #[derive(Debug, Clone)]
@@ -43,11 +65,16 @@ pub struct RunConfig {
     pub no_progress: bool,
     /// Program for built-in cells (`bench worker`); `None`: this executable.
     pub bench_exe: Option<PathBuf>,
+    pub launcher: Launch,
+    /// `--jobs N`: at most N cells in flight; `None`: as many as fit the GPU slots
+    /// locally, [`slurm::DEFAULT_JOBS`] under Slurm.
+    pub jobs: Option<usize>,
 }
 
 impl RunConfig {
-    /// Resolves `bench matrix` arguments; a grace period that is not a finite,
-    /// non-negative number of seconds is bad input.
+    /// Resolves `bench matrix` arguments (with the local launcher; [`run_matrix`] sets up
+    /// Slurm); a grace period that is not a finite, non-negative number of seconds is bad
+    /// input.
     pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
         let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
             CliError::bad_input(miette::miette!(
@@ -67,6 +94,15 @@ impl RunConfig {
             filters: args.filters.clone(),
             no_progress: args.no_progress,
             bench_exe: None,
+            launcher: Launch::Local,
+            jobs: match args.jobs {
+                Some(0) => {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "--jobs 0: at least one cell must be able to run"
+                    )))
+                }
+                j => j.map(|j| j as usize),
+            },
         })
     }
 }
@@ -123,6 +159,14 @@ pub enum RunError {
     Results(ResultsError),
     #[error("runner: {0}")]
     Runtime(std::io::Error),
+    #[error("--launcher slurm: {0}")]
+    Slurm(crate::slurm::SlurmError),
+    #[error("--resume {path}: that run used --launcher {was}, this one --launcher {now}; finish it with --launcher {was}")]
+    LauncherChanged {
+        path: PathBuf,
+        was: String,
+        now: String,
+    },
 }
 
 impl From<RunError> for CliError {
@@ -132,25 +176,44 @@ impl From<RunError> for CliError {
             | RunError::RunDir { .. }
             | RunError::Results(_)
             | RunError::Runtime(_) => CliError::internal(miette::miette!("{e}")),
+            RunError::Slurm(ref s) if !s.is_bad_input() => {
+                CliError::internal(miette::miette!("{e}"))
+            }
             RunError::Launch(_)
+            | RunError::Slurm(_)
             | RunError::Exists { .. }
             | RunError::Resume(_)
-            | RunError::HardwareChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
+            | RunError::HardwareChanged { .. }
+            | RunError::LauncherChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
         }
     }
 }
 
-/// Runs `expansion` on this host as `bench matrix` asks, reporting progress on stderr.
+/// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
+/// progress on stderr.
 pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome, CliError> {
-    // Running Slurm cells locally would measure the wrong thing; refuse until it exists.
-    if args.launcher != crate::cli::Launcher::Local {
-        return Err(CliError::internal(miette::miette!(
-            "--launcher slurm is not built yet; run on this host with --launcher local"
-        )));
+    let mut config = RunConfig::from_args(args)?;
+    if args.launcher == crate::cli::Launcher::Slurm {
+        config.launcher = Launch::Slurm(slurm_launch(args, &expansion)?);
     }
-    let config = RunConfig::from_args(args)?;
     let mut reporter = progress::for_stderr(config.no_progress);
     run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
+}
+
+/// The Slurm settings of a run: the matrix's `slurm:` block, the environment and the
+/// flags merged; GPUs are requested when the partition has them, unless `--gpus 0`.
+fn slurm_launch(args: &MatrixArgs, expansion: &Expansion) -> Result<slurm::SlurmLaunch, CliError> {
+    let settings = crate::slurm::Settings::for_run(expansion.spec.slurm.as_ref(), args)?;
+    let poll = slurm::poll_from_env().map_err(|e| CliError::bad_input(miette::miette!("{e}")))?;
+    let use_gpus = match args.gpus {
+        Some(0) => false,
+        _ => crate::slurm::partition_has_gpus(settings.partition.as_deref())?,
+    };
+    Ok(slurm::SlurmLaunch {
+        settings,
+        use_gpus,
+        poll,
+    })
 }
 
 /// Runs `expansion` with explicit settings and reporter (the library entry tests use).

@@ -129,9 +129,12 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
                 total,
                 resumed,
                 gpu_slots,
+                slurm,
             } => {
                 self.total = *total;
-                let gpus = if *gpu_slots == 0 {
+                let gpus = if let Some(s) = slurm {
+                    format!("Slurm: {s}")
+                } else if *gpu_slots == 0 {
                     "no GPU: cells run one at a time on CPU".to_string()
                 } else {
                     format!("{gpu_slots} GPU slot(s)")
@@ -179,6 +182,17 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
                 *interrupted,
                 *duration_s,
             )),
+            RunEvent::JobSubmitted {
+                id,
+                repeat,
+                attempt,
+                job_id,
+            } => Some(format!(
+                "SUBMIT  {id} repeat {repeat} attempt {attempt}: Slurm job {job_id}"
+            )),
+            RunEvent::JobRunning { id, job_id, nodes } => {
+                Some(format!("RUNNING {id}: Slurm job {job_id} on {nodes}"))
+            }
             RunEvent::AttemptStarted { .. } | RunEvent::Step { .. } => None,
         };
         if let Some(line) = line {
@@ -273,6 +287,16 @@ impl Reporter for BarReporter {
                     ));
                 }
             }
+            RunEvent::JobSubmitted { id, job_id, .. } => {
+                if let Some(bar) = self.running.get(id) {
+                    bar.set_message(format!("Slurm job {job_id} queued"));
+                }
+            }
+            RunEvent::JobRunning { id, job_id, nodes } => {
+                if let Some(bar) = self.running.get(id) {
+                    bar.set_message(format!("Slurm job {job_id} running on {nodes}"));
+                }
+            }
             RunEvent::AttemptFailed {
                 id,
                 repeat,
@@ -337,6 +361,7 @@ mod tests {
                 total: 2,
                 resumed: 0,
                 gpu_slots: 0,
+                slurm: None,
             });
             r.on_event(&RunEvent::CellStarted {
                 id: CellId("a".into()),
@@ -370,6 +395,47 @@ mod tests {
                 "START   a",
                 "[1/2] FLAKY   a 1.2s 345.2K tok/s",
                 "[2/2] SKIP    b 0.0s: needs 8 GPUs",
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod slurm_tests {
+    use super::*;
+
+    #[test]
+    fn slurm_runs_say_where_their_jobs_are() {
+        let mut buf = Vec::new();
+        {
+            let mut r = LineReporter::new(&mut buf);
+            r.on_event(&RunEvent::RunStarted {
+                run_id: "r1".into(),
+                run_dir: "results/r1".into(),
+                total: 1,
+                resumed: 0,
+                gpu_slots: 0,
+                slurm: Some("partition gpu, up to 32 job(s) at once".into()),
+            });
+            r.on_event(&RunEvent::JobSubmitted {
+                id: CellId("a".into()),
+                repeat: 0,
+                attempt: 1,
+                job_id: "4242".into(),
+            });
+            r.on_event(&RunEvent::JobRunning {
+                id: CellId("a".into()),
+                job_id: "4242".into(),
+                nodes: "gpu[01-02]".into(),
+            });
+        }
+        let text = String::from_utf8(buf).unwrap();
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            vec![
+                "run r1 (results/r1): 1 cell(s), Slurm: partition gpu, up to 32 job(s) at once",
+                "SUBMIT  a repeat 0 attempt 1: Slurm job 4242",
+                "RUNNING a: Slurm job 4242 on gpu[01-02]",
             ]
         );
     }

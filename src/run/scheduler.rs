@@ -7,6 +7,11 @@
 //! a cell that needs more GPUs than the host has is skipped with a reason. On a host with
 //! no GPU, cells run one at a time on CPU, and a built-in cell that needs several GPUs is
 //! skipped (a `command` cell still runs: the command decides what a GPU count means).
+//! `--jobs N` caps the cells in flight.
+//!
+//! Under `--launcher slurm` this host's GPUs do not count: every cell takes one of `--jobs`
+//! slots (32 by default), its attempts run as Slurm jobs ([`super::slurm`]), and Slurm
+//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued.
 //!
 //! Failures: retries are only for infrastructure failures (spawn failure, death by a
 //! signal the runner did not send, a crash before the first step event); a success after
@@ -29,7 +34,8 @@ use super::events::RunEvent;
 use super::executor::{self, AttemptOutput, AttemptSpec, Cancel, Termination};
 use super::launch::{self, AttemptCtx};
 use super::progress::Reporter;
-use super::{RunConfig, RunError, RunOutcome};
+use super::slurm::{self as slurm_run, JobNews, JobSpec, Queue, SlurmLaunch};
+use super::{Launch, RunConfig, RunError, RunOutcome};
 use crate::cell::{Cell, CellId, Workload};
 use crate::env::GpuInventory;
 use crate::events::{ErrorKind, Event};
@@ -49,6 +55,41 @@ struct Shared {
     /// tools. Every cell gets it set to its slots, which is empty under `--gpus 0` on a GPU
     /// host: such a run is asked to stay on CPU, so workers must not see the GPUs.
     devices_var: Option<String>,
+    /// `--launcher slurm`: the settings and the queue shared by the jobs in flight.
+    slurm: Option<(SlurmLaunch, Arc<Queue>)>,
+}
+
+/// Under Slurm, the program each task runs: the cell's command line as this host would
+/// start it (placeholders filled, the runner's variables set), without device variables
+/// (Slurm assigns GPUs) or a rank contract (the job script sets it per task).
+fn slurm_program(
+    cell: &Cell,
+    ctx: &AttemptCtx,
+    bench_exe: &Path,
+) -> Result<crate::dist::launch::Program, launch::LaunchError> {
+    let ctx = AttemptCtx {
+        visible_devices: None,
+        ..ctx.clone()
+    };
+    let proc_ = launch::command(cell, &ctx, bench_exe)?;
+    let mut argv = vec![proc_.program.to_string_lossy().into_owned()];
+    argv.extend(proc_.args);
+    Ok(crate::dist::launch::Program::Command {
+        argv,
+        env: proc_.env.into_iter().collect(),
+    })
+}
+
+/// The Slurm job of one attempt of `cell`, with its script and output in `job_dir`.
+fn slurm_plan(
+    cell: &Cell,
+    ctx: &AttemptCtx,
+    bench_exe: &Path,
+    sl: &SlurmLaunch,
+    job_dir: &Path,
+) -> Result<crate::slurm::JobPlan, RunError> {
+    let program = slurm_program(cell, ctx, bench_exe)?;
+    crate::slurm::plan(cell, &program, &sl.settings, sl.use_gpus, job_dir).map_err(RunError::Slurm)
 }
 
 /// How one attempt is judged.
@@ -61,6 +102,8 @@ enum Verdict {
     Unsupported(String),
     TimedOut,
     Cancelled,
+    /// A queued Slurm job withdrawn by a `--fail-fast`/`--max-fail` stop.
+    Withdrawn,
 }
 
 fn signal_name(sig: i32) -> String {
@@ -84,8 +127,10 @@ fn judge(o: &AttemptOutput) -> Verdict {
     use crate::events::exit;
     match &o.termination {
         Termination::SpawnFailed(msg) => Verdict::Infra(msg.clone()),
+        Termination::Lost(msg) => Verdict::Infra(msg.clone()),
         Termination::TimedOut => Verdict::TimedOut,
         Termination::Cancelled => Verdict::Cancelled,
+        Termination::Withdrawn => Verdict::Withdrawn,
         Termination::Signaled(s) => Verdict::Infra(format!(
             "killed by {} after {} step event(s): {}",
             signal_name(*s),
@@ -134,6 +179,7 @@ async fn run_cell(
     shared: Arc<Shared>,
     tx: mpsc::UnboundedSender<RunEvent>,
     cancel: watch::Receiver<Cancel>,
+    withdraw: watch::Receiver<bool>,
 ) -> CellResult {
     let started = Instant::now();
     let p = &cell.params;
@@ -169,9 +215,10 @@ async fn run_cell(
                 repeats: repeats_n,
                 attempt,
             });
-            // A multi-rank cell needs a rendezvous port: a free one, or torchrun's default
-            // when the system will not name one.
-            let master_port = if launch::ranks(&cell) > 1 {
+            // A multi-rank cell started here needs a rendezvous port: a free one, or
+            // torchrun's default when the system will not name one (under Slurm the job
+            // script derives it from the job id).
+            let master_port = if launch::ranks(&cell) > 1 && shared.slurm.is_none() {
                 launch::free_port().unwrap_or(29500)
             } else {
                 0
@@ -183,42 +230,92 @@ async fn run_cell(
                 run_dir: shared.run_dir.clone(),
                 master_port,
             };
-            let plan = match launch::plan(&cell, &ctx, &shared.bench_exe) {
-                Ok(plan) => plan,
-                Err(e) => {
-                    outcome = Some(Outcome::Failed {
-                        reason: e.to_string(),
-                    });
-                    break 'repeats;
-                }
-            };
             let mut stem = format!("{}.r{r}", cell.id);
             if attempt > 0 {
                 stem.push_str(&format!(".a{attempt}"));
             }
-            let log_stem = shared.run_dir.join("logs").join(stem);
+            let log_stem = shared.run_dir.join("logs").join(&stem);
             let steps_total = p.steps;
-            let out = executor::execute(
-                AttemptSpec {
-                    plan: &plan,
-                    timeout,
-                    grace: shared.grace,
-                    log_stem: &log_stem,
-                },
-                cancel.clone(),
-                |ev| {
-                    if let Event::Step(s) = ev {
-                        let _ = tx.send(RunEvent::Step {
-                            id: cell.id.clone(),
-                            repeat: r,
-                            step: s.step,
-                            steps: steps_total,
-                            step_time_s: s.step_time_s,
-                        });
-                    }
-                },
-            )
-            .await;
+            let forward = |ev: &Event| {
+                if let Event::Step(s) = ev {
+                    let _ = tx.send(RunEvent::Step {
+                        id: cell.id.clone(),
+                        repeat: r,
+                        step: s.step,
+                        steps: steps_total,
+                        step_time_s: s.step_time_s,
+                    });
+                }
+            };
+            let (out, job_id, job_nodes) = match &shared.slurm {
+                None => {
+                    let plan = match launch::plan(&cell, &ctx, &shared.bench_exe) {
+                        Ok(plan) => plan,
+                        Err(e) => {
+                            outcome = Some(Outcome::Failed {
+                                reason: e.to_string(),
+                            });
+                            break 'repeats;
+                        }
+                    };
+                    let out = executor::execute(
+                        AttemptSpec {
+                            plan: &plan,
+                            timeout,
+                            grace: shared.grace,
+                            log_stem: &log_stem,
+                        },
+                        cancel.clone(),
+                        forward,
+                    )
+                    .await;
+                    (out, None, None)
+                }
+                Some((sl, queue)) => {
+                    let job_dir = shared.run_dir.join("slurm").join(&stem);
+                    let plan = match slurm_plan(&cell, &ctx, &shared.bench_exe, sl, &job_dir) {
+                        Ok(plan) => plan,
+                        Err(e) => {
+                            outcome = Some(Outcome::Failed {
+                                reason: e.to_string(),
+                            });
+                            break 'repeats;
+                        }
+                    };
+                    let id = cell.id.clone();
+                    let res = slurm_run::execute(
+                        JobSpec {
+                            plan,
+                            timeout,
+                            grace: shared.grace,
+                            log_stem: &log_stem,
+                        },
+                        queue,
+                        cancel.clone(),
+                        withdraw.clone(),
+                        |news| match news {
+                            JobNews::Submitted(job_id) => {
+                                let _ = tx.send(RunEvent::JobSubmitted {
+                                    id: id.clone(),
+                                    repeat: r,
+                                    attempt,
+                                    job_id: job_id.to_string(),
+                                });
+                            }
+                            JobNews::Running { job_id, nodes } => {
+                                let _ = tx.send(RunEvent::JobRunning {
+                                    id: id.clone(),
+                                    job_id: job_id.to_string(),
+                                    nodes: nodes.to_string(),
+                                });
+                            }
+                            JobNews::Event(ev) => forward(ev),
+                        },
+                    )
+                    .await;
+                    (res.out, res.job_id, res.nodes)
+                }
+            };
             logs.extend(
                 out.logs
                     .iter()
@@ -231,6 +328,7 @@ async fn run_cell(
                 Verdict::Infra(m) | Verdict::Failed(m) | Verdict::Unsupported(m) => Some(m.clone()),
                 Verdict::TimedOut => Some(format!("timed out after {}s", p.timeout_s)),
                 Verdict::Cancelled => Some("interrupted".into()),
+                Verdict::Withdrawn => Some("withdrawn from the Slurm queue".into()),
             };
             attempts.push(Attempt {
                 repeat: r,
@@ -241,10 +339,15 @@ async fn run_cell(
                 },
                 duration_s: out.duration.as_secs_f64(),
                 error: error.clone(),
+                slurm_job_id: job_id.clone(),
+                slurm_nodes: job_nodes,
             });
             let retry = matches!(verdict, Verdict::Infra(_)) && attempt < p.retries;
             // A skip (unsupported) or a stop on request is said once, by the cell's outcome.
-            let noteworthy = !matches!(verdict, Verdict::Cancelled | Verdict::Unsupported(_));
+            let noteworthy = !matches!(
+                verdict,
+                Verdict::Cancelled | Verdict::Unsupported(_) | Verdict::Withdrawn
+            );
             if let Some(reason) = error.filter(|_| noteworthy) {
                 let _ = tx.send(RunEvent::AttemptFailed {
                     id: cell.id.clone(),
@@ -286,7 +389,20 @@ async fn run_cell(
                 }
                 Verdict::TimedOut => {
                     outcome = Some(Outcome::TimedOut {
-                        reason: if out_escalated {
+                        reason: if let Some(job) = &job_id {
+                            format!(
+                                "repeat {r} ran past its {}s timeout (counted from the job's start); Slurm job {job} was stopped{}",
+                                p.timeout_s,
+                                if out_escalated {
+                                    format!(
+                                        " with scancel, and its tasks killed with SIGKILL after the {}s grace period",
+                                        shared.grace.as_secs_f64()
+                                    )
+                                } else {
+                                    String::new()
+                                }
+                            )
+                        } else if out_escalated {
                             format!(
                                 "repeat {r} ran past its {}s timeout; its process group got SIGTERM, and SIGKILL after the {}s grace period",
                                 p.timeout_s,
@@ -304,6 +420,12 @@ async fn run_cell(
                 Verdict::Cancelled => {
                     outcome = Some(Outcome::Skipped {
                         reason: "the run was interrupted while this cell ran".into(),
+                    });
+                    break 'repeats;
+                }
+                Verdict::Withdrawn => {
+                    outcome = Some(Outcome::Skipped {
+                        reason: "not run: its Slurm job was withdrawn from the queue before it started, because the run stopped starting cells".into(),
                     });
                     break 'repeats;
                 }
@@ -356,6 +478,27 @@ fn is_finished(o: &Outcome) -> bool {
 
 fn is_failure(o: &Outcome) -> bool {
     matches!(o, Outcome::Failed { .. } | Outcome::TimedOut { .. })
+}
+
+/// Why a cell cannot run as a Slurm job at all, if it cannot. The submitting host's GPUs
+/// do not matter (Slurm decides where a job fits); what matters is that the job's tasks
+/// match the cell's ranks: one task per GPU.
+pub fn unschedulable_on_slurm(cell: &Cell, use_gpus: bool) -> Option<String> {
+    let need = cell.gpus();
+    if cell.params.workload != Workload::Builtin || need <= 1 {
+        return None;
+    }
+    if launch::ranks(cell) == 1 {
+        return Some(format!(
+            "a built-in `{}` cell is one process, but Slurm starts one task per GPU ({need}); use parallel ddp or fsdp",
+            cell.parallel()
+        ));
+    }
+    (!use_gpus).then(|| {
+        format!(
+            "needs {need} GPUs; the Slurm partition has none (its cells run on CPU, one rank each)"
+        )
+    })
 }
 
 /// Why a cell cannot run on this host at all, if it cannot.
@@ -440,6 +583,7 @@ fn open_run(
         finished_at: None,
         interrupted: false,
         environment: env.clone(),
+        launcher: None,
         cells: vec![],
         dropped: vec![],
     };
@@ -483,15 +627,42 @@ pub async fn run(
             std::env::current_exe().map_err(|e| launch::LaunchError::CurrentExe(e.to_string()))?
         }
     };
-    // Bad templates are bad input: refuse the run before anything starts or is written.
+    // Bad templates (and, under Slurm, jobs that cannot be planned: a bad partition name,
+    // ranks that do not split over nodes) are bad input: refuse the run before anything
+    // starts or is written.
     for cell in &expansion.cells {
         launch::plan(cell, &AttemptCtx::default(), &bench_exe)?;
+        if let Launch::Slurm(sl) = &config.launcher {
+            if unschedulable_on_slurm(cell, sl.use_gpus).is_none() {
+                slurm_plan(cell, &AttemptCtx::default(), &bench_exe, sl, Path::new("/"))?;
+            }
+        }
     }
     let (dir, mut doc) = open_run(config, &expansion, &env)?;
     std::fs::create_dir_all(dir.join("logs")).map_err(|source| RunError::RunDir {
         path: dir.clone(),
         source,
     })?;
+    // Slurm jobs start in the submitting directory, but their output paths and
+    // BENCH_RUN_DIR must not depend on it.
+    let dir = match &config.launcher {
+        Launch::Local => dir,
+        Launch::Slurm(_) => std::path::absolute(&dir).map_err(|source| RunError::RunDir {
+            path: dir.clone(),
+            source,
+        })?,
+    };
+    let launcher_name = config.launcher.name();
+    if let Some(was) = doc.launcher.as_deref() {
+        if was != launcher_name {
+            return Err(RunError::LauncherChanged {
+                path: dir,
+                was: was.to_string(),
+                now: launcher_name.to_string(),
+            });
+        }
+    }
+    doc.launcher = Some(launcher_name.to_string());
     doc.dropped = expansion
         .dropped
         .iter()
@@ -514,7 +685,11 @@ pub async fn run(
         slots: vec![None; cells.len()],
         others: vec![],
     };
-    let gpu_slots = inv.ids.len();
+    // Under Slurm this host's GPUs are not where cells run.
+    let gpu_slots = match &config.launcher {
+        Launch::Local => inv.ids.len(),
+        Launch::Slurm(_) => 0,
+    };
     let mut pending: Vec<usize> = Vec::new();
     let mut resumed = 0;
     for (i, cell) in cells.iter().enumerate() {
@@ -529,12 +704,22 @@ pub async fn run(
     book.others = prior.into_values().collect();
     book.others.sort_by(|a, b| a.id.cmp(&b.id));
 
+    // In flight at once: every free GPU slot locally (or one cell on a CPU host), `--jobs`
+    // jobs under Slurm, whose queue decides where and when each runs.
+    let jobs = match &config.launcher {
+        Launch::Local => config.jobs,
+        Launch::Slurm(_) => Some(config.jobs.unwrap_or(slurm_run::DEFAULT_JOBS)),
+    };
     reporter.on_event(&RunEvent::RunStarted {
         run_id: book.doc.run_id.clone(),
         run_dir: dir.clone(),
         total: cells.len(),
         resumed,
         gpu_slots,
+        slurm: match &config.launcher {
+            Launch::Local => None,
+            Launch::Slurm(sl) => Some(sl.describe(jobs.unwrap_or(1))),
+        },
     });
     for slot in book.slots.iter().flatten() {
         finish(reporter, slot, true);
@@ -544,7 +729,11 @@ pub async fn run(
     // Cells this host can never run are settled before anything starts.
     let mut runnable = Vec::with_capacity(pending.len());
     for i in pending {
-        match unschedulable(&cells[i], gpu_slots) {
+        let why = match &config.launcher {
+            Launch::Local => unschedulable(&cells[i], gpu_slots),
+            Launch::Slurm(sl) => unschedulable_on_slurm(&cells[i], sl.use_gpus),
+        };
+        match why {
             Some(reason) => {
                 let r = skipped(&cells[i], reason);
                 finish(reporter, &r, false);
@@ -560,12 +749,26 @@ pub async fn run(
         run_dir: dir.clone(),
         bench_exe,
         grace: config.grace,
-        devices_var: inv.vendor.map(|v| v.visible_devices_var().to_string()),
+        devices_var: match &config.launcher {
+            Launch::Local => inv.vendor.map(|v| v.visible_devices_var().to_string()),
+            Launch::Slurm(_) => None,
+        },
+        slurm: match &config.launcher {
+            Launch::Local => None,
+            Launch::Slurm(sl) => Some((sl.clone(), Queue::new(sl.poll))),
+        },
     });
     // Slots are indices into `inv.ids`; a CPU host has one slot, so one cell at a time.
-    let capacity = gpu_slots.max(1);
+    // Under Slurm a slot is a job in flight, and every cell takes one.
+    let capacity = match &config.launcher {
+        Launch::Local => gpu_slots.max(1),
+        Launch::Slurm(_) => jobs.unwrap_or(slurm_run::DEFAULT_JOBS).max(1),
+    };
+    let max_running = jobs.unwrap_or(usize::MAX).max(1);
     let mut free: BTreeSet<usize> = (0..capacity).collect();
     let (cancel_tx, cancel_rx) = watch::channel(Cancel::None);
+    // Raised by --fail-fast / --max-fail: queued Slurm jobs are withdrawn.
+    let (withdraw_tx, withdraw_rx) = watch::channel(false);
     let (tx, mut rx) = mpsc::unbounded_channel::<RunEvent>();
     let mut running: JoinSet<(usize, Vec<usize>, CellResult)> = JoinSet::new();
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Runtime)?;
@@ -585,6 +788,9 @@ pub async fn run(
                 } else {
                     1
                 };
+                if running.len() >= max_running {
+                    break;
+                }
                 if free.len() >= need {
                     pending.remove(k);
                     let taken: Vec<usize> = free.iter().copied().take(need).collect();
@@ -606,6 +812,7 @@ pub async fn run(
                         shared.clone(),
                         tx.clone(),
                         cancel_rx.clone(),
+                        withdraw_rx.clone(),
                     );
                     running.spawn(async move { (i, taken, fut.await) });
                 } else {
@@ -636,6 +843,7 @@ pub async fn run(
                     if let Some(n) = limit.filter(|n| failures >= (*n).max(1)) {
                         let why = format!("{failures} failed cell(s) reached the limit of {n}{}", if config.fail_fast { " (--fail-fast)" } else { " (--max-fail)" });
                         reporter.on_event(&RunEvent::Stopping { reason: why.clone() });
+                        let _ = withdraw_tx.send(true);
                         stop = Some(why);
                     }
                 }
@@ -751,6 +959,62 @@ mod tests {
         assert!(unschedulable(&cell(2, cmd), 0).is_none());
     }
 
+    #[test]
+    fn slurm_ignores_this_hosts_gpus_but_not_the_rank_contract() {
+        let ddp = |gpus: i64| {
+            let mut c = cell(gpus, Workload::Builtin);
+            c.values.insert("parallel".into(), Value::Str("ddp".into()));
+            c
+        };
+        // Far more GPUs than any host: Slurm decides where it fits.
+        assert!(unschedulable_on_slurm(&ddp(64), true).is_none());
+        assert!(unschedulable_on_slurm(&cell(1, Workload::Builtin), false).is_none());
+        // A single-process built-in cell cannot be one task per GPU.
+        let why = unschedulable_on_slurm(&cell(4, Workload::Builtin), true).unwrap();
+        assert!(why.contains("one task per GPU"), "{why}");
+        // A CPU partition cannot run multi-rank built-in cells (they need NCCL); command
+        // cells decide for themselves.
+        assert!(unschedulable_on_slurm(&ddp(2), false).is_some());
+        let cmd = Workload::Command {
+            argv: vec!["true".into()],
+            env: Default::default(),
+        };
+        assert!(unschedulable_on_slurm(&cell(2, cmd), false).is_none());
+    }
+
+    #[test]
+    fn slurm_tasks_run_the_cells_command_without_device_variables() {
+        let mut c = cell(
+            2,
+            Workload::Command {
+                argv: vec!["train".into(), "--gpus={gpus}".into()],
+                env: [("MODE".to_string(), "{gpus}x".to_string())].into(),
+            },
+        );
+        c.params.timeout_s = 30;
+        let ctx = AttemptCtx {
+            visible_devices: Some(("CUDA_VISIBLE_DEVICES".into(), "0,1".into())),
+            repeat: 1,
+            attempt: 2,
+            run_dir: "/shared/results/r".into(),
+            master_port: 0,
+        };
+        match slurm_program(&c, &ctx, Path::new("/bin/bench")).unwrap() {
+            crate::dist::launch::Program::Command { argv, env } => {
+                assert_eq!(argv, vec!["train", "--gpus=2"]);
+                assert_eq!(env.get("MODE").map(String::as_str), Some("2x"));
+                assert_eq!(env.get("BENCH_REPEAT").map(String::as_str), Some("1"));
+                assert_eq!(env.get("BENCH_ATTEMPT").map(String::as_str), Some("2"));
+                assert_eq!(
+                    env.get("BENCH_RUN_DIR").map(String::as_str),
+                    Some("/shared/results/r")
+                );
+                assert!(!env.contains_key("CUDA_VISIBLE_DEVICES"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn output(t: Termination, steps: usize) -> AttemptOutput {
         AttemptOutput {
             termination: t,
@@ -798,5 +1062,10 @@ mod tests {
             Verdict::Infra(_)
         ));
         assert_eq!(judge(&output(TimedOut, 1)), Verdict::TimedOut);
+        assert!(matches!(
+            judge(&output(Lost("NODE_FAIL".into()), 2)),
+            Verdict::Infra(_)
+        ));
+        assert_eq!(judge(&output(Withdrawn, 0)), Verdict::Withdrawn);
     }
 }

@@ -5,6 +5,7 @@
 //! `scontrol show job` (the controller keeps finished jobs for `MinJobAge`), then from
 //! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,8 +147,17 @@ fn split_label(line: &str) -> (Option<u32>, &str) {
     (None, line)
 }
 
+/// A Slurm client command in a process group of its own: the terminal's Ctrl-C is for
+/// `bench`, which then cancels its jobs itself; an `sbatch` killed halfway by the same
+/// keypress could leave a job submitted that `bench` never heard of.
+fn command(tool: &str) -> Command {
+    let mut c = Command::new(tool);
+    c.process_group(0);
+    c
+}
+
 fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmError> {
-    Command::new(tool)
+    command(tool)
         .args(args)
         .output()
         .map_err(|source| SlurmError::Tool { tool, source })
@@ -165,7 +175,7 @@ pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
         path: plan.script_path.display().to_string(),
         source,
     })?;
-    let mut cmd = Command::new("sbatch");
+    let mut cmd = command("sbatch");
     cmd.args(&plan.sbatch_args).arg(&plan.script_path);
     let out = cmd.output().map_err(|source| SlurmError::Tool {
         tool: "sbatch",
@@ -204,6 +214,14 @@ pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
     })
 }
 
+/// The `NodeList=` of a `scontrol show job -o` line; `None` when empty or `(null)`.
+fn node_list(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("NodeList="))
+        .filter(|v| !v.is_empty() && *v != "(null)")
+        .map(str::to_string)
+}
+
 /// Parses `ExitCode=a:b` (status and signal).
 fn parse_exit(v: &str) -> (Option<i32>, Option<i32>) {
     let mut it = v.split(':');
@@ -228,7 +246,11 @@ impl SlurmJob {
         let text = String::from_utf8_lossy(&q.stdout);
         if q.status.success() {
             if let Some(s) = text.lines().map(str::trim).find(|s| !s.is_empty()) {
-                return Ok(JobState::Active(s.to_string()));
+                // squeue may still list a job that has just ended (COMPLETED, FAILED...);
+                // its exit code comes from scontrol below.
+                if is_active(s) {
+                    return Ok(JobState::Active(s.to_string()));
+                }
             }
         } else {
             let err = String::from_utf8_lossy(&q.stderr);
@@ -263,6 +285,16 @@ impl SlurmJob {
             }
         }
         Ok(state.map(|s| classify(s, exit)))
+    }
+
+    /// The nodes the job ran on, as `scontrol` remembers them (`None` when it does not,
+    /// or the job never got nodes).
+    pub fn nodes(&self) -> Option<String> {
+        let out = run("scontrol", &["show", "job", "-o", &self.id]).ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        node_list(&String::from_utf8_lossy(&out.stdout))
     }
 
     fn state_from_sacct(&self) -> Option<JobState> {
@@ -367,6 +399,15 @@ impl SlurmJob {
         }
     }
 
+    /// Stops the job's tasks at once with SIGKILL, then cancels the job (a second Ctrl-C,
+    /// or a job that outlived the grace period after [`SlurmJob::cancel`]).
+    pub fn kill(&self) -> Result<(), SlurmError> {
+        // The signal reaches every step's tasks; the batch script then ends by itself,
+        // and the plain cancel below covers a job that had not started a step yet.
+        let _ = run("scancel", &["--signal=KILL", "--full", &self.id])?;
+        self.cancel()
+    }
+
     /// Reads the job's output file (an absent file is an empty output: the job may have
     /// been cancelled before it started).
     pub fn collect(&self) -> Result<JobOutput, SlurmError> {
@@ -381,7 +422,8 @@ impl SlurmJob {
     }
 }
 
-fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> JobState {
+/// Whether a Slurm job state (as squeue or scontrol write it) means "not finished yet".
+pub fn is_active(state: &str) -> bool {
     const ACTIVE: [&str; 8] = [
         "PENDING",
         "CONFIGURING",
@@ -392,7 +434,91 @@ fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> J
         "RESIZING",
         "STAGE_OUT",
     ];
-    if ACTIVE.contains(&state.as_str()) {
+    ACTIVE.contains(&state)
+}
+
+/// A job as one `squeue` listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Slurm's state word, e.g. PENDING, RUNNING, COMPLETING.
+    pub state: String,
+    /// The nodes it runs on (empty while pending).
+    pub nodes: String,
+    /// Why it is pending (`Priority`, `Resources`, `PartitionTimeLimit`...); `None` when
+    /// it runs.
+    pub reason: String,
+}
+
+/// Parses `squeue -h -o %i|%T|%r|%N` output into job id -> listing.
+pub fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.trim().splitn(4, '|');
+            let id = it.next()?.trim();
+            let state = it.next()?.trim();
+            if id.is_empty() || state.is_empty() {
+                return None;
+            }
+            let reason = it.next().unwrap_or("").trim();
+            let nodes = it.next().unwrap_or("").trim();
+            Some((
+                id.to_string(),
+                Listed {
+                    state: state.to_string(),
+                    nodes: nodes.to_string(),
+                    reason: reason.to_string(),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Whether a pending job with this reason can never start as submitted: its request is
+/// beyond what the partition, account or QOS allows, or it names something that does not
+/// exist. Such a job would wait forever (and a CI job with it); the other reasons
+/// (`Priority`, `Resources`, a node being down...) resolve with time.
+pub fn never_starts(reason: &str) -> bool {
+    const NEVER: [&str; 12] = [
+        "PartitionTimeLimit",
+        "PartitionNodeLimit",
+        "PartitionConfig",
+        "BadConstraints",
+        "InvalidAccount",
+        "InvalidQOS",
+        "DependencyNeverSatisfied",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+        "AssocMaxNodesPerJobLimit",
+        "QOSMaxNodePerJobLimit",
+        "QOSMaxGRESPerJob",
+    ];
+    NEVER.contains(&reason.trim())
+}
+
+/// The listings of `ids` in one `squeue` call (so that many jobs in flight cost the
+/// controller one query per poll, not one each). Jobs squeue no longer shows are absent.
+pub fn list(ids: &[String]) -> Result<std::collections::HashMap<String, Listed>, SlurmError> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let joined = ids.join(",");
+    let out = run("squeue", &["-h", "-j", &joined, "-o", "%i|%T|%r|%N"])?;
+    if out.status.success() {
+        return Ok(parse_listing(&String::from_utf8_lossy(&out.stdout)));
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    // With a single id, squeue fails with "Invalid job id" for a job it no longer lists.
+    if err.contains("Invalid job id") {
+        return Ok(Default::default());
+    }
+    Err(SlurmError::Query {
+        cmd: format!("squeue -h -j {joined} -o %i|%T|%r|%N"),
+        stderr: err.trim().to_string(),
+    })
+}
+
+fn classify(state: String, (exit_code, signal): (Option<i32>, Option<i32>)) -> JobState {
+    if is_active(&state) {
         JobState::Active(state)
     } else {
         JobState::Finished {
@@ -433,6 +559,35 @@ mod tests {
         assert_eq!(
             o.log_of(1),
             "plain log text: with a colon\nbench: rank 1 exited with status 6\n"
+        );
+    }
+
+    #[test]
+    fn queue_listings_and_node_lists_parse() {
+        let m = parse_listing(
+            "12|RUNNING|None|gpu[01-02]\n13|PENDING|PartitionTimeLimit|\n\n bad line\n14|COMPLETING|None|n1\n",
+        );
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            m["12"],
+            Listed {
+                state: "RUNNING".into(),
+                nodes: "gpu[01-02]".into(),
+                reason: "None".into(),
+            }
+        );
+        assert_eq!(m["13"].nodes, "");
+        assert!(never_starts(&m["13"].reason));
+        assert!(!never_starts("Priority") && !never_starts("Resources") && !never_starts("None"));
+        assert!(is_active(&m["14"].state));
+        assert!(!is_active("COMPLETED") && !is_active("CANCELLED"));
+        assert_eq!(
+            node_list("JobId=5 JobState=COMPLETED NodeList=vm BatchHost=vm").as_deref(),
+            Some("vm")
+        );
+        assert_eq!(
+            node_list("JobId=5 JobState=CANCELLED NodeList=(null)"),
+            None
         );
     }
 

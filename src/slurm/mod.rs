@@ -192,8 +192,73 @@ impl Settings {
     }
 }
 
+/// Whether the nodes of `partition` (the default partition when `None`) offer GPUs, from
+/// `sinfo -h -o %P|%G` output: a generic resource named `gpu` on any of its nodes.
+pub fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
+    let rows: Vec<(&str, &str)> = listing
+        .lines()
+        .filter_map(|l| l.trim().split_once('|'))
+        .collect();
+    let chosen: Vec<&(&str, &str)> = match partition {
+        Some(p) => rows
+            .iter()
+            .filter(|(name, _)| name.trim_end_matches('*') == p)
+            .collect(),
+        None => {
+            let default: Vec<_> = rows.iter().filter(|(n, _)| n.ends_with('*')).collect();
+            if default.is_empty() {
+                rows.iter().collect()
+            } else {
+                default
+            }
+        }
+    };
+    chosen.iter().any(|(_, gres)| {
+        gres.split(',')
+            .any(|g| g.trim() == "gpu" || g.trim().starts_with("gpu:"))
+    })
+}
+
+/// Asks `sinfo` whether the partition the jobs go to has GPUs; CPU cells are submitted
+/// without `--gpus-per-node` when it has none.
+pub fn partition_has_gpus(partition: Option<&str>) -> Result<bool, SlurmError> {
+    use std::os::unix::process::CommandExt;
+    let out = std::process::Command::new("sinfo")
+        .process_group(0)
+        .args(["-h", "-o", "%P|%G"])
+        .output()
+        .map_err(|source| SlurmError::Tool {
+            tool: "sinfo",
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(SlurmError::Query {
+            cmd: "sinfo -h -o %P|%G".into(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(gpus_in_listing(
+        &String::from_utf8_lossy(&out.stdout),
+        partition,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gpu_partitions_are_told_from_cpu_ones() {
+        let listing =
+            "debug*|(null)\ngpu|gpu:h100:8(S:0-1)\ngpu|(null)\nmixed|craynetwork:4,gpu:2\n";
+        assert!(!super::gpus_in_listing(listing, None));
+        assert!(super::gpus_in_listing(listing, Some("gpu")));
+        assert!(super::gpus_in_listing(listing, Some("mixed")));
+        assert!(!super::gpus_in_listing(listing, Some("debug")));
+        assert!(!super::gpus_in_listing(listing, Some("absent")));
+        // No default partition marked: any partition with GPUs counts.
+        assert!(super::gpus_in_listing("a|(null)\nb|gpu:1\n", None));
+        assert!(!super::gpus_in_listing("a|gpus_fake:1\n", None));
+    }
+
     use super::*;
     use crate::matrix::spec::DurationSpec;
 

@@ -53,6 +53,10 @@ fn is_identifier(s: &str) -> bool {
         && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Seconds Slurm's time limit exceeds a cell's timeout by default, so that the runner's
+/// own timeout (counted from the job's start) fires first and cancels the job cleanly.
+pub const TIME_MARGIN_S: u64 = 60;
+
 /// Slurm job time limit as `D-HH:MM:SS`.
 pub fn time_limit(seconds: u64) -> String {
     let s = seconds.max(60);
@@ -123,15 +127,15 @@ pub fn plan(
         format!("--nodes={nodes}"),
         format!("--ntasks-per-node={tasks_per_node}"),
         format!("--output={}", output_pattern.display()),
-        format!(
-            "--time={}",
-            time_limit(settings.time_s.unwrap_or(
-                // Bench's own timeout must fire first and cancel cleanly; Slurm's limit is a
-                // backstop a minute later.
-                cell.params.timeout_s + 60,
-            ))
-        ),
     ];
+    // Bench's own timeout must fire first and cancel cleanly; Slurm's limit is a backstop
+    // a minute later. A cell without a timeout (0) takes the partition's default limit.
+    let limit = settings
+        .time_s
+        .or((cell.params.timeout_s > 0).then(|| cell.params.timeout_s + TIME_MARGIN_S));
+    if let Some(t) = limit {
+        args.push(format!("--time={}", time_limit(t)));
+    }
     let gpus_per_node = use_gpus.then_some(tasks_per_node);
     if let Some(g) = gpus_per_node {
         args.push(format!("--gpus-per-node={g}"));
@@ -338,6 +342,25 @@ mod tests {
             .script
             .contains("'--output=/shared/run 1/%%x/slurm-%j.out'"));
         assert!(p.script.contains("export NCCL_NVLS_ENABLE=0"));
+    }
+
+    #[test]
+    fn a_cell_without_timeout_takes_the_partition_limit() {
+        let mut c = cell(1, Workload::Builtin);
+        c.params.timeout_s = 0;
+        let prog = Program::Builtin {
+            exe: PathBuf::from("bench"),
+        };
+        let p = plan(&c, &prog, &settings(), false, Path::new("/j")).unwrap();
+        assert!(
+            !p.sbatch_args.iter().any(|a| a.starts_with("--time")),
+            "{:?}",
+            p.sbatch_args
+        );
+        let mut s = settings();
+        s.time_s = Some(3600);
+        let p = plan(&c, &prog, &s, false, Path::new("/j")).unwrap();
+        assert!(p.sbatch_args.iter().any(|a| a == "--time=0-01:00:00"));
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub fn config(results: &Path) -> RunConfig {
         filters: vec![],
         no_progress: true,
         bench_exe: None,
+        launcher: bench::run::Launch::Local,
+        jobs: None,
     }
 }
 
@@ -111,4 +113,44 @@ pub fn wait_gone(pid: i32) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     gone(pid)
+}
+
+/// Holds an exclusive lock shared by every Slurm test (in any test process: nextest runs
+/// each test in its own) until dropped. The CI node has few CPUs, and some tests need to
+/// know which of their jobs can run side by side, so Slurm tests take turns.
+pub fn slurm_turn() -> std::fs::File {
+    let path = std::env::temp_dir().join("bench-slurm-tests.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f.lock()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    f
+}
+
+/// Whether the Slurm tests run: only with `BENCH_SLURM_TESTS=1` (CI sets it after
+/// scripts/slurm-ci-setup.sh has started the daemons). Set but broken is a failure, not a
+/// skip.
+pub fn slurm_enabled() -> bool {
+    match std::env::var("BENCH_SLURM_TESTS").as_deref() {
+        Ok("1") => {
+            let ok = std::process::Command::new("sinfo")
+                .arg("-h")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            assert!(
+                ok,
+                "BENCH_SLURM_TESTS=1 but `sinfo` fails: run scripts/slurm-ci-setup.sh"
+            );
+            true
+        }
+        _ => {
+            eprintln!("skipping: set BENCH_SLURM_TESTS=1 after scripts/slurm-ci-setup.sh");
+            false
+        }
+    }
 }
