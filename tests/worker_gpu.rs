@@ -140,7 +140,7 @@ fn fused_adamw_matches_reference_update() {
                 name: format!("p{i}"),
                 tensor: Tensor::randn([64, 32], (Kind::Float, dev)).set_requires_grad(true),
                 decay: i != 2,
-                block: None,
+                place: bench::workload::models::Place::Embed,
             })
             .collect()
     };

@@ -1,8 +1,10 @@
 //! Data parallelism of the built-in workload across GPUs: DDP (replicated parameters) and
 //! FSDP (ZeRO-3: parameters, gradients and optimizer state sharded), one mechanism.
 //!
-//! Units: every transformer block is one unit, and the rest of the model (embeddings,
-//! final norm, output head) is the root unit. A unit's parameters are laid out in one flat
+//! Units: every transformer block is one unit, the embeddings are one (with a token
+//! embedding tied to the head), and the final norm with the output head is one, so the
+//! head's gradients are reduced right after its backward and only the embedding's wait
+//! for the end of the backward. A unit's parameters are laid out in one flat
 //! buffer, decayed parameters first and each aligned to [`ALIGN`] elements, padded to a
 //! multiple of `world x ALIGN`; under FSDP rank r keeps the r-th equal slice of it, under
 //! DDP every rank keeps all of it ([`UnitLayout`] with a world of one).
@@ -51,7 +53,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::ffi::{self, CudaEvent};
 use super::group::{nccl_dtype, Group};
-use super::models::{Model, Param};
+use super::models::{Model, Param, Place};
 use super::precision::Ctx;
 use super::{sac, WorkerError};
 use crate::dist::nccl::{DataType, RedOp};
@@ -187,7 +189,7 @@ pub struct DataParallel<'a> {
     world: usize,
     kind: Kind,
     device: Device,
-    /// Blocks `0..layers`, then the root unit.
+    /// Blocks `0..layers`, then the embedding unit, then the head unit.
     units: Vec<Unit>,
     /// This rank's slices of every unit (under DDP: every unit whole), one after the
     /// other: fp32 masters, their fp32 gradients, the masters in the compute dtype (the
@@ -241,13 +243,16 @@ impl<'a> DataParallel<'a> {
                 "data parallel: NCCL cannot carry {kind:?}"
             )));
         }
-        // Units: one per block, then the root (everything outside the blocks).
-        let mut members: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); layers + 1];
+        // Units: one per block, then the embeddings, then the head.
+        let mut members: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); layers + 2];
         for (i, p) in params.iter().enumerate() {
-            let u = match p.block {
-                Some(b) if b < layers => b,
-                Some(b) => return Err(internal(format!("{} is in block {b} of {layers}", p.name))),
-                None => layers,
+            let u = match p.place {
+                Place::Block(b) if b < layers => b,
+                Place::Block(b) => {
+                    return Err(internal(format!("{} is in block {b} of {layers}", p.name)))
+                }
+                Place::Embed => layers,
+                Place::Head => layers + 1,
             };
             if !p.tensor.is_contiguous() {
                 return Err(internal(format!("parameter {} is not contiguous", p.name)));
@@ -346,7 +351,11 @@ impl<'a> DataParallel<'a> {
                     name: format!("unit{u}.{}", if decay { "decay" } else { "no_decay" }),
                     tensor: t,
                     decay,
-                    block: (u < layers).then_some(u),
+                    place: match u {
+                        u if u < layers => Place::Block(u),
+                        u if u == layers => Place::Embed,
+                        _ => Place::Head,
+                    },
                 });
             }
         }
@@ -602,21 +611,18 @@ impl<'a> DataParallel<'a> {
             Kept { input: Tensor, output: Tensor },
             Checkpointed { input: Tensor },
         }
-        let layers = self.units.len() - 1;
-        let root = layers;
-        self.unshard(root)?;
-        if layers > 0 {
-            self.unshard(0)?;
-        }
-        self.gathered(root)?;
-        self.grads_ready(root)?;
+        let layers = self.units.len() - 2;
+        let (embed, head) = (layers, layers + 1);
+        self.unshard(embed)?;
+        self.unshard(if layers > 0 { 0 } else { head })?;
+        self.gathered(embed)?;
+        // The embedding's gradients (and a tied head's) accumulate until the very end.
+        self.grads_ready(embed)?;
         let emb = model.embed(ctx, x);
         let mut cur = emb.shallow_clone();
         let mut saved = Vec::with_capacity(layers);
         for i in 0..layers {
-            if i + 1 < layers {
-                self.unshard(i + 1)?;
-            }
+            self.unshard(if i + 1 < layers { i + 1 } else { head })?;
             self.gathered(i)?;
             let input = cur.detach();
             if sac_every.is_some_and(|k| sac::is_checkpointed(i, k)) {
@@ -632,12 +638,16 @@ impl<'a> DataParallel<'a> {
         }
         let head_in = cur.detach().set_requires_grad(true);
         drop(cur);
+        self.gathered(head)?;
+        self.grads_ready(head)?;
         let loss = model.head_loss(ctx, &head_in, y);
         if layers > 0 {
             // Prefetch the last block for the backward while the head's runs.
             self.unshard(layers - 1)?;
         }
         (&loss * scale).backward();
+        self.reduce(head)?;
+        self.reshard(head)?;
         let mut grad = head_in.grad();
         drop(head_in);
         for i in (0..layers).rev() {
@@ -663,8 +673,8 @@ impl<'a> DataParallel<'a> {
             self.reshard(i)?;
         }
         ffi::backward_with(&emb, &grad).map_err(WorkerError::from_device)?;
-        self.reduce(root)?;
-        self.reshard(root)?;
+        self.reduce(embed)?;
+        self.reshard(embed)?;
         self.accumulate()?;
         Ok(loss.detach())
     }

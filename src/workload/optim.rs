@@ -156,7 +156,7 @@ mod tests {
             name: "p".into(),
             tensor: p.shallow_clone(),
             decay: true,
-            block: None,
+            place: crate::workload::models::Place::Embed,
         }];
         let cfg = AdamWConfig::new(0.1);
         let mut opt = AdamW::new(&params, cfg, false);

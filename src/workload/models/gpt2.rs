@@ -3,7 +3,7 @@
 
 use tch::{Device, Tensor};
 
-use super::{cross_entropy, Init, Model, ModelConfig, Param};
+use super::{cross_entropy, Init, Model, ModelConfig, Param, Place};
 use crate::workload::precision::Ctx;
 
 struct Block {
@@ -40,7 +40,7 @@ impl Gpt2 {
         let wpe = init.normal("wpe".into(), &[cfg.max_seq, e], 0.01);
         let blocks = (0..cfg.layers)
             .map(|i| {
-                init.block = Some(i as usize);
+                init.place = Place::Block(i as usize);
                 let n = |s: &str| format!("h.{i}.{s}");
                 Block {
                     ln1_w: init.ones(n("ln1.w"), &[e]),
@@ -58,7 +58,7 @@ impl Gpt2 {
                 }
             })
             .collect();
-        init.block = None;
+        init.place = Place::Head;
         let lnf_w = init.ones("lnf.w".into(), &[e]);
         let lnf_b = init.zeros("lnf.b".into(), &[e]);
         Gpt2 {

@@ -3,7 +3,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{cross_entropy, Init, Model, ModelConfig, Param};
+use super::{cross_entropy, Init, Model, ModelConfig, Param, Place};
 use crate::workload::precision::Ctx;
 
 struct Block {
@@ -41,7 +41,7 @@ impl Llama {
         let emb = init.normal("emb".into(), &[cfg.vocab, e], 0.02);
         let blocks = (0..cfg.layers)
             .map(|i| {
-                init.block = Some(i as usize);
+                init.place = Place::Block(i as usize);
                 let n = |s: &str| format!("h.{i}.{s}");
                 let n1 = init.ones(n("n1"), &[e]);
                 let wq = init.normal(n("q"), &[e, e], 0.02);
@@ -68,7 +68,7 @@ impl Llama {
                 }
             })
             .collect();
-        init.block = None;
+        init.place = Place::Head;
         let norm = init.ones("norm".into(), &[e]);
         let head = init.normal("head".into(), &[cfg.vocab, e], 0.02);
         let inv = Tensor::arange_start_step(0, d, 2, (Kind::Float, device))

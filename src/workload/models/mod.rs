@@ -22,9 +22,22 @@ pub struct Param {
     pub tensor: Tensor,
     /// Whether AdamW decays it (matrices and embeddings yes; norms and biases no).
     pub decay: bool,
-    /// The transformer block it belongs to (`None`: embeddings, final norm, head). FSDP
-    /// shards and gathers the parameters of one block together.
-    pub block: Option<usize>,
+    /// Where the forward pass uses it. DDP and FSDP group parameters by it: each block's
+    /// are reduced (and under FSDP gathered) together, the head's right after the head's
+    /// backward, the embedding's at the very end.
+    pub place: Place,
+}
+
+/// The stage of the forward pass a parameter belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The embeddings (a token embedding tied to the output head stays here: its gradient
+    /// is complete only after the embedding's backward).
+    Embed,
+    /// Transformer block `i`.
+    Block(usize),
+    /// The final norm and the output head.
+    Head,
 }
 
 /// A decoder-only language model cut at block boundaries.
@@ -68,8 +81,8 @@ pub(crate) struct Init {
     pub device: Device,
     pub params: Vec<Param>,
     pub residual_std: f64,
-    /// The block whose parameters are being created (set by the model's constructor).
-    pub block: Option<usize>,
+    /// Where the parameters being created belong (set by the model's constructor).
+    pub place: Place,
 }
 
 impl Init {
@@ -78,7 +91,7 @@ impl Init {
             device,
             params: Vec::new(),
             residual_std: 0.02 / (2.0 * layers as f64).sqrt(),
-            block: None,
+            place: Place::Embed,
         }
     }
 
@@ -88,7 +101,7 @@ impl Init {
             name,
             tensor: t.shallow_clone(),
             decay,
-            block: self.block,
+            place: self.place,
         });
         t
     }
