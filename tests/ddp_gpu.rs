@@ -239,10 +239,10 @@ fn check_against_one_gpu(parallel: &str, extra: &[&str], tol: f64) {
     );
 }
 
-/// FSDP over one rank (local copies for collectives) on one GPU trains as the plain loop:
-/// the caching allocator's memory comes and goes under the weights and gradients.
+/// DDP and FSDP over one rank (local copies for collectives) on one GPU train as the plain
+/// loop: under FSDP the caching allocator's memory comes and goes under the weights.
 #[test]
-fn fsdp_one_rank_matches_the_plain_loop_on_one_gpu() {
+fn one_rank_matches_the_plain_loop_on_one_gpu() {
     if !two_gpus() {
         return;
     }
@@ -257,13 +257,16 @@ fn fsdp_one_rank_matches_the_plain_loop_on_one_gpu() {
         );
         out
     };
-    let (plain, fsdp) = (run(&[]), run(&["--parallel", "fsdp"]));
-    let (a, b) = (losses(&events(&plain)), losses(&events(&fsdp)));
-    println!("plain {a:?}\n fsdp {b:?}");
-    for (x, y) in a.iter().zip(&b) {
-        assert!((x - y).abs() <= 1e-2 * x.abs(), "{x} vs {y}");
-    }
+    let a = losses(&events(&run(&[])));
     assert!(a[7] < a[0] * 0.98, "{a:?}");
+    for parallel in ["ddp", "fsdp"] {
+        let b = losses(&events(&run(&["--parallel", parallel])));
+        println!("plain {a:?}\n {parallel} {b:?}");
+        assert_eq!(b.len(), a.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-2 * x.abs(), "{parallel}: {x} vs {y}");
+        }
+    }
 }
 
 #[test]
