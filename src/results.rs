@@ -37,6 +37,23 @@ pub struct Environment {
     pub hardware_key: String,
 }
 
+/// Where a run's [`Environment`] was captured, when that is not simply the host that ran
+/// `bench` (the local launcher's case, where the field is absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum EnvironmentSource {
+    /// On the first node of a Slurm job (`--launcher slurm`): the hardware the cells ran on.
+    SlurmNode {
+        /// The job whose node reported first.
+        job_id: String,
+        /// The cell that job ran.
+        cell: String,
+    },
+    /// On the submitting host, because no Slurm job has reported its node's environment:
+    /// the hardware key may not be that of the nodes the cells ran on.
+    SubmitHost,
+}
+
 /// Why a cell did not produce a measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -68,6 +85,10 @@ pub struct Attempt {
     /// The nodes Slurm ran the job on, as Slurm writes a node list (e.g. `gpu[01-02]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_nodes: Option<String>,
+    /// The hardware key of the node the job ran on (its first node), as the job script's
+    /// `bench env` saw it; absent for local attempts and for jobs that never reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_hardware_key: Option<String>,
 }
 
 /// Measurements of one successful repeat.
@@ -149,6 +170,10 @@ pub struct RunResults {
     #[serde(default)]
     pub interrupted: bool,
     pub environment: Environment,
+    /// Where `environment` was captured; absent when on the host that ran `bench` (every
+    /// local run, and documents written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_source: Option<EnvironmentSource>,
     /// How the cells were started: `local` or `slurm` (absent in documents written before
     /// the field existed, which were all local).
     #[serde(default, skip_serializing_if = "Option::is_none")]
