@@ -15,7 +15,9 @@ use crate::events::{StepEvent, SummaryEvent};
 /// Bumped on any incompatible change to [`RunResults`].
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Where and on what a run happened, captured once per run.
+/// Where and on what a run happened, captured once per run: on the host that runs `bench`,
+/// or under `--launcher slurm` on the first node a job reported from (see
+/// [`EnvironmentSource`] and `run::node_env`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// e.g. "NVIDIA H100 80GB HBM3"; None on a host with no GPU.

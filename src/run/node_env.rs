@@ -26,7 +26,7 @@ use crate::results::{CellResult, Environment, Outcome};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// The first report of the run: its environment becomes the run's.
-    Adopt(Environment),
+    Adopt(Box<Environment>),
     /// Same hardware as the run's.
     Matches,
     /// Another hardware key than the run's (a partition of mixed nodes): the cell it ran
@@ -66,7 +66,7 @@ impl NodeEnvs {
                 Some(was) if *was != node.hardware_key => Decision::Refuse { was: was.clone() },
                 // A resumed run on the same hardware takes the fresh report (a newer driver
                 // or commit is what this session measures with), as a local resume does.
-                _ => Decision::Adopt(merge(node, &self.submit)),
+                _ => Decision::Adopt(Box::new(merge(node, &self.submit))),
             };
         }
         if node.hardware_key == run.hardware_key {
@@ -260,9 +260,7 @@ mod tests {
         );
         // Only passed cells have figures to protect.
         let failed = cell(
-            Outcome::Failed {
-                reason: "x".into(),
-            },
+            Outcome::Failed { reason: "x".into() },
             mixed.attempts.clone(),
         );
         assert_eq!(foreign_hardware(&failed, "h100-sxm-80gb"), None);

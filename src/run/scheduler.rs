@@ -11,7 +11,9 @@
 //!
 //! Under `--launcher slurm` this host's GPUs do not count: every cell takes one of `--jobs`
 //! slots (32 by default), its attempts run as Slurm jobs ([`super::slurm`]), and Slurm
-//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued.
+//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued. The
+//! run's environment is then the nodes' as their jobs report it ([`super::node_env`]), not
+//! this host's.
 //!
 //! Failures: retries are only for infrastructure failures (spawn failure, death by a
 //! signal the runner did not send, a crash before the first step event); a success after
@@ -1048,7 +1050,7 @@ fn on_node_report(
                 host: adopted.host.clone(),
                 job_id: job_id.clone(),
             });
-            book.doc.environment = adopted;
+            book.doc.environment = *adopted;
             book.doc.environment_source = Some(EnvironmentSource::SlurmNode {
                 job_id,
                 cell: cell.to_string(),

@@ -937,7 +937,11 @@ mod tests {
         assert!(read_node_env(&f).unwrap_err().contains("no hardware key"));
         // The probe's own words, when it left some, say why there is no file.
         std::fs::remove_file(&f).unwrap();
-        std::fs::write(dir.path().join("node-env-7.json.err"), "x\nlibtorch_cpu.so: cannot open\n\n").unwrap();
+        std::fs::write(
+            dir.path().join("node-env-7.json.err"),
+            "x\nlibtorch_cpu.so: cannot open\n\n",
+        )
+        .unwrap();
         let why = no_node_env_reason(&f);
         assert!(why.contains("libtorch_cpu.so: cannot open"), "{why}");
     }

@@ -507,21 +507,26 @@ mod tests {
             env,
         };
         let c = cell(1, Workload::Builtin);
-        let p = plan_with_env_probe(&c, &prog, &settings(), false, &job_dir, Some(&bench))
-            .unwrap();
+        let p = plan_with_env_probe(&c, &prog, &settings(), false, &job_dir, Some(&bench)).unwrap();
         let file = p.node_env_file("42").unwrap();
         assert_eq!(file, job_dir.join("node-env-42.json"));
         assert!(run_script(&p, &bin, "42").success());
         // Written before srun started the tasks, with the cell's variables in force, and
         // nothing else left behind.
         let text = std::fs::read_to_string(&file).unwrap();
-        assert!(text.contains("\"hardware_key\":\"h100-sxm-80gb\""), "{text}");
+        assert!(
+            text.contains("\"hardware_key\":\"h100-sxm-80gb\""),
+            "{text}"
+        );
         assert!(text.contains("from the cell"), "{text}");
         let seen = std::fs::read_to_string(job_dir.join("../seen-by-srun")).unwrap();
         assert_eq!(seen.trim(), "node-env-42.json");
 
         // A probe that fails leaves its error output, and the tasks still run.
-        executable(&bench, "#!/bin/sh\necho 'cannot load libtorch' >&2\nexit 1\n");
+        executable(
+            &bench,
+            "#!/bin/sh\necho 'cannot load libtorch' >&2\nexit 1\n",
+        );
         let _ = std::fs::remove_file(job_dir.join("../seen-by-srun"));
         assert!(run_script(&p, &bin, "43").success());
         assert!(!job_dir.join("node-env-43.json").exists());
