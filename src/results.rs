@@ -15,7 +15,9 @@ use crate::events::{StepEvent, SummaryEvent};
 /// Bumped on any incompatible change to [`RunResults`].
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Where and on what a run happened, captured once per run.
+/// Where and on what a run happened, captured once per run: on the host that runs `bench`,
+/// or under `--launcher slurm` on the first node a job reported from (see
+/// [`EnvironmentSource`] and `run::node_env`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// e.g. "NVIDIA H100 80GB HBM3"; None on a host with no GPU.
@@ -35,6 +37,23 @@ pub struct Environment {
     pub bench_version: String,
     /// Baseline key, e.g. `h100-sxm-80gb` or `cpu-x86_64`.
     pub hardware_key: String,
+}
+
+/// Where a run's [`Environment`] was captured, when that is not simply the host that ran
+/// `bench` (the local launcher's case, where the field is absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case")]
+pub enum EnvironmentSource {
+    /// On the first node of a Slurm job (`--launcher slurm`): the hardware the cells ran on.
+    SlurmNode {
+        /// The job whose node reported first.
+        job_id: String,
+        /// The cell that job ran.
+        cell: String,
+    },
+    /// On the submitting host, because no Slurm job has reported its node's environment:
+    /// the hardware key may not be that of the nodes the cells ran on.
+    SubmitHost,
 }
 
 /// Why a cell did not produce a measurement.
@@ -68,6 +87,10 @@ pub struct Attempt {
     /// The nodes Slurm ran the job on, as Slurm writes a node list (e.g. `gpu[01-02]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_nodes: Option<String>,
+    /// The hardware key of the node the job ran on (its first node), as the job script's
+    /// `bench env` saw it; absent for local attempts and for jobs that never reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_hardware_key: Option<String>,
 }
 
 /// Measurements of one successful repeat.
@@ -149,6 +172,10 @@ pub struct RunResults {
     #[serde(default)]
     pub interrupted: bool,
     pub environment: Environment,
+    /// Where `environment` was captured; absent when on the host that ran `bench` (every
+    /// local run, and documents written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_source: Option<EnvironmentSource>,
     /// How the cells were started: `local` or `slurm` (absent in documents written before
     /// the field existed, which were all local).
     #[serde(default, skip_serializing_if = "Option::is_none")]

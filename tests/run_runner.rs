@@ -416,3 +416,34 @@ fn jobs_caps_the_cells_in_flight_and_the_launcher_is_recorded() {
     }
     assert_eq!(out.results.launcher.as_deref(), Some("local"));
 }
+
+#[test]
+fn a_local_run_records_this_hosts_environment_and_resumes_only_on_its_hardware() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    let (res, _) = run(&cfg, expansion(vec![cell("first", &["ok"])]));
+    let out = res.unwrap();
+    // Locally the environment is this host's, and says nothing of where it came from.
+    assert_eq!(out.results.environment_source, None);
+    let text = std::fs::read_to_string(out.run_dir.join("results.json")).unwrap();
+    assert!(!text.contains("environment_source"), "{text}");
+    let key = out.results.environment.hardware_key.clone();
+
+    // The same run as if measured on H100s: a local resume here is refused, as before
+    // Slurm runs learned their nodes' environment.
+    let mut doc = out.results.clone();
+    doc.environment.hardware_key = "h100-sxm-80gb".into();
+    doc.save_atomic(&out.run_dir).unwrap();
+    cfg.run_id = None;
+    cfg.resume = Some(out.run_dir.clone());
+    let (res, _) = run(&cfg, expansion(vec![cell("first", &["ok"])]));
+    match res {
+        Err(RunError::HardwareChanged { was, now, .. }) => {
+            assert_eq!(
+                (was.as_str(), now.as_str()),
+                ("h100-sxm-80gb", key.as_str())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

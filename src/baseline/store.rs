@@ -747,6 +747,7 @@ cells:
                 git_commit: Some("5e6f7a8".into()),
                 ..Default::default()
             },
+            environment_source: None,
             launcher: None,
             cells: cells
                 .iter()

@@ -74,6 +74,16 @@ pub enum RunEvent {
     },
     /// No new cell starts from here on (Ctrl-C, --fail-fast, --max-fail).
     Stopping { reason: String },
+    /// The run's environment (and hardware key) is now that of a Slurm job's node
+    /// (`--launcher slurm`), instead of the submitting host's.
+    EnvironmentAdopted {
+        hardware_key: String,
+        host: String,
+        job_id: String,
+    },
+    /// Something the user must know about the run's results that is not a cell's outcome
+    /// (e.g. cells measured on different hardware).
+    Warning { message: String },
     RunFinished {
         passed: usize,
         failed: usize,

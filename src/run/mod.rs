@@ -12,6 +12,7 @@
 pub mod events;
 pub mod executor;
 pub mod launch;
+pub mod node_env;
 pub mod progress;
 pub mod scheduler;
 pub mod slurm;
@@ -161,6 +162,14 @@ pub enum RunError {
     Runtime(std::io::Error),
     #[error("--launcher slurm: {0}")]
     Slurm(crate::slurm::SlurmError),
+    #[error("--resume {path}: that run was measured on Slurm nodes of hardware `{was}`, but Slurm job {job_id} ran on {host}, which is `{now}`; results of different hardware cannot be mixed (pin the partition's hardware, e.g. slurm.sbatch_args: [--constraint=...])")]
+    NodesHardwareChanged {
+        path: PathBuf,
+        was: String,
+        now: String,
+        job_id: String,
+        host: String,
+    },
     #[error("--resume {path}: that run used --launcher {was}, this one --launcher {now}; finish it with --launcher {was}")]
     LauncherChanged {
         path: PathBuf,
@@ -184,6 +193,7 @@ impl From<RunError> for CliError {
             | RunError::Exists { .. }
             | RunError::Resume(_)
             | RunError::HardwareChanged { .. }
+            | RunError::NodesHardwareChanged { .. }
             | RunError::LauncherChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
         }
     }

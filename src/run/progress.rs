@@ -103,6 +103,11 @@ fn summary_line(passed: usize, failed: usize, skipped: usize, interrupted: bool,
     )
 }
 
+/// The line saying whose environment the run records.
+fn environment_line(hardware_key: &str, host: &str, job_id: &str) -> String {
+    format!("ENV     hardware key {hardware_key}, from node {host} (Slurm job {job_id})")
+}
+
 /// Plain lines, one per started and finished cell, retry and stop.
 pub struct LineReporter<W: Write + Send> {
     out: W,
@@ -169,6 +174,12 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
                 finished_line(self.done, self.total, event)
             }
             RunEvent::Stopping { reason } => Some(format!("STOP    {reason}")),
+            RunEvent::EnvironmentAdopted {
+                hardware_key,
+                host,
+                job_id,
+            } => Some(environment_line(hardware_key, host, job_id)),
+            RunEvent::Warning { message } => Some(format!("WARNING {message}")),
             RunEvent::RunFinished {
                 passed,
                 failed,
@@ -322,6 +333,18 @@ impl Reporter for BarReporter {
             }
             RunEvent::Stopping { reason } => {
                 self.overall.set_message(format!("stopping: {reason}"));
+            }
+            RunEvent::EnvironmentAdopted {
+                hardware_key,
+                host,
+                job_id,
+            } => {
+                let _ = self
+                    .multi
+                    .println(environment_line(hardware_key, host, job_id));
+            }
+            RunEvent::Warning { message } => {
+                let _ = self.multi.println(format!("WARNING {message}"));
             }
             RunEvent::RunFinished {
                 passed,

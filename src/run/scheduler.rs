@@ -11,7 +11,9 @@
 //!
 //! Under `--launcher slurm` this host's GPUs do not count: every cell takes one of `--jobs`
 //! slots (32 by default), its attempts run as Slurm jobs ([`super::slurm`]), and Slurm
-//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued.
+//! decides where and when; a `--fail-fast` stop also withdraws jobs still queued. The
+//! run's environment is then the nodes' as their jobs report it ([`super::node_env`]), not
+//! this host's.
 //!
 //! Failures: retries are only for infrastructure failures (spawn failure, death by a
 //! signal the runner did not send, a crash before the first step event); a success after
@@ -33,6 +35,7 @@ use tokio::task::JoinSet;
 use super::events::RunEvent;
 use super::executor::{self, AttemptOutput, AttemptSpec, Cancel, Termination};
 use super::launch::{self, AttemptCtx};
+use super::node_env::{self, Decision, NodeEnvs};
 use super::progress::Reporter;
 use super::slurm::{self as slurm_run, JobNews, JobSpec, Queue, SlurmLaunch};
 use super::{Launch, RunConfig, RunError, RunOutcome};
@@ -42,9 +45,16 @@ use crate::events::{ErrorKind, Event};
 use crate::matrix::Expansion;
 use crate::metrics::stats;
 use crate::results::{
-    Attempt, CellResult, DroppedCell, Environment, Metrics, Outcome, Repeat, RunResults,
-    SCHEMA_VERSION,
+    Attempt, CellResult, DroppedCell, Environment, EnvironmentSource, Metrics, Outcome, Repeat,
+    RunResults, SCHEMA_VERSION,
 };
+
+/// A Slurm job's report of its node's environment, on its way to the scheduler's loop.
+struct NodeReport {
+    cell: CellId,
+    job_id: String,
+    env: Environment,
+}
 
 /// What the cell tasks share.
 struct Shared {
@@ -57,6 +67,8 @@ struct Shared {
     devices_var: Option<String>,
     /// `--launcher slurm`: the settings and the queue shared by the jobs in flight.
     slurm: Option<(SlurmLaunch, Arc<Queue>)>,
+    /// Where jobs' reports of their nodes' environments go (`--launcher slurm`).
+    node_envs: mpsc::UnboundedSender<NodeReport>,
 }
 
 /// Under Slurm, the program each task runs: the cell's command line as this host would
@@ -80,7 +92,9 @@ fn slurm_program(
     })
 }
 
-/// The Slurm job of one attempt of `cell`, with its script and output in `job_dir`.
+/// The Slurm job of one attempt of `cell`, with its script and output in `job_dir`; the
+/// script also records its node's environment with `bench_exe env` (the run's
+/// environment, see [`node_env`]).
 fn slurm_plan(
     cell: &Cell,
     ctx: &AttemptCtx,
@@ -89,7 +103,15 @@ fn slurm_plan(
     job_dir: &Path,
 ) -> Result<crate::slurm::JobPlan, RunError> {
     let program = slurm_program(cell, ctx, bench_exe)?;
-    crate::slurm::plan(cell, &program, &sl.settings, sl.use_gpus, job_dir).map_err(RunError::Slurm)
+    crate::slurm::script::plan_with_env_probe(
+        cell,
+        &program,
+        &sl.settings,
+        sl.use_gpus,
+        job_dir,
+        Some(bench_exe),
+    )
+    .map_err(RunError::Slurm)
 }
 
 /// How one attempt is judged.
@@ -247,7 +269,7 @@ async fn run_cell(
                     });
                 }
             };
-            let (out, job_id, job_nodes) = match &shared.slurm {
+            let (out, job_id, job_nodes, node_key) = match &shared.slurm {
                 None => {
                     let plan = match launch::plan(&cell, &ctx, &shared.bench_exe) {
                         Ok(plan) => plan,
@@ -269,7 +291,7 @@ async fn run_cell(
                         forward,
                     )
                     .await;
-                    (out, None, None)
+                    (out, None, None, None)
                 }
                 Some((sl, queue)) => {
                     let job_dir = shared.run_dir.join("slurm").join(&stem);
@@ -310,10 +332,18 @@ async fn run_cell(
                                 });
                             }
                             JobNews::Event(ev) => forward(ev),
+                            JobNews::NodeEnv { job_id, env } => {
+                                let _ = shared.node_envs.send(NodeReport {
+                                    cell: id.clone(),
+                                    job_id: job_id.to_string(),
+                                    env: env.clone(),
+                                });
+                            }
                         },
                     )
                     .await;
-                    (res.out, res.job_id, res.nodes)
+                    let key = res.node_env.map(|e| e.hardware_key);
+                    (res.out, res.job_id, res.nodes, key)
                 }
             };
             logs.extend(
@@ -341,6 +371,7 @@ async fn run_cell(
                 error: error.clone(),
                 slurm_job_id: job_id.clone(),
                 slurm_nodes: job_nodes,
+                node_hardware_key: node_key,
             });
             let retry = matches!(verdict, Verdict::Infra(_)) && attempt < p.retries;
             // A skip (unsupported) or a stop on request is said once, by the cell's outcome.
@@ -528,14 +559,31 @@ fn now_rfc3339() -> String {
 }
 
 /// The run directory and the document to continue: a fresh one, or the one resumed.
+///
+/// `env` is this host's environment. Locally it is the run's, and a resumed run must
+/// have been measured on the same hardware. Under Slurm it is only a fallback until a
+/// job reports its node's ([`node_env`]): a resumed run whose environment came from its
+/// nodes keeps it (the nodes of this session are checked against it as they report),
+/// and any other starts from `env`, marked as the submitting host's.
 fn open_run(
     config: &RunConfig,
     expansion: &Expansion,
     env: &Environment,
 ) -> Result<(PathBuf, RunResults), RunError> {
+    let slurm = matches!(config.launcher, Launch::Slurm(_));
     if let Some(dir) = &config.resume {
         let mut doc = RunResults::load(dir).map_err(RunError::Resume)?;
-        if doc.environment.hardware_key != env.hardware_key {
+        // Before the hardware: a run of the other launcher ran on other machines anyway,
+        // and this is the error that says how to finish it.
+        let now = config.launcher.name();
+        if let Some(was) = doc.launcher.as_deref().filter(|was| *was != now) {
+            return Err(RunError::LauncherChanged {
+                path: dir.clone(),
+                was: was.to_string(),
+                now: now.to_string(),
+            });
+        }
+        if !slurm && doc.environment.hardware_key != env.hardware_key {
             return Err(RunError::HardwareChanged {
                 path: dir.clone(),
                 was: doc.environment.hardware_key.clone(),
@@ -547,7 +595,14 @@ fn open_run(
         } else {
             dir.parent().map(Path::to_path_buf).unwrap_or_default()
         };
-        doc.environment = env.clone();
+        let from_nodes = matches!(
+            doc.environment_source,
+            Some(EnvironmentSource::SlurmNode { .. })
+        );
+        if !(slurm && from_nodes) {
+            doc.environment = env.clone();
+            doc.environment_source = slurm.then_some(EnvironmentSource::SubmitHost);
+        }
         doc.interrupted = false;
         doc.finished_at = None;
         return Ok((dir, doc));
@@ -583,6 +638,7 @@ fn open_run(
         finished_at: None,
         interrupted: false,
         environment: env.clone(),
+        environment_source: slurm.then_some(EnvironmentSource::SubmitHost),
         launcher: None,
         cells: vec![],
         dropped: vec![],
@@ -652,17 +708,17 @@ pub async fn run(
             source,
         })?,
     };
-    let launcher_name = config.launcher.name();
-    if let Some(was) = doc.launcher.as_deref() {
-        if was != launcher_name {
-            return Err(RunError::LauncherChanged {
-                path: dir,
-                was: was.to_string(),
-                now: launcher_name.to_string(),
-            });
-        }
-    }
-    doc.launcher = Some(launcher_name.to_string());
+    // (`open_run` refused a resume with the other launcher.)
+    doc.launcher = Some(config.launcher.name().to_string());
+    // Under Slurm the nodes' reports decide the run's environment; a resumed run whose
+    // environment came from its nodes must stay on their hardware.
+    let mut node_envs = NodeEnvs::new(
+        env.clone(),
+        match &doc.environment_source {
+            Some(EnvironmentSource::SlurmNode { .. }) => Some(doc.environment.hardware_key.clone()),
+            _ => None,
+        },
+    );
     doc.dropped = expansion
         .dropped
         .iter()
@@ -745,6 +801,7 @@ pub async fn run(
     }
     let mut pending = runnable;
 
+    let (env_tx, mut env_rx) = mpsc::unbounded_channel::<NodeReport>();
     let shared = Arc::new(Shared {
         run_dir: dir.clone(),
         bench_exe,
@@ -757,6 +814,7 @@ pub async fn run(
             Launch::Local => None,
             Launch::Slurm(sl) => Some((sl.clone(), Queue::new(sl.poll))),
         },
+        node_envs: env_tx,
     });
     // Slots are indices into `inv.ids`; a CPU host has one slot, so one cell at a time.
     // Under Slurm a slot is a job in flight, and every cell takes one.
@@ -776,6 +834,9 @@ pub async fn run(
     let mut stop: Option<String> = None;
     let mut interrupted = false;
     let mut failures = 0u32;
+    // Set when a resumed run's nodes turn out to be other hardware: the run stops, and
+    // ends with this error.
+    let mut refused: Option<RunError> = None;
 
     loop {
         if stop.is_none() {
@@ -825,13 +886,58 @@ pub async fn run(
         }
         tokio::select! {
             Some(ev) = rx.recv() => reporter.on_event(&ev),
+            Some(report) = env_rx.recv() => {
+                let stop_now = on_node_report(
+                    report,
+                    &mut node_envs,
+                    &mut book,
+                    &mut refused,
+                    &config.resume,
+                    reporter,
+                )?;
+                if let Some(why) = stop_now {
+                    let _ = cancel_tx.send(Cancel::Graceful);
+                    let _ = withdraw_tx.send(true);
+                    reporter.on_event(&RunEvent::Stopping { reason: why.clone() });
+                    stop = Some(why);
+                }
+            }
             done = running.join_next() => {
                 let Some(done) = done else { continue };
                 while let Ok(ev) = rx.try_recv() {
                     reporter.on_event(&ev);
                 }
-                let (i, taken, result) = done.map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
+                // A job reports its node before its cell ends: decide on it first.
+                while let Ok(report) = env_rx.try_recv() {
+                    let stop_now = on_node_report(
+                        report,
+                        &mut node_envs,
+                        &mut book,
+                        &mut refused,
+                        &config.resume,
+                        reporter,
+                    )?;
+                    if let Some(why) = stop_now {
+                        let _ = cancel_tx.send(Cancel::Graceful);
+                        let _ = withdraw_tx.send(true);
+                        reporter.on_event(&RunEvent::Stopping { reason: why.clone() });
+                        stop = Some(why);
+                    }
+                }
+                let (i, taken, mut result) = done.map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
                 free.extend(taken);
+                if matches!(book.doc.environment_source, Some(EnvironmentSource::SlurmNode { .. })) {
+                    if let Some(why) = node_env::foreign_hardware(&result, &book.doc.environment.hardware_key) {
+                        // Never compared with (or filed under) another hardware's baselines.
+                        // A refused resume keeps it unfinished, for a resume on the right nodes.
+                        result.metrics = Metrics::new();
+                        result.outcome = if refused.is_some() {
+                            Outcome::Skipped { reason: format!("not kept: {why}") }
+                        } else {
+                            Outcome::Failed { reason: why }
+                        };
+                    }
+                }
                 if is_failure(&result.outcome) {
                     failures += 1;
                 }
@@ -862,6 +968,19 @@ pub async fn run(
             book.slots[i] = Some(r);
         }
     }
+    if matches!(
+        book.doc.environment_source,
+        Some(EnvironmentSource::SubmitHost)
+    ) {
+        reporter.on_event(&RunEvent::Warning {
+            message: format!(
+                "no Slurm job reported its node's environment, so results.json records the submitting host's ({}, hardware key `{}`): the comparison with baselines/{}.yaml may be against hardware other than the nodes' (each job's log under logs/ says why its node did not report)",
+                book.doc.environment.host,
+                book.doc.environment.hardware_key,
+                book.doc.environment.hardware_key
+            ),
+        });
+    }
     book.doc.interrupted = stop.is_some();
     book.doc.finished_at = Some(now_rfc3339());
     book.save()?;
@@ -881,11 +1000,89 @@ pub async fn run(
         interrupted,
         duration_s: run_started.elapsed().as_secs_f64(),
     });
+    if let Some(e) = refused {
+        return Err(e);
+    }
     Ok(RunOutcome {
         run_dir: dir,
         results: book.doc,
         interrupted,
     })
+}
+
+/// Decides on a job's report of its node's environment ([`node_env`]): the first one
+/// becomes the run's (saved at once), later ones of other hardware are warned about, and a
+/// resumed run on other hardware is refused. Returns why the run must stop, if it must.
+fn on_node_report(
+    report: NodeReport,
+    node_envs: &mut NodeEnvs,
+    book: &mut Book,
+    refused: &mut Option<RunError>,
+    resume: &Option<PathBuf>,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<String>, RunError> {
+    let NodeReport { cell, job_id, env } = report;
+    if refused.is_some() {
+        // The run is stopping on the first refusal; the rest would only repeat it.
+        return Ok(None);
+    }
+    match node_envs.on_report(&book.doc.environment, &env) {
+        Decision::Adopt(adopted) => {
+            let was = &book.doc.environment.hardware_key;
+            if was != &adopted.hardware_key
+                && book.doc.environment_source == Some(EnvironmentSource::SubmitHost)
+                && book
+                    .slots
+                    .iter()
+                    .flatten()
+                    .chain(book.others.iter())
+                    .any(|c| c.outcome == Outcome::Passed)
+            {
+                reporter.on_event(&RunEvent::Warning {
+                    message: format!(
+                        "the run being resumed recorded the submitting host's hardware key `{was}`; the nodes' is `{}`, which now applies to its kept cells too",
+                        adopted.hardware_key
+                    ),
+                });
+            }
+            reporter.on_event(&RunEvent::EnvironmentAdopted {
+                hardware_key: adopted.hardware_key.clone(),
+                host: adopted.host.clone(),
+                job_id: job_id.clone(),
+            });
+            book.doc.environment = *adopted;
+            book.doc.environment_source = Some(EnvironmentSource::SlurmNode {
+                job_id,
+                cell: cell.to_string(),
+            });
+            book.save()?;
+            Ok(None)
+        }
+        Decision::Matches => Ok(None),
+        Decision::Mismatch { run_key } => {
+            reporter.on_event(&RunEvent::Warning {
+                message: format!(
+                    "Slurm job {job_id} of cell {cell} runs on node {} of hardware `{}`, but this run's hardware key is `{run_key}` (from its first job's node): the cell's measurements will not be compared with `{run_key}` baselines and the cell fails; pin the partition's hardware (e.g. slurm.sbatch_args: [--constraint=...])",
+                    env.host, env.hardware_key
+                ),
+            });
+            Ok(None)
+        }
+        Decision::Refuse { was } => {
+            let why = format!(
+                "the resumed run was measured on `{was}`, but Slurm job {job_id} runs on {} of hardware `{}`",
+                env.host, env.hardware_key
+            );
+            *refused = Some(RunError::NodesHardwareChanged {
+                path: resume.clone().unwrap_or_else(|| book.dir.clone()),
+                was,
+                now: env.hardware_key,
+                job_id,
+                host: env.host,
+            });
+            Ok(Some(why))
+        }
+    }
 }
 
 fn finish(reporter: &mut dyn Reporter, r: &CellResult, resumed: bool) {

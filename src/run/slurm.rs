@@ -22,6 +22,7 @@ use tokio::sync::{watch, Mutex};
 
 use super::executor::{AttemptOutput, Cancel, Collector, Termination};
 use crate::events::{exit, ErrorKind, Event};
+use crate::results::Environment;
 use crate::slurm::job::{self, Listed};
 use crate::slurm::{JobPlan, JobState, Settings, SlurmError};
 
@@ -181,13 +182,58 @@ pub struct JobAttempt {
     pub out: AttemptOutput,
     pub job_id: Option<String>,
     pub nodes: Option<String>,
+    /// The environment the job script captured on the job's first node, when it did.
+    pub node_env: Option<Environment>,
 }
 
 /// What the scheduler hears about a job while it runs.
 pub enum JobNews<'a> {
     Submitted(&'a str),
-    Running { job_id: &'a str, nodes: &'a str },
+    Running {
+        job_id: &'a str,
+        nodes: &'a str,
+    },
     Event(&'a Event),
+    /// The job's first node reported its environment (once per job, as soon as it is read).
+    NodeEnv {
+        job_id: &'a str,
+        env: &'a Environment,
+    },
+}
+
+/// Reads the environment a job script wrote (`bench env --format json`): `Ok(None)` while
+/// the file does not exist, an error naming the file when it cannot be read as one.
+pub fn read_node_env(path: &Path) -> Result<Option<Environment>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let env: Environment = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not an environment: {e}", path.display()))?;
+    if env.hardware_key.trim().is_empty() {
+        return Err(format!("{}: no hardware key", path.display()));
+    }
+    Ok(Some(env))
+}
+
+/// Why a job left no environment of its node, for its log: the probe's own error output
+/// when it left some.
+fn no_node_env_reason(path: &Path) -> String {
+    let mut err = path.as_os_str().to_owned();
+    err.push(".err");
+    let err = PathBuf::from(err);
+    match std::fs::read_to_string(&err) {
+        Ok(t) if !t.trim().is_empty() => format!(
+            "`bench env` failed on the node: {} (see {})",
+            t.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim(),
+            err.display()
+        ),
+        _ => format!(
+            "the job script wrote no {} (the job ended before it got that far, or `bench` cannot run on the node)",
+            path.display()
+        ),
+    }
 }
 
 /// The log files of one job: one per rank (as a local attempt has), plus the job's own
@@ -417,6 +463,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
             out,
             job_id: None,
             nodes: None,
+            node_env: None,
         };
     }
     let plan = spec.plan.clone();
@@ -429,6 +476,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
                 out,
                 job_id: None,
                 nodes: None,
+                node_env: None,
             };
         }
         blocking(move || crate::slurm::submit(&plan)).await
@@ -443,6 +491,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
                 out,
                 job_id: None,
                 nodes: None,
+                node_env: None,
             };
         }
     };
@@ -471,6 +520,10 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
         news: &mut news,
     };
 
+    let env_file = spec.plan.node_env_file(&job.id);
+    let mut node_env: Option<Environment> = None;
+    // Set once the file was found unreadable, so that it is said once.
+    let mut env_error: Option<String> = None;
     let mut nodes: Option<String> = None;
     let mut deadline: Option<tokio::time::Instant> = None;
     let mut stopped_by: Option<Termination> = None;
@@ -542,6 +595,17 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
                     };
                 }
             }
+        }
+
+        // The script writes its node's environment before the tasks start.
+        if nodes.is_some() {
+            read_env_once(
+                env_file.as_deref(),
+                &job.id,
+                &mut node_env,
+                &mut env_error,
+                &mut reader,
+            );
         }
 
         // Decide whether to stop the job now.
@@ -616,6 +680,19 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
         reader.take(tail.read(false));
     }
     reader.take(tail.read(true));
+    read_env_once(
+        env_file.as_deref(),
+        &job.id,
+        &mut node_env,
+        &mut env_error,
+        &mut reader,
+    );
+    if let (Some(f), None, None) = (env_file.as_deref(), &node_env, &env_error) {
+        reader.logs.all(&format!(
+            "bench: no environment of the job's node: {}",
+            no_node_env_reason(f)
+        ));
+    }
 
     let first_failure = reader.first_failure;
     let (term, error) = termination(&final_state, first_failure);
@@ -676,6 +753,41 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
         out,
         job_id: Some(job.id.clone()),
         nodes,
+        node_env,
+    }
+}
+
+/// Reads the job's node environment if it has not been read yet and is there now; says so
+/// in the job's logs and to the scheduler.
+fn read_env_once<F: FnMut(JobNews<'_>)>(
+    file: Option<&Path>,
+    job_id: &str,
+    node_env: &mut Option<Environment>,
+    env_error: &mut Option<String>,
+    reader: &mut Reader<'_, F>,
+) {
+    let Some(file) = file else { return };
+    if node_env.is_some() || env_error.is_some() {
+        return;
+    }
+    match read_node_env(file) {
+        Ok(Some(env)) => {
+            reader.logs.all(&format!(
+                "bench: job {job_id}'s node {} has hardware key {} ({})",
+                env.host,
+                env.hardware_key,
+                file.display()
+            ));
+            (reader.news)(JobNews::NodeEnv { job_id, env: &env });
+            *node_env = Some(env);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            reader
+                .logs
+                .all(&format!("bench: no environment of the job's node: {e}"));
+            *env_error = Some(e);
+        }
     }
 }
 
@@ -801,6 +913,37 @@ mod tests {
         assert!(!log1.contains("\"rank\":0"));
         let job = std::fs::read_to_string(dir.path().join("logs/c.r0.job.log")).unwrap();
         assert!(job.contains("srun: error") && job.contains("srun exited"));
+    }
+
+    #[test]
+    fn a_nodes_environment_is_read_when_there_and_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("node-env-7.json");
+        // Not written yet: nothing, no error.
+        assert_eq!(read_node_env(&f), Ok(None));
+        assert!(no_node_env_reason(&f).contains("wrote no"));
+        let env = Environment {
+            hardware_key: "h100-sxm-80gb".into(),
+            host: "gpu01".into(),
+            gpu_model: Some("NVIDIA H100 80GB HBM3".into()),
+            gpu_count: 8,
+            ..Default::default()
+        };
+        std::fs::write(&f, serde_json::to_string_pretty(&env).unwrap()).unwrap();
+        assert_eq!(read_node_env(&f), Ok(Some(env)));
+        std::fs::write(&f, "{\"gpu_count\": 8").unwrap();
+        assert!(read_node_env(&f).unwrap_err().contains("node-env-7.json"));
+        std::fs::write(&f, "{\"gpu_count\":0,\"cpu\":\"\",\"host\":\"\",\"os\":\"\",\"git_dirty\":false,\"bench_version\":\"\",\"hardware_key\":\" \"}").unwrap();
+        assert!(read_node_env(&f).unwrap_err().contains("no hardware key"));
+        // The probe's own words, when it left some, say why there is no file.
+        std::fs::remove_file(&f).unwrap();
+        std::fs::write(
+            dir.path().join("node-env-7.json.err"),
+            "x\nlibtorch_cpu.so: cannot open\n\n",
+        )
+        .unwrap();
+        let why = no_node_env_reason(&f);
+        assert!(why.contains("libtorch_cpu.so: cannot open"), "{why}");
     }
 
     #[test]

@@ -86,6 +86,20 @@ pub struct JobPlan {
     pub script_path: PathBuf,
     /// The output file pattern (`%j` is the job id).
     pub output_pattern: PathBuf,
+    /// Where the job script writes the environment of the job's first node (see
+    /// [`plan_with_env_probe`]); `None` when it does not.
+    pub node_env_dir: Option<PathBuf>,
+}
+
+impl JobPlan {
+    /// The file the script of job `job_id` writes its node's environment into, when it
+    /// writes one: `<job dir>/node-env-<job id>.json`. Named for the job, not the attempt,
+    /// so that a resumed run never reads a file an earlier job of the same attempt left.
+    pub fn node_env_file(&self, job_id: &str) -> Option<PathBuf> {
+        self.node_env_dir
+            .as_ref()
+            .map(|d| d.join(format!("node-env-{job_id}.json")))
+    }
 }
 
 /// Plans the job of `cell`: `ranks = cell.gpus()` tasks, one per GPU when `use_gpus`
@@ -97,6 +111,24 @@ pub fn plan(
     settings: &Settings,
     use_gpus: bool,
     job_dir: &Path,
+) -> Result<JobPlan, SlurmError> {
+    plan_with_env_probe(cell, program, settings, use_gpus, job_dir, None)
+}
+
+/// [`plan`], with the job script also recording the environment of the node it runs on
+/// when `bench` is given: before the tasks start, the batch script (which Slurm runs on
+/// the job's first node, inside the allocation, with the GPUs and variables its tasks get)
+/// runs `bench env --format json` into [`JobPlan::node_env_file`]. That, not the
+/// submitting host's, is the run's environment and hardware key. The probe never stops
+/// the job: if it fails or is not done within two minutes, the cell still runs, and its
+/// error output is kept beside the file (`.err`).
+pub fn plan_with_env_probe(
+    cell: &Cell,
+    program: &Program,
+    settings: &Settings,
+    use_gpus: bool,
+    job_dir: &Path,
+    bench: Option<&Path>,
 ) -> Result<JobPlan, SlurmError> {
     let cell_id = cell.id.to_string();
     let ranks = cell.gpus();
@@ -148,7 +180,16 @@ pub fn plan(
     }
     args.extend(settings.sbatch_args.iter().cloned());
 
-    let script = render_script(&cell_id, &args, &argv, &extra_env, ranks, tasks_per_node)?;
+    let probe = bench.map(|b| (b, job_dir));
+    let script = render_script(
+        &cell_id,
+        &args,
+        &argv,
+        &extra_env,
+        ranks,
+        tasks_per_node,
+        probe,
+    )?;
     Ok(JobPlan {
         cell_id,
         ranks,
@@ -159,6 +200,7 @@ pub fn plan(
         script,
         script_path,
         output_pattern,
+        node_env_dir: bench.map(|_| job_dir.to_path_buf()),
     })
 }
 
@@ -169,6 +211,7 @@ fn render_script(
     env: &BTreeMap<String, String>,
     ranks: u32,
     tasks_per_node: u32,
+    env_probe: Option<(&Path, &Path)>,
 ) -> Result<String, SlurmError> {
     let mut s = String::from("#!/bin/bash\n");
     s.push_str(&format!(
@@ -208,6 +251,25 @@ fn render_script(
     s.push_str(&format!(
         "export WORLD_SIZE={ranks} LOCAL_WORLD_SIZE={tasks_per_node}\n"
     ));
+    if let Some((bench, dir)) = env_probe {
+        // After the cell's variables (they may choose the libraries or devices the tasks
+        // see), before the tasks; in a subshell so that nothing it sets reaches them.
+        s.push_str(concat!(
+            "# The environment of this node (GPUs, driver, CUDA/ROCm, libtorch, NCCL) as the tasks\n",
+            "# see it: bench adopts it as the run's environment and hardware key. A failure here\n",
+            "# never stops the cell.\n",
+        ));
+        s.push_str(&format!(
+            "(\n  f={}/node-env-\"$SLURM_JOB_ID\".json\n  limit=\n",
+            quote(&dir.to_string_lossy())?
+        ));
+        s.push_str("  if command -v timeout >/dev/null 2>&1; then limit='timeout -k 5 120'; fi\n");
+        s.push_str(&format!(
+            "  if $limit {} env --format json >\"$f.tmp\" 2>\"$f.err\"; then mv -f \"$f.tmp\" \"$f\"; fi\n",
+            quote(&bench.to_string_lossy())?
+        ));
+        s.push_str("  rm -f \"$f.tmp\"\n  [ -s \"$f.err\" ] || rm -f \"$f.err\"\n) </dev/null\n");
+    }
     // The per-task part runs in each task's shell: a fixed text that takes the command as
     // its positional parameters, so no value is ever parsed as shell code. It reports the
     // rank's own exit status, because srun's is that of the ranks it killed afterwards
@@ -392,6 +454,90 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, SlurmError::BadEnvName { .. }), "{e}");
+    }
+
+    /// Runs a planned job's script with stand-ins for `scontrol` and `srun` (on PATH),
+    /// as Slurm would on the job's first node; returns its exit status.
+    fn run_script(p: &JobPlan, bin: &Path, job_id: &str) -> std::process::ExitStatus {
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        Command::new("bash")
+            .arg("-c")
+            .arg(&p.script)
+            .env("PATH", path)
+            .env("SLURM_JOB_ID", job_id)
+            .env("SLURM_JOB_NODELIST", "node1")
+            .output()
+            .unwrap()
+            .status
+    }
+
+    fn executable(path: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_job_script_records_its_nodes_environment_before_the_tasks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        executable(&bin.join("scontrol"), "#!/bin/sh\necho node1\n");
+        // srun notes whether the environment was there when the tasks started.
+        executable(
+            &bin.join("srun"),
+            "#!/bin/sh\nls \"$PROBE_DIR\" > \"$PROBE_DIR/../seen-by-srun\"\n",
+        );
+        // A job dir with a space and a quote: the path is data, not shell code.
+        let job_dir = tmp.path().join("run 'one'/c.r0");
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let bench = tmp.path().join("fake bench");
+        executable(
+            &bench,
+            "#!/bin/sh\n[ \"$1 $2 $3\" = 'env --format json' ] || exit 9\nprintf '{\"hardware_key\":\"h100-sxm-80gb\",\"note\":\"%s\"}\\n' \"$NOTE\"\n",
+        );
+        let mut env = BTreeMap::new();
+        env.insert("NOTE".to_string(), "from the cell".to_string());
+        env.insert(
+            "PROBE_DIR".to_string(),
+            job_dir.to_string_lossy().into_owned(),
+        );
+        let prog = Program::Command {
+            argv: vec!["true".into()],
+            env,
+        };
+        let c = cell(1, Workload::Builtin);
+        let p = plan_with_env_probe(&c, &prog, &settings(), false, &job_dir, Some(&bench)).unwrap();
+        let file = p.node_env_file("42").unwrap();
+        assert_eq!(file, job_dir.join("node-env-42.json"));
+        assert!(run_script(&p, &bin, "42").success());
+        // Written before srun started the tasks, with the cell's variables in force, and
+        // nothing else left behind.
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.contains("\"hardware_key\":\"h100-sxm-80gb\""),
+            "{text}"
+        );
+        assert!(text.contains("from the cell"), "{text}");
+        let seen = std::fs::read_to_string(job_dir.join("../seen-by-srun")).unwrap();
+        assert_eq!(seen.trim(), "node-env-42.json");
+
+        // A probe that fails leaves its error output, and the tasks still run.
+        executable(
+            &bench,
+            "#!/bin/sh\necho 'cannot load libtorch' >&2\nexit 1\n",
+        );
+        let _ = std::fs::remove_file(job_dir.join("../seen-by-srun"));
+        assert!(run_script(&p, &bin, "43").success());
+        assert!(!job_dir.join("node-env-43.json").exists());
+        let err = std::fs::read_to_string(job_dir.join("node-env-43.json.err")).unwrap();
+        assert!(err.contains("cannot load libtorch"), "{err}");
+        assert!(job_dir.join("../seen-by-srun").exists());
+
+        // Without a probe the script has none.
+        let p = plan(&c, &prog, &settings(), false, &job_dir).unwrap();
+        assert!(p.node_env_file("42").is_none());
+        assert!(!p.script.contains("env --format json"));
     }
 
     #[test]
