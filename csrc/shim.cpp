@@ -1,6 +1,7 @@
-// C++ shim for what libtorch offers only in C++: a custom autograd Function (fp8 linear
-// through at::_scaled_mm), the fused AdamW kernel, CUDA-graph capture and replay, and the
-// CUDA caching allocator's statistics. Tensors cross the boundary as `at::Tensor*`, which is
+// C++ shim for what libtorch offers only in C++: custom autograd Functions (fp8 linear
+// through at::_scaled_mm; the fused cross-entropy of fused_ce.cpp, whose kernels are our own
+// CUDA compiled at run time, see jit.h), the fused AdamW kernel, CUDA-graph capture and
+// replay, and the CUDA caching allocator's statistics. Tensors cross the boundary as `at::Tensor*`, which is
 // what tch's C_tensor points to. Every function catches C++ exceptions and reports them
 // through bench_last_error() so that no exception unwinds into Rust.
 
@@ -20,6 +21,9 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "fused.h"
+#include "jit.h"
 
 namespace {
 
@@ -136,6 +140,26 @@ const char* bench_last_error() { return g_last_error.c_str(); }
 // fp8 linear: *out = Fp8Linear(x2d, w); x2d is [M, K] bf16, w is [N, K] bf16.
 int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, at::Tensor** out) {
   return guarded([&] { *out = new at::Tensor(Fp8Linear::apply(*x, *w)); });
+}
+
+// Fused cross-entropy: *out = mean loss (fp32 scalar) of logits [N, V] (bf16 or fp32, CUDA)
+// against int64 targets [N]; see fused.h for reuse_logits and threads.
+int bench_fused_cross_entropy(const at::Tensor* logits, const at::Tensor* targets,
+                              int64_t ignore_index, int reuse_logits, int64_t threads,
+                              at::Tensor** out) {
+  return guarded([&] {
+    *out = new at::Tensor(bench_fused::cross_entropy(*logits, *targets, ignore_index,
+                                                     reuse_logits != 0, threads));
+  });
+}
+
+// Compiles the fused kernels for sm_<arch> with NVRTC, without a GPU; *bytes = cubin size.
+int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
+  return guarded([&] {
+    auto cubin = bench_jit::compile_cubin(bench_fused::cross_entropy_source(),
+                                          "fused_cross_entropy", static_cast<int>(arch));
+    *bytes = static_cast<int64_t>(cubin.size());
+  });
 }
 
 // One AdamW step with libtorch's fused CUDA kernel over n parameters. `step` is one

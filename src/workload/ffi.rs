@@ -1,5 +1,5 @@
-//! Safe wrappers over the C++ shim (csrc/shim.cpp): the fp8 linear autograd Function, the
-//! fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
+//! Safe wrappers over the C++ shim (csrc/shim.cpp): the fp8 linear and fused cross-entropy
+//! autograd Functions, the fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
 //! error text on failure; none of them may be made on a host without a CUDA device (the
 //! callers check `tch::Cuda::is_available()` first).
 
@@ -24,6 +24,15 @@ pub type ReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
 extern "C" {
     fn bench_last_error() -> *const c_char;
     fn bench_fp8_linear(x: *const C_tensor, w: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
+    fn bench_fused_cross_entropy(
+        logits: *const C_tensor,
+        targets: *const C_tensor,
+        ignore_index: i64,
+        reuse_logits: c_int,
+        threads: i64,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_fused_adamw(
         params: *const *mut C_tensor,
         grads: *const *mut C_tensor,
@@ -78,6 +87,41 @@ pub fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
     // SAFETY: x and w are live tensors; on success the shim hands over a new at::Tensor*.
     check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), &mut out) })?;
     Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Mean cross-entropy (fp32 scalar) of CUDA `logits [N, V]` (bf16 or fp32) against int64
+/// `targets [N]`, skipping rows whose target is `ignore_index`, through the shim's fused
+/// kernels (csrc/fused_ce.cpp); differentiable in `logits`. With `reuse_logits` the backward
+/// writes the gradient into the logits' buffer: only for logits nothing else reads after
+/// the loss. `threads` per block, 0 for the shim's default.
+pub fn fused_cross_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    ignore_index: i64,
+    reuse_logits: bool,
+    threads: i64,
+) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: both are live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe {
+        bench_fused_cross_entropy(
+            logits.as_ptr(),
+            targets.as_ptr(),
+            ignore_index,
+            c_int::from(reuse_logits),
+            threads,
+            &mut out,
+        )
+    })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and
+/// returns the cubin's size: what a CPU test can check of them.
+pub fn jit_compile_check(arch: i64) -> Result<usize, String> {
+    let mut bytes = 0i64;
+    check(unsafe { bench_jit_compile_check(arch, &mut bytes) })?;
+    Ok(bytes.max(0) as usize)
 }
 
 /// One fused AdamW step over equally long lists of fp32 CUDA tensors.
