@@ -4,7 +4,8 @@
 #
 # Usage: scripts/gpu-bench.sh [DIR] [OUT_DIR]
 #   DIR      holds the release binary `bench`, the reference peers (gpt2_pytorch.py,
-#            llama_pytorch.py) and optionally the GPU test binary `worker_gpu`
+#            llama_pytorch.py) and optionally the GPU test binary `worker_gpu` and the
+#            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
 # Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300).
@@ -75,8 +76,17 @@ if [ -x "$DIR/worker_gpu" ]; then
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
+if [ -x "$DIR/fused_ce" ]; then
+  timeout "$TMO" "$DIR/fused_ce" > "$LOGS/fused_ce.log" 2>&1
+  echo "fused_ce kernel bench rc=$?"; cat "$LOGS/fused_ce.log"
+fi
+
 mine gpt2-125m.bf16 "${G[@]}"
-mine gpt2-125m.bf16.compile "${G[@]}" --features compile
+# The run-time kernel compile's log (time, registers) lands in this run's .err file.
+BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
+grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
+# The same without the fused cross-entropy: what it gains, measured in this run.
+BENCH_FUSED_CE=0 mine gpt2-125m.bf16.compile.unfused-ce "${G[@]}" --features compile
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
