@@ -13,12 +13,14 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -151,6 +153,23 @@ int bench_fused_cross_entropy(const at::Tensor* logits, const at::Tensor* target
     *out = new at::Tensor(bench_fused::cross_entropy(*logits, *targets, ignore_index,
                                                      reuse_logits != 0, threads));
   });
+}
+
+// libtorch's profiler (Kineto, with CUPTI for the device's kernels), as torch.profiler runs
+// it: what `BENCH_PROFILE` uses to trace one step of the worker.
+int bench_profiler_start() {
+  return guarded([&] {
+    namespace pi = torch::profiler::impl;
+    pi::ProfilerConfig cfg(pi::ProfilerState::KINETO);
+    std::set<pi::ActivityType> acts{pi::ActivityType::CPU, pi::ActivityType::CUDA};
+    torch::autograd::profiler::prepareProfiler(cfg, acts);
+    torch::autograd::profiler::enableProfiler(cfg, acts);
+  });
+}
+
+// Stops the profiler and writes its trace (Chrome trace JSON) to `path`.
+int bench_profiler_stop(const char* path) {
+  return guarded([&] { torch::autograd::profiler::disableProfiler()->save(path); });
 }
 
 // Compiles the fused kernels for sm_<arch> with NVRTC, without a GPU; *bytes = cubin size.

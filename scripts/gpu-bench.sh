@@ -8,7 +8,9 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300).
+# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300);
+# PROFILE=1 also traces one gpt2-125m step with and without the fused cross-entropy
+# (BENCH_PROFILE) and prints the kernel time by kind (trace-top.py, from DIR or scripts/).
 # Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
 set -u
 DIR=${1:-.gpu}
@@ -79,6 +81,18 @@ fi
 if [ -x "$DIR/fused_ce" ]; then
   timeout "$TMO" "$DIR/fused_ce" > "$LOGS/fused_ce.log" 2>&1
   echo "fused_ce kernel bench rc=$?"; cat "$LOGS/fused_ce.log"
+fi
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
+  for v in 1 0; do
+    BENCH_FUSED_CE=$v BENCH_PROFILE=$LOGS/trace.fused-ce-$v.json timeout "$TMO" "$BENCH" worker \
+      --model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 4 --warmup 3 \
+      > "$LOGS/profile.fused-ce-$v.log" 2>&1
+    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_CE=$v: rc=$?"
+    python3 "$TOP" "$LOGS/trace.fused-ce-$v.json" 25 | tee "$LOGS/profile.fused-ce-$v.md"
+    gzip -f "$LOGS/trace.fused-ce-$v.json"
+  done
 fi
 
 mine gpt2-125m.bf16 "${G[@]}"

@@ -33,6 +33,8 @@ extern "C" {
         out: *mut *mut C_tensor,
     ) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
+    fn bench_profiler_start() -> c_int;
+    fn bench_profiler_stop(path: *const c_char) -> c_int;
     fn bench_fused_adamw(
         params: *const *mut C_tensor,
         grads: *const *mut C_tensor,
@@ -122,6 +124,18 @@ pub fn jit_compile_check(arch: i64) -> Result<usize, String> {
     let mut bytes = 0i64;
     check(unsafe { bench_jit_compile_check(arch, &mut bytes) })?;
     Ok(bytes.max(0) as usize)
+}
+
+/// Starts libtorch's profiler (host ops and, through CUPTI, device kernels).
+pub fn profiler_start() -> Result<(), String> {
+    check(unsafe { bench_profiler_start() })
+}
+
+/// Stops the profiler and writes its Chrome-trace JSON to `path`.
+pub fn profiler_stop(path: &std::path::Path) -> Result<(), String> {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| format!("{}: path contains a NUL byte", path.display()))?;
+    check(unsafe { bench_profiler_stop(c.as_ptr()) })
 }
 
 /// One fused AdamW step over equally long lists of fp32 CUDA tensors.
