@@ -53,6 +53,7 @@ fn build_shim(lib: &Path) {
         .file("csrc/shim.cpp")
         .file("csrc/jit.cpp")
         .file("csrc/fused_ce.cpp")
+        .file("csrc/fused_ln.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))

@@ -1,7 +1,9 @@
 //! Kernel benchmark of the fused cross-entropy (csrc/fused_ce.cpp) against libtorch's path
 //! (fp32 cast, log_softmax, nll_loss and their backwards), at the heads of the built-in
 //! workload: gpt2-125m at 16x1024 tokens (V = 50304, and the unpadded 50257 whose rows are
-//! off the 16-byte grid) and the Llama proxy at 1x8192 (V = 128256), for several block sizes.
+//! off the 16-byte grid) and the Llama proxy at 1x8192 (V = 128256), for several block sizes;
+//! and of the fused LayerNorm (csrc/fused_ln.cpp) against libtorch's at GPT-2's norms
+//! ([16384, 768] and [16384, 1024] bf16).
 //! Needs a CUDA device (prints a note and exits without one). Reports milliseconds per call
 //! (median of 20 timed calls after warm-up, device synchronised around each) and the
 //! bandwidth the fused kernels reach counting the bytes they must move: forward one read of
@@ -98,6 +100,50 @@ fn main() {
                 },
                 bytes / fwd / 1e6,
                 2.0 * bytes / bwd / 1e6,
+            );
+        }
+    }
+    layer_norms(dev);
+}
+
+/// Forward: one read of x, one write of y. Backward: reads of dy and x, one write of dx.
+fn layer_norms(dev: Device) {
+    println!("\n| LayerNorm | path | fwd ms | fwd+bwd ms | fwd GB/s | bwd GB/s |");
+    println!("|---|---|---|---|---|---|");
+    for cols in [768i64, 1024] {
+        tch::manual_seed(0);
+        let rows = 16384i64;
+        let x = Tensor::randn([rows, cols], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+        let dy = Tensor::randn([rows, cols], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+        let mut w = Tensor::ones([cols], (Kind::Float, dev)).set_requires_grad(true);
+        let mut b = Tensor::zeros([cols], (Kind::Float, dev)).set_requires_grad(true);
+        let mut xg = x.detach().set_requires_grad(true);
+        let bytes = (rows * cols * 2) as f64;
+        for fused in [false, true] {
+            let run = |x: &Tensor, w: &Tensor, b: &Tensor| -> Tensor {
+                if fused {
+                    ffi::fused_layer_norm(x, w, b, 1e-5).unwrap()
+                } else {
+                    // As the model runs it: weights cast to the compute dtype.
+                    let (wc, bc) = (w.to_kind(Kind::BFloat16), b.to_kind(Kind::BFloat16));
+                    x.layer_norm([cols], Some(&wc), Some(&bc), 1e-5, true)
+                }
+            };
+            let fwd = median_ms(|| {
+                let _ = tch::no_grad(|| run(&x, &w, &b));
+            });
+            let both = median_ms(|| {
+                ffi::backward_with_grad(&run(&xg, &w, &b), &dy).unwrap();
+                for t in [&mut xg, &mut w, &mut b] {
+                    ffi::set_grad_none(t).unwrap();
+                }
+            });
+            let bwd = both - fwd;
+            println!(
+                "| [{rows}, {cols}] bf16 | {} | {fwd:.3} | {both:.3} | {:.0} | {:.0} |",
+                if fused { "fused" } else { "libtorch" },
+                2.0 * bytes / fwd / 1e6,
+                3.0 * bytes / bwd / 1e6,
             );
         }
     }

@@ -17,7 +17,20 @@ namespace bench_fused {
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
                          int64_t ignore_index, bool reuse_logits, int64_t threads);
 
-// The CUDA C++ source of the cross-entropy kernels and their names (for a compile check).
+// The CUDA C++ source of the cross-entropy kernels (for a compile check).
 const std::string& cross_entropy_source();
+
+// LayerNorm over the last dimension of `input` [rows, cols] (bf16 or fp32, CUDA) with
+// `weight` and `bias` [cols] (fp32 masters or any float dtype; their gradients come back in
+// their own dtype). Differentiable in all three. Only where layer_norm_supported says so.
+at::Tensor layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps);
+
+// Rows the fused LayerNorm handles: a whole number of 16-byte vectors, at most four per lane
+// of a warp (cols <= 1024 in bf16, 512 in fp32).
+bool layer_norm_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the LayerNorm kernels for `kv` vectors per lane (for a compile check).
+std::string layer_norm_source(at::ScalarType input_dtype, int64_t kv);
 
 }  // namespace bench_fused

@@ -16,6 +16,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "device_types.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -26,54 +27,6 @@ namespace {
 // and the vector loads are always aligned. dlogits rows have the same alignment as the
 // logits' rows (the host checks that both bases are 16-byte aligned).
 const char* kSource = R"CUDA(
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef long long i64;
-typedef unsigned long long u64;
-
-#define LOG2E 1.4426950408889634f
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-struct Bf16 {
-  typedef u16 E;
-  typedef uint4 Vec;
-  enum { N = 8 };
-  __device__ static float get(E v) { return __uint_as_float(((u32)v) << 16); }
-  __device__ static E put(float f) {
-    u16 r;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
-    return r;
-  }
-  __device__ static u32 put2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-  }
-  __device__ static void unpack(const Vec& v, float* f) {
-    f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
-  }
-  __device__ static Vec pack(const float* f) {
-    Vec v;
-    v.x = put2(f[0], f[1]); v.y = put2(f[2], f[3]);
-    v.z = put2(f[4], f[5]); v.w = put2(f[6], f[7]);
-    return v;
-  }
-};
-
-struct F32 {
-  typedef float E;
-  typedef float4 Vec;
-  enum { N = 4 };
-  __device__ static float get(E v) { return v; }
-  __device__ static E put(float f) { return f; }
-  __device__ static void unpack(const Vec& v, float* f) { f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w; }
-  __device__ static Vec pack(const float* f) { return make_float4(f[0], f[1], f[2], f[3]); }
-};
-
 // Elements before the row's first 16-byte boundary, and the number of whole vectors after.
 template <class T>
 __device__ __forceinline__ void split(const typename T::E* p, int V, int& head, int& nv) {
@@ -324,7 +277,7 @@ struct FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
       long long ig = ignore_index;
       void* args[] = {&xp, &tp, &lp, &rp, &vi, &ig};
       bench_jit::launch(ks[bf16 ? kFwdBf16 : kFwdF32], dim3(static_cast<unsigned>(n)),
-                        dim3(static_cast<unsigned>(block)), args,
+                        dim3(static_cast<unsigned>(block)), args, 0,
                         at::cuda::getCurrentCUDAStream(x.get_device()).stream());
     }
     // Mean over the rows that count, as nll_loss's mean reduction: 0/0 = NaN when none does.
@@ -366,7 +319,7 @@ struct FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
       long long ig = ignore_index;
       void* args[] = {&xp, &tp, &lp, &sp, &dp, &vi, &ig};
       bench_jit::launch(ks[bf16 ? kBwdBf16 : kBwdF32], dim3(static_cast<unsigned>(n)),
-                        dim3(static_cast<unsigned>(block)), args,
+                        dim3(static_cast<unsigned>(block)), args, 0,
                         at::cuda::getCurrentCUDAStream(x.get_device()).stream());
     }
     // The logits now hold their gradient: any later unpacking of them (a second backward
@@ -380,7 +333,7 @@ struct FusedCrossEntropy : public torch::autograd::Function<FusedCrossEntropy> {
 }  // namespace
 
 const std::string& cross_entropy_source() {
-  static const std::string s = kSource;
+  static const std::string s = std::string(device_types_source()) + kSource;
   return s;
 }
 

@@ -235,8 +235,9 @@ const std::vector<cudaKernel_t>& kernels(const std::string& key, const std::stri
   return c.kernels.emplace(std::make_pair(key, device), std::move(ks)).first->second;
 }
 
-void launch(cudaKernel_t k, dim3 grid, dim3 block, void** args, cudaStream_t stream) {
-  check_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, 0, stream),
+void launch(cudaKernel_t k, dim3 grid, dim3 block, void** args, size_t smem,
+            cudaStream_t stream) {
+  check_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, args, smem, stream),
              "cudaLaunchKernel");
 }
 

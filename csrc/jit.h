@@ -30,7 +30,9 @@ std::string compile_cubin(const std::string& source, const std::string& name, in
 const std::vector<cudaKernel_t>& kernels(const std::string& key, const std::string& source,
                                          const std::vector<std::string>& names, int device);
 
-// Launches `k` on `stream` (capturable: a plain kernel node under CUDA-graph capture).
-void launch(cudaKernel_t k, dim3 grid, dim3 block, void** args, cudaStream_t stream);
+// Launches `k` with `smem` bytes of dynamic shared memory on `stream` (capturable: a plain
+// kernel node under CUDA-graph capture).
+void launch(cudaKernel_t k, dim3 grid, dim3 block, void** args, size_t smem,
+            cudaStream_t stream);
 
 }  // namespace bench_jit

@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -172,12 +173,29 @@ int bench_profiler_stop(const char* path) {
   return guarded([&] { torch::autograd::profiler::disableProfiler()->save(path); });
 }
 
-// Compiles the fused kernels for sm_<arch> with NVRTC, without a GPU; *bytes = cubin size.
+// Fused LayerNorm: *out = LayerNorm(x) over the last dimension of x [rows, cols] with
+// weight and bias [cols]; see fused.h.
+int bench_fused_layer_norm(const at::Tensor* x, const at::Tensor* weight, const at::Tensor* bias,
+                           double eps, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::layer_norm(*x, *weight, *bias, eps)); });
+}
+
+// Whether the fused LayerNorm takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_layer_norm_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::layer_norm_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
+// Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
+// at its widest, four vectors per lane); *bytes = the cubins' total size.
 int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
   return guarded([&] {
-    auto cubin = bench_jit::compile_cubin(bench_fused::cross_entropy_source(),
-                                          "fused_cross_entropy", static_cast<int>(arch));
-    *bytes = static_cast<int64_t>(cubin.size());
+    int a = static_cast<int>(arch);
+    size_t total = bench_jit::compile_cubin(bench_fused::cross_entropy_source(),
+                                            "fused_cross_entropy", a).size();
+    for (auto t : {at::kBFloat16, at::kFloat})
+      total += bench_jit::compile_cubin(bench_fused::layer_norm_source(t, 4), "layer_norm", a)
+                   .size();
+    *bytes = static_cast<int64_t>(total);
   });
 }
 
@@ -206,6 +224,11 @@ int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
     // because it is incremented once, before the kernel.
     at::_fused_adamw_(p, g, m, v, {}, s, lr, beta1, beta2, weight_decay, eps, false, false);
   });
+}
+
+// Backward from a non-scalar `t` with incoming gradient `grad` (torch.autograd.backward).
+int bench_backward_with_grad(const at::Tensor* t, const at::Tensor* grad) {
+  return guarded([&] { torch::autograd::backward({*t}, {*grad}); });
 }
 
 // Drops a tensor's gradient (PyTorch's zero_grad(set_to_none=True)): the next backward then

@@ -1,6 +1,7 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
 //! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
-//! eager steps, and the fused cross-entropy against libtorch's (loss, gradient, training). On hosts without CUDA every test returns at once (CI has no GPU);
+//! eager steps, and the fused cross-entropy and LayerNorm against libtorch's (values,
+//! gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
@@ -334,7 +335,60 @@ fn fused_cross_entropy_matches_reference() {
 }
 
 #[test]
-fn fused_cross_entropy_trains_like_unfused() {
+fn fused_layer_norm_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(11);
+    // 768 and 1024: GPT-2's widths (3 and 4 vectors per lane in bf16); 520: 65 vectors, so
+    // some lanes hold fewer; 1003 rows: not a multiple of the 8 rows of a block.
+    for cols in [768i64, 1024, 520] {
+        for (kind, tol) in [(Kind::BFloat16, 1e-2), (Kind::Float, 1e-5)] {
+            let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0 + 0.5).to_kind(kind);
+            let w = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1 + 1.0).set_requires_grad(true);
+            let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1).set_requires_grad(true);
+            let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+            // Reference: libtorch's LayerNorm on fp64 copies of the same values.
+            let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+            let (wr, br) = (
+                w.detach().to_kind(Kind::Double).set_requires_grad(true),
+                b.detach().to_kind(Kind::Double).set_requires_grad(true),
+            );
+            let yr = xr.layer_norm([cols], Some(&wr), Some(&br), 1e-5, false);
+            (&yr * dy.to_kind(Kind::Double))
+                .sum(Kind::Double)
+                .backward();
+
+            assert!(ffi::fused_layer_norm_supported(&x));
+            let xf = x.detach().set_requires_grad(true);
+            let y = ffi::fused_layer_norm(&xf, &w, &b, 1e-5).unwrap();
+            assert_eq!(y.kind(), kind);
+            (&y * &dy).sum(Kind::Float).backward();
+            assert_eq!(
+                w.grad().kind(),
+                Kind::Float,
+                "weight gradient in the master's dtype"
+            );
+            let errs = [
+                ("y", rel_err(&y, &yr)),
+                ("dx", rel_err(&xf.grad(), &xr.grad())),
+                ("dw", rel_err(&w.grad(), &wr.grad())),
+                ("db", rel_err(&b.grad(), &br.grad())),
+            ];
+            println!("fused LN cols={cols} {kind:?}: {errs:?}");
+            for (what, e) in errs {
+                assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
+            }
+        }
+    }
+    // Rows the kernels do not take: not a whole number of vectors, or too wide.
+    for cols in [770i64, 1600] {
+        let x = Tensor::zeros([4, cols], (Kind::BFloat16, dev));
+        assert!(!ffi::fused_layer_norm_supported(&x), "cols={cols}");
+    }
+}
+
+#[test]
+fn fused_kernels_train_like_unfused() {
     if cuda().is_none() {
         return;
     }
@@ -359,7 +413,7 @@ fn fused_cross_entropy_trains_like_unfused() {
         ];
         args.extend(extra);
         let fused = worker(&args);
-        let unfused = worker_env(&args, &[("BENCH_FUSED_CE", "0")]);
+        let unfused = worker_env(&args, &[("BENCH_FUSED_CE", "0"), ("BENCH_FUSED_LN", "0")]);
         for (o, what) in [(&fused, "fused"), (&unfused, "unfused")] {
             assert!(
                 o.status.success(),

@@ -32,6 +32,14 @@ extern "C" {
         threads: i64,
         out: *mut *mut C_tensor,
     ) -> c_int;
+    fn bench_fused_layer_norm(
+        x: *const C_tensor,
+        weight: *const C_tensor,
+        bias: *const C_tensor,
+        eps: f64,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_layer_norm_supported(x: *const C_tensor) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -49,6 +57,7 @@ extern "C" {
         eps: f64,
     ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
+    fn bench_backward_with_grad(t: *const C_tensor, grad: *const C_tensor) -> c_int;
     fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
     fn bench_cuda_set_device(device: i64) -> c_int;
     fn bench_grad_ready_hooks(
@@ -118,6 +127,31 @@ pub fn fused_cross_entropy(
     Ok(unsafe { Tensor::from_ptr(out) })
 }
 
+/// LayerNorm over the last dimension of CUDA `x [rows, cols]` (bf16 or fp32) with `weight`
+/// and `bias [cols]` (the fp32 masters: their gradients come back in fp32), through the
+/// shim's fused kernels (csrc/fused_ln.cpp); differentiable in all three. Only for rows that
+/// [`fused_layer_norm_supported`] accepts.
+pub fn fused_layer_norm(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    eps: f64,
+) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe {
+        bench_fused_layer_norm(x.as_ptr(), weight.as_ptr(), bias.as_ptr(), eps, &mut out)
+    })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused LayerNorm takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors, at most 1024 bf16 or 512 fp32 elements (GPT-2 125M and 350M).
+pub fn fused_layer_norm_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_layer_norm_supported(x.as_ptr()) == 1 }
+}
+
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and
 /// returns the cubin's size: what a CPU test can check of them.
 pub fn jit_compile_check(arch: i64) -> Result<usize, String> {
@@ -177,6 +211,12 @@ pub fn fused_adamw(
             eps,
         )
     })
+}
+
+/// Backward from `t` with `grad` as its incoming gradient (tch's `backward` takes scalars
+/// only): what the kernel benchmarks time a layer's backward with, free of a loss's kernels.
+pub fn backward_with_grad(t: &Tensor, grad: &Tensor) -> Result<(), String> {
+    check(unsafe { bench_backward_with_grad(t.as_ptr(), grad.as_ptr()) })
 }
 
 /// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).

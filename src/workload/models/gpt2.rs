@@ -3,7 +3,8 @@
 
 use tch::{Device, Tensor};
 
-use super::{cross_entropy, Init, Model, ModelConfig, Param};
+use super::{cross_entropy, fused_layer_norm_enabled, Init, Model, ModelConfig, Param};
+use crate::workload::ffi;
 use crate::workload::precision::Ctx;
 
 struct Block {
@@ -71,8 +72,19 @@ impl Gpt2 {
     }
 }
 
+/// LayerNorm over the last dimension. On CUDA the shim's fused kernels take the fp32 master
+/// weights as they are (no per-step cast; gradients land in fp32) and fold the weight and
+/// bias gradients into the input-gradient pass; elsewhere libtorch's, on cast weights.
 fn layer_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
     let e = *x.size().last().unwrap_or(&0);
+    if fused_layer_norm_enabled(x) {
+        let y = match ffi::fused_layer_norm(&x.reshape([-1, e]), w, b, eps) {
+            Ok(y) => y,
+            // As with every libtorch failure in the step: a panic, reported by the worker.
+            Err(err) => panic!("fused layer norm failed: {err} (BENCH_FUSED_LN=0 avoids it)"),
+        };
+        return y.view(x.size().as_slice());
+    }
     x.layer_norm([e], Some(ctx.cast(w)), Some(ctx.cast(b)), eps, true)
 }
 

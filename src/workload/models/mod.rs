@@ -112,6 +112,15 @@ pub fn fused_cross_entropy_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_CE").map_or(true, |v| v != "0")
 }
 
+/// Whether the models' LayerNorms take the fused kernels for `x`: on CUDA, for the row
+/// widths the kernels handle (see [`super::ffi::fused_layer_norm_supported`]), unless
+/// `BENCH_FUSED_LN=0` asks for libtorch's LayerNorm (to compare the two).
+pub fn fused_layer_norm_enabled(x: &Tensor) -> bool {
+    x.device().is_cuda()
+        && std::env::var("BENCH_FUSED_LN").map_or(true, |v| v != "0")
+        && super::ffi::fused_layer_norm_supported(x)
+}
+
 /// Mean cross-entropy in fp32 over `[B, T, V]` logits against `[B, T]` targets.
 ///
 /// On a CUDA device the shim's fused kernels compute it: one read of the logits forward,
@@ -159,8 +168,12 @@ mod tests {
     }
 
     #[test]
-    fn fused_cross_entropy_is_never_taken_on_the_cpu() {
+    fn fused_kernels_are_never_taken_on_the_cpu() {
         assert!(!fused_cross_entropy_enabled(Device::Cpu));
+        let x = Tensor::zeros([4, 768], (Kind::BFloat16, Device::Cpu));
+        assert!(!fused_layer_norm_enabled(&x));
+        // The rows themselves would fit the kernels.
+        assert!(crate::workload::ffi::fused_layer_norm_supported(&x));
     }
 
     #[test]
@@ -173,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn fused_cross_entropy_kernels_compile_for_hopper() {
+    fn fused_kernels_compile_for_hopper() {
         // NVRTC needs no GPU: the kernel source is checked on every host, CI's included.
         let bytes = crate::workload::ffi::jit_compile_check(90).unwrap();
         assert!(bytes > 1000, "cubin of {bytes} bytes");
