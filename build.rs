@@ -54,6 +54,7 @@ fn build_shim(lib: &Path) {
         .file("csrc/jit.cpp")
         .file("csrc/fused_ce.cpp")
         .file("csrc/fused_ln.cpp")
+        .file("csrc/fused_gelu.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))

@@ -2,8 +2,10 @@
 //! (fp32 cast, log_softmax, nll_loss and their backwards), at the heads of the built-in
 //! workload: gpt2-125m at 16x1024 tokens (V = 50304, and the unpadded 50257 whose rows are
 //! off the 16-byte grid) and the Llama proxy at 1x8192 (V = 128256), for several block sizes;
-//! and of the fused LayerNorm (csrc/fused_ln.cpp) against libtorch's at GPT-2's norms
-//! ([16384, 768] and [16384, 1024] bf16).
+//! and of the fused LayerNorm (csrc/fused_ln.cpp) and bias+GELU (csrc/fused_gelu.cpp)
+//! against libtorch's at GPT-2's shapes ([16384, 768] and [16384, 1024] norms, the
+//! [16384, 3072] MLP pre-activation, bf16). The small ones include the host's launch and
+//! autograd overhead; the step profile (`BENCH_PROFILE`) has the kernels alone.
 //! Needs a CUDA device (prints a note and exits without one). Reports milliseconds per call
 //! (median of 20 timed calls after warm-up, device synchronised around each) and the
 //! bandwidth the fused kernels reach counting the bytes they must move: forward one read of
@@ -104,6 +106,52 @@ fn main() {
         }
     }
     layer_norms(dev);
+    bias_gelu(dev);
+}
+
+/// Forward: one read of x, one write of y. Backward: reads of dy and x, one write of dx.
+fn bias_gelu(dev: Device) {
+    println!("\n| bias+GELU | path | fwd ms | fwd+bwd ms | fwd GB/s | bwd GB/s |");
+    println!("|---|---|---|---|---|---|");
+    let (rows, cols) = (16384i64, 3072i64);
+    tch::manual_seed(0);
+    let x = Tensor::randn([rows, cols], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+    let dy = Tensor::randn([rows, cols], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+    let mut b = Tensor::zeros([cols], (Kind::Float, dev)).set_requires_grad(true);
+    let mut xg = x.detach().set_requires_grad(true);
+    let bytes = (rows * cols * 2) as f64;
+    for fused in [false, true] {
+        // libtorch's side as the model ran it: the bias added in the matmul's epilogue (not
+        // timed here: an add stands in, outside the timed backward's bias gradient), GELU,
+        // and the bias gradient as a column sum of GELU's input gradient.
+        let run = |x: &Tensor, b: &Tensor| -> Tensor {
+            if fused {
+                ffi::fused_bias_gelu(x, b).unwrap()
+            } else {
+                (x + b.to_kind(Kind::BFloat16)).gelu("tanh")
+            }
+        };
+        let fwd = median_ms(|| {
+            let _ = tch::no_grad(|| run(&x, &b));
+        });
+        let both = median_ms(|| {
+            ffi::backward_with_grad(&run(&xg, &b), &dy).unwrap();
+            for t in [&mut xg, &mut b] {
+                ffi::set_grad_none(t).unwrap();
+            }
+        });
+        let bwd = both - fwd;
+        println!(
+            "| [{rows}, {cols}] bf16 | {} | {fwd:.3} | {both:.3} | {:.0} | {:.0} |",
+            if fused {
+                "fused"
+            } else {
+                "libtorch (add + GELU)"
+            },
+            2.0 * bytes / fwd / 1e6,
+            3.0 * bytes / bwd / 1e6,
+        );
+    }
 }
 
 /// Forward: one read of x, one write of y. Backward: reads of dy and x, one write of dx.

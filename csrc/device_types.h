@@ -57,6 +57,17 @@ struct F32 {
   __device__ static Vec pack(const float* f) { return make_float4(f[0], f[1], f[2], f[3]); }
 };
 
+
+// The fp32 per-column values (weights, biases) of vector v's N columns.
+template <class T>
+__device__ __forceinline__ void load_w(const float* __restrict__ w, int v, float* out) {
+  const float4* p = (const float4*)(w + v * T::N);
+#pragma unroll
+  for (int i = 0; i < T::N / 4; ++i) {
+    float4 q = p[i];
+    out[4 * i] = q.x; out[4 * i + 1] = q.y; out[4 * i + 2] = q.z; out[4 * i + 3] = q.w;
+  }
+}
 )CUDA";
 }
 

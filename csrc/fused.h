@@ -33,4 +33,15 @@ bool layer_norm_supported(at::ScalarType input_dtype, int64_t cols);
 // The CUDA C++ source of the LayerNorm kernels for `kv` vectors per lane (for a compile check).
 std::string layer_norm_source(at::ScalarType input_dtype, int64_t kv);
 
+// gelu(input + bias) with the tanh approximation, over `input` [rows, cols] (bf16 or fp32,
+// CUDA) and `bias` [cols] (the fp32 master or any float dtype; its gradient comes back in its
+// own dtype). Differentiable in both. Only where bias_gelu_supported says so.
+at::Tensor bias_gelu(const at::Tensor& input, const at::Tensor& bias);
+
+// Rows the fused bias+GELU takes: a whole number of 16-byte vectors.
+bool bias_gelu_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the bias+GELU kernels (for a compile check).
+std::string bias_gelu_source(at::ScalarType input_dtype);
+
 }  // namespace bench_fused

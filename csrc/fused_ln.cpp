@@ -37,16 +37,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// The fp32 weights of one vector's N columns.
-__device__ __forceinline__ void load_w(const float* __restrict__ w, int v, float* out) {
-  const float4* p = (const float4*)(w + v * T::N);
-#pragma unroll
-  for (int i = 0; i < T::N / 4; ++i) {
-    float4 q = p[i];
-    out[4 * i] = q.x; out[4 * i + 1] = q.y; out[4 * i + 2] = q.z; out[4 * i + 3] = q.w;
-  }
-}
-
 // y = (x - mean) / sqrt(var + eps) * gamma + beta, one warp per row of `cols` elements.
 extern "C" __global__ void __launch_bounds__(256)
 ln_fwd(const E* __restrict__ x, const float* __restrict__ gamma, const float* __restrict__ beta,
@@ -92,8 +82,8 @@ ln_fwd(const E* __restrict__ x, const float* __restrict__ gamma, const float* __
     const int v = lane + 32 * k;
     if (v < nv) {
       float g[T::N], b[T::N], o[T::N];
-      load_w(gamma, v, g);
-      load_w(beta, v, b);
+      load_w<T>(gamma, v, g);
+      load_w<T>(beta, v, b);
 #pragma unroll
       for (int j = 0; j < T::N; ++j) o[j] = (f[k][j] - mean) * rstd * g[j] + b[j];
       yv[v] = T::pack(o);
@@ -140,7 +130,7 @@ ln_bwd(const E* __restrict__ dy, const E* __restrict__ x, const float* __restric
         float d[T::N], xx[T::N], g[T::N];
         T::unpack(rd[k], d);
         T::unpack(rx[k], xx);
-        load_w(gamma, v, g);
+        load_w<T>(gamma, v, g);
 #pragma unroll
         for (int j = 0; j < T::N; ++j) {
           const float xh = (xx[j] - m) * r;
@@ -162,7 +152,7 @@ ln_bwd(const E* __restrict__ dy, const E* __restrict__ x, const float* __restric
         float d[T::N], xx[T::N], g[T::N], o[T::N];
         T::unpack(rd[k], d);
         T::unpack(rx[k], xx);
-        load_w(gamma, v, g);
+        load_w<T>(gamma, v, g);
 #pragma unroll
         for (int j = 0; j < T::N; ++j) {
           const float xh = (xx[j] - m) * r;

@@ -185,6 +185,16 @@ int bench_fused_layer_norm_supported(const at::Tensor* x) {
   return x->dim() > 0 && bench_fused::layer_norm_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
 }
 
+// Fused bias + GELU (tanh): *out = gelu(x + bias) for x [rows, cols], bias [cols].
+int bench_fused_bias_gelu(const at::Tensor* x, const at::Tensor* bias, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::bias_gelu(*x, *bias)); });
+}
+
+// Whether the fused bias+GELU takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_bias_gelu_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::bias_gelu_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
 // Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
 // at its widest, four vectors per lane); *bytes = the cubins' total size.
 int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
@@ -192,9 +202,11 @@ int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
     int a = static_cast<int>(arch);
     size_t total = bench_jit::compile_cubin(bench_fused::cross_entropy_source(),
                                             "fused_cross_entropy", a).size();
-    for (auto t : {at::kBFloat16, at::kFloat})
+    for (auto t : {at::kBFloat16, at::kFloat}) {
       total += bench_jit::compile_cubin(bench_fused::layer_norm_source(t, 4), "layer_norm", a)
                    .size();
+      total += bench_jit::compile_cubin(bench_fused::bias_gelu_source(t), "bias_gelu", a).size();
+    }
     *bytes = static_cast<int64_t>(total);
   });
 }

@@ -86,10 +86,10 @@ fi
 if [ "${PROFILE:-0}" = 1 ]; then
   TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
   for v in 1 0; do
-    BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
+    BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
       "$BENCH" worker --model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 \
       --steps 4 --warmup 3 > "$LOGS/profile.fused-$v.log" 2>&1
-    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_CE=BENCH_FUSED_LN=$v: rc=$?"
+    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_{CE,LN,GELU}=$v: rc=$?"
     python3 "$TOP" "$LOGS/trace.fused-$v.json" 25 | tee "$LOGS/profile.fused-$v.md"
     gzip -f "$LOGS/trace.fused-$v.json"
   done
@@ -100,8 +100,9 @@ mine gpt2-125m.bf16 "${G[@]}"
 BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
 # The same without each fused kernel: what each gains, measured in this run.
-BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-ln "${G[@]}" --features compile
-BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
+BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
+BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
+BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1

@@ -12,6 +12,8 @@ import sys
 # Kernel kinds by name, first match wins: what each lever of docs/perf-notes.md would touch.
 KINDS = [
     ("cross-entropy (fused)", r"^ce_(fwd|bwd)"),
+    ("layer norm (fused)", r"^ln_(fwd|bwd)"),
+    ("bias+GELU (fused)", r"^bias_gelu_(fwd|bwd)"),
     ("matmul", r"gemm|nvjet|cutlass|sm90_xmma|cublas|Kernel2"),
     ("attention", r"flash|fmha|attention"),
     ("layer/rms norm", r"layer_norm|LayerNorm|rms_norm|RmsNorm"),

@@ -1,7 +1,7 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
 //! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
-//! eager steps, and the fused cross-entropy and LayerNorm against libtorch's (values,
-//! gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
+//! eager steps, and the fused cross-entropy, LayerNorm and bias+GELU against libtorch's
+//! (values, gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
@@ -338,53 +338,107 @@ fn fused_cross_entropy_matches_reference() {
 fn fused_layer_norm_matches_reference() {
     let Some(dev) = cuda() else { return };
     tch::manual_seed(11);
-    // 768 and 1024: GPT-2's widths (3 and 4 vectors per lane in bf16); 520: 65 vectors, so
-    // some lanes hold fewer; 1003 rows: not a multiple of the 8 rows of a block.
-    for cols in [768i64, 1024, 520] {
-        for (kind, tol) in [(Kind::BFloat16, 1e-2), (Kind::Float, 1e-5)] {
-            let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0 + 0.5).to_kind(kind);
-            let w = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1 + 1.0).set_requires_grad(true);
-            let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1).set_requires_grad(true);
-            let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+    // bf16: 768 and 1024 are GPT-2's widths (3 and 4 vectors per lane), 520 is 65 vectors,
+    // so some lanes hold fewer; fp32 (4 elements a vector): 512 is the widest it takes, 260
+    // again 65 vectors. 1003 rows: not a multiple of the 8 rows of a block.
+    for (kind, cols, tol) in [
+        (Kind::BFloat16, 768i64, 1e-2),
+        (Kind::BFloat16, 1024, 1e-2),
+        (Kind::BFloat16, 520, 1e-2),
+        (Kind::Float, 512, 1e-5),
+        (Kind::Float, 260, 1e-5),
+    ] {
+        let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0 + 0.5).to_kind(kind);
+        let w = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1 + 1.0).set_requires_grad(true);
+        let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1).set_requires_grad(true);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
 
-            // Reference: libtorch's LayerNorm on fp64 copies of the same values.
-            let xr = x.to_kind(Kind::Double).set_requires_grad(true);
-            let (wr, br) = (
-                w.detach().to_kind(Kind::Double).set_requires_grad(true),
-                b.detach().to_kind(Kind::Double).set_requires_grad(true),
-            );
-            let yr = xr.layer_norm([cols], Some(&wr), Some(&br), 1e-5, false);
-            (&yr * dy.to_kind(Kind::Double))
-                .sum(Kind::Double)
-                .backward();
+        // Reference: libtorch's LayerNorm on fp64 copies of the same values.
+        let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+        let (wr, br) = (
+            w.detach().to_kind(Kind::Double).set_requires_grad(true),
+            b.detach().to_kind(Kind::Double).set_requires_grad(true),
+        );
+        let yr = xr.layer_norm([cols], Some(&wr), Some(&br), 1e-5, false);
+        (&yr * dy.to_kind(Kind::Double))
+            .sum(Kind::Double)
+            .backward();
 
-            assert!(ffi::fused_layer_norm_supported(&x));
-            let xf = x.detach().set_requires_grad(true);
-            let y = ffi::fused_layer_norm(&xf, &w, &b, 1e-5).unwrap();
-            assert_eq!(y.kind(), kind);
-            (&y * &dy).sum(Kind::Float).backward();
-            assert_eq!(
-                w.grad().kind(),
-                Kind::Float,
-                "weight gradient in the master's dtype"
-            );
-            let errs = [
-                ("y", rel_err(&y, &yr)),
-                ("dx", rel_err(&xf.grad(), &xr.grad())),
-                ("dw", rel_err(&w.grad(), &wr.grad())),
-                ("db", rel_err(&b.grad(), &br.grad())),
-            ];
-            println!("fused LN cols={cols} {kind:?}: {errs:?}");
-            for (what, e) in errs {
-                assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
-            }
+        assert!(ffi::fused_layer_norm_supported(&x));
+        let xf = x.detach().set_requires_grad(true);
+        let y = ffi::fused_layer_norm(&xf, &w, &b, 1e-5).unwrap();
+        assert_eq!(y.kind(), kind);
+        (&y * &dy).sum(Kind::Float).backward();
+        assert_eq!(
+            w.grad().kind(),
+            Kind::Float,
+            "weight gradient in the master's dtype"
+        );
+        let errs = [
+            ("y", rel_err(&y, &yr)),
+            ("dx", rel_err(&xf.grad(), &xr.grad())),
+            ("dw", rel_err(&w.grad(), &wr.grad())),
+            ("db", rel_err(&b.grad(), &br.grad())),
+        ];
+        println!("fused LN cols={cols} {kind:?}: {errs:?}");
+        for (what, e) in errs {
+            assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
         }
     }
     // Rows the kernels do not take: not a whole number of vectors, or too wide.
-    for cols in [770i64, 1600] {
-        let x = Tensor::zeros([4, cols], (Kind::BFloat16, dev));
-        assert!(!ffi::fused_layer_norm_supported(&x), "cols={cols}");
+    for (kind, cols) in [
+        (Kind::BFloat16, 770i64),
+        (Kind::BFloat16, 1600),
+        (Kind::Float, 768),
+    ] {
+        let x = Tensor::zeros([4, cols], (kind, dev));
+        assert!(!ffi::fused_layer_norm_supported(&x), "{kind:?} cols={cols}");
     }
+}
+
+#[test]
+fn fused_bias_gelu_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(13);
+    // 3072: GPT-2 125M's MLP (12 tiles of 32 vectors); 264: 33 vectors, a tile with one
+    // lane busy; 1003 rows: chunks of rows that do not divide evenly.
+    for (kind, cols, tol) in [
+        (Kind::BFloat16, 3072i64, 1e-2),
+        (Kind::BFloat16, 264, 1e-2),
+        (Kind::Float, 3072, 1e-5),
+        (Kind::Float, 264, 1e-5),
+    ] {
+        let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0).to_kind(kind);
+        let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.5).set_requires_grad(true);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+        let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+        let br = b.detach().to_kind(Kind::Double).set_requires_grad(true);
+        let yr = (&xr + &br).gelu("tanh");
+        ffi::backward_with_grad(&yr, &dy.to_kind(Kind::Double)).unwrap();
+
+        assert!(ffi::fused_bias_gelu_supported(&x));
+        let xf = x.detach().set_requires_grad(true);
+        let y = ffi::fused_bias_gelu(&xf, &b).unwrap();
+        assert_eq!(y.kind(), kind);
+        ffi::backward_with_grad(&y, &dy).unwrap();
+        assert_eq!(
+            b.grad().kind(),
+            Kind::Float,
+            "bias gradient in the master's dtype"
+        );
+        let errs = [
+            ("y", rel_err(&y, &yr)),
+            ("dx", rel_err(&xf.grad(), &xr.grad())),
+            ("db", rel_err(&b.grad(), &br.grad())),
+        ];
+        println!("fused bias+GELU cols={cols} {kind:?}: {errs:?}");
+        for (what, e) in errs {
+            assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
+        }
+    }
+    let x = Tensor::zeros([4, 3073], (Kind::BFloat16, dev));
+    assert!(!ffi::fused_bias_gelu_supported(&x));
 }
 
 #[test]
@@ -413,7 +467,14 @@ fn fused_kernels_train_like_unfused() {
         ];
         args.extend(extra);
         let fused = worker(&args);
-        let unfused = worker_env(&args, &[("BENCH_FUSED_CE", "0"), ("BENCH_FUSED_LN", "0")]);
+        let unfused = worker_env(
+            &args,
+            &[
+                ("BENCH_FUSED_CE", "0"),
+                ("BENCH_FUSED_LN", "0"),
+                ("BENCH_FUSED_GELU", "0"),
+            ],
+        );
         for (o, what) in [(&fused, "fused"), (&unfused, "unfused")] {
             assert!(
                 o.status.success(),

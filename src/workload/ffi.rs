@@ -40,6 +40,12 @@ extern "C" {
         out: *mut *mut C_tensor,
     ) -> c_int;
     fn bench_fused_layer_norm_supported(x: *const C_tensor) -> c_int;
+    fn bench_fused_bias_gelu(
+        x: *const C_tensor,
+        bias: *const C_tensor,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_bias_gelu_supported(x: *const C_tensor) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -150,6 +156,24 @@ pub fn fused_layer_norm(
 pub fn fused_layer_norm_supported(x: &Tensor) -> bool {
     // SAFETY: a live tensor; the shim only reads its dtype and sizes.
     unsafe { bench_fused_layer_norm_supported(x.as_ptr()) == 1 }
+}
+
+/// `gelu(x + bias)` (tanh approximation) over CUDA `x [rows, cols]` (bf16 or fp32) with
+/// `bias [cols]` (the fp32 master: its gradient comes back in fp32), through the shim's fused
+/// kernels (csrc/fused_gelu.cpp), whose backward also sums the bias gradient; differentiable
+/// in both. Only for rows that [`fused_bias_gelu_supported`] accepts.
+pub fn fused_bias_gelu(x: &Tensor, bias: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe { bench_fused_bias_gelu(x.as_ptr(), bias.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused bias+GELU takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors.
+pub fn fused_bias_gelu_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_bias_gelu_supported(x.as_ptr()) == 1 }
 }
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and

@@ -121,6 +121,14 @@ pub fn fused_layer_norm_enabled(x: &Tensor) -> bool {
         && super::ffi::fused_layer_norm_supported(x)
 }
 
+/// Whether GPT-2's MLP takes the fused bias+GELU kernels on `device`: CUDA only, unless
+/// `BENCH_FUSED_GELU=0` asks for the matmul's bias epilogue and libtorch's GELU (to compare
+/// the two). The row width is checked on the pre-activation itself
+/// ([`super::ffi::fused_bias_gelu_supported`]).
+pub fn fused_bias_gelu_enabled(device: Device) -> bool {
+    device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
+}
+
 /// Mean cross-entropy in fp32 over `[B, T, V]` logits against `[B, T]` targets.
 ///
 /// On a CUDA device the shim's fused kernels compute it: one read of the logits forward,
@@ -172,6 +180,7 @@ mod tests {
         assert!(!fused_cross_entropy_enabled(Device::Cpu));
         let x = Tensor::zeros([4, 768], (Kind::BFloat16, Device::Cpu));
         assert!(!fused_layer_norm_enabled(&x));
+        assert!(!fused_bias_gelu_enabled(Device::Cpu));
         // The rows themselves would fit the kernels.
         assert!(crate::workload::ffi::fused_layer_norm_supported(&x));
     }
