@@ -6,8 +6,9 @@
 //! `--no-as-needed`, and add an rpath to the libtorch folder so the binary runs from a
 //! checkout without LD_LIBRARY_PATH.
 //!
-//! The shim gives Rust what libtorch offers only in C++ (a custom autograd Function for fp8
-//! matmuls, the fused AdamW kernel, CUDA graphs, allocator statistics). It compiles against
+//! The shim gives Rust what libtorch offers only in C++ (custom autograd Functions for fp8
+//! matmuls and the fused cross-entropy, whose CUDA kernels NVRTC compiles at run time, the
+//! fused AdamW kernel, CUDA graphs, allocator statistics). It compiles against
 //! the headers of the same torch wheel plus the CUDA runtime headers of the PyPI packages
 //! nvidia-cuda-crt and nvidia-cuda-cccl (which land in site-packages/nvidia/cu13), and links
 //! that wheel's CUDA runtime. The wheel is the CUDA build on CPU-only hosts too, so the shim
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=csrc/shim.cpp");
+    println!("cargo:rerun-if-changed=csrc");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         return;
     };
@@ -50,6 +51,10 @@ fn build_shim(lib: &Path) {
     cc::Build::new()
         .cpp(true)
         .file("csrc/shim.cpp")
+        .file("csrc/jit.cpp")
+        .file("csrc/fused_ce.cpp")
+        .file("csrc/fused_ln.cpp")
+        .file("csrc/fused_gelu.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))
@@ -61,6 +66,8 @@ fn build_shim(lib: &Path) {
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=c10_cuda");
     println!("cargo:rustc-link-lib=dylib=torch_cuda");
+    // dlopen/dladdr for NVRTC (csrc/jit.cpp); part of libc from glibc 2.34, libdl before.
+    println!("cargo:rustc-link-lib=dylib=dl");
     println!("cargo:rustc-link-arg={}", cudart.display());
     println!(
         "cargo:rustc-link-arg=-Wl,-rpath,{}",

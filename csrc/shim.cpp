@@ -1,6 +1,7 @@
-// C++ shim for what libtorch offers only in C++: a custom autograd Function (fp8 linear
-// through at::_scaled_mm), the fused AdamW kernel, CUDA-graph capture and replay, and the
-// CUDA caching allocator's statistics. Tensors cross the boundary as `at::Tensor*`, which is
+// C++ shim for what libtorch offers only in C++: custom autograd Functions (fp8 linear
+// through at::_scaled_mm; the fused cross-entropy of fused_ce.cpp, whose kernels are our own
+// CUDA compiled at run time, see jit.h), the fused AdamW kernel, CUDA-graph capture and
+// replay, and the CUDA caching allocator's statistics. Tensors cross the boundary as `at::Tensor*`, which is
 // what tch's C_tensor points to. Every function catches C++ exceptions and reports them
 // through bench_last_error() so that no exception unwinds into Rust.
 
@@ -13,13 +14,18 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "fused.h"
+#include "jit.h"
 
 namespace {
 
@@ -115,6 +121,72 @@ int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, at::Tensor** out)
   return guarded([&] { *out = new at::Tensor(Fp8Linear::apply(*x, *w)); });
 }
 
+// Fused cross-entropy: *out = mean loss (fp32 scalar) of logits [N, V] (bf16 or fp32, CUDA)
+// against int64 targets [N]; see fused.h for reuse_logits and threads.
+int bench_fused_cross_entropy(const at::Tensor* logits, const at::Tensor* targets,
+                              int64_t ignore_index, int reuse_logits, int64_t threads,
+                              at::Tensor** out) {
+  return guarded([&] {
+    *out = new at::Tensor(bench_fused::cross_entropy(*logits, *targets, ignore_index,
+                                                     reuse_logits != 0, threads));
+  });
+}
+
+// libtorch's profiler (Kineto, with CUPTI for the device's kernels), as torch.profiler runs
+// it: what `BENCH_PROFILE` uses to trace one step of the worker.
+int bench_profiler_start() {
+  return guarded([&] {
+    namespace pi = torch::profiler::impl;
+    pi::ProfilerConfig cfg(pi::ProfilerState::KINETO);
+    std::set<pi::ActivityType> acts{pi::ActivityType::CPU, pi::ActivityType::CUDA};
+    torch::autograd::profiler::prepareProfiler(cfg, acts);
+    torch::autograd::profiler::enableProfiler(cfg, acts);
+  });
+}
+
+// Stops the profiler and writes its trace (Chrome trace JSON) to `path`.
+int bench_profiler_stop(const char* path) {
+  return guarded([&] { torch::autograd::profiler::disableProfiler()->save(path); });
+}
+
+// Fused LayerNorm: *out = LayerNorm(x) over the last dimension of x [rows, cols] with
+// weight and bias [cols]; see fused.h.
+int bench_fused_layer_norm(const at::Tensor* x, const at::Tensor* weight, const at::Tensor* bias,
+                           double eps, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::layer_norm(*x, *weight, *bias, eps)); });
+}
+
+// Whether the fused LayerNorm takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_layer_norm_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::layer_norm_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
+// Fused bias + GELU (tanh): *out = gelu(x + bias) for x [rows, cols], bias [cols].
+int bench_fused_bias_gelu(const at::Tensor* x, const at::Tensor* bias, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::bias_gelu(*x, *bias)); });
+}
+
+// Whether the fused bias+GELU takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_bias_gelu_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::bias_gelu_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
+// Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
+// at its widest, four vectors per lane); *bytes = the cubins' total size.
+int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
+  return guarded([&] {
+    int a = static_cast<int>(arch);
+    size_t total = bench_jit::compile_cubin(bench_fused::cross_entropy_source(),
+                                            "fused_cross_entropy", a).size();
+    for (auto t : {at::kBFloat16, at::kFloat}) {
+      total += bench_jit::compile_cubin(bench_fused::layer_norm_source(t, 4), "layer_norm", a)
+                   .size();
+      total += bench_jit::compile_cubin(bench_fused::bias_gelu_source(t), "bias_gelu", a).size();
+    }
+    *bytes = static_cast<int64_t>(total);
+  });
+}
+
 // One AdamW step with libtorch's fused CUDA kernel over n parameters. `step` is one
 // float tensor on the device, shared by all parameters and incremented here, so the whole
 // update can be captured in a CUDA graph.
@@ -140,6 +212,11 @@ int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
     // because it is incremented once, before the kernel.
     at::_fused_adamw_(p, g, m, v, {}, s, lr, beta1, beta2, weight_decay, eps, false, false);
   });
+}
+
+// Backward from a non-scalar `t` with incoming gradient `grad` (torch.autograd.backward).
+int bench_backward_with_grad(const at::Tensor* t, const at::Tensor* grad) {
+  return guarded([&] { torch::autograd::backward({*t}, {*grad}); });
 }
 
 // Drops a tensor's gradient (PyTorch's zero_grad(set_to_none=True)): the next backward then

@@ -4,10 +4,13 @@
 #
 # Usage: scripts/gpu-bench.sh [DIR] [OUT_DIR]
 #   DIR      holds the release binary `bench`, the reference peers (gpt2_pytorch.py,
-#            llama_pytorch.py) and optionally the GPU test binary `worker_gpu`
+#            llama_pytorch.py) and optionally the GPU test binary `worker_gpu` and the
+#            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300).
+# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300);
+# PROFILE=1 also traces one gpt2-125m step with and without the fused kernels
+# (BENCH_PROFILE) and prints the kernel time by kind (trace-top.py, from DIR or scripts/).
 # Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
 set -u
 DIR=${1:-.gpu}
@@ -75,8 +78,31 @@ if [ -x "$DIR/worker_gpu" ]; then
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
+if [ -x "$DIR/fused_ce" ]; then
+  timeout "$TMO" "$DIR/fused_ce" > "$LOGS/fused_ce.log" 2>&1
+  echo "fused_ce kernel bench rc=$?"; cat "$LOGS/fused_ce.log"
+fi
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
+  for v in 1 0; do
+    BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
+      "$BENCH" worker --model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 \
+      --steps 4 --warmup 3 > "$LOGS/profile.fused-$v.log" 2>&1
+    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_{CE,LN,GELU}=$v: rc=$?"
+    python3 "$TOP" "$LOGS/trace.fused-$v.json" 25 | tee "$LOGS/profile.fused-$v.md"
+    gzip -f "$LOGS/trace.fused-$v.json"
+  done
+fi
+
 mine gpt2-125m.bf16 "${G[@]}"
-mine gpt2-125m.bf16.compile "${G[@]}" --features compile
+# The run-time kernel compile's log (time, registers) lands in this run's .err file.
+BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
+grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
+# The same without each fused kernel: what each gains, measured in this run.
+BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
+BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
+BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1

@@ -1,13 +1,15 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
-//! against the reference update, checkpointed gradients in bf16, and CUDA-graph replay
-//! against eager steps. On hosts without CUDA every test returns at once (CI has no GPU);
+//! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
+//! eager steps, and the fused cross-entropy, LayerNorm and bias+GELU against libtorch's
+//! (values, gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
 
 use assert_cmd::Command;
 use bench::events::Event;
-use bench::workload::models::{self, presets, Model, Param};
+use bench::workload::ffi;
+use bench::workload::models::{self, presets, Model, Param, IGNORE_INDEX};
 use bench::workload::optim::{AdamW, AdamWConfig};
 use bench::workload::precision::{Ctx, Precision};
 use bench::workload::sac;
@@ -165,6 +167,10 @@ fn fused_adamw_matches_reference_update() {
 }
 
 fn worker(args: &[&str]) -> Output {
+    worker_env(args, &[])
+}
+
+fn worker_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     // scripts/gpu-bench.sh runs this test binary on another host, where the build-time path
     // of `bench` does not exist; it names the copied binary in BENCH_BIN.
     let bin =
@@ -173,6 +179,7 @@ fn worker(args: &[&str]) -> Output {
         .arg("worker")
         .args(["--device", "cuda"])
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -236,6 +243,257 @@ fn cuda_graph_replay_matches_eager_steps() {
             assert!(
                 (a - b).abs() < 2e-2 * a.abs(),
                 "{extra:?}: {le:?} vs {lg:?}"
+            );
+        }
+    }
+}
+
+/// Random logits `[n, v]` with a spread like a trained head's (std 3, a few large outliers)
+/// and targets with every fifth row ignored.
+fn ce_inputs(n: i64, v: i64, kind: Kind, dev: Device) -> (Tensor, Tensor) {
+    let logits = Tensor::randn([n, v], (Kind::Float, dev)) * 3.0;
+    let _ = logits.narrow(1, 0, 1).fill_(25.0);
+    let y = Tensor::randint(v, [n], (Kind::Int64, dev));
+    let _ = y.slice(0, 0, n, 5).fill_(IGNORE_INDEX);
+    // One row's target is the last column and one the first: the row edges of the vector
+    // split.
+    let _ = y.narrow(0, 1, 1).fill_(v - 1);
+    let _ = y.narrow(0, 2, 1).fill_(0);
+    (logits.to_kind(kind), y)
+}
+
+/// libtorch's path on fp32 copies: loss and gradient of `grad_scale * loss`.
+fn ce_reference(logits: &Tensor, y: &Tensor, grad_scale: f64) -> (f64, Tensor) {
+    let x = logits.detach().to_kind(Kind::Float).set_requires_grad(true);
+    let loss = x.log_softmax(-1, Kind::Float).g_nll_loss::<Tensor>(
+        y,
+        None,
+        tch::Reduction::Mean,
+        IGNORE_INDEX,
+    );
+    (&loss * grad_scale).backward();
+    (loss.double_value(&[]), x.grad())
+}
+
+#[test]
+fn fused_cross_entropy_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(7);
+    // V = 50257 leaves most rows off the 16-byte grid (scalar heads and tails); 50304 and
+    // 1024 are on it; 1000 is smaller than one block of vectors.
+    for v in [50257i64, 50304, 1000] {
+        for (kind, tol) in [(Kind::BFloat16, 1e-2), (Kind::Float, 1e-5)] {
+            for reuse in [false, true] {
+                let (logits, y) = ce_inputs(67, v, kind, dev);
+                let (ref_loss, ref_grad) = ce_reference(&logits, &y, 0.5);
+                // The leaf stays intact; the function sees a private copy it may overwrite.
+                let leaf = logits.detach().set_requires_grad(true);
+                let input = if reuse {
+                    &leaf * 1.0
+                } else {
+                    leaf.shallow_clone()
+                };
+                let loss = ffi::fused_cross_entropy(&input, &y, IGNORE_INDEX, reuse, 0).unwrap();
+                (&loss * 0.5).backward();
+                let got_loss = loss.double_value(&[]);
+                let grad = leaf.grad();
+                assert_eq!(grad.kind(), kind, "gradient in the logits' dtype");
+                let loss_err = (got_loss - ref_loss).abs() / ref_loss.abs();
+                let grad_err = rel_err(&grad, &ref_grad);
+                println!(
+                    "fused CE V={v} {kind:?} reuse={reuse}: loss {got_loss:.6} vs {ref_loss:.6} \
+                     (rel {loss_err:.2e}), dlogits rel err {grad_err:.2e}"
+                );
+                assert!(loss_err < 1e-5, "V={v} {kind:?}: loss rel err {loss_err}");
+                assert!(grad_err < tol, "V={v} {kind:?}: dlogits rel err {grad_err}");
+                let ignored = grad.slice(0, 0, 67, 5).abs().max().double_value(&[]);
+                assert_eq!(ignored, 0.0, "ignored rows get no gradient");
+                assert!(
+                    !reuse || rel_err(&leaf, &logits) == 0.0,
+                    "the leaf's logits were overwritten"
+                );
+            }
+        }
+    }
+    // The same kernels under CUDA-graph capture and replay (what `compile` does to the step).
+    let (logits, y) = ce_inputs(64, 50304, Kind::BFloat16, dev);
+    let (ref_loss, _) = ce_reference(&logits, &y, 1.0);
+    let mut g = ffi::CudaGraph::new(0).unwrap();
+    let _ = g
+        .on_side_stream(|| ffi::fused_cross_entropy(&logits, &y, IGNORE_INDEX, false, 0))
+        .unwrap()
+        .unwrap();
+    let loss = g
+        .capture(|| ffi::fused_cross_entropy(&logits, &y, IGNORE_INDEX, false, 0))
+        .unwrap()
+        .unwrap();
+    g.replay().unwrap();
+    let replayed = loss.double_value(&[]);
+    assert!(
+        (replayed - ref_loss).abs() < 1e-5 * ref_loss.abs(),
+        "replayed {replayed} vs {ref_loss}"
+    );
+}
+
+#[test]
+fn fused_layer_norm_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(11);
+    // bf16: 768 and 1024 are GPT-2's widths (3 and 4 vectors per lane), 520 is 65 vectors,
+    // so some lanes hold fewer; fp32 (4 elements a vector): 512 is the widest it takes, 260
+    // again 65 vectors. 1003 rows: not a multiple of the 8 rows of a block.
+    for (kind, cols, tol) in [
+        (Kind::BFloat16, 768i64, 1e-2),
+        (Kind::BFloat16, 1024, 1e-2),
+        (Kind::BFloat16, 520, 1e-2),
+        (Kind::Float, 512, 1e-5),
+        (Kind::Float, 260, 1e-5),
+    ] {
+        let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0 + 0.5).to_kind(kind);
+        let w = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1 + 1.0).set_requires_grad(true);
+        let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1).set_requires_grad(true);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+        // Reference: libtorch's LayerNorm on fp64 copies of the same values.
+        let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+        let (wr, br) = (
+            w.detach().to_kind(Kind::Double).set_requires_grad(true),
+            b.detach().to_kind(Kind::Double).set_requires_grad(true),
+        );
+        let yr = xr.layer_norm([cols], Some(&wr), Some(&br), 1e-5, false);
+        (&yr * dy.to_kind(Kind::Double))
+            .sum(Kind::Double)
+            .backward();
+
+        assert!(ffi::fused_layer_norm_supported(&x));
+        let xf = x.detach().set_requires_grad(true);
+        let y = ffi::fused_layer_norm(&xf, &w, &b, 1e-5).unwrap();
+        assert_eq!(y.kind(), kind);
+        (&y * &dy).sum(Kind::Float).backward();
+        assert_eq!(
+            w.grad().kind(),
+            Kind::Float,
+            "weight gradient in the master's dtype"
+        );
+        let errs = [
+            ("y", rel_err(&y, &yr)),
+            ("dx", rel_err(&xf.grad(), &xr.grad())),
+            ("dw", rel_err(&w.grad(), &wr.grad())),
+            ("db", rel_err(&b.grad(), &br.grad())),
+        ];
+        println!("fused LN cols={cols} {kind:?}: {errs:?}");
+        for (what, e) in errs {
+            assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
+        }
+    }
+    // Rows the kernels do not take: not a whole number of vectors, or too wide.
+    for (kind, cols) in [
+        (Kind::BFloat16, 770i64),
+        (Kind::BFloat16, 1600),
+        (Kind::Float, 768),
+    ] {
+        let x = Tensor::zeros([4, cols], (kind, dev));
+        assert!(!ffi::fused_layer_norm_supported(&x), "{kind:?} cols={cols}");
+    }
+}
+
+#[test]
+fn fused_bias_gelu_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(13);
+    // 3072: GPT-2 125M's MLP (12 tiles of 32 vectors); 264: 33 vectors, a tile with one
+    // lane busy; 1003 rows: chunks of rows that do not divide evenly.
+    for (kind, cols, tol) in [
+        (Kind::BFloat16, 3072i64, 1e-2),
+        (Kind::BFloat16, 264, 1e-2),
+        (Kind::Float, 3072, 1e-5),
+        (Kind::Float, 264, 1e-5),
+    ] {
+        let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0).to_kind(kind);
+        let b = (Tensor::randn([cols], (Kind::Float, dev)) * 0.5).set_requires_grad(true);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+        let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+        let br = b.detach().to_kind(Kind::Double).set_requires_grad(true);
+        let yr = (&xr + &br).gelu("tanh");
+        ffi::backward_with_grad(&yr, &dy.to_kind(Kind::Double)).unwrap();
+
+        assert!(ffi::fused_bias_gelu_supported(&x));
+        let xf = x.detach().set_requires_grad(true);
+        let y = ffi::fused_bias_gelu(&xf, &b).unwrap();
+        assert_eq!(y.kind(), kind);
+        ffi::backward_with_grad(&y, &dy).unwrap();
+        assert_eq!(
+            b.grad().kind(),
+            Kind::Float,
+            "bias gradient in the master's dtype"
+        );
+        let errs = [
+            ("y", rel_err(&y, &yr)),
+            ("dx", rel_err(&xf.grad(), &xr.grad())),
+            ("db", rel_err(&b.grad(), &br.grad())),
+        ];
+        println!("fused bias+GELU cols={cols} {kind:?}: {errs:?}");
+        for (what, e) in errs {
+            assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
+        }
+    }
+    let x = Tensor::zeros([4, 3073], (Kind::BFloat16, dev));
+    assert!(!ffi::fused_bias_gelu_supported(&x));
+}
+
+#[test]
+fn fused_kernels_train_like_unfused() {
+    if cuda().is_none() {
+        return;
+    }
+    for extra in [
+        &["--dtype", "bf16"][..],
+        &["--dtype", "bf16", "--features", "compile"][..],
+        &["--dtype", "fp32"][..],
+    ] {
+        let mut args = vec![
+            "--model",
+            "gpt2-tiny",
+            "--steps",
+            "12",
+            "--warmup",
+            "3",
+            "--seq-len",
+            "64",
+            "--synthetic",
+            "pattern",
+            "--lr",
+            "1e-3",
+        ];
+        args.extend(extra);
+        let fused = worker(&args);
+        let unfused = worker_env(
+            &args,
+            &[
+                ("BENCH_FUSED_CE", "0"),
+                ("BENCH_FUSED_LN", "0"),
+                ("BENCH_FUSED_GELU", "0"),
+            ],
+        );
+        for (o, what) in [(&fused, "fused"), (&unfused, "unfused")] {
+            assert!(
+                o.status.success(),
+                "{extra:?} {what}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let (lf, lu) = (losses(&fused), losses(&unfused));
+        println!("{extra:?} fused   {lf:?}\n{extra:?} unfused {lu:?}");
+        assert_eq!(lf.len(), 12);
+        assert!(
+            lf.last() < lf.first(),
+            "{extra:?}: fused run does not learn: {lf:?}"
+        );
+        for (a, b) in lf.iter().zip(&lu) {
+            assert!(
+                (a - b).abs() < 1e-2 * b.abs(),
+                "{extra:?}: {lf:?} vs {lu:?}"
             );
         }
     }

@@ -1,5 +1,5 @@
-//! Safe wrappers over the C++ shim (csrc/shim.cpp): the fp8 linear autograd Function, the
-//! fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
+//! Safe wrappers over the C++ shim (csrc/shim.cpp): the fp8 linear and fused cross-entropy
+//! autograd Functions, the fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
 //! error text on failure; none of them may be made on a host without a CUDA device (the
 //! callers check `tch::Cuda::is_available()` first).
 
@@ -16,6 +16,31 @@ pub struct RawGraph {
 extern "C" {
     fn bench_last_error() -> *const c_char;
     fn bench_fp8_linear(x: *const C_tensor, w: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
+    fn bench_fused_cross_entropy(
+        logits: *const C_tensor,
+        targets: *const C_tensor,
+        ignore_index: i64,
+        reuse_logits: c_int,
+        threads: i64,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_layer_norm(
+        x: *const C_tensor,
+        weight: *const C_tensor,
+        bias: *const C_tensor,
+        eps: f64,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_layer_norm_supported(x: *const C_tensor) -> c_int;
+    fn bench_fused_bias_gelu(
+        x: *const C_tensor,
+        bias: *const C_tensor,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_bias_gelu_supported(x: *const C_tensor) -> c_int;
+    fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
+    fn bench_profiler_start() -> c_int;
+    fn bench_profiler_stop(path: *const c_char) -> c_int;
     fn bench_fused_adamw(
         params: *const *mut C_tensor,
         grads: *const *mut C_tensor,
@@ -30,6 +55,7 @@ extern "C" {
         eps: f64,
     ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
+    fn bench_backward_with_grad(t: *const C_tensor, grad: *const C_tensor) -> c_int;
     fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
     fn bench_cuda_set_device(device: i64) -> c_int;
     fn bench_cuda_comm_stream(device: i64, out: *mut *mut c_void) -> c_int;
@@ -74,6 +100,96 @@ pub fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
     Ok(unsafe { Tensor::from_ptr(out) })
 }
 
+/// Mean cross-entropy (fp32 scalar) of CUDA `logits [N, V]` (bf16 or fp32) against int64
+/// `targets [N]`, skipping rows whose target is `ignore_index`, through the shim's fused
+/// kernels (csrc/fused_ce.cpp); differentiable in `logits`. With `reuse_logits` the backward
+/// writes the gradient into the logits' buffer: only for logits nothing else reads after
+/// the loss. `threads` per block, 0 for the shim's default.
+pub fn fused_cross_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    ignore_index: i64,
+    reuse_logits: bool,
+    threads: i64,
+) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: both are live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe {
+        bench_fused_cross_entropy(
+            logits.as_ptr(),
+            targets.as_ptr(),
+            ignore_index,
+            c_int::from(reuse_logits),
+            threads,
+            &mut out,
+        )
+    })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// LayerNorm over the last dimension of CUDA `x [rows, cols]` (bf16 or fp32) with `weight`
+/// and `bias [cols]` (the fp32 masters: their gradients come back in fp32), through the
+/// shim's fused kernels (csrc/fused_ln.cpp); differentiable in all three. Only for rows that
+/// [`fused_layer_norm_supported`] accepts.
+pub fn fused_layer_norm(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    eps: f64,
+) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe {
+        bench_fused_layer_norm(x.as_ptr(), weight.as_ptr(), bias.as_ptr(), eps, &mut out)
+    })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused LayerNorm takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors, at most 1024 bf16 or 512 fp32 elements (GPT-2 125M and 350M).
+pub fn fused_layer_norm_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_layer_norm_supported(x.as_ptr()) == 1 }
+}
+
+/// `gelu(x + bias)` (tanh approximation) over CUDA `x [rows, cols]` (bf16 or fp32) with
+/// `bias [cols]` (the fp32 master: its gradient comes back in fp32), through the shim's fused
+/// kernels (csrc/fused_gelu.cpp), whose backward also sums the bias gradient; differentiable
+/// in both. Only for rows that [`fused_bias_gelu_supported`] accepts.
+pub fn fused_bias_gelu(x: &Tensor, bias: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe { bench_fused_bias_gelu(x.as_ptr(), bias.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused bias+GELU takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors.
+pub fn fused_bias_gelu_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_bias_gelu_supported(x.as_ptr()) == 1 }
+}
+
+/// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and
+/// returns the cubin's size: what a CPU test can check of them.
+pub fn jit_compile_check(arch: i64) -> Result<usize, String> {
+    let mut bytes = 0i64;
+    check(unsafe { bench_jit_compile_check(arch, &mut bytes) })?;
+    Ok(bytes.max(0) as usize)
+}
+
+/// Starts libtorch's profiler (host ops and, through CUPTI, device kernels).
+pub fn profiler_start() -> Result<(), String> {
+    check(unsafe { bench_profiler_start() })
+}
+
+/// Stops the profiler and writes its Chrome-trace JSON to `path`.
+pub fn profiler_stop(path: &std::path::Path) -> Result<(), String> {
+    let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| format!("{}: path contains a NUL byte", path.display()))?;
+    check(unsafe { bench_profiler_stop(c.as_ptr()) })
+}
+
 /// One fused AdamW step over equally long lists of fp32 CUDA tensors.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_adamw(
@@ -113,6 +229,12 @@ pub fn fused_adamw(
             eps,
         )
     })
+}
+
+/// Backward from `t` with `grad` as its incoming gradient (tch's `backward` takes scalars
+/// only): what the kernel benchmarks time a layer's backward with, free of a loss's kernels.
+pub fn backward_with_grad(t: &Tensor, grad: &Tensor) -> Result<(), String> {
+    check(unsafe { bench_backward_with_grad(t.as_ptr(), grad.as_ptr()) })
 }
 
 /// Drops the tensor's `.grad` (safe on any device: plain autograd bookkeeping).

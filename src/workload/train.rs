@@ -7,7 +7,12 @@
 //! steps, and replayed: inputs are copied into static buffers before each replay. This is
 //! the fastest execution libtorch offers from Rust (no TorchScript, no Inductor): one launch
 //! per step, no host overhead between kernels.
+//!
+//! `BENCH_PROFILE=FILE` traces the last warm-up step with libtorch's profiler (host ops and
+//! device kernels, Chrome-trace JSON; `scripts/trace-top.py` sums it by kernel), so that the
+//! measured steps stay untouched.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use tch::{Device, Tensor};
@@ -15,7 +20,7 @@ use tch::{Device, Tensor};
 use super::data::Batches;
 use super::device::DeviceInfo;
 use super::dp::DataParallel;
-use super::ffi::CudaGraph;
+use super::ffi::{self, CudaGraph};
 use super::measure::Recorder;
 use super::models::Model;
 use super::optim::AdamW;
@@ -165,7 +170,13 @@ impl Loop<'_> {
         if self.cuda_graph {
             side = Some(CudaGraph::new(device_index).map_err(WorkerError::Internal)?);
         }
+        let profile = std::env::var_os("BENCH_PROFILE").map(PathBuf::from);
+        let profile_step = self.warmup.saturating_sub(1);
         for step in 0..self.steps {
+            let profiling = profile.is_some() && step == profile_step;
+            if profiling {
+                ffi::profiler_start().map_err(WorkerError::Internal)?;
+            }
             let t0 = Instant::now();
             let (hx, hy) = self.host_batches();
             let loss = if let Some((g, sx, sy, sloss)) = &mut graph {
@@ -212,6 +223,9 @@ impl Loop<'_> {
                     step: step as u64,
                     value: loss_value,
                 });
+            }
+            if let (true, Some(path)) = (profiling, &profile) {
+                ffi::profiler_stop(path).map_err(WorkerError::Internal)?;
             }
             let warm = step < self.warmup;
             rec.record(warm, dt, loss_value, self.started.elapsed().as_secs_f64());

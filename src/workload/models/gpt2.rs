@@ -3,7 +3,11 @@
 
 use tch::{Device, Tensor};
 
-use super::{cross_entropy, Init, Model, ModelConfig, Param, Place};
+use super::{
+    cross_entropy, fused_bias_gelu_enabled, fused_layer_norm_enabled, Init, Model, ModelConfig,
+    Param, Place,
+};
+use crate::workload::ffi;
 use crate::workload::precision::Ctx;
 
 struct Block {
@@ -73,9 +77,42 @@ impl Gpt2 {
     }
 }
 
+/// LayerNorm over the last dimension. On CUDA the shim's fused kernels take the fp32 master
+/// weights as they are (no per-step cast; gradients land in fp32) and fold the weight and
+/// bias gradients into the input-gradient pass; elsewhere libtorch's, on cast weights.
 fn layer_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
     let e = *x.size().last().unwrap_or(&0);
+    if fused_layer_norm_enabled(x) {
+        let y = match ffi::fused_layer_norm(&x.reshape([-1, e]), w, b, eps) {
+            Ok(y) => y,
+            // As with every libtorch failure in the step: a panic, reported by the worker.
+            Err(err) => panic!("fused layer norm failed: {err} (BENCH_FUSED_LN=0 avoids it)"),
+        };
+        return y.view(x.size().as_slice());
+    }
     x.layer_norm([e], Some(ctx.cast(w)), Some(ctx.cast(b)), eps, true)
+}
+
+/// gelu(h @ w^T + b), the first half of the MLP. On CUDA the matmul runs without its bias and
+/// the shim's fused kernel adds it (the fp32 master) and applies GELU in one pass; its
+/// backward also sums the bias gradient, which saves that gradient's own pass over the
+/// [tokens, 4 x hidden] gradient. Elsewhere the bias rides in the matmul and libtorch's GELU
+/// follows.
+fn mlp_in(ctx: &Ctx, h: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    if !fused_bias_gelu_enabled(h.device()) {
+        return ctx.linear(h, w, Some(b)).gelu("tanh");
+    }
+    let pre = ctx.linear(h, w, None);
+    if !ffi::fused_bias_gelu_supported(&pre) {
+        return (pre + ctx.cast(b)).gelu("tanh");
+    }
+    let f = *pre.size().last().unwrap_or(&0);
+    let y = match ffi::fused_bias_gelu(&pre.reshape([-1, f]), b) {
+        Ok(y) => y,
+        // As with every libtorch failure in the step: a panic, reported by the worker.
+        Err(err) => panic!("fused bias+GELU failed: {err} (BENCH_FUSED_GELU=0 avoids it)"),
+    };
+    y.view(pre.size().as_slice())
 }
 
 impl Model for Gpt2 {
@@ -118,7 +155,7 @@ impl Model for Gpt2 {
         let y = y.transpose(1, 2).reshape([bsz, t, e]);
         let x = x + ctx.linear(&y, &b.proj_w, Some(&b.proj_b));
         let h = layer_norm(ctx, &x, &b.ln2_w, &b.ln2_b, eps);
-        let m = ctx.linear(&h, &b.fc_w, Some(&b.fc_b)).gelu("tanh");
+        let m = mlp_in(ctx, &h, &b.fc_w, &b.fc_b);
         x + ctx.linear(&m, &b.fc2_w, Some(&b.fc2_b))
     }
 

@@ -122,12 +122,58 @@ impl Init {
     }
 }
 
-/// Mean cross-entropy in fp32 over `[B, T, V]` logits.
+/// Targets with this value count neither in the loss nor in its mean (PyTorch's default).
+pub const IGNORE_INDEX: i64 = -100;
+
+/// Whether [`cross_entropy`] takes the fused kernels for logits on `device`: CUDA only (the
+/// kernels are CUDA; CPU runs, CI's among them, keep libtorch's path), unless
+/// `BENCH_FUSED_CE=0` asks for the unfused path (to compare the two).
+pub fn fused_cross_entropy_enabled(device: Device) -> bool {
+    device.is_cuda() && std::env::var("BENCH_FUSED_CE").map_or(true, |v| v != "0")
+}
+
+/// Whether the models' LayerNorms take the fused kernels for `x`: on CUDA, for the row
+/// widths the kernels handle (see [`super::ffi::fused_layer_norm_supported`]), unless
+/// `BENCH_FUSED_LN=0` asks for libtorch's LayerNorm (to compare the two).
+pub fn fused_layer_norm_enabled(x: &Tensor) -> bool {
+    x.device().is_cuda()
+        && std::env::var("BENCH_FUSED_LN").map_or(true, |v| v != "0")
+        && super::ffi::fused_layer_norm_supported(x)
+}
+
+/// Whether GPT-2's MLP takes the fused bias+GELU kernels on `device`: CUDA only, unless
+/// `BENCH_FUSED_GELU=0` asks for the matmul's bias epilogue and libtorch's GELU (to compare
+/// the two). The row width is checked on the pre-activation itself
+/// ([`super::ffi::fused_bias_gelu_supported`]).
+pub fn fused_bias_gelu_enabled(device: Device) -> bool {
+    device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
+}
+
+/// Mean cross-entropy in fp32 over `[B, T, V]` logits against `[B, T]` targets.
+///
+/// On a CUDA device the shim's fused kernels compute it: one read of the logits forward,
+/// one read and one write backward, no fp32 copy of the logits (csrc/fused_ce.cpp). They
+/// write the gradient into the logits' own buffer, which is safe because every caller (the
+/// models' `head_loss`) hands over logits that nothing but the loss reads. Elsewhere the
+/// logits are cast to fp32 and go through libtorch's log_softmax and nll_loss.
 pub(crate) fn cross_entropy(logits: &Tensor, y: &Tensor, vocab: i64) -> Tensor {
-    logits
-        .view([-1, vocab])
-        .to_kind(Kind::Float)
-        .cross_entropy_loss::<Tensor>(&y.view([-1]), None, tch::Reduction::Mean, -100, 0.0)
+    let logits = logits.view([-1, vocab]);
+    let y = y.view([-1]);
+    if fused_cross_entropy_enabled(logits.device()) {
+        // Like every libtorch failure inside the step, a kernel failure panics with its
+        // message; the worker's panic boundary reports it.
+        return match super::ffi::fused_cross_entropy(&logits, &y, IGNORE_INDEX, true, 0) {
+            Ok(loss) => loss,
+            Err(e) => panic!("fused cross-entropy failed: {e} (BENCH_FUSED_CE=0 avoids it)"),
+        };
+    }
+    logits.to_kind(Kind::Float).cross_entropy_loss::<Tensor>(
+        &y,
+        None,
+        tch::Reduction::Mean,
+        IGNORE_INDEX,
+        0.0,
+    )
 }
 
 #[cfg(test)]
@@ -147,6 +193,32 @@ mod tests {
         q.qkv_bias = true;
         let m = build(&q, 32, Device::Cpu, Kind::Float);
         assert_eq!(m.numel(), q.n_params());
+    }
+
+    #[test]
+    fn fused_kernels_are_never_taken_on_the_cpu() {
+        assert!(!fused_cross_entropy_enabled(Device::Cpu));
+        let x = Tensor::zeros([4, 768], (Kind::BFloat16, Device::Cpu));
+        assert!(!fused_layer_norm_enabled(&x));
+        assert!(!fused_bias_gelu_enabled(Device::Cpu));
+        // The rows themselves would fit the kernels.
+        assert!(crate::workload::ffi::fused_layer_norm_supported(&x));
+    }
+
+    #[test]
+    fn cpu_cross_entropy_skips_ignored_targets() {
+        // Row 0 is ignored: the mean is row 1's loss alone, ln(2) for two equal logits.
+        let logits = Tensor::from_slice(&[5.0f32, -3.0, 1.0, 1.0]).view([1, 2, 2]);
+        let y = Tensor::from_slice(&[IGNORE_INDEX, 1]).view([1, 2]);
+        let loss = cross_entropy(&logits, &y, 2).double_value(&[]);
+        assert!((loss - std::f64::consts::LN_2).abs() < 1e-6, "{loss}");
+    }
+
+    #[test]
+    fn fused_kernels_compile_for_hopper() {
+        // NVRTC needs no GPU: the kernel source is checked on every host, CI's included.
+        let bytes = crate::workload::ffi::jit_compile_check(90).unwrap();
+        assert!(bytes > 1000, "cubin of {bytes} bytes");
     }
 
     #[test]

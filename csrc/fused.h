@@ -1,0 +1,47 @@
+// Fused ops of the shim whose CUDA kernels are compiled at run time (jit.h).
+
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace bench_fused {
+
+// Mean cross-entropy (fp32 scalar) of `logits` [N, V] (bf16 or fp32, CUDA) against int64
+// `targets` [N]; rows whose target is `ignore_index` count neither in the sum nor in the
+// mean. Differentiable in `logits` as a custom autograd Function. With `reuse_logits` the
+// backward writes the gradient into the logits' own buffer (the caller promises that nothing
+// else reads the logits after the forward; the version bump makes a second use fail loudly).
+// `threads` per block, 0 for the default.
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets,
+                         int64_t ignore_index, bool reuse_logits, int64_t threads);
+
+// The CUDA C++ source of the cross-entropy kernels (for a compile check).
+const std::string& cross_entropy_source();
+
+// LayerNorm over the last dimension of `input` [rows, cols] (bf16 or fp32, CUDA) with
+// `weight` and `bias` [cols] (fp32 masters or any float dtype; their gradients come back in
+// their own dtype). Differentiable in all three. Only where layer_norm_supported says so.
+at::Tensor layer_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps);
+
+// Rows the fused LayerNorm handles: a whole number of 16-byte vectors, at most four per lane
+// of a warp (cols <= 1024 in bf16, 512 in fp32).
+bool layer_norm_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the LayerNorm kernels for `kv` vectors per lane (for a compile check).
+std::string layer_norm_source(at::ScalarType input_dtype, int64_t kv);
+
+// gelu(input + bias) with the tanh approximation, over `input` [rows, cols] (bf16 or fp32,
+// CUDA) and `bias` [cols] (the fp32 master or any float dtype; its gradient comes back in its
+// own dtype). Differentiable in both. Only where bias_gelu_supported says so.
+at::Tensor bias_gelu(const at::Tensor& input, const at::Tensor& bias);
+
+// Rows the fused bias+GELU takes: a whole number of 16-byte vectors.
+bool bias_gelu_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the bias+GELU kernels (for a compile check).
+std::string bias_gelu_source(at::ScalarType input_dtype);
+
+}  // namespace bench_fused
