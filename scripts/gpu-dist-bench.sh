@@ -50,7 +50,7 @@ echo "bench matrix rc=$?"
 tail -4 "$LOGS/bench-matrix.log"
 
 COUNTS=()
-for n in 1 2 8; do [ "$n" -le "$NGPU" ] && COUNTS+=("$n"); done
+for n in 1 2 4 8; do [ "$n" -le "$NGPU" ] && COUNTS+=("$n"); done
 if [ "$STAGE" = all ]; then
   for kind in ddp fsdp; do
     for n in "${COUNTS[@]}"; do
