@@ -9,7 +9,8 @@
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
 # Environment: QUICK=1 runs the bench side only; ONLY=llama skips the GPT-2 runs (bench,
-# peers and profile); TMO=seconds per run (default 300);
+# peers and profile); GPU_TESTS="name filters" runs only the matching GPU tests;
+# TMO=seconds per run (default 300);
 # PROFILE=1 also traces one gpt2-125m step with and without the fused kernels
 # (BENCH_PROFILE) and prints the kernel time by kind (trace-top.py, from DIR or scripts/).
 # Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
@@ -75,7 +76,7 @@ G=(--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --w
 L=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5)
 
 if [ -x "$DIR/worker_gpu" ]; then
-  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture > "$LOGS/worker_gpu.log" 2>&1
+  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture ${GPU_TESTS:-} > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
