@@ -1,7 +1,8 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
 //! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
-//! eager steps, and the fused cross-entropy, LayerNorm, bias+GELU, RMSNorm and SwiGLU against libtorch's
-//! (values, gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
+//! eager steps, and the fused cross-entropy, LayerNorm, bias+GELU, RMSNorm and SwiGLU against
+//! libtorch's (values, gradients, training). On hosts without CUDA every test returns at once
+//! (CI has no GPU);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
@@ -533,7 +534,11 @@ fn fused_rms_norm_matches_reference() {
         let y = ffi::fused_rms_norm(&xf, &w, 1e-5).unwrap();
         assert_eq!(y.kind(), kind);
         ffi::backward_with_grad(&y, &dy).unwrap();
-        assert_eq!(w.grad().kind(), wkind, "weight gradient in the weight's dtype");
+        assert_eq!(
+            w.grad().kind(),
+            wkind,
+            "weight gradient in the weight's dtype"
+        );
         // A bf16 weight gradient carries bf16 rounding.
         let wtol = if wkind == Kind::BFloat16 { 1e-2 } else { tol };
         let errs = [
