@@ -55,6 +55,8 @@ fn build_shim(lib: &Path) {
         .file("csrc/fused_ce.cpp")
         .file("csrc/fused_ln.cpp")
         .file("csrc/fused_gelu.cpp")
+        .file("csrc/fused_rms.cpp")
+        .file("csrc/fused_swiglu.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))

@@ -44,4 +44,27 @@ bool bias_gelu_supported(at::ScalarType input_dtype, int64_t cols);
 // The CUDA C++ source of the bias+GELU kernels (for a compile check).
 std::string bias_gelu_source(at::ScalarType input_dtype);
 
+// RMSNorm over the last dimension of `input` [rows, cols] (bf16 or fp32, CUDA) with `weight`
+// [cols] (fp32 masters or any float dtype; its gradient comes back in its own dtype).
+// Differentiable in both. Only where rms_norm_supported says so.
+at::Tensor rms_norm(const at::Tensor& input, const at::Tensor& weight, double eps);
+
+// Rows the fused RMSNorm handles: a whole number of 16-byte vectors, at most eight per
+// thread of a 128-thread block (cols <= 8192 in bf16, 4096 in fp32).
+bool rms_norm_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the RMSNorm kernels for `kv` vectors per thread (for a compile
+// check).
+std::string rms_norm_source(at::ScalarType input_dtype, int64_t kv);
+
+// silu(gate) * up over two tensors of one shape and dtype (bf16 or fp32, CUDA).
+// Differentiable in both. Only where swiglu_supported says so (of the last dimension).
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// Rows the fused SwiGLU takes: a whole number of 16-byte vectors.
+bool swiglu_supported(at::ScalarType input_dtype, int64_t cols);
+
+// The CUDA C++ source of the SwiGLU kernels (for a compile check).
+std::string swiglu_source(at::ScalarType input_dtype);
+
 }  // namespace bench_fused

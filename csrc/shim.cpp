@@ -171,6 +171,27 @@ int bench_fused_bias_gelu_supported(const at::Tensor* x) {
   return x->dim() > 0 && bench_fused::bias_gelu_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
 }
 
+// Fused RMSNorm: *out = rms_norm(x) * weight for x [rows, cols], weight [cols].
+int bench_fused_rms_norm(const at::Tensor* x, const at::Tensor* weight, double eps,
+                         at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::rms_norm(*x, *weight, eps)); });
+}
+
+// Whether the fused RMSNorm takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_rms_norm_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::rms_norm_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
+// Fused SwiGLU: *out = silu(gate) * up.
+int bench_fused_swiglu(const at::Tensor* gate, const at::Tensor* up, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::swiglu(*gate, *up)); });
+}
+
+// Whether the fused SwiGLU takes x's rows (its dtype and last dimension); 0 or 1.
+int bench_fused_swiglu_supported(const at::Tensor* x) {
+  return x->dim() > 0 && bench_fused::swiglu_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
+}
+
 // Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
 // at its widest, four vectors per lane); *bytes = the cubins' total size.
 int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
@@ -182,6 +203,11 @@ int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
       total += bench_jit::compile_cubin(bench_fused::layer_norm_source(t, 4), "layer_norm", a)
                    .size();
       total += bench_jit::compile_cubin(bench_fused::bias_gelu_source(t), "bias_gelu", a).size();
+      // The RMSNorm at the Llama proxy's width (4 vectors per thread in bf16, 8 in fp32).
+      for (int64_t kv : {1, 4, 8})
+        total += bench_jit::compile_cubin(bench_fused::rms_norm_source(t, kv), "rms_norm", a)
+                     .size();
+      total += bench_jit::compile_cubin(bench_fused::swiglu_source(t), "swiglu", a).size();
     }
     *bytes = static_cast<int64_t>(total);
   });

@@ -8,7 +8,9 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; TMO=seconds per run (default 300);
+# Environment: QUICK=1 runs the bench side only; ONLY=llama skips the GPT-2 runs (bench,
+# peers and profile); GPU_TESTS="name filters" runs only the matching GPU tests;
+# TMO=seconds per run (default 300);
 # PROFILE=1 also traces one gpt2-125m step with and without the fused kernels
 # (BENCH_PROFILE) and prints the kernel time by kind (trace-top.py, from DIR or scripts/).
 # Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
@@ -74,7 +76,7 @@ G=(--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --w
 L=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5)
 
 if [ -x "$DIR/worker_gpu" ]; then
-  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture > "$LOGS/worker_gpu.log" 2>&1
+  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture ${GPU_TESTS:-} > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
@@ -83,7 +85,9 @@ if [ -x "$DIR/fused_ce" ]; then
   echo "fused_ce kernel bench rc=$?"; cat "$LOGS/fused_ce.log"
 fi
 
-if [ "${PROFILE:-0}" = 1 ]; then
+GPT2=1; [ "${ONLY:-}" = llama ] && GPT2=0
+
+if [ "${PROFILE:-0}" = 1 ] && [ $GPT2 = 1 ]; then
   TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
   for v in 1 0; do
     BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
@@ -95,6 +99,7 @@ if [ "${PROFILE:-0}" = 1 ]; then
   done
 fi
 
+if [ $GPT2 = 1 ]; then
 mine gpt2-125m.bf16 "${G[@]}"
 # The run-time kernel compile's log (time, registers) lands in this run's .err file.
 BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
@@ -103,16 +108,22 @@ grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
 BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
 BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
+fi
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
+# The Llama block's fused kernels off one by one: what each gains, measured in this run.
+BENCH_FUSED_SWIGLU=0 mine llama8p.bf16.compile.unfused-swiglu "${L[@]}" --dtype bf16 --features compile
+BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 mine llama8p.bf16.compile.unfused-swiglu-rms "${L[@]}" --dtype bf16 --features compile
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
 
 if [ "${QUICK:-0}" != 1 ]; then
-  peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
-  peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
-  peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
+  if [ $GPT2 = 1 ]; then
+    peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
+    peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
+    peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
+  fi
   peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
   peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
 fi

@@ -1,7 +1,8 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
 //! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
-//! eager steps, and the fused cross-entropy, LayerNorm and bias+GELU against libtorch's
-//! (values, gradients, training). On hosts without CUDA every test returns at once (CI has no GPU);
+//! eager steps, and the fused cross-entropy, LayerNorm, bias+GELU, RMSNorm and SwiGLU against
+//! libtorch's (values, gradients, training). On hosts without CUDA every test returns at once
+//! (CI has no GPU);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
@@ -485,6 +486,161 @@ fn fused_kernels_train_like_unfused() {
         }
         let (lf, lu) = (losses(&fused), losses(&unfused));
         println!("{extra:?} fused   {lf:?}\n{extra:?} unfused {lu:?}");
+        assert_eq!(lf.len(), 12);
+        assert!(
+            lf.last() < lf.first(),
+            "{extra:?}: fused run does not learn: {lf:?}"
+        );
+        for (a, b) in lf.iter().zip(&lu) {
+            assert!(
+                (a - b).abs() < 1e-2 * b.abs(),
+                "{extra:?}: {lf:?} vs {lu:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_rms_norm_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(17);
+    // bf16: 4096 is the Llama 8B width (4 vectors per thread of 128), 64 llama-tiny's (8
+    // vectors, most threads idle), 8192 the widest it takes; fp32: 4096 (8 vectors per
+    // thread) and 260 (65 vectors). The weight comes as the fp32 master or as a bf16 working
+    // copy (DDP/FSDP); its gradient must come back in that dtype. 1003 rows: not a multiple
+    // of the backward's blocks.
+    for (kind, cols, wkind, tol) in [
+        (Kind::BFloat16, 4096i64, Kind::Float, 1e-2),
+        (Kind::BFloat16, 4096, Kind::BFloat16, 1e-2),
+        (Kind::BFloat16, 64, Kind::Float, 1e-2),
+        (Kind::BFloat16, 8192, Kind::Float, 1e-2),
+        (Kind::Float, 4096, Kind::Float, 1e-5),
+        (Kind::Float, 260, Kind::Float, 1e-5),
+    ] {
+        let x = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 2.0 + 0.5).to_kind(kind);
+        let w = (Tensor::randn([cols], (Kind::Float, dev)) * 0.1 + 1.0)
+            .to_kind(wkind)
+            .set_requires_grad(true);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+        // Reference: libtorch's RMSNorm on fp64 copies of the same values.
+        let xr = x.to_kind(Kind::Double).set_requires_grad(true);
+        let wr = w.detach().to_kind(Kind::Double).set_requires_grad(true);
+        let yr = xr.rms_norm([cols], Some(&wr), 1e-5);
+        ffi::backward_with_grad(&yr, &dy.to_kind(Kind::Double)).unwrap();
+
+        assert!(ffi::fused_rms_norm_supported(&x));
+        let xf = x.detach().set_requires_grad(true);
+        let y = ffi::fused_rms_norm(&xf, &w, 1e-5).unwrap();
+        assert_eq!(y.kind(), kind);
+        ffi::backward_with_grad(&y, &dy).unwrap();
+        assert_eq!(
+            w.grad().kind(),
+            wkind,
+            "weight gradient in the weight's dtype"
+        );
+        // A bf16 weight gradient carries bf16 rounding.
+        let wtol = if wkind == Kind::BFloat16 { 1e-2 } else { tol };
+        let errs = [
+            ("y", rel_err(&y, &yr), tol),
+            ("dx", rel_err(&xf.grad(), &xr.grad()), tol),
+            ("dw", rel_err(&w.grad(), &wr.grad()), wtol),
+        ];
+        println!("fused RMSNorm cols={cols} {kind:?} w {wkind:?}: {errs:?}");
+        for (what, e, t) in errs {
+            assert!(e < t, "cols={cols} {kind:?}: {what} rel err {e}");
+        }
+    }
+    // Rows the kernels do not take: not a whole number of vectors, or too wide.
+    for (kind, cols) in [
+        (Kind::BFloat16, 4100i64),
+        (Kind::BFloat16, 8200),
+        (Kind::Float, 8192),
+    ] {
+        let x = Tensor::zeros([4, cols], (kind, dev));
+        assert!(!ffi::fused_rms_norm_supported(&x), "{kind:?} cols={cols}");
+    }
+}
+
+#[test]
+fn fused_swiglu_matches_reference() {
+    let Some(dev) = cuda() else { return };
+    tch::manual_seed(19);
+    // 14336: the Llama 8B MLP; 176: llama-tiny's; 1003 rows.
+    for (kind, cols, tol) in [
+        (Kind::BFloat16, 14336i64, 1e-2),
+        (Kind::BFloat16, 176, 1e-2),
+        (Kind::Float, 14336, 1e-5),
+        (Kind::Float, 176, 1e-5),
+    ] {
+        let a = (Tensor::randn([1003, cols], (Kind::Float, dev)) * 3.0).to_kind(kind);
+        let b = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+        let dy = Tensor::randn([1003, cols], (Kind::Float, dev)).to_kind(kind);
+
+        let ar = a.to_kind(Kind::Double).set_requires_grad(true);
+        let br = b.to_kind(Kind::Double).set_requires_grad(true);
+        let yr = ar.silu() * &br;
+        ffi::backward_with_grad(&yr, &dy.to_kind(Kind::Double)).unwrap();
+
+        assert!(ffi::fused_swiglu_supported(&a));
+        let af = a.detach().set_requires_grad(true);
+        let bf = b.detach().set_requires_grad(true);
+        let y = ffi::fused_swiglu(&af, &bf).unwrap();
+        assert_eq!(y.kind(), kind);
+        ffi::backward_with_grad(&y, &dy).unwrap();
+        let errs = [
+            ("y", rel_err(&y, &yr)),
+            ("da", rel_err(&af.grad(), &ar.grad())),
+            ("db", rel_err(&bf.grad(), &br.grad())),
+        ];
+        println!("fused SwiGLU cols={cols} {kind:?}: {errs:?}");
+        for (what, e) in errs {
+            assert!(e < tol, "cols={cols} {kind:?}: {what} rel err {e}");
+        }
+    }
+    let x = Tensor::zeros([4, 14337], (Kind::BFloat16, dev));
+    assert!(!ffi::fused_swiglu_supported(&x));
+}
+
+#[test]
+fn fused_llama_kernels_train_like_unfused() {
+    if cuda().is_none() {
+        return;
+    }
+    for extra in [
+        &["--dtype", "bf16"][..],
+        &["--dtype", "bf16", "--features", "compile"][..],
+        &["--dtype", "fp32"][..],
+    ] {
+        let mut args = vec![
+            "--model",
+            "llama-tiny",
+            "--steps",
+            "12",
+            "--warmup",
+            "3",
+            "--seq-len",
+            "64",
+            "--synthetic",
+            "pattern",
+            "--lr",
+            "1e-3",
+        ];
+        args.extend(extra);
+        let fused = worker(&args);
+        let unfused = worker_env(
+            &args,
+            &[("BENCH_FUSED_RMS", "0"), ("BENCH_FUSED_SWIGLU", "0")],
+        );
+        for (o, what) in [(&fused, "fused"), (&unfused, "unfused")] {
+            assert!(
+                o.status.success(),
+                "{extra:?} {what}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let (lf, lu) = (losses(&fused), losses(&unfused));
+        println!("llama {extra:?} fused   {lf:?}\nllama {extra:?} unfused {lu:?}");
         assert_eq!(lf.len(), 12);
         assert!(
             lf.last() < lf.first(),

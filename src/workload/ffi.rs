@@ -38,6 +38,19 @@ extern "C" {
         out: *mut *mut C_tensor,
     ) -> c_int;
     fn bench_fused_bias_gelu_supported(x: *const C_tensor) -> c_int;
+    fn bench_fused_rms_norm(
+        x: *const C_tensor,
+        weight: *const C_tensor,
+        eps: f64,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_rms_norm_supported(x: *const C_tensor) -> c_int;
+    fn bench_fused_swiglu(
+        gate: *const C_tensor,
+        up: *const C_tensor,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_swiglu_supported(x: *const C_tensor) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -168,6 +181,42 @@ pub fn fused_bias_gelu(x: &Tensor, bias: &Tensor) -> Result<Tensor, String> {
 pub fn fused_bias_gelu_supported(x: &Tensor) -> bool {
     // SAFETY: a live tensor; the shim only reads its dtype and sizes.
     unsafe { bench_fused_bias_gelu_supported(x.as_ptr()) == 1 }
+}
+
+/// RMSNorm over the last dimension of CUDA `x [rows, cols]` (bf16 or fp32) with `weight
+/// [cols]` (the fp32 master or a bf16 working copy: its gradient comes back in its own
+/// dtype), through the shim's fused kernels (csrc/fused_rms.cpp), whose backward also sums
+/// the weight gradient; differentiable in both. Only for rows that
+/// [`fused_rms_norm_supported`] accepts.
+pub fn fused_rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe { bench_fused_rms_norm(x.as_ptr(), weight.as_ptr(), eps, &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused RMSNorm takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors, at most 8192 bf16 or 4096 fp32 elements.
+pub fn fused_rms_norm_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_rms_norm_supported(x.as_ptr()) == 1 }
+}
+
+/// `silu(gate) * up` over two CUDA tensors of one shape and dtype (bf16 or fp32), through the
+/// shim's fused kernels (csrc/fused_swiglu.cpp); differentiable in both. Only for rows that
+/// [`fused_swiglu_supported`] accepts.
+pub fn fused_swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: live tensors; on success the shim hands over a new at::Tensor*.
+    check(unsafe { bench_fused_swiglu(gate.as_ptr(), up.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused SwiGLU takes `x`'s rows: bf16 or fp32, a whole number of 16-byte
+/// vectors.
+pub fn fused_swiglu_supported(x: &Tensor) -> bool {
+    // SAFETY: a live tensor; the shim only reads its dtype and sizes.
+    unsafe { bench_fused_swiglu_supported(x.as_ptr()) == 1 }
 }
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and

@@ -3,7 +3,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{cross_entropy, Init, Model, ModelConfig, Param, Place};
+use super::{
+    cross_entropy, fused_rms_norm_enabled, fused_swiglu_enabled, Init, Model, ModelConfig, Param,
+    Place,
+};
+use crate::workload::ffi;
 use crate::workload::precision::Ctx;
 
 struct Block {
@@ -101,9 +105,36 @@ impl Llama {
     }
 }
 
+/// RMSNorm over the last dimension. On CUDA the shim's fused kernels (csrc/fused_rms.cpp)
+/// take the weight as it is (the fp32 master, or DDP/FSDP's bf16 working copy; its gradient
+/// comes back in that dtype), read x once forward and x and dy once backward, with the
+/// weight gradient folded in; elsewhere, and for widths the kernels do not take,
+/// libtorch's, on the cast weight.
 fn rms_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, eps: f64) -> Tensor {
     let e = *x.size().last().unwrap_or(&0);
+    if fused_rms_norm_enabled(x) {
+        let y = match ffi::fused_rms_norm(&x.reshape([-1, e]), w, eps) {
+            Ok(y) => y,
+            // As with every libtorch failure in the step: a panic, reported by the worker.
+            Err(err) => panic!("fused RMSNorm failed: {err} (BENCH_FUSED_RMS=0 avoids it)"),
+        };
+        return y.view(x.size().as_slice());
+    }
     x.rms_norm([e], Some(ctx.cast(w)), eps)
+}
+
+/// `silu(gate) * up`, the SwiGLU of the MLP. On CUDA the shim's fused kernels
+/// (csrc/fused_swiglu.cpp) do it in one pass each way and save only the two inputs;
+/// elsewhere libtorch's silu and product.
+fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
+    if !fused_swiglu_enabled(gate) || gate.kind() != up.kind() {
+        return gate.silu() * up;
+    }
+    match ffi::fused_swiglu(gate, up) {
+        Ok(y) => y,
+        // As with every libtorch failure in the step: a panic, reported by the worker.
+        Err(err) => panic!("fused SwiGLU failed: {err} (BENCH_FUSED_SWIGLU=0 avoids it)"),
+    }
 }
 
 impl Model for Llama {
@@ -148,7 +179,7 @@ impl Model for Llama {
         let y = y.transpose(1, 2).reshape([bsz, t, e]);
         let x = x + ctx.linear(&y, &b.wo, None);
         let h = rms_norm(ctx, &x, &b.n2, c.norm_eps);
-        let m = ctx.linear(&h, &b.w1, None).silu() * ctx.linear(&h, &b.w3, None);
+        let m = swiglu(&ctx.linear(&h, &b.w1, None), &ctx.linear(&h, &b.w3, None));
         x + ctx.linear(&m, &b.w2, None)
     }
 

@@ -149,6 +149,25 @@ pub fn fused_bias_gelu_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
 }
 
+/// Whether the Llama blocks' RMSNorms take the fused kernels for `x`: on CUDA, for the row
+/// widths the kernels handle (see [`super::ffi::fused_rms_norm_supported`]; others fall back
+/// to libtorch's), unless `BENCH_FUSED_RMS=0` asks for libtorch's RMSNorm (to compare the
+/// two).
+pub fn fused_rms_norm_enabled(x: &Tensor) -> bool {
+    x.device().is_cuda()
+        && std::env::var("BENCH_FUSED_RMS").map_or(true, |v| v != "0")
+        && super::ffi::fused_rms_norm_supported(x)
+}
+
+/// Whether the Llama MLP's `silu(gate) * up` takes the fused kernels for `gate`: on CUDA, for
+/// the row widths the kernels handle ([`super::ffi::fused_swiglu_supported`]), unless
+/// `BENCH_FUSED_SWIGLU=0` asks for libtorch's silu and product (to compare the two).
+pub fn fused_swiglu_enabled(gate: &Tensor) -> bool {
+    gate.device().is_cuda()
+        && std::env::var("BENCH_FUSED_SWIGLU").map_or(true, |v| v != "0")
+        && super::ffi::fused_swiglu_supported(gate)
+}
+
 /// Mean cross-entropy in fp32 over `[B, T, V]` logits against `[B, T]` targets.
 ///
 /// On a CUDA device the shim's fused kernels compute it: one read of the logits forward,
@@ -203,6 +222,20 @@ mod tests {
         assert!(!fused_bias_gelu_enabled(Device::Cpu));
         // The rows themselves would fit the kernels.
         assert!(crate::workload::ffi::fused_layer_norm_supported(&x));
+        // The Llama proxy's RMSNorm and SwiGLU rows fit the kernels too, and are still not
+        // taken on the CPU.
+        let h = Tensor::zeros([4, 4096], (Kind::BFloat16, Device::Cpu));
+        let m = Tensor::zeros([4, 14336], (Kind::BFloat16, Device::Cpu));
+        assert!(crate::workload::ffi::fused_rms_norm_supported(&h));
+        assert!(crate::workload::ffi::fused_swiglu_supported(&m));
+        assert!(!fused_rms_norm_enabled(&h));
+        assert!(!fused_swiglu_enabled(&m));
+        // Rows the RMSNorm kernels cannot take fall back to libtorch's (widths off the
+        // 16-byte grid, or wider than 8192 bf16).
+        let odd = Tensor::zeros([4, 4100], (Kind::BFloat16, Device::Cpu));
+        let wide = Tensor::zeros([4, 16384], (Kind::BFloat16, Device::Cpu));
+        assert!(!crate::workload::ffi::fused_rms_norm_supported(&odd));
+        assert!(!crate::workload::ffi::fused_rms_norm_supported(&wide));
     }
 
     #[test]
