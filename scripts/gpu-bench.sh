@@ -76,7 +76,9 @@ G=(--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --w
 L=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5)
 
 if [ -x "$DIR/worker_gpu" ]; then
-  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture ${GPU_TESTS:-} > "$LOGS/worker_gpu.log" 2>&1
+  # GPU_TESTS: space-separated test-name filters (none: every GPU test).
+  read -r -a GPU_TEST_FILTERS <<< "${GPU_TESTS:-}"
+  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
