@@ -96,18 +96,8 @@ fn losses(evs: &[Event]) -> Vec<f64> {
 /// The `(sum, sum of squares)` line the worker prints with BENCH_PARAM_CHECKSUM set.
 fn checksum(out: &Output) -> (f64, f64) {
     let err = String::from_utf8_lossy(&out.stderr);
-    let line = err
-        .lines()
-        .find(|l| l.contains("param checksum"))
-        .unwrap_or_else(|| panic!("no checksum line in:\n{err}"));
-    let f: Vec<f64> = line
-        .rsplit(':')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .map(|x| x.parse().expect("checksum number"))
-        .collect();
-    (f[0], f[1])
+    bench::workload::dp::parse_checksum_line(&err)
+        .unwrap_or_else(|| panic!("no checksum line in:\n{err}"))
 }
 
 fn wait_all(children: Vec<Child>) -> Vec<Output> {

@@ -357,18 +357,8 @@ fn data_parallel_with_one_rank_trains_like_the_plain_loop() {
     ];
     let checksum = |out: &Output| -> (f64, f64) {
         let err = String::from_utf8_lossy(&out.stderr);
-        let line = err
-            .lines()
-            .find(|l| l.contains("param checksum"))
-            .unwrap_or_else(|| panic!("no checksum line in:\n{err}"));
-        let f: Vec<f64> = line
-            .rsplit(':')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .map(|x| x.parse().expect("checksum number"))
-            .collect();
-        (f[0], f[1])
+        bench::workload::dp::parse_checksum_line(&err)
+            .unwrap_or_else(|| panic!("no checksum line in:\n{err}"))
     };
     let run = |extra: &[&str]| -> Output {
         Command::new(env!("CARGO_BIN_EXE_bench"))

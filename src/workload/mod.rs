@@ -466,7 +466,7 @@ fn train_on(
             train::Parallel::Data(d) => d.param_checksum()?,
             _ => dp::param_checksum(model.params()),
         };
-        eprintln!("bench worker: param checksum rank {rank}: {sum:.17e} {sumsq:.17e}");
+        eprintln!("{}", dp::checksum_line(rank, sum, sumsq));
     }
     emit(Event::Summary(summary));
     Ok(())
