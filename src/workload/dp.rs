@@ -188,7 +188,6 @@ pub struct DataParallel<'a> {
     rank: usize,
     world: usize,
     kind: Kind,
-    device: Device,
     /// Blocks `0..layers`, then the embedding unit, then the head unit.
     units: Vec<Unit>,
     /// This rank's slices of every unit (under DDP: every unit whole), one after the
@@ -370,7 +369,6 @@ impl<'a> DataParallel<'a> {
             rank,
             world,
             kind,
-            device,
             units,
             shard32,
             grad32,
@@ -393,11 +391,6 @@ impl<'a> DataParallel<'a> {
     /// What the optimizer updates: this rank's fp32 slices, with their gradients.
     pub fn optim_params(&self) -> &[Param] {
         &self.pieces
-    }
-
-    /// Elements of this rank's slices (every unit's, padding included).
-    pub fn shard_numel(&self) -> usize {
-        self.shard32.numel()
     }
 
     fn compute_stream(&self) -> Result<*mut c_void, WorkerError> {
@@ -719,11 +712,6 @@ impl<'a> DataParallel<'a> {
         let v = Vec::<f64>::try_from(&both.to_device(Device::Cpu))
             .map_err(|e| WorkerError::from_device(e.to_string()))?;
         Ok((v[0], v[1]))
-    }
-
-    /// The device the slices live on.
-    pub fn device(&self) -> Device {
-        self.device
     }
 }
 
