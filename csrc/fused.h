@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <vector>
 
 namespace bench_fused {
 
@@ -66,5 +67,21 @@ bool swiglu_supported(at::ScalarType input_dtype, int64_t cols);
 
 // The CUDA C++ source of the SwiGLU kernels (for a compile check).
 std::string swiglu_source(at::ScalarType input_dtype);
+
+// One AdamW step (torch.optim.AdamW's fused kernel's arithmetic) of fp32 masters kept in flat
+// buffers, writing the bf16 working copy `work` too. Entry i covers master[offsets[i]
+// .. offsets[i] + numels[i]) (offsets on the 4-element grid) with weight decay
+// weight_decays[i]. mode 0: update from `grads` (bf16, one per entry); 1: acc = grads; 2:
+// acc += grads; 3: update from `acc` (fp32 like the masters; `grads` unused). Modes 0 and 3
+// increment `step` (one fp32 number on the device) first. Capturable in a CUDA graph.
+void master_adamw(const std::vector<at::Tensor>& grads, const std::vector<int64_t>& offsets,
+                  const std::vector<int64_t>& numels, const std::vector<double>& weight_decays,
+                  const at::Tensor& master, const at::Tensor& exp_avg,
+                  const at::Tensor& exp_avg_sq, const at::Tensor& work, const at::Tensor& acc,
+                  const at::Tensor& step, double lr, double beta1, double beta2, double eps,
+                  int64_t mode);
+
+// The CUDA C++ source of the master AdamW kernel (for a compile check).
+std::string master_adamw_source();
 
 }  // namespace bench_fused

@@ -209,6 +209,8 @@ int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
                      .size();
       total += bench_jit::compile_cubin(bench_fused::swiglu_source(t), "swiglu", a).size();
     }
+    total += bench_jit::compile_cubin(bench_fused::master_adamw_source(), "master_adamw", a)
+                 .size();
     *bytes = static_cast<int64_t>(total);
   });
 }
@@ -237,6 +239,27 @@ int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
     // The kernel reads each step tensor once per parameter; sharing one tensor is fine
     // because it is incremented once, before the kernel.
     at::_fused_adamw_(p, g, m, v, {}, s, lr, beta1, beta2, weight_decay, eps, false, false);
+  });
+}
+
+// One step of the master-weight AdamW (csrc/fused_adamw.cpp) over n entries; `grads` may be
+// null in mode 3 and `acc` in mode 0.
+int bench_master_adamw(at::Tensor** grads, const int64_t* offsets, const int64_t* numels,
+                       const double* weight_decays, int64_t n, const at::Tensor* master,
+                       const at::Tensor* exp_avg, const at::Tensor* exp_avg_sq,
+                       const at::Tensor* work, const at::Tensor* acc, const at::Tensor* step,
+                       double lr, double beta1, double beta2, double eps, int64_t mode) {
+  return guarded([&] {
+    std::vector<at::Tensor> g;
+    if (grads != nullptr) {
+      g.reserve(n);
+      for (int64_t i = 0; i < n; ++i) g.push_back(*grads[i]);
+    }
+    bench_fused::master_adamw(g, std::vector<int64_t>(offsets, offsets + n),
+                              std::vector<int64_t>(numels, numels + n),
+                              std::vector<double>(weight_decays, weight_decays + n), *master,
+                              *exp_avg, *exp_avg_sq, *work, acc ? *acc : at::Tensor(), *step,
+                              lr, beta1, beta2, eps, mode);
   });
 }
 

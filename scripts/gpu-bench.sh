@@ -8,11 +8,14 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; ONLY=llama skips the GPT-2 runs (bench,
-# peers and profile); GPU_TESTS="name filters" runs only the matching GPU tests;
-# TMO=seconds per run (default 300);
-# PROFILE=1 also traces one gpt2-125m step with and without the fused kernels
-# (BENCH_PROFILE) and prints the kernel time by kind (trace-top.py, from DIR or scripts/).
+# Environment: QUICK=1 runs the bench side only; ONLY picks the models (space-separated
+# from gpt2 llama gpt2-1.5b; default "gpt2 llama"; gpt2 is gpt2-125m); GPU_TESTS="name
+# filters" runs only the matching GPU tests (GPU_TESTS=none skips them); TMO=seconds per
+# run (default 300);
+# PROFILE=1 also traces one step of each chosen model (gpt2-125m with and without the fused
+# kernels, the Llama proxy with and without the master AdamW and in fp8) with BENCH_PROFILE
+# and prints the kernel time by kind (trace-top.py, from DIR or scripts/); PROFILE=only
+# runs the profiles and nothing else.
 # Prints the ratio table last. Every run is bounded by `timeout` so the script never hangs.
 set -u
 DIR=${1:-.gpu}
@@ -73,9 +76,13 @@ PY
 }
 
 G=(--model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 --steps 40 --warmup 10)
-L=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1 --steps 20 --warmup 5)
+# The shapes alone (the profiles add their own step counts).
+L0=(--model llama-3.1-8b-proxy --seq-len 8192 --micro-batch 1)
+X0=(--model gpt2-1.5b --dtype bf16 --seq-len 1024 --micro-batch 8)
+L=("${L0[@]}" --steps 20 --warmup 5)
+X=("${X0[@]}" --steps 30 --warmup 8)
 
-if [ -x "$DIR/worker_gpu" ]; then
+if [ -x "$DIR/worker_gpu" ] && [ "${GPU_TESTS:-}" != none ]; then
   # GPU_TESTS: space-separated test-name filters (none: every GPU test).
   read -r -a GPU_TEST_FILTERS <<< "${GPU_TESTS:-}"
   BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
@@ -87,10 +94,33 @@ if [ -x "$DIR/fused_ce" ]; then
   echo "fused_ce kernel bench rc=$?"; cat "$LOGS/fused_ce.log"
 fi
 
-GPT2=1; [ "${ONLY:-}" = llama ] && GPT2=0
+ONLY=" ${ONLY:-gpt2 llama} "
+want() { [[ "$ONLY" == *" $1 "* ]]; }
+GPT2=0; want gpt2 && GPT2=1
+LLAMA=0; want llama && LLAMA=1
+XL=0; want gpt2-1.5b && XL=1
+TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
 
-if [ "${PROFILE:-0}" = 1 ] && [ $GPT2 = 1 ]; then
-  TOP=$DIR/trace-top.py; [ -f "$TOP" ] || TOP=$(dirname "$0")/trace-top.py
+# profile NAME ARGS...: traces the last warm-up step of a short eager run, sums it by kernel.
+profile() {
+  local name=$1; shift
+  BENCH_PROFILE=$LOGS/trace.$name.json timeout "$TMO" "$BENCH" worker "$@" --steps 4 --warmup 3 \
+    > "$LOGS/profile.$name.log" 2>&1
+  echo "profile $name: rc=$?"
+  python3 "$TOP" "$LOGS/trace.$name.json" 25 | tee "$LOGS/profile.$name.md"
+  gzip -f "$LOGS/trace.$name.json"
+}
+
+if [ "${PROFILE:-0}" != 0 ] && [ $LLAMA = 1 ]; then
+  profile llama8p.bf16 "${L0[@]}" --dtype bf16
+  BENCH_FUSED_ADAMW=0 profile llama8p.bf16.per-param-adamw "${L0[@]}" --dtype bf16
+  profile llama8p.fp8 "${L0[@]}" --dtype fp8
+fi
+if [ "${PROFILE:-0}" != 0 ] && [ $XL = 1 ]; then
+  profile gpt2-1.5b.bf16 "${X0[@]}"
+fi
+
+if [ "${PROFILE:-0}" != 0 ] && [ $GPT2 = 1 ]; then
   for v in 1 0; do
     BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
       "$BENCH" worker --model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 \
@@ -101,6 +131,8 @@ if [ "${PROFILE:-0}" = 1 ] && [ $GPT2 = 1 ]; then
   done
 fi
 
+[ "${PROFILE:-0}" = only ] && exit 0
+
 if [ $GPT2 = 1 ]; then
 mine gpt2-125m.bf16 "${G[@]}"
 # The run-time kernel compile's log (time, registers) lands in this run's .err file.
@@ -110,7 +142,14 @@ grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
 BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
 BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
+BENCH_FUSED_ADAMW=0 mine gpt2-125m.bf16.compile.per-param-adamw "${G[@]}" --features compile
 fi
+if [ $XL = 1 ]; then
+mine gpt2-1.5b.bf16 "${X[@]}"
+mine gpt2-1.5b.bf16.compile "${X[@]}" --features compile
+BENCH_FUSED_ADAMW=0 mine gpt2-1.5b.bf16.compile.per-param-adamw "${X[@]}" --features compile
+fi
+if [ $LLAMA = 1 ]; then
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
 # The Llama block's fused kernels off one by one: what each gains, measured in this run.
@@ -119,6 +158,8 @@ BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 mine llama8p.bf16.compile.unfused-swiglu-
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
+BENCH_FUSED_ADAMW=0 mine llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
+fi
 
 if [ "${QUICK:-0}" != 1 ]; then
   if [ $GPT2 = 1 ]; then
@@ -126,8 +167,14 @@ if [ "${QUICK:-0}" != 1 ]; then
     peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
     peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
   fi
-  peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
-  peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
+  if [ $XL = 1 ]; then
+    peer gpt2-1.5b.peer.eager_fused "$DIR/gpt2_pytorch.py" 8 30 eager_fused 48 1600 25
+    peer gpt2-1.5b.peer.compile_fused "$DIR/gpt2_pytorch.py" 8 30 compile_fused 48 1600 25
+  fi
+  if [ $LLAMA = 1 ]; then
+    peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
+    peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
+  fi
 fi
 
 python3 - "$RES" > "$OUTD/table.md" <<'PY'
@@ -137,13 +184,14 @@ byname = {r[0]: r for r in rows}
 def tok(n):
     r = byname.get(n)
     return float(r[3]) if r and r[3] else None
-refs = {"gpt2": ["gpt2-125m.peer.eager", "gpt2-125m.peer.compile_fused"],
+refs = {"gpt2-125m": ["gpt2-125m.peer.eager", "gpt2-125m.peer.compile_fused"],
+        "gpt2-1.5b": ["gpt2-1.5b.peer.eager_fused", "gpt2-1.5b.peer.compile_fused"],
         "llama8p": ["llama8p.peer.eager_fused", "llama8p.peer.compile_fused"]}
-print("| run | side | rc | tok/s | MFU | first step s | peak GiB | vs peer eager | vs peer compile | note |")
+print("| run | side | rc | tok/s | MFU | first step s | peak GiB | vs peer eager (fused for 1.5b, Llama) | vs peer compile | note |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     r = r + [""] * (8 - len(r))
-    fam = "gpt2" if r[0].startswith("gpt2") else "llama8p"
+    fam = next(f for f in refs if r[0].startswith(f + "."))
     t = tok(r[0])
     ratios = []
     for ref in refs[fam]:

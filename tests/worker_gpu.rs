@@ -1,5 +1,5 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
-//! against the reference update, checkpointed gradients in bf16, CUDA-graph replay against
+//! against the reference update, the flat-master AdamW against libtorch's and in training, checkpointed gradients in bf16, CUDA-graph replay against
 //! eager steps, and the fused cross-entropy, LayerNorm, bias+GELU, RMSNorm and SwiGLU against
 //! libtorch's (values, gradients, training). On hosts without CUDA every test returns at once
 //! (CI has no GPU);
@@ -164,6 +164,166 @@ fn fused_adamw_matches_reference_update() {
     for (pa, pb) in a.iter().zip(&b) {
         let d = (&pa.tensor - &pb.tensor).abs().max().double_value(&[]);
         assert!(d < 1e-5, "{}: {d}", pa.name);
+    }
+}
+
+#[test]
+fn master_adamw_matches_libtorch_fused_adamw() {
+    // The flat-buffer AdamW (bf16 working parameters, fp32 masters) against libtorch's fused
+    // AdamW on fp32 parameters fed the same gradients: 200 tensors (three launches of at
+    // most 96), lengths off the 4-element grid and longer than a block's chunk, mixed weight
+    // decay; the third step accumulates two micro-batches in fp32.
+    let Some(dev) = cuda() else { return };
+    let shape = |i: usize| -> Vec<i64> {
+        match i % 4 {
+            0 => vec![1003],
+            1 => vec![64, 33],
+            2 => vec![7],
+            _ => vec![300, 301],
+        }
+    };
+    let mk = || -> Vec<Param> {
+        tch::manual_seed(11);
+        (0..200)
+            .map(|i| Param {
+                name: format!("p{i}"),
+                tensor: Tensor::randn(shape(i).as_slice(), (Kind::Float, dev))
+                    .set_requires_grad(true),
+                decay: i % 3 != 0,
+                place: bench::workload::models::Place::Embed,
+            })
+            .collect()
+    };
+    let (a, b) = (mk(), mk());
+    let cfg = AdamWConfig::new(1e-2);
+    let mut fa = AdamW::with_masters(&a, cfg, true).unwrap();
+    let mut fb = AdamW::new(&b, cfg, true);
+    assert!(a.iter().all(|p| p.tensor.kind() == Kind::BFloat16));
+    for step in 0..3 {
+        let micro = if step == 2 { 2 } else { 1 };
+        for mb in 0..micro {
+            for (i, (pa, pb)) in a.iter().zip(&b).enumerate() {
+                let g = (Tensor::randn(shape(i).as_slice(), (Kind::Float, dev))
+                    * (step + 1) as f64)
+                    .to_kind(Kind::BFloat16);
+                ffi::set_grad(&mut pa.tensor.shallow_clone(), &g).unwrap();
+                let g32 = g.to_kind(Kind::Float);
+                if mb == 0 {
+                    ffi::set_grad(&mut pb.tensor.shallow_clone(), &g32).unwrap();
+                } else {
+                    let _ = pb.tensor.grad().g_add_(&g32);
+                }
+            }
+            if micro > 1 {
+                fa.accumulate().unwrap();
+                assert!(
+                    !a[0].tensor.grad().defined(),
+                    "accumulate drops the gradients"
+                );
+            }
+        }
+        fa.step().unwrap();
+        fb.step().unwrap();
+        fa.zero_grad(true).unwrap();
+        fb.zero_grad(true).unwrap();
+    }
+    let masters = fa.master_views().unwrap();
+    let mut worst = 0f64;
+    for ((m, pa), pb) in masters.iter().zip(&a).zip(&b) {
+        let e = rel_err(m, &pb.tensor.detach());
+        worst = worst.max(e);
+        assert!(e < 1e-6, "{}: masters differ by {e}", pa.name);
+        // The working copy is the master rounded to bf16, exactly.
+        let w = pa.tensor.detach().to_kind(Kind::Float);
+        let r = m.to_kind(Kind::BFloat16).to_kind(Kind::Float);
+        let d = (&w - &r).abs().max().double_value(&[]);
+        assert_eq!(
+            d, 0.0,
+            "{}: working copy is not the rounded master",
+            pa.name
+        );
+    }
+    println!("master AdamW vs libtorch fused AdamW, 3 steps: worst relative error {worst:.2e}");
+}
+
+#[test]
+fn master_weights_train_like_per_parameter_adamw() {
+    // The worker with flat fp32 masters behind bf16 working parameters (the default on a
+    // GPU) against BENCH_FUSED_ADAMW=0 (fp32 parameters cast per op, libtorch's fused
+    // AdamW): eager, CUDA graphs, gradient accumulation and fp8, GPT-2 and Llama.
+    if cuda().is_none() {
+        return;
+    }
+    for extra in [
+        &["--model", "gpt2-tiny", "--dtype", "bf16"][..],
+        &[
+            "--model",
+            "gpt2-tiny",
+            "--dtype",
+            "bf16",
+            "--features",
+            "compile",
+        ][..],
+        &[
+            "--model",
+            "gpt2-tiny",
+            "--dtype",
+            "bf16",
+            "--grad-accum",
+            "2",
+        ][..],
+        &[
+            "--model",
+            "gpt2-tiny",
+            "--dtype",
+            "bf16",
+            "--grad-accum",
+            "2",
+            "--features",
+            "compile",
+        ][..],
+        &[
+            "--model",
+            "llama-tiny",
+            "--dtype",
+            "bf16",
+            "--features",
+            "compile",
+        ][..],
+        &["--model", "llama-tiny", "--dtype", "fp8"][..],
+    ] {
+        let mut args = vec![
+            "--steps",
+            "12",
+            "--warmup",
+            "3",
+            "--seq-len",
+            "64",
+            "--synthetic",
+            "pattern",
+            "--lr",
+            "1e-3",
+        ];
+        args.extend(extra);
+        let flat = worker(&args);
+        let per_param = worker_env(&args, &[("BENCH_FUSED_ADAMW", "0")]);
+        for (o, what) in [(&flat, "flat masters"), (&per_param, "per-parameter")] {
+            assert!(
+                o.status.success(),
+                "{extra:?} {what}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let (lf, lp) = (losses(&flat), losses(&per_param));
+        println!("{extra:?} flat      {lf:?}\n{extra:?} per-param {lp:?}");
+        assert_eq!(lf.len(), 12);
+        assert!(lf.last() < lf.first(), "{extra:?}: does not learn: {lf:?}");
+        for (a, b) in lf.iter().zip(&lp) {
+            assert!(
+                (a - b).abs() < 1e-2 * b.abs(),
+                "{extra:?}: {lf:?} vs {lp:?}"
+            );
+        }
     }
 }
 

@@ -67,6 +67,24 @@ extern "C" {
         weight_decay: f64,
         eps: f64,
     ) -> c_int;
+    fn bench_master_adamw(
+        grads: *const *mut C_tensor,
+        offsets: *const i64,
+        numels: *const i64,
+        weight_decays: *const f64,
+        n: i64,
+        master: *const C_tensor,
+        exp_avg: *const C_tensor,
+        exp_avg_sq: *const C_tensor,
+        work: *const C_tensor,
+        acc: *const C_tensor,
+        step: *const C_tensor,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        mode: i64,
+    ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
     fn bench_backward_with_grad(t: *const C_tensor, grad: *const C_tensor) -> c_int;
     fn bench_set_grad(t: *mut C_tensor, g: *const C_tensor) -> c_int;
@@ -276,6 +294,80 @@ pub fn fused_adamw(
             betas.1,
             weight_decay,
             eps,
+        )
+    })
+}
+
+/// What one call of [`master_adamw`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MasterMode {
+    /// Update the masters from the entries' bf16 gradients.
+    Update = 0,
+    /// Copy the gradients into the fp32 accumulator (the first micro-batch).
+    AccAssign = 1,
+    /// Add the gradients into the accumulator (later micro-batches).
+    AccAdd = 2,
+    /// Update the masters from the accumulator.
+    UpdateFromAcc = 3,
+}
+
+/// The flat fp32 buffers behind [`master_adamw`]: masters, moments, the bf16 working copy,
+/// the accumulator (for gradient accumulation) and the device step count.
+pub struct MasterBuffers<'a> {
+    pub master: &'a Tensor,
+    pub exp_avg: &'a Tensor,
+    pub exp_avg_sq: &'a Tensor,
+    pub work: &'a Tensor,
+    pub acc: Option<&'a Tensor>,
+    pub step: &'a Tensor,
+}
+
+/// One pass of the shim's master-weight AdamW kernel (csrc/fused_adamw.cpp): entry i is
+/// `offsets[i]..offsets[i] + numels[i]` of the flat buffers with weight decay
+/// `weight_decays[i]`; `grads` are the entries' bf16 gradients (unused, may be empty, for
+/// [`MasterMode::UpdateFromAcc`]).
+#[allow(clippy::too_many_arguments)]
+pub fn master_adamw(
+    grads: &[Tensor],
+    offsets: &[i64],
+    numels: &[i64],
+    weight_decays: &[f64],
+    bufs: &MasterBuffers,
+    lr: f64,
+    betas: (f64, f64),
+    eps: f64,
+    mode: MasterMode,
+) -> Result<(), String> {
+    let n = offsets.len();
+    if numels.len() != n || weight_decays.len() != n {
+        return Err("master_adamw: entry lists differ in length".into());
+    }
+    let g: Vec<*mut C_tensor> = grads.iter().map(|t| t.as_ptr() as *mut C_tensor).collect();
+    let null = std::ptr::null::<C_tensor>();
+    // SAFETY: all pointers are live tensors (or null where the shim allows it) borrowed for
+    // the duration of the call; the lists are n long (checked above and by the shim).
+    check(unsafe {
+        bench_master_adamw(
+            if g.is_empty() {
+                std::ptr::null()
+            } else {
+                g.as_ptr()
+            },
+            offsets.as_ptr(),
+            numels.as_ptr(),
+            weight_decays.as_ptr(),
+            n as i64,
+            bufs.master.as_ptr(),
+            bufs.exp_avg.as_ptr(),
+            bufs.exp_avg_sq.as_ptr(),
+            bufs.work.as_ptr(),
+            bufs.acc.map_or(null, |t| t.as_ptr()),
+            bufs.step.as_ptr(),
+            lr,
+            betas.0,
+            betas.1,
+            eps,
+            mode as i64,
         )
     })
 }

@@ -292,6 +292,18 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     }
 }
 
+/// Whether the plain loop keeps its fp32 masters in flat buffers behind bf16 working
+/// parameters and updates them with the shim's kernel ([`optim::AdamW::with_masters`]):
+/// on a GPU, computing in bf16 (bf16 or fp8), unless `BENCH_FUSED_ADAMW=0` asks for the
+/// per-parameter layout with libtorch's fused AdamW (for A/B runs). DDP and FSDP keep
+/// their own flat buffers.
+fn master_weights(s: &Settings, dev: &DeviceInfo, parallel: &train::Parallel) -> bool {
+    matches!(parallel, train::Parallel::Single)
+        && dev.is_cuda()
+        && s.precision.compute_kind() == tch::Kind::BFloat16
+        && std::env::var("BENCH_FUSED_ADAMW").map_or(true, |v| v != "0")
+}
+
 fn train_on(
     args: &WorkerArgs,
     s: &Settings,
@@ -418,7 +430,17 @@ fn train_on(
         train::Parallel::Data(d) => d.optim_params(),
         _ => model.params(),
     };
-    let opt = optim::AdamW::new(opt_params, optim::AdamWConfig::new(args.lr), dev.is_cuda());
+    let cfg = optim::AdamWConfig::new(args.lr);
+    let opt = if master_weights(s, dev, &parallel) {
+        let opt = optim::AdamW::with_masters(opt_params, cfg, s.grad_accum > 1)
+            .map_err(WorkerError::from_device)?;
+        // As under DDP and FSDP: the fp32 model existed whole only until it was copied
+        // into the flat buffers.
+        dev.reset_peak_memory()?;
+        opt
+    } else {
+        optim::AdamW::new(opt_params, cfg, dev.is_cuda())
+    };
     // Global: every rank processes micro_batch x grad_accum sequences per step.
     let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64 * world as u64;
     let mut rec = measure::Recorder::default();
@@ -437,7 +459,7 @@ fn train_on(
         started,
         parallel,
     };
-    lp.run(&mut emit, &mut rec)?;
+    let opt = lp.run(&mut emit, &mut rec)?;
     let facts = measure::RunFacts {
         tokens_per_step,
         world_size: world,
@@ -464,7 +486,9 @@ fn train_on(
     if std::env::var_os("BENCH_PARAM_CHECKSUM").is_some() {
         let (sum, sumsq) = match parallel {
             train::Parallel::Data(d) => d.param_checksum()?,
-            _ => dp::param_checksum(model.params()),
+            _ => opt
+                .master_checksum()
+                .unwrap_or_else(|| dp::param_checksum(model.params())),
         };
         eprintln!("{}", dp::checksum_line(rank, sum, sumsq));
     }

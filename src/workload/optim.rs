@@ -1,10 +1,27 @@
-//! AdamW over fp32 master weights with fp32 state: libtorch's fused CUDA kernel on GPUs
-//! (through the shim), the same update written with tensor ops elsewhere.
+//! AdamW over fp32 master weights with fp32 state, in one of two layouts:
+//!
+//! - the parameters are the fp32 masters and the precision context casts them per op:
+//!   libtorch's fused CUDA kernel on GPUs (through the shim), the same update written with
+//!   tensor ops elsewhere;
+//! - [`AdamW::with_masters`] (bf16 on a GPU): the masters and moments move into flat fp32
+//!   buffers and the model's parameters become bf16 working copies (views of one flat bf16
+//!   buffer), so the forward casts nothing and the backward leaves bf16 gradients. The
+//!   shim's own kernel (csrc/fused_adamw.cpp) updates the masters from those gradients and
+//!   writes the working copy in the same pass: 28 bytes a parameter a step instead of the 40
+//!   of a gradient cast, libtorch's fused update and a weight cast. With gradient
+//!   accumulation each micro-batch's bf16 gradients are added into an fp32 buffer, so the
+//!   sum keeps fp32 precision as it does in the first layout.
+
+use std::cell::Cell;
 
 use tch::{Kind, Tensor};
 
-use super::ffi;
+use super::ffi::{self, MasterBuffers, MasterMode};
 use super::models::Param;
+
+/// Alignment of every parameter in the flat master buffers, in elements (128 bytes of
+/// bf16), so the kernel's vector accesses and the working views stay aligned.
+const MASTER_ALIGN: i64 = 64;
 
 /// AdamW hyper-parameters (GPT-3 / Llama pre-training defaults).
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +59,55 @@ pub struct AdamW {
     groups: Vec<Group>,
     fused: bool,
     steps: u64,
+    /// The flat-buffer layout ([`AdamW::with_masters`]); `groups` is empty then.
+    masters: Option<Masters>,
+}
+
+/// fp32 masters, moments and (with accumulation) gradient sums in flat buffers, behind the
+/// model's bf16 working parameters.
+struct Masters {
+    /// The model's parameters, now bf16 views of `work`.
+    params: Vec<Tensor>,
+    offsets: Vec<i64>,
+    numels: Vec<i64>,
+    weight_decays: Vec<f64>,
+    master: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    work: Tensor,
+    acc: Option<Tensor>,
+    step: Tensor,
+    /// Micro-batches added into `acc` since the last update.
+    accumulated: Cell<u32>,
+}
+
+impl Masters {
+    fn buffers(&self) -> MasterBuffers<'_> {
+        MasterBuffers {
+            master: &self.master,
+            exp_avg: &self.exp_avg,
+            exp_avg_sq: &self.exp_avg_sq,
+            work: &self.work,
+            acc: self.acc.as_ref(),
+            step: &self.step,
+        }
+    }
+
+    /// The parameters' current gradients; every parameter must have one.
+    fn grads(&self) -> Result<Vec<Tensor>, String> {
+        self.params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let g = p.grad();
+                if g.defined() {
+                    Ok(g)
+                } else {
+                    Err(format!("master AdamW: parameter {i} got no gradient"))
+                }
+            })
+            .collect()
+    }
 }
 
 impl AdamW {
@@ -71,7 +137,140 @@ impl AdamW {
             groups,
             fused,
             steps: 0,
+            masters: None,
         }
+    }
+
+    /// The flat-buffer layout (module doc): copies the fp32 `params` (contiguous, on one
+    /// CUDA device) into flat masters and re-points each at its bf16 view of the working
+    /// buffer. `accumulate` keeps an fp32 gradient-sum buffer for [`AdamW::accumulate`].
+    pub fn with_masters(
+        params: &[Param],
+        cfg: AdamWConfig,
+        accumulate: bool,
+    ) -> Result<AdamW, String> {
+        let first = params
+            .first()
+            .ok_or("master AdamW: no parameters")?
+            .tensor
+            .shallow_clone();
+        let device = first.device();
+        if !device.is_cuda() {
+            return Err("master AdamW: the kernel needs CUDA parameters".into());
+        }
+        let (mut offsets, mut numels, mut weight_decays) = (vec![], vec![], vec![]);
+        let mut end = 0i64;
+        for p in params {
+            let t = &p.tensor;
+            if t.kind() != Kind::Float || t.device() != device || !t.is_contiguous() {
+                return Err(format!(
+                    "master AdamW: {} is not a contiguous fp32 tensor on {device:?}",
+                    p.name
+                ));
+            }
+            let off = (end + MASTER_ALIGN - 1) / MASTER_ALIGN * MASTER_ALIGN;
+            offsets.push(off);
+            numels.push(t.numel() as i64);
+            weight_decays.push(if p.decay { cfg.weight_decay } else { 0.0 });
+            end = off + t.numel() as i64;
+        }
+        let total = (end + MASTER_ALIGN - 1) / MASTER_ALIGN * MASTER_ALIGN;
+        let f32opt = (Kind::Float, device);
+        let master = Tensor::zeros([total], f32opt);
+        let work = tch::no_grad(|| {
+            for ((p, &off), &n) in params.iter().zip(&offsets).zip(&numels) {
+                master.narrow(0, off, n).copy_(&p.tensor.reshape([-1]));
+            }
+            master.to_kind(Kind::BFloat16)
+        });
+        let mut views = Vec::with_capacity(params.len());
+        for ((p, &off), &n) in params.iter().zip(&offsets).zip(&numels) {
+            let mut t = p.tensor.shallow_clone();
+            // The old fp32 storage goes with the last reference to it; the model's own
+            // handle shares this TensorImpl and sees the bf16 view.
+            t.set_data(&work.narrow(0, off, n).view(p.tensor.size().as_slice()));
+            views.push(t);
+        }
+        Ok(AdamW {
+            cfg,
+            groups: Vec::new(),
+            fused: true,
+            steps: 0,
+            masters: Some(Masters {
+                params: views,
+                offsets,
+                numels,
+                weight_decays,
+                exp_avg: Tensor::zeros([total], f32opt),
+                exp_avg_sq: Tensor::zeros([total], f32opt),
+                acc: accumulate.then(|| Tensor::zeros([total], f32opt)),
+                step: Tensor::zeros([], f32opt),
+                master,
+                work,
+                accumulated: Cell::new(0),
+            }),
+        })
+    }
+
+    /// After a micro-batch's backward under gradient accumulation: adds the parameters'
+    /// gradients into the fp32 sum (the first micro-batch of a step overwrites it) and drops
+    /// them, so the next backward hands fresh ones over. Nothing to do in the first layout,
+    /// where the backward itself adds into the fp32 `.grad`.
+    pub fn accumulate(&self) -> Result<(), String> {
+        let Some(m) = &self.masters else {
+            return Ok(());
+        };
+        if m.acc.is_none() {
+            return Err("master AdamW: built without an accumulation buffer".into());
+        }
+        let mode = match m.accumulated.get() {
+            0 => MasterMode::AccAssign,
+            _ => MasterMode::AccAdd,
+        };
+        let grads = m.grads()?;
+        ffi::master_adamw(
+            &grads,
+            &m.offsets,
+            &m.numels,
+            &m.weight_decays,
+            &m.buffers(),
+            self.cfg.lr,
+            self.cfg.betas,
+            self.cfg.eps,
+            mode,
+        )?;
+        drop(grads);
+        for p in &m.params {
+            ffi::set_grad_none(&mut p.shallow_clone())?;
+        }
+        m.accumulated.set(m.accumulated.get() + 1);
+        Ok(())
+    }
+
+    /// Views of the fp32 masters, one per parameter in the order given, when they live in
+    /// flat buffers; `None` in the first layout (the parameters are the masters).
+    pub fn master_views(&self) -> Option<Vec<Tensor>> {
+        let m = self.masters.as_ref()?;
+        Some(
+            m.params
+                .iter()
+                .zip(m.offsets.iter().zip(&m.numels))
+                .map(|(p, (&off, &n))| m.master.narrow(0, off, n).view(p.size().as_slice()))
+                .collect(),
+        )
+    }
+
+    /// The sum and the sum of squares of the fp32 masters when they live in flat buffers
+    /// (their padding is zero), `None` in the first layout.
+    pub fn master_checksum(&self) -> Option<(f64, f64)> {
+        let m = self.masters.as_ref()?;
+        tch::no_grad(|| {
+            let d = m.master.to_kind(Kind::Double);
+            Some((
+                d.sum(Kind::Double).double_value(&[]),
+                d.square().sum(Kind::Double).double_value(&[]),
+            ))
+        })
     }
 
     /// Applies one update from the parameters' `.grad` (parameters without one are skipped
@@ -79,6 +278,23 @@ impl AdamW {
     pub fn step(&mut self) -> Result<(), String> {
         self.steps += 1;
         let c = self.cfg;
+        if let Some(m) = &self.masters {
+            let (grads, mode) = match m.accumulated.replace(0) {
+                0 => (m.grads()?, MasterMode::Update),
+                _ => (Vec::new(), MasterMode::UpdateFromAcc),
+            };
+            return ffi::master_adamw(
+                &grads,
+                &m.offsets,
+                &m.numels,
+                &m.weight_decays,
+                &m.buffers(),
+                c.lr,
+                c.betas,
+                c.eps,
+                mode,
+            );
+        }
         tch::no_grad(|| {
             for g in &mut self.groups {
                 if self.fused {
@@ -123,16 +339,25 @@ impl AdamW {
     /// Clears every gradient: drops them (`set_to_none`, cheapest for eager steps) or zeroes
     /// them in place, keeping the buffers at fixed addresses as CUDA graphs need.
     pub fn zero_grad(&mut self, set_to_none: bool) -> Result<(), String> {
-        for g in &mut self.groups {
-            for p in &mut g.params {
-                if set_to_none {
-                    ffi::set_grad_none(p)?;
-                    continue;
-                }
-                let mut grad = p.grad();
-                if grad.defined() {
-                    let _ = grad.zero_();
-                }
+        let params = match &mut self.masters {
+            Some(m) => {
+                m.accumulated.set(0);
+                m.params.iter_mut().collect::<Vec<_>>()
+            }
+            None => self
+                .groups
+                .iter_mut()
+                .flat_map(|g| g.params.iter_mut())
+                .collect(),
+        };
+        for p in params {
+            if set_to_none {
+                ffi::set_grad_none(p)?;
+                continue;
+            }
+            let mut grad = p.grad();
+            if grad.defined() {
+                let _ = grad.zero_();
             }
         }
         Ok(())

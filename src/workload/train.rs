@@ -96,6 +96,9 @@ impl Loop<'_> {
                     loss.detach()
                 }
             };
+            if matches!(self.parallel, Parallel::Single) && self.grad_accum > 1 {
+                self.opt.accumulate().map_err(WorkerError::from_device)?;
+            }
             let part = loss * scale;
             total = Some(match total {
                 Some(t) => t + part,
@@ -155,12 +158,13 @@ impl Loop<'_> {
             .collect()
     }
 
-    /// Runs every step, emitting a step event after each.
+    /// Runs every step, emitting a step event after each; hands the optimizer back (it may
+    /// hold the fp32 masters).
     pub fn run(
         mut self,
         emit: &mut dyn FnMut(Event),
         rec: &mut Recorder,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<AdamW, WorkerError> {
         let mut graph: Option<(CudaGraph, Vec<Tensor>, Vec<Tensor>, Tensor)> = None;
         let device_index = match self.device.device {
             Device::Cuda(i) => i as i64,
@@ -238,6 +242,6 @@ impl Loop<'_> {
                 rank: self.parallel.event_rank(),
             }));
         }
-        Ok(())
+        Ok(self.opt)
     }
 }
