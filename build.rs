@@ -58,6 +58,7 @@ fn build_shim(lib: &Path) {
         .file("csrc/fused_rms.cpp")
         .file("csrc/fused_swiglu.cpp")
         .file("csrc/fused_adamw.cpp")
+        .file("csrc/fused_linear.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))

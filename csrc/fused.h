@@ -68,6 +68,21 @@ bool swiglu_supported(at::ScalarType input_dtype, int64_t cols);
 // The CUDA C++ source of the SwiGLU kernels (for a compile check).
 std::string swiglu_source(at::ScalarType input_dtype);
 
+// input @ weight^T + bias for input [..., in], weight [out, in] (both bf16 or both fp32, CUDA)
+// and bias [out] (any float dtype; its gradient comes back in its dtype). Forward and the two
+// matmul gradients as libtorch's linear; the bias gradient in our own column-sum kernel.
+// Only where linear_bias_supported says so.
+at::Tensor linear_bias(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
+
+// Output widths the fused linear takes: a whole number of 16-byte vectors.
+bool linear_bias_supported(at::ScalarType input_dtype, int64_t out);
+
+// The fp32 column sums of `input` [rows, cols] with the fused linear's kernel (for tests).
+at::Tensor column_sum(const at::Tensor& input);
+
+// The CUDA C++ source of the column-sum kernel (for a compile check).
+std::string linear_source(at::ScalarType input_dtype);
+
 // One AdamW step (torch.optim.AdamW's fused kernel's arithmetic) of fp32 masters kept in flat
 // buffers, writing the bf16 working copy `work` too. Entry i covers master[offsets[i]
 // .. offsets[i] + numels[i]) (offsets on the 4-element grid) with weight decay

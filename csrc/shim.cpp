@@ -192,6 +192,22 @@ int bench_fused_swiglu_supported(const at::Tensor* x) {
   return x->dim() > 0 && bench_fused::swiglu_supported(x->scalar_type(), x->size(-1)) ? 1 : 0;
 }
 
+// Fused linear with bias: *out = x @ w^T + b, the bias gradient by our column sum.
+int bench_fused_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* b,
+                       at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::linear_bias(*x, *w, *b)); });
+}
+
+// Whether the fused linear takes outputs of `out` columns of x's dtype; 0 or 1.
+int bench_fused_linear_supported(const at::Tensor* x, int64_t out) {
+  return bench_fused::linear_bias_supported(x->scalar_type(), out) ? 1 : 0;
+}
+
+// The fp32 column sums of x [rows, cols] by the fused linear's kernel.
+int bench_column_sum(const at::Tensor* x, at::Tensor** out) {
+  return guarded([&] { *out = new at::Tensor(bench_fused::column_sum(*x)); });
+}
+
 // Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
 // at its widest, four vectors per lane); *bytes = the cubins' total size.
 int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
@@ -208,6 +224,7 @@ int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
         total += bench_jit::compile_cubin(bench_fused::rms_norm_source(t, kv), "rms_norm", a)
                      .size();
       total += bench_jit::compile_cubin(bench_fused::swiglu_source(t), "swiglu", a).size();
+      total += bench_jit::compile_cubin(bench_fused::linear_source(t), "col_sum", a).size();
     }
     total += bench_jit::compile_cubin(bench_fused::master_adamw_source(), "master_adamw", a)
                  .size();

@@ -122,10 +122,10 @@ fi
 
 if [ "${PROFILE:-0}" != 0 ] && [ $GPT2 = 1 ]; then
   for v in 1 0; do
-    BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
+    BENCH_FUSED_CE=$v BENCH_FUSED_LN=$v BENCH_FUSED_GELU=$v BENCH_FUSED_BIAS=$v BENCH_PROFILE=$LOGS/trace.fused-$v.json timeout "$TMO" \
       "$BENCH" worker --model gpt2-125m --dtype bf16 --seq-len 1024 --micro-batch 16 \
       --steps 4 --warmup 3 > "$LOGS/profile.fused-$v.log" 2>&1
-    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_{CE,LN,GELU}=$v: rc=$?"
+    echo "profile gpt2-125m bf16 eager, BENCH_FUSED_{CE,LN,GELU,BIAS}=$v: rc=$?"
     python3 "$TOP" "$LOGS/trace.fused-$v.json" 25 | tee "$LOGS/profile.fused-$v.md"
     gzip -f "$LOGS/trace.fused-$v.json"
   done
@@ -142,11 +142,14 @@ grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
 BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
 BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
+BENCH_FUSED_BIAS=0 mine gpt2-125m.bf16.compile.unfused-bias "${G[@]}" --features compile
 BENCH_FUSED_ADAMW=0 mine gpt2-125m.bf16.compile.per-param-adamw "${G[@]}" --features compile
 fi
 if [ $XL = 1 ]; then
 mine gpt2-1.5b.bf16 "${X[@]}"
-mine gpt2-1.5b.bf16.compile "${X[@]}" --features compile
+BENCH_JIT_LOG=1 mine gpt2-1.5b.bf16.compile "${X[@]}" --features compile
+grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-1.5b.bf16.compile.err"
+BENCH_FUSED_BIAS=0 mine gpt2-1.5b.bf16.compile.unfused-bias "${X[@]}" --features compile
 BENCH_FUSED_ADAMW=0 mine gpt2-1.5b.bf16.compile.per-param-adamw "${X[@]}" --features compile
 fi
 if [ $LLAMA = 1 ]; then

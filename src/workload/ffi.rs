@@ -51,6 +51,14 @@ extern "C" {
         out: *mut *mut C_tensor,
     ) -> c_int;
     fn bench_fused_swiglu_supported(x: *const C_tensor) -> c_int;
+    fn bench_fused_linear(
+        x: *const C_tensor,
+        w: *const C_tensor,
+        b: *const C_tensor,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fused_linear_supported(x: *const C_tensor, out: i64) -> c_int;
+    fn bench_column_sum(x: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -235,6 +243,31 @@ pub fn fused_swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, String> {
 pub fn fused_swiglu_supported(x: &Tensor) -> bool {
     // SAFETY: a live tensor; the shim only reads its dtype and sizes.
     unsafe { bench_fused_swiglu_supported(x.as_ptr()) == 1 }
+}
+
+/// `x @ w^T + b` for x `[..., in]`, w `[out, in]` in x's dtype, b `[out]` in any float dtype,
+/// by the shim's fused linear (csrc/fused_linear.cpp): libtorch's addmm and matmul
+/// gradients, the bias gradient by our column-sum kernel. Only where
+/// [`fused_linear_supported`] accepts.
+pub fn fused_linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: the inputs are live tensors; on success the shim hands over a new tensor.
+    check(unsafe { bench_fused_linear(x.as_ptr(), w.as_ptr(), b.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Whether the fused linear takes `out` output columns of x's dtype.
+pub fn fused_linear_supported(x: &Tensor, out: i64) -> bool {
+    // SAFETY: reads the tensor's dtype only.
+    unsafe { bench_fused_linear_supported(x.as_ptr(), out) == 1 }
+}
+
+/// The fp32 column sums of `x` `[rows, cols]` by the fused linear's kernel (for tests).
+pub fn column_sum(x: &Tensor) -> Result<Tensor, String> {
+    let mut out: *mut C_tensor = std::ptr::null_mut();
+    // SAFETY: x is a live tensor; on success the shim hands over a new tensor.
+    check(unsafe { bench_column_sum(x.as_ptr(), &mut out) })?;
+    Ok(unsafe { Tensor::from_ptr(out) })
 }
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and

@@ -4,8 +4,8 @@
 use tch::{Device, Tensor};
 
 use super::{
-    cross_entropy, fused_bias_gelu_enabled, fused_layer_norm_enabled, Init, Model, ModelConfig,
-    Param, Place,
+    cross_entropy, fused_bias_gelu_enabled, fused_layer_norm_enabled, fused_linear_bias_enabled,
+    Init, Model, ModelConfig, Param, Place,
 };
 use crate::workload::ffi;
 use crate::workload::precision::Ctx;
@@ -115,6 +115,25 @@ fn mlp_in(ctx: &Ctx, h: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     y.view(pre.size().as_slice())
 }
 
+/// `x @ w^T + b` for the attn, proj and fc2 layers. On CUDA, outside fp8, the shim's fused
+/// linear runs the same addmm and matmul gradients as libtorch's and sums the bias gradient
+/// in its own column-sum kernel, at bandwidth where libtorch's reduction runs at about half
+/// of it; elsewhere the precision context's linear.
+fn linear_bias(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+    if ctx.fp8 || !fused_linear_bias_enabled(x.device()) {
+        return ctx.linear(x, w, Some(b));
+    }
+    let (xc, wc) = (ctx.cast(x), ctx.cast(w));
+    if !ffi::fused_linear_supported(&xc, w.size()[0]) {
+        return ctx.linear(x, w, Some(b));
+    }
+    match ffi::fused_linear(&xc, &wc, b) {
+        Ok(y) => y,
+        // As with every libtorch failure in the step: a panic, reported by the worker.
+        Err(err) => panic!("fused linear failed: {err} (BENCH_FUSED_BIAS=0 avoids it)"),
+    }
+}
+
 impl Model for Gpt2 {
     fn config(&self) -> &ModelConfig {
         &self.cfg
@@ -139,7 +158,7 @@ impl Model for Gpt2 {
         let (bsz, t) = (sz[0], sz[1]);
         let eps = self.cfg.norm_eps;
         let h = layer_norm(ctx, x, &b.ln1_w, &b.ln1_b, eps);
-        let qkv = ctx.linear(&h, &b.attn_w, Some(&b.attn_b));
+        let qkv = linear_bias(ctx, &h, &b.attn_w, &b.attn_b);
         let heads = |z: &Tensor| z.view([bsz, t, nh, e / nh]).transpose(1, 2);
         let parts = qkv.split(e, 2);
         let y = Tensor::scaled_dot_product_attention::<Tensor>(
@@ -153,10 +172,10 @@ impl Model for Gpt2 {
             false,
         );
         let y = y.transpose(1, 2).reshape([bsz, t, e]);
-        let x = x + ctx.linear(&y, &b.proj_w, Some(&b.proj_b));
+        let x = x + linear_bias(ctx, &y, &b.proj_w, &b.proj_b);
         let h = layer_norm(ctx, &x, &b.ln2_w, &b.ln2_b, eps);
         let m = mlp_in(ctx, &h, &b.fc_w, &b.fc_b);
-        x + ctx.linear(&m, &b.fc2_w, Some(&b.fc2_b))
+        x + linear_bias(ctx, &m, &b.fc2_w, &b.fc2_b)
     }
 
     fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {

@@ -149,6 +149,14 @@ pub fn fused_bias_gelu_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
 }
 
+/// Whether GPT-2's attn, proj and fc2 linears take the shim's fused linear (its own
+/// bias-gradient column sum) on `device`: CUDA only, unless `BENCH_FUSED_BIAS=0` asks for
+/// libtorch's linear (to compare the two). The output width is checked per call
+/// ([`super::ffi::fused_linear_supported`]).
+pub fn fused_linear_bias_enabled(device: Device) -> bool {
+    device.is_cuda() && std::env::var("BENCH_FUSED_BIAS").map_or(true, |v| v != "0")
+}
+
 /// Whether the Llama blocks' RMSNorms take the fused kernels for `x`: on CUDA, for the row
 /// widths the kernels handle (see [`super::ffi::fused_rms_norm_supported`]; others fall back
 /// to libtorch's), unless `BENCH_FUSED_RMS=0` asks for libtorch's RMSNorm (to compare the
@@ -220,6 +228,7 @@ mod tests {
         let x = Tensor::zeros([4, 768], (Kind::BFloat16, Device::Cpu));
         assert!(!fused_layer_norm_enabled(&x));
         assert!(!fused_bias_gelu_enabled(Device::Cpu));
+        assert!(!fused_linear_bias_enabled(Device::Cpu));
         // The rows themselves would fit the kernels.
         assert!(crate::workload::ffi::fused_layer_norm_supported(&x));
         // The Llama proxy's RMSNorm and SwiGLU rows fit the kernels too, and are still not
