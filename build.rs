@@ -59,6 +59,7 @@ fn build_shim(lib: &Path) {
         .file("csrc/fused_swiglu.cpp")
         .file("csrc/fused_adamw.cpp")
         .file("csrc/fused_linear.cpp")
+        .file("csrc/fused_fp8.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cu13.join("include"))

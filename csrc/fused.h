@@ -83,6 +83,18 @@ at::Tensor column_sum(const at::Tensor& input);
 // The CUDA C++ source of the column-sum kernel (for a compile check).
 std::string linear_source(at::ScalarType input_dtype);
 
+// fp8(t * scale[0]) in one pass, `fp8` e4m3fn or e5m2 (satfinite conversion; the fp8 linear's
+// power-of-two scales keep every product in range, so it equals libtorch's cast). Only where
+// quantize_fp8_supported says so.
+at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8);
+
+// Tensors the one-pass quantization takes: contiguous, 16-byte aligned bf16 or fp32 on a
+// GPU, a whole number of 16-byte vectors long.
+bool quantize_fp8_supported(const at::Tensor& t);
+
+// The CUDA C++ source of the quantization kernel (for a compile check).
+std::string quantize_fp8_source(at::ScalarType input_dtype, at::ScalarType fp8);
+
 // One AdamW step (torch.optim.AdamW's fused kernel's arithmetic) of fp32 masters kept in flat
 // buffers, writing the bf16 working copy `work` too. Entry i covers master[offsets[i]
 // .. offsets[i] + numels[i]) (offsets on the 4-element grid) with weight decay

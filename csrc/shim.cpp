@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -55,10 +56,23 @@ constexpr double kE5M2Max = 57344.0;
 // clamp pass is needed (fp8 casts do not saturate), and its inverse is exact too. A
 // floating-point format's relative precision does not depend on the scale, so this costs
 // at most one binade of headroom.
+//
+// The scale-and-cast runs in one pass of our own kernel (csrc/fused_fp8.cpp) unless
+// BENCH_FUSED_FP8=0 asks for libtorch's product and cast (to compare the two).
+bool fused_fp8_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BENCH_FUSED_FP8");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
   auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
   auto scale = at::exp2(at::floor(at::log2(fmax / amax)));
-  auto q = (t * scale.to(t.scalar_type())).to(fp8);
+  auto q = fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)
+               ? bench_fused::quantize_fp8(t, scale, fp8)
+               : (t * scale.to(t.scalar_type())).to(fp8);
   return {q, scale.reciprocal()};
 }
 
@@ -208,6 +222,17 @@ int bench_column_sum(const at::Tensor* x, at::Tensor** out) {
   return guarded([&] { *out = new at::Tensor(bench_fused::column_sum(*x)); });
 }
 
+// fp8 quantization as the fp8 linear does it: *q = fp8(t * scale), *inv_scale = 1 / scale,
+// the scale a power of two from t's absolute maximum; e4m3fn if e4m3 is 1, else e5m2.
+int bench_fp8_quantize(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor** inv_scale) {
+  return guarded([&] {
+    auto [qq, s] = e4m3 ? quantize(*t, at::kFloat8_e4m3fn, kE4M3Max)
+                        : quantize(*t, at::kFloat8_e5m2, kE5M2Max);
+    *q = new at::Tensor(qq);
+    *inv_scale = new at::Tensor(s);
+  });
+}
+
 // Compiles every fused kernel source for sm_<arch> with NVRTC, without a GPU (the LayerNorm
 // at its widest, four vectors per lane); *bytes = the cubins' total size.
 int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
@@ -225,6 +250,9 @@ int bench_jit_compile_check(int64_t arch, int64_t* bytes) {
                      .size();
       total += bench_jit::compile_cubin(bench_fused::swiglu_source(t), "swiglu", a).size();
       total += bench_jit::compile_cubin(bench_fused::linear_source(t), "col_sum", a).size();
+      for (auto f8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2})
+        total += bench_jit::compile_cubin(bench_fused::quantize_fp8_source(t, f8), "quant_fp8", a)
+                     .size();
     }
     total += bench_jit::compile_cubin(bench_fused::master_adamw_source(), "master_adamw", a)
                  .size();

@@ -161,6 +161,7 @@ BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 mine llama8p.bf16.compile.unfused-swiglu-
 mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
+BENCH_FUSED_FP8=0 mine llama8p.fp8.compile.unfused-quant "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_ADAMW=0 mine llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
 fi
 

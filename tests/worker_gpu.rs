@@ -671,6 +671,50 @@ fn fused_linear_matches_reference() {
 }
 
 #[test]
+fn fp8_quantization_kernel_equals_libtorch_cast() {
+    // The one-pass scale-and-cast against libtorch's product and cast (BENCH_FUSED_FP8=0's
+    // path, reproduced here): the same bits, for bf16 and fp32 inputs, both formats, values
+    // from the subnormal range to the maximum and a length off the kernel's grid stride.
+    let Some(dev) = cuda() else { return };
+    if ffi::cuda_capability(0).map_or(true, |c| c < (8, 9)) {
+        eprintln!("no fp8 on this GPU: check not run");
+        return;
+    }
+    tch::manual_seed(17);
+    for kind in [Kind::BFloat16, Kind::Float] {
+        // Magnitudes over ten decades, so the fp8 values include subnormals and zeros.
+        let t = (Tensor::randn([3001, 40], (Kind::Float, dev))
+            * Tensor::exp2(&(Tensor::rand([3001, 40], (Kind::Float, dev)) * 34.0 - 20.0)))
+        .to_kind(kind);
+        for (e4m3, fmax, f8) in [
+            (true, 448.0, Kind::Float8e4m3fn),
+            (false, 57344.0, Kind::Float8e5m2),
+        ] {
+            let (q, inv) = ffi::fp8_quantize(&t, e4m3).unwrap();
+            assert_eq!(q.kind(), f8);
+            let amax = t.abs().max().to_kind(Kind::Float).clamp_min(1e-30);
+            let scale = (Tensor::from(fmax).to_device(dev) / amax)
+                .log2()
+                .floor()
+                .exp2();
+            let want = (&t * scale.to_kind(kind)).to_kind(f8);
+            let differ = q
+                .view_dtype(Kind::Uint8)
+                .ne_tensor(&want.view_dtype(Kind::Uint8))
+                .sum(Kind::Int64)
+                .int64_value(&[]);
+            assert_eq!(differ, 0, "{kind:?} e4m3={e4m3}: {differ} values differ");
+            let back = (q.to_kind(Kind::Float) * &inv).to_kind(Kind::Double);
+            let e = rel_err(&back, &t.to_kind(Kind::Double));
+            println!(
+                "fp8 quantize {kind:?} e4m3={e4m3}: identical bits, round trip rel err {e:.2e}"
+            );
+            assert!(e < if e4m3 { 0.07 } else { 0.14 }, "round trip {e}");
+        }
+    }
+}
+
+#[test]
 fn fused_kernels_train_like_unfused() {
     if cuda().is_none() {
         return;

@@ -59,6 +59,12 @@ extern "C" {
     ) -> c_int;
     fn bench_fused_linear_supported(x: *const C_tensor, out: i64) -> c_int;
     fn bench_column_sum(x: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
+    fn bench_fp8_quantize(
+        t: *const C_tensor,
+        e4m3: c_int,
+        q: *mut *mut C_tensor,
+        inv_scale: *mut *mut C_tensor,
+    ) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -268,6 +274,17 @@ pub fn column_sum(x: &Tensor) -> Result<Tensor, String> {
     // SAFETY: x is a live tensor; on success the shim hands over a new tensor.
     check(unsafe { bench_column_sum(x.as_ptr(), &mut out) })?;
     Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// The fp8 linear's quantization of `t` (e4m3fn, or e5m2 as for gradients): the fp8 tensor
+/// and the inverse scale `_scaled_mm` multiplies back in. Takes the one-pass kernel unless
+/// `BENCH_FUSED_FP8=0` (read once per process).
+pub fn fp8_quantize(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor), String> {
+    let (mut q, mut s): (*mut C_tensor, *mut C_tensor) =
+        (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: t is a live tensor; on success the shim hands over two new tensors.
+    check(unsafe { bench_fp8_quantize(t.as_ptr(), c_int::from(e4m3), &mut q, &mut s) })?;
+    Ok(unsafe { (Tensor::from_ptr(q), Tensor::from_ptr(s)) })
 }
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and
