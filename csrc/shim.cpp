@@ -76,9 +76,9 @@ std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType f
   return {q, scale.reciprocal()};
 }
 
-// y = x @ w^T with x [M, K] in bf16 and w [N, K] in its master dtype (fp32): the weight is
-// quantized straight from the master copy, skipping a bf16 cast, and its gradient comes out
-// in that dtype. Matmuls in fp8 (e4m3 forward, e5m2 for the incoming gradient). Saves the
+// y = x @ w^T with x [M, K] in bf16 and w [N, K] in its own dtype (an fp32 master or a bf16
+// working copy): the weight is quantized straight from it, skipping a cast, and its gradient
+// comes out in that dtype. Matmuls in fp8 (e4m3 forward, e5m2 for the incoming gradient). Saves the
 // fp8 copies, which also halves the memory the backward keeps.
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,

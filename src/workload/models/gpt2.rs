@@ -77,9 +77,10 @@ impl Gpt2 {
     }
 }
 
-/// LayerNorm over the last dimension. On CUDA the shim's fused kernels take the fp32 master
-/// weights as they are (no per-step cast; gradients land in fp32) and fold the weight and
-/// bias gradients into the input-gradient pass; elsewhere libtorch's, on cast weights.
+/// LayerNorm over the last dimension. On CUDA the shim's fused kernels take the weights in
+/// whatever dtype they are (fp32 masters, or the bf16 working copies; no per-step cast,
+/// gradients in the weights' dtype) and fold the weight and bias gradients into the
+/// input-gradient pass; elsewhere libtorch's, on cast weights.
 fn layer_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
     let e = *x.size().last().unwrap_or(&0);
     if fused_layer_norm_enabled(x) {
@@ -145,7 +146,8 @@ impl Model for Gpt2 {
 
     fn embed(&self, ctx: &Ctx, x: &Tensor) -> Tensor {
         let t = x.size()[1];
-        // Look up in fp32 and cast the (small) result rather than the whole table.
+        // Look up in the table's own dtype (fp32 masters, or the bf16 working copy) and cast
+        // the (small) result rather than the whole table.
         let tok = Tensor::embedding(&self.wte, x, -1, false, false);
         let pos = self.wpe.narrow(0, 0, t);
         ctx.cast(&(tok + pos))

@@ -3,8 +3,10 @@
 //!
 //! A model exposes its forward pass in three stages (embedding, one block, head + loss)
 //! rather than one call, so that selective activation checkpointing ([`crate::workload::sac`])
-//! can cut the graph at block boundaries. Parameters are fp32 leaves that require grad; the
-//! precision context casts them per op (see [`crate::workload::precision`]).
+//! can cut the graph at block boundaries. Parameters are built as fp32 leaves that require
+//! grad; the precision context casts them per op (see [`crate::workload::precision`]), unless
+//! the optimizer re-points them at bf16 working copies of flat fp32 masters
+//! ([`crate::workload::optim::AdamW::with_masters`], the default on a GPU) or DDP/FSDP do.
 
 pub mod gpt2;
 pub mod llama;

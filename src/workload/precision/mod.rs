@@ -73,7 +73,8 @@ impl Ctx {
     /// A transformer-block linear layer: fp8 matmul under fp8, else a plain one.
     pub fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
         if self.fp8 {
-            // The weight goes in as its fp32 master: the shim quantizes it directly.
+            // The weight goes in as it is (an fp32 master or a bf16 working copy): the shim
+            // quantizes it directly, without a cast first.
             let y = fp8::linear(x, w);
             match b {
                 Some(b) => y + self.cast(b),
