@@ -19,6 +19,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -62,8 +63,6 @@ quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned cha
 }
 )CUDA";
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 const std::vector<cudaKernel_t>& quant_kernels(at::ScalarType t, at::ScalarType fp8,
                                                int device) {
   const bool bf16 = t == at::kBFloat16;
@@ -102,9 +101,7 @@ at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::Scalar
   void* qp = q.data_ptr();
   unsigned long long n = nvec;
   void* args[] = {&xp, &sp, &qp, &n};
-  const int64_t sms = at::cuda::getDeviceProperties(t.get_device())->multiProcessorCount;
-  const uint64_t blocks = std::min<uint64_t>((nvec + 255) / 256, 64 * sms);
-  bench_jit::launch(ks[0], dim3(static_cast<unsigned>(blocks)), dim3(256), args, 0,
+  bench_jit::launch(ks[0], dim3(grid_for(nvec, t.get_device())), dim3(256), args, 0,
                     at::cuda::getCurrentCUDAStream(t.get_device()).stream());
   return q;
 }

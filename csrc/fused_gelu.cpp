@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -134,18 +135,11 @@ bias_gelu_bwd(const E* __restrict__ dy, const E* __restrict__ x, const float* __
 }
 )CUDA";
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 const std::vector<cudaKernel_t>& gelu_kernels(at::ScalarType t, int device) {
   const bool bf16 = t == at::kBFloat16;
   static const std::vector<std::string> names = {"bias_gelu_fwd", "bias_gelu_bwd"};
   return bench_jit::kernels(std::string("bias_gelu_") + (bf16 ? "bf16" : "f32"),
                             bias_gelu_source(t), names, device);
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
 }
 
 struct FusedBiasGelu : public torch::autograd::Function<FusedBiasGelu> {
@@ -171,9 +165,7 @@ struct FusedBiasGelu : public torch::autograd::Function<FusedBiasGelu> {
       unsigned long long n = nvec;
       int c = static_cast<int>(cols);
       void* args[] = {&xp, &bp, &yp, &n, &c};
-      const int64_t sms = at::cuda::getDeviceProperties(x.get_device())->multiProcessorCount;
-      const uint64_t blocks = std::min<uint64_t>((nvec + 255) / 256, 64 * sms);
-      bench_jit::launch(ks[0], dim3(static_cast<unsigned>(blocks)), dim3(256), args, 0,
+      bench_jit::launch(ks[0], dim3(grid_for(nvec, x.get_device())), dim3(256), args, 0,
                         at::cuda::getCurrentCUDAStream(x.get_device()).stream());
     }
     ctx->save_for_backward({x, b});
@@ -189,13 +181,8 @@ struct FusedBiasGelu : public torch::autograd::Function<FusedBiasGelu> {
     c10::cuda::CUDAGuard guard(x.device());
     auto dy = aligned_contiguous(grads[0].to(x.scalar_type()));
     const int64_t rows = x.size(0), cols = x.size(1);
-    const int64_t vpr = cols / vec_width(x.scalar_type());
-    const int64_t col_tiles = (vpr + 31) / 32;
-    // About four blocks per multiprocessor in all; rows split evenly among the chunks.
-    const int64_t sms = at::cuda::getDeviceProperties(x.get_device())->multiProcessorCount;
-    const int64_t chunks = std::max<int64_t>(
-        1, std::min<int64_t>((rows + 7) / 8, (4 * sms + col_tiles - 1) / col_tiles));
-    const int64_t per_chunk = (rows + chunks - 1) / chunks;
+    const auto [col_tiles, chunks, per_chunk] =
+        col_sum_grid(rows, cols, x.scalar_type(), x.get_device());
     auto dx = at::empty_like(x);
     // Every (chunk, column) is written by exactly one block.
     auto partial = at::empty({chunks, cols}, x.options().dtype(at::kFloat));

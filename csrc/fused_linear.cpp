@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -77,8 +78,6 @@ col_sum(const E* __restrict__ dy, float* __restrict__ partial, int rows, int col
 }
 )CUDA";
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 const std::vector<cudaKernel_t>& col_sum_kernels(at::ScalarType t, int device) {
   const bool bf16 = t == at::kBFloat16;
   static const std::vector<std::string> names = {"col_sum"};
@@ -89,13 +88,8 @@ const std::vector<cudaKernel_t>& col_sum_kernels(at::ScalarType t, int device) {
 // The fp32 column sums of dy [rows, cols] (contiguous, 16-byte aligned).
 at::Tensor column_sums(const at::Tensor& dy) {
   const int64_t rows = dy.size(0), cols = dy.size(1);
-  const int64_t vpr = cols / vec_width(dy.scalar_type());
-  const int64_t col_tiles = (vpr + 31) / 32;
-  // About four blocks per multiprocessor in all; rows split evenly among the chunks.
-  const int64_t sms = at::cuda::getDeviceProperties(dy.get_device())->multiProcessorCount;
-  const int64_t chunks = std::max<int64_t>(
-      1, std::min<int64_t>((rows + 7) / 8, (4 * sms + col_tiles - 1) / col_tiles));
-  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  const auto [col_tiles, chunks, per_chunk] =
+      col_sum_grid(rows, cols, dy.scalar_type(), dy.get_device());
   // Every (chunk, column) is written by exactly one block.
   auto partial = at::empty({chunks, cols}, dy.options().dtype(at::kFloat));
   if (rows == 0) return partial.zero_().sum(0);
@@ -108,11 +102,6 @@ at::Tensor column_sums(const at::Tensor& dy) {
                     dim3(256), args, 0,
                     at::cuda::getCurrentCUDAStream(dy.get_device()).stream());
   return partial.sum(0);
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
 }
 
 struct FusedLinear : public torch::autograd::Function<FusedLinear> {

@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -192,8 +193,6 @@ ln_bwd(const E* __restrict__ dy, const E* __restrict__ x, const float* __restric
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxVectorsPerLane = 4;
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 // ln_fwd and ln_bwd for this element type and row width.
 const std::vector<cudaKernel_t>& ln_kernels(at::ScalarType t, int64_t cols, int device) {
   const bool bf16 = t == at::kBFloat16;
@@ -202,11 +201,6 @@ const std::vector<cudaKernel_t>& ln_kernels(at::ScalarType t, int64_t cols, int 
                     std::to_string(kv);
   static const std::vector<std::string> names = {"ln_fwd", "ln_bwd"};
   return bench_jit::kernels(key, layer_norm_source(t, kv), names, device);
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
 }
 
 struct FusedLayerNorm : public torch::autograd::Function<FusedLayerNorm> {

@@ -21,6 +21,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -169,8 +170,6 @@ rms_bwd(const E* __restrict__ dy, const E* __restrict__ x, const float* __restri
 }
 )CUDA";
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 int64_t vectors_per_thread(at::ScalarType t, int64_t cols) {
   return (cols / vec_width(t) + kThreads - 1) / kThreads;
 }
@@ -183,11 +182,6 @@ const std::vector<cudaKernel_t>& rms_kernels(at::ScalarType t, int64_t cols, int
                     std::to_string(kv);
   static const std::vector<std::string> names = {"rms_fwd", "rms_bwd"};
   return bench_jit::kernels(key, rms_norm_source(t, kv), names, device);
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
 }
 
 struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {

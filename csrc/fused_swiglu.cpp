@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device_types.h"
+#include "fused_host.h"
 #include "jit.h"
 
 namespace bench_fused {
@@ -71,24 +72,11 @@ swiglu_bwd(const E* __restrict__ dy, const E* __restrict__ a, const E* __restric
 }
 )CUDA";
 
-int vec_width(at::ScalarType t) { return t == at::kBFloat16 ? 8 : 4; }
-
 const std::vector<cudaKernel_t>& swiglu_kernels(at::ScalarType t, int device) {
   const bool bf16 = t == at::kBFloat16;
   static const std::vector<std::string> names = {"swiglu_fwd", "swiglu_bwd"};
   return bench_jit::kernels(std::string("swiglu_") + (bf16 ? "bf16" : "f32"), swiglu_source(t),
                             names, device);
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
-}
-
-// Enough blocks of 256 threads to cover nvec, at most 64 per multiprocessor (they stride).
-unsigned grid_for(uint64_t nvec, int device) {
-  const int64_t sms = at::cuda::getDeviceProperties(device)->multiProcessorCount;
-  return static_cast<unsigned>(std::min<uint64_t>((nvec + 255) / 256, 64 * sms));
 }
 
 struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
