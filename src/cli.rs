@@ -163,6 +163,9 @@ pub struct PostArgs {
     /// Commit the status is set on (default: the pull request's head from $GITHUB_EVENT_PATH, else $GITHUB_SHA).
     #[arg(long)]
     pub sha: Option<String>,
+    /// Give up posting after SECS seconds in all (connecting, answers, retries).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub timeout: f64,
 }
 
 /// Where `bench report post` posts.
