@@ -187,16 +187,20 @@ impl Event {
         if !t.starts_with('{') {
             return Line::Text;
         }
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(t) else {
+        // Only the tag is read first: serde skips the other values without converting them,
+        // so a step whose figure is out of range (`1e999`) is still seen as a step, and then
+        // fails to parse as one below instead of passing for log text.
+        #[derive(Deserialize)]
+        struct Tag {
+            event: String,
+        }
+        let Ok(tag) = serde_json::from_str::<Tag>(t) else {
             return Line::Text;
         };
-        let Some(kind) = value.get("event").and_then(|k| k.as_str()) else {
+        let Some(kind) = KINDS.iter().find(|k| **k == tag.event) else {
             return Line::Text;
         };
-        let Some(kind) = KINDS.iter().find(|k| **k == kind) else {
-            return Line::Text;
-        };
-        match serde_json::from_value::<Event>(value) {
+        match serde_json::from_str::<Event>(t) {
             Err(e) => Line::Invalid(format!("a `{kind}` event that does not parse: {e}")),
             Ok(ev) => match ev.check() {
                 Ok(()) => Line::Event(ev.sanitized()),

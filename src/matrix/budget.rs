@@ -137,7 +137,7 @@ pub fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u128, Ma
         .and_then(|p| p.checked_add(include));
     let name = matrix_name(spec, src);
     let mut largest: Vec<&Dim> = dims.iter().collect();
-    largest.sort_by(|a, b| b.len.unwrap_or(u128::MAX).cmp(&a.len.unwrap_or(u128::MAX)));
+    largest.sort_by_key(|d| std::cmp::Reverse(d.len.unwrap_or(u128::MAX)));
     let largest = largest
         .iter()
         .take(3)
