@@ -371,7 +371,12 @@ const HEADER: &str = "\
 
 /// Parses and validates the text of a baseline file.
 pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
-    let raw: RawDoc = serde_saphyr::from_str(text).map_err(|e| {
+    // Nesting bounded as in matrix files (a baseline file nests 6 deep), so that a hostile
+    // file cannot exhaust the stack.
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! { max_depth: crate::matrix::parse::MAX_YAML_DEPTH },
+    };
+    let raw: RawDoc = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let (line, column) = e
             .location()
             .map(|l| (l.line() as u32, l.column() as u32))
