@@ -89,7 +89,7 @@ X=("${X0[@]}" --steps 30 --warmup 8)
 if [ -x "$DIR/worker_gpu" ] && [ "${GPU_TESTS:-}" != none ]; then
   # GPU_TESTS: space-separated test-name filters (none: every GPU test).
   read -r -a GPU_TEST_FILTERS <<< "${GPU_TESTS:-}"
-  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
+  BENCH_GPU_TESTS=1 BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 

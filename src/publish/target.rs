@@ -398,6 +398,7 @@ mod tests {
             artifacts_url: None,
             commit_status: false,
             sha: None,
+            timeout: 60.0,
         }
     }
 

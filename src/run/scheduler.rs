@@ -160,7 +160,11 @@ fn judge(o: &AttemptOutput) -> Verdict {
             detail(o)
         )),
         Termination::Exited(0) => {
-            if o.steps.is_empty() && o.summary.is_none() {
+            // An `error` event (or output that broke the event contract) fails the attempt
+            // even when the process exits 0.
+            if let Some((_, msg)) = &o.error {
+                Verdict::Failed(msg.clone())
+            } else if o.steps.is_empty() && o.summary.is_none() {
                 Verdict::Failed(
                     "exited 0 without printing any step or summary event (see its log)".into(),
                 )
@@ -463,11 +467,13 @@ async fn run_cell(
             }
         }
     }
-    let outcome = outcome.unwrap_or(Outcome::Passed);
-    let metrics = if outcome == Outcome::Passed {
-        stats::cell_metrics(&cell.params, cell.gpus(), &repeats)
-    } else {
-        Metrics::new()
+    // A cell passes only with something measured (issue 13: no silent pass).
+    let (outcome, metrics) = match outcome.unwrap_or(Outcome::Passed) {
+        Outcome::Passed => match stats::measured_metrics(&cell.params, cell.gpus(), &repeats) {
+            Ok(m) => (Outcome::Passed, m),
+            Err(reason) => (Outcome::Failed { reason }, Metrics::new()),
+        },
+        other => (other, Metrics::new()),
     };
     CellResult {
         id: cell.id,
