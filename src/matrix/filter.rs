@@ -44,6 +44,11 @@ pub struct Filter {
 /// included.
 pub const MAX_NESTING: usize = 100;
 
+/// The most memory a compiled `/regex/` may take. The regex crate's default (10 MiB) lets
+/// `/a{99999}/` take seconds to compile (found by tests/fuzz.rs); a filter's regex matches
+/// short axis values, and 256 KiB is far more than any of those needs.
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
 #[derive(Debug, Clone)]
 enum Expr {
     /// At least two terms, any of which must hold (flat, so a long chain is not deep).
@@ -403,9 +408,14 @@ impl<'a> Parser<'a> {
                             if !matches!(op, Op::Eq | Op::Ne) {
                                 return Err(self.err(o, l, "a /regex/ goes after `=` or `!=`"));
                             }
-                            Operand::Regex(Regex::new(&r).map_err(|e| {
-                                self.err(o, l, format!("bad regular expression: {e}"))
-                            })?)
+                            Operand::Regex(
+                                regex::RegexBuilder::new(&r)
+                                    .size_limit(REGEX_SIZE_LIMIT)
+                                    .build()
+                                    .map_err(|e| {
+                                        self.err(o, l, format!("bad regular expression: {e}"))
+                                    })?,
+                            )
                         }
                         _ => {
                             return Err(self.err(voff, vlen, "expected a value after the operator"))
@@ -788,6 +798,11 @@ mod tests {
         assert!(e.message.contains("unknown flag"));
         let e = Filter::parse("model=/(/", &vocab()).unwrap_err();
         assert!(e.message.contains("bad regular expression"));
+        // Found by the filter fuzzer: a huge repetition took seconds to compile.
+        let t = std::time::Instant::now();
+        let e = Filter::parse("model=/a{99999}/", &vocab()).unwrap_err();
+        assert!(e.message.contains("size limit"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
         let e = Filter::parse("fsdp single", &vocab()).unwrap_err();
         assert_eq!(e.offset, 5);
         let e = Filter::parse("", &vocab()).unwrap_err();
