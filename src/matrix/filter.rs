@@ -44,6 +44,11 @@ pub struct Filter {
 /// included.
 pub const MAX_NESTING: usize = 100;
 
+/// The most memory a compiled `/regex/` may take. The regex crate's default (10 MiB) lets
+/// `/a{99999}/` take seconds to compile (found by tests/fuzz.rs); a filter's regex matches
+/// short axis values, and 256 KiB is far more than any of those needs.
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
 #[derive(Debug, Clone)]
 enum Expr {
     /// At least two terms, any of which must hold (flat, so a long chain is not deep).
@@ -403,9 +408,14 @@ impl<'a> Parser<'a> {
                             if !matches!(op, Op::Eq | Op::Ne) {
                                 return Err(self.err(o, l, "a /regex/ goes after `=` or `!=`"));
                             }
-                            Operand::Regex(Regex::new(&r).map_err(|e| {
-                                self.err(o, l, format!("bad regular expression: {e}"))
-                            })?)
+                            Operand::Regex(
+                                regex::RegexBuilder::new(&r)
+                                    .size_limit(REGEX_SIZE_LIMIT)
+                                    .build()
+                                    .map_err(|e| {
+                                        self.err(o, l, format!("bad regular expression: {e}"))
+                                    })?,
+                            )
                         }
                         _ => {
                             return Err(self.err(voff, vlen, "expected a value after the operator"))
@@ -455,7 +465,8 @@ impl<'a> Parser<'a> {
                 foff,
                 flen,
                 format!(
-                    "unknown flag `{flag}` (flags of set-valued axes: {})",
+                    "unknown flag `{}` (flags of set-valued axes: {})",
+                    clip(&flag),
                     join_or_none(known.iter().map(|s| s.as_str()))
                 ),
             ));
@@ -475,7 +486,8 @@ impl<'a> Parser<'a> {
             off,
             len,
             format!(
-                "unknown axis or parameter `{name}` (axes: {})",
+                "unknown axis or parameter `{}` (axes: {})",
+                clip(name),
                 join_or_none(axes.into_iter())
             ),
         ))
@@ -495,7 +507,7 @@ impl<'a> Parser<'a> {
         match op {
             Op::Gt | Op::Ge | Op::Lt | Op::Le => {
                 if text.parse::<f64>().is_err() {
-                    return Err(self.err(off, len, format!("`{text}` is not a number")));
+                    return Err(self.err(off, len, format!("`{}` is not a number", clip(text))));
                 }
                 if let Some(vals) = self.vocab.axis(name) {
                     if vals.iter().any(|v| v.as_f64().is_none()) {
@@ -520,7 +532,8 @@ impl<'a> Parser<'a> {
                             off,
                             len,
                             format!(
-                                "axis `{name}` has no value `{text}` (values: {})",
+                                "axis `{name}` has no value `{}` (values: {})",
+                                clip(text),
                                 join_or_none(shown.iter().map(String::as_str))
                             ),
                         ));
@@ -530,6 +543,15 @@ impl<'a> Parser<'a> {
             }
             Op::Contains => Ok(()),
         }
+    }
+}
+
+/// User text quoted in a message, cut to [`CARET_WINDOW`] characters so that a hostile
+/// value cannot make the message as long as itself (the caret line shows where it is).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(CARET_WINDOW) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
     }
 }
 
@@ -788,6 +810,14 @@ mod tests {
         assert!(e.message.contains("unknown flag"));
         let e = Filter::parse("model=/(/", &vocab()).unwrap_err();
         assert!(e.message.contains("bad regular expression"));
+        // Found by the filter fuzzer: a long unknown value made the message as long.
+        let e = Filter::parse(&format!("model=\"{}\"", "!".repeat(5000)), &vocab()).unwrap_err();
+        assert!(e.to_string().len() < 600, "{e}");
+        // Found by the filter fuzzer: a huge repetition took seconds to compile.
+        let t = std::time::Instant::now();
+        let e = Filter::parse("model=/a{99999}/", &vocab()).unwrap_err();
+        assert!(e.message.contains("size limit"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
         let e = Filter::parse("fsdp single", &vocab()).unwrap_err();
         assert_eq!(e.offset, 5);
         let e = Filter::parse("", &vocab()).unwrap_err();
