@@ -5,6 +5,10 @@
 source "$(dirname "$0")/env.sh"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
 export BENCH_PYTHON="$VENV/bin/python"
+# The browser tests (tests/report_browser.rs): playwright-core and mermaid from
+# package-lock.json, and Debian's chromium (.ci/run installs it).
+npm ci --no-audit --no-fund --silent
+export BENCH_CHROMIUM="${BENCH_CHROMIUM:-/usr/bin/chromium}"
 # The CI templates, Dockerfiles and shipped matrices against real validators.
 scripts/check-ci-templates.sh "$VENV"
 cargo fmt --all -- --check
