@@ -501,7 +501,7 @@ fn render(
         let n: usize = drops.iter().map(|g| g.ids.len()).sum();
         drop_lines.push_str("#### Dropped by the matrix's rules\n\n");
         drop_ids.push_str(&format!(
-            "<details><summary>Ids of the {n} dropped cells</summary>\n\n"
+            "<details><summary>Ids of the dropped cells ({n})</summary>\n\n"
         ));
         for g in &drops {
             let cells = if g.ids.len() == 1 { "cell" } else { "cells" };

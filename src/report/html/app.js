@@ -198,7 +198,11 @@
   const columns = [];
   if (multiRun) columns.push({ key: "run", title: "run", get: (c) => c.run_id });
   for (const a of data.axes) columns.push({ key: "axis:" + a, title: a, get: (c) => (c.values[a] === undefined ? "" : c.values[a]) });
-  columns.push({ key: "status", title: "verdict", get: (c) => c.status, cls: "status" });
+  // Verdicts sort by severity, so that sorting by them (the order the page opens in) puts
+  // what went wrong first.
+  const SEVERITY = ["regression", "failed", "timed out", "improvement", "new", "unchanged", "skipped", "missing"];
+  columns.push({ key: "status", title: "verdict", get: (c) => c.status, cls: "status",
+    rank: (c) => { const i = SEVERITY.indexOf(c.status); return i < 0 ? SEVERITY.length : i; } });
   for (const m of ["tokens_per_s_per_gpu", "mfu"]) {
     columns.push({ key: m, title: label(m), get: (c) => (c.metrics[m] ? c.metrics[m].current : null), num: true, metric: m });
   }
@@ -209,7 +213,7 @@
   columns.push({ key: "duration", title: "time", get: (c) => c.duration_s, num: true, fmt: dur });
   columns.push({ key: "id", title: "cell", get: (c) => c.id, cls: "id" });
 
-  const state = { sort: null, dir: 1, filters: {}, search: "", open: new Set() };
+  const state = { sort: "status", dir: 1, filters: {}, search: "", open: new Set() };
   const keyOf = (c) => c.run_id + "/" + c.id;
   const table = document.getElementById("cells");
   const thead = table.tHead, tbody = table.tBodies[0];
@@ -252,10 +256,10 @@
     if (state.sort) {
       const col = columns.find((x) => x.key === state.sort);
       cells = cells.slice().sort((a, b) => {
-        const x = col.get(a), y = col.get(b);
+        const x = col.rank ? col.rank(a) : col.get(a), y = col.rank ? col.rank(b) : col.get(b);
         if (x === null || x === undefined) return 1;
         if (y === null || y === undefined) return -1;
-        const r = col.num ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
+        const r = col.num || col.rank ? x - y : String(x).localeCompare(String(y), undefined, { numeric: true });
         return r * state.dir;
       });
     }
@@ -292,7 +296,8 @@
         const time = chartBox("step-time", "step time per step (warm-up shaded)");
         charts.append(loss, time);
         traceChart(loss, c, "loss", "loss", three);
-        traceChart(time, c, "step_time_s", "step time", dur);
+        // Step times differ in the second digit of milliseconds: three digits on the axis.
+        traceChart(time, c, "step_time_s", "step time", (v) => (v < 1 ? three(v * 1000) + " ms" : dur(v)));
       }
       for (const s of data.trends.filter((s) => s.cell === c.id)) {
         const box = chartBox("trend", label(s.metric) + " over the run history");
