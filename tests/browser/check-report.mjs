@@ -6,7 +6,7 @@
 //
 // Usage: node tests/browser/check-report.mjs [--screenshot OUT.png] REPORT.html...
 import path from "node:path";
-import { launch, watch } from "./chromium.mjs";
+import { exit, launch, watch } from "./chromium.mjs";
 
 const argv = process.argv.slice(2);
 let shot = null;
@@ -91,8 +91,4 @@ try {
 } finally {
   await close();
 }
-if (network.length) {
-  console.error("network requests: " + network.join(", "));
-  failed = true;
-}
-process.exit(failed ? 1 : 0);
+exit(failed, network);

@@ -41,3 +41,9 @@ export function watch(page) {
   page.on("pageerror", (e) => errors.push("exception: " + e.message));
   return errors;
 }
+
+// Exits 1 when a check failed or a page reached for the network, else 0.
+export function exit(failed, network) {
+  if (network.length) console.error("network requests: " + network.join(", "));
+  process.exit(failed || network.length ? 1 : 0);
+}

@@ -6,7 +6,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { launch, watch } from "./chromium.mjs";
+import { exit, launch, watch } from "./chromium.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const files = process.argv.slice(2);
@@ -52,8 +52,4 @@ try {
 } finally {
   await close();
 }
-if (network.length) {
-  console.error("network requests: " + network.join(", "));
-  failed = true;
-}
-process.exit(failed ? 1 : 0);
+exit(failed, network);
