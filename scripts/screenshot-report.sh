@@ -6,8 +6,8 @@
 #   scripts/screenshot-report.sh results/20261122T101500Z docs/report.png
 #
 # Needs Debian's chromium (or BENCH_CHROMIUM=/path/to/chrome), node with `npm ci` done in
-# the checkout (run here when node_modules is missing), and bench on PATH or built in
-# target/release or target/debug. Extra arguments go to `bench report html` (e.g.
+# the checkout (run here when node_modules is missing), and bench: $BENCH, else the newer
+# of target/release/bench and target/debug/bench, else bench on PATH. Extra arguments go to `bench report html` (e.g.
 # --baselines DIR, --history FILE).
 set -euo pipefail
 if [ $# -lt 2 ]; then
@@ -18,12 +18,18 @@ run_dir="$1"
 out="$2"
 shift 2
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bench_bin="$(command -v bench || true)"
-for b in "$root/target/release/bench" "$root/target/debug/bench"; do
-    if [ -z "$bench_bin" ] && [ -x "$b" ]; then
-        bench_bin="$b"
-    fi
-done
+# $BENCH, else the newer of this checkout's builds, else bench on PATH.
+bench_bin="${BENCH:-}"
+if [ -z "$bench_bin" ]; then
+    for b in "$root/target/release/bench" "$root/target/debug/bench"; do
+        if [ -x "$b" ] && { [ -z "$bench_bin" ] || [ "$b" -nt "$bench_bin" ]; }; then
+            bench_bin="$b"
+        fi
+    done
+fi
+if [ -z "$bench_bin" ]; then
+    bench_bin="$(command -v bench || true)"
+fi
 if [ -z "$bench_bin" ]; then
     echo "screenshot-report: no bench binary (build it, or put it on PATH)" >&2
     exit 2

@@ -232,3 +232,47 @@ fn junit_xml_is_accepted_by_junitparser() {
         "missing"
     );
 }
+
+#[test]
+fn report_html_puts_several_runs_on_one_page_and_locates_a_bad_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mixed = copy_run("mixed", tmp.path());
+    let cpu = copy_run("cpu-ok", tmp.path());
+    let page = tmp.path().join("both.html");
+    bench()
+        .args(["report", "html"])
+        .args([&mixed, &cpu])
+        .args(["--baselines", "tests/fixtures/baselines", "-o"])
+        .arg(&page)
+        .assert()
+        .success();
+    let data = bench::report::html::embedded_data(&std::fs::read_to_string(&page).unwrap())
+        .expect("the page embeds its data");
+    let runs: Vec<&str> = data["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let cells = data["cells"].as_array().unwrap();
+    for run in &runs {
+        assert!(
+            cells.iter().any(|c| c["run_id"] == *run),
+            "no cell of {run}"
+        );
+    }
+
+    let history = tmp.path().join("history.json");
+    std::fs::write(&history, "{\"series\": [\n  {\"cell\": 1}\n]}").unwrap();
+    let out = bench()
+        .args(["report", "html"])
+        .arg(&mixed)
+        .arg("--history")
+        .arg(&history)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:2:", history.display())), "{err}");
+}
