@@ -8,6 +8,10 @@ export BENCH_PYTHON="$VENV/bin/python"
 # The fuzz targets (tests/fuzz.rs) run for a fixed budget: 45 s each, four targets, about
 # three minutes of CPU in all.
 export BENCH_FUZZ_SECS="${BENCH_FUZZ_SECS:-45}"
+# The browser tests (tests/report_browser.rs): playwright-core and mermaid from
+# package-lock.json, and Debian's chromium (.ci/run installs it).
+npm ci --no-audit --no-fund --silent
+export BENCH_CHROMIUM="${BENCH_CHROMIUM:-/usr/bin/chromium}"
 # The CI templates, Dockerfiles and shipped matrices against real validators.
 scripts/check-ci-templates.sh "$VENV"
 cargo fmt --all -- --check

@@ -66,6 +66,9 @@ pub struct MatrixArgs {
     /// List the cells that would run, and the dropped ones with reasons; run nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: list every dropped cell's id under its rule, not only the counts.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Output format of the dry run and of the terminal summary.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -130,6 +133,8 @@ pub struct ReportArgs {
 pub enum ReportCommand {
     /// Post (or update in place) the Markdown report as a pull-request / merge-request comment.
     Post(PostArgs),
+    /// Write one self-contained HTML page with charts of one or more runs.
+    Html(crate::report::html::HtmlArgs),
 }
 
 #[derive(Debug, Args)]

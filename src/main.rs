@@ -17,6 +17,7 @@ fn main() {
         },
         Command::Report(args) => match &args.command {
             Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
+            Some(bench::cli::ReportCommand::Html(h)) => bench::report::html::html_command(h),
             None => bench::report::report_command(&args),
         },
         Command::Env(args) => bench::env::cmd(&args),

@@ -154,6 +154,17 @@ pub struct DroppedCell {
     pub reason: String,
 }
 
+/// The prefix of [`DroppedCell::by`] for cells the command line's `--filter` removed (as
+/// opposed to the matrix's rules): reports leave those out, since nobody meant to run them.
+pub const FILTER_DROP_PREFIX: &str = "--filter";
+
+impl DroppedCell {
+    /// True when `--filter` removed the cell, not one of the matrix's rules.
+    pub fn by_filter(&self) -> bool {
+        self.by.starts_with(FILTER_DROP_PREFIX)
+    }
+}
+
 /// The whole results document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResults {

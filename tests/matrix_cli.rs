@@ -320,3 +320,57 @@ fn ten_thousand_cells_expand() {
     assert_eq!(doc["counts"]["combinations"], 32000);
     assert!(doc["counts"]["run"].as_u64().unwrap() > 10_000);
 }
+
+#[test]
+fn dry_run_counts_dropped_cells_per_rule_and_lists_ids_only_with_verbose() {
+    let text = |extra: &[&str]| {
+        let out = bench()
+            .args([
+                "matrix",
+                "matrix/nightly-h100.yaml",
+                "--dry-run",
+                "--filter",
+                "fsdp",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (short, long) = (text(&[]), text(&["--verbose"]));
+    let doc = dry_run_json("matrix/nightly-h100.yaml", &["fsdp"]);
+    let dropped = doc["dropped"].as_array().unwrap();
+    assert!(dropped.len() > 20, "{}", dropped.len());
+    let mut groups: Vec<(String, String, usize)> = Vec::new();
+    for d in dropped {
+        let (by, reason) = (d["by"].as_str().unwrap(), d["reason"].as_str().unwrap());
+        match groups.iter_mut().find(|g| g.0 == by && g.1 == reason) {
+            Some(g) => g.2 += 1,
+            None => groups.push((by.into(), reason.into(), 1)),
+        }
+    }
+    // The short form: one line per rule or filter with its count, and no ids.
+    let section = &short[short.find("Dropped (").unwrap()..];
+    assert_eq!(section.lines().count(), 1 + groups.len() + 1, "{section}");
+    for (by, reason, n) in &groups {
+        assert!(
+            section
+                .lines()
+                .any(|l| l.ends_with(&format!("{by}: {reason}"))
+                    && l.trim_start().starts_with(&format!("{n} cell"))),
+            "{by}: {section}"
+        );
+    }
+    for d in dropped {
+        let id = d["id"].as_str().unwrap();
+        assert!(
+            !section.contains(&format!(" {id}\n")),
+            "{id} listed without --verbose"
+        );
+        assert!(
+            long.contains(&format!("      {id}\n")),
+            "{id} not listed with --verbose"
+        );
+    }
+}

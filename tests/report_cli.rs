@@ -57,7 +57,11 @@ fn report_writes_every_format_and_exits_1_on_regression() {
         assert!(run.join(f).is_file(), "{f} missing");
     }
     let junit = std::fs::read_to_string(run.join("junit.xml")).unwrap();
-    assert!(junit.contains(r#"<failure type="regression" message="tokens/s 465K tok/s vs baseline 495K tok/s (-6.0%"#), "{junit}");
+    assert!(
+        junit.contains(r#"<failure message="tokens/s 465K tok/s vs baseline 495K tok/s (-6.0%"#),
+        "{junit}"
+    );
+    assert!(junit.contains(r#" type="regression"/>"#), "{junit}");
     let summary = std::fs::read_to_string(run.join("summary.md")).unwrap();
     assert!(summary.starts_with("### bench: `nightly-h100` on `h100-sxm-80gb`: 1 regression"));
     // The job summary receives the Markdown, appended (a second render adds a second copy).
@@ -175,7 +179,7 @@ fn junit_xml_is_accepted_by_junitparser() {
     assert_eq!(suites.len(), 1);
     let suite = &suites[0];
     assert_eq!(suite["name"], "nightly-h100");
-    assert_eq!(suite["tests"], 10);
+    assert_eq!(suite["tests"], 9);
     assert_eq!(suite["failures"], 1);
     assert_eq!(suite["errors"], 2);
     assert_eq!(suite["hostname"], "gpu-runner-07");
@@ -213,11 +217,62 @@ fn junit_xml_is_accepted_by_junitparser() {
         .as_str()
         .unwrap()
         .contains("needs 8 GPUs"));
-    let dropped = case("gpt2-125m.fp8.2gpu.ddp.sac");
-    assert_eq!(dropped["result"], "skipped");
-    assert!(dropped["message"].as_str().unwrap().contains("rules[1]"));
+    // A cell a rule dropped is no testcase, but one property of the suite per rule.
+    assert!(!suite["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "gpt2-125m.fp8.2gpu.ddp.sac"));
+    assert_eq!(
+        suite["properties"]["dropped rules[1] (fp8-single-only)"],
+        "1 cell: fp8 is only measured on one GPU"
+    );
     assert_eq!(
         case("gpt2-125m.bf16.1gpu.single.compile+sac")["type"],
         "missing"
     );
+}
+
+#[test]
+fn report_html_puts_several_runs_on_one_page_and_locates_a_bad_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mixed = copy_run("mixed", tmp.path());
+    let cpu = copy_run("cpu-ok", tmp.path());
+    let page = tmp.path().join("both.html");
+    bench()
+        .args(["report", "html"])
+        .args([&mixed, &cpu])
+        .args(["--baselines", "tests/fixtures/baselines", "-o"])
+        .arg(&page)
+        .assert()
+        .success();
+    let data = bench::report::html::embedded_data(&std::fs::read_to_string(&page).unwrap())
+        .expect("the page embeds its data");
+    let runs: Vec<&str> = data["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let cells = data["cells"].as_array().unwrap();
+    for run in &runs {
+        assert!(
+            cells.iter().any(|c| c["run_id"] == *run),
+            "no cell of {run}"
+        );
+    }
+
+    let history = tmp.path().join("history.json");
+    std::fs::write(&history, "{\"series\": [\n  {\"cell\": 1}\n]}").unwrap();
+    let out = bench()
+        .args(["report", "html"])
+        .arg(&mixed)
+        .arg("--history")
+        .arg(&history)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:2:", history.display())), "{err}");
 }

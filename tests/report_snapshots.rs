@@ -29,6 +29,7 @@ fn render(exporter: &dyn Exporter, run: &str) -> String {
         .render(&ReportInput {
             results: &results,
             comparison: &comparison,
+            trends: None,
         })
         .unwrap()
 }
@@ -111,6 +112,7 @@ fn pr_comment_markdown() {
     let md = render_markdown(
         &results,
         &comparison,
+        None,
         Some("https://github.com/acme/train/actions/runs/42"),
     );
     assert!(md.contains("<details>"));
@@ -151,5 +153,23 @@ fn human_summary() {
         (r"took .*", "took [duration]"),
     ]}, {
         insta::assert_snapshot!(text);
+    });
+}
+
+/// The data report.html embeds (and its script draws), for the mixed fixture: every cell
+/// that was meant to run with its metrics against the baseline and its step traces, and the
+/// dropped cells by rule.
+#[test]
+fn html_report_data() {
+    let page = render(&bench::report::html::HtmlExporter, "mixed");
+    assert!(page.starts_with("<!doctype html>"));
+    // Self-contained: nothing loaded from elsewhere.
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"));
+    let data = bench::report::html::embedded_data(&page).expect("the page embeds its data");
+    insta::assert_json_snapshot!(data, {
+        ".runs[].started_at" => "[date]",
+        ".runs[].finished_at" => "[date]",
+        ".cells[].duration_s" => "[duration]",
+        ".cells[].traces[].step_time_s" => "[durations]",
     });
 }

@@ -10,6 +10,7 @@ use super::{Expansion, MatrixError};
 use crate::cell::{Params, Value};
 use crate::cli::{Format, MatrixArgs};
 use crate::error::CliError;
+use crate::results::FILTER_DROP_PREFIX;
 
 impl From<MatrixError> for CliError {
     fn from(e: MatrixError) -> Self {
@@ -45,7 +46,7 @@ pub fn dry_run(args: &MatrixArgs) -> Result<i32, CliError> {
                 .map_err(std::io::Error::other)
                 .and_then(|_| writeln!(out))
         }
-        Format::Human => write_human(&mut out, &exp),
+        Format::Human => write_human(&mut out, &exp, args.verbose),
     };
     // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
     match written {
@@ -102,7 +103,7 @@ impl<'a> From<&'a Expansion> for DryRun<'a> {
         let by_filters = exp
             .dropped
             .iter()
-            .filter(|d| d.by.starts_with("--filter"))
+            .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
             .count();
         DryRun {
             matrix: &exp.name,
@@ -146,11 +147,11 @@ fn fmt_duration(secs: u64) -> String {
     }
 }
 
-fn write_human(out: &mut impl Write, exp: &Expansion) -> std::io::Result<()> {
+fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io::Result<()> {
     let by_filters = exp
         .dropped
         .iter()
-        .filter(|d| d.by.starts_with("--filter"))
+        .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
         .count();
     writeln!(out, "matrix {} ({})", exp.name, exp.file.display())?;
     writeln!(
@@ -203,8 +204,9 @@ fn write_human(out: &mut impl Write, exp: &Expansion) -> std::io::Result<()> {
     if !exp.dropped.is_empty() {
         writeln!(out)?;
         writeln!(out, "Dropped ({}):", exp.dropped.len())?;
-        // Group by what dropped them, in order of first appearance, so a reader sees each
-        // reason once with its cells under it.
+        // One line per rule (and per filter) with its count, in order of first appearance:
+        // a nightly drops hundreds of combinations, and their ids drown the cells that run.
+        // --verbose lists the ids under each line.
         let mut groups: IndexMap<(&str, &str), Vec<&str>> = IndexMap::new();
         for d in &exp.dropped {
             groups
@@ -212,11 +214,22 @@ fn write_human(out: &mut impl Write, exp: &Expansion) -> std::io::Result<()> {
                 .or_default()
                 .push(d.cell.id.as_str());
         }
+        let w = groups
+            .values()
+            .map(|ids| ids.len().to_string().len())
+            .max()
+            .unwrap_or(1);
         for ((by, reason), ids) in groups {
-            writeln!(out, "  {by}: {reason} ({} cells)", ids.len())?;
-            for id in ids {
-                writeln!(out, "      {id}")?;
+            let cells = if ids.len() == 1 { "cell " } else { "cells" };
+            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", ids.len())?;
+            if verbose {
+                for id in ids {
+                    writeln!(out, "      {id}")?;
+                }
             }
+        }
+        if !verbose {
+            writeln!(out, "  (--verbose lists their ids)")?;
         }
     }
     Ok(())

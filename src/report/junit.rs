@@ -1,30 +1,32 @@
-//! `junit.xml`: one testsuite per matrix (named by the matrix), one testcase per cell
-//! (named by its id). A regression is a `<failure>` whose message carries the numbers; a
-//! failed or timed-out cell is an `<error>` with its reason; skipped, unschedulable and
-//! dropped cells (and baseline cells this run did not produce) are `<skipped>` with the
-//! reason. Metrics are `<properties>` of their testcase, the run's provenance those of the
-//! suite, in the shape pytest writes, which GitLab, Jenkins and junitparser read.
+//! `junit.xml`: one testsuite per matrix (named by the matrix), one testcase per cell that
+//! was meant to run (named by its id). A regression is a `<failure>` whose message carries
+//! the numbers; a failed or timed-out cell is an `<error>` with its reason; skipped and
+//! unschedulable cells (and baseline cells this run did not produce) are `<skipped>` with the
+//! reason. A cell that passed after retried infrastructure failures carries each failed
+//! attempt as a `<flakyError>` (the Maven Surefire form nextest writes). Metrics are
+//! `<properties>` of their testcase, the run's provenance those of the suite, in the shape
+//! pytest writes, which GitLab, Jenkins and junitparser read.
 //!
-//! The document is built with the junit-report crate; it has no `<properties>`, so one
-//! streaming pass with quick-xml (the XML library junit-report itself uses) inserts them
-//! and indents the document for people reading it in an artifact.
+//! Cells the matrix's rules dropped are not testcases: hundreds of `<skipped>` combinations
+//! nobody meant to run would bury the real skips in CI test views. Each rule is one suite
+//! property instead (`dropped rules[1] (name)` = `3 cells: reason`); cells `--filter`
+//! removed do not appear at all.
+//!
+//! The document is built with quick-junit (nextest's JUnit model), which has properties
+//! and flaky reruns, so no second pass over the XML is needed.
 
-use std::io::Cursor;
-
-use junit_report::{Report, TestCase, TestSuite};
-use quick_xml::events::{BytesEnd, Event};
-use quick_xml::{Reader, Writer};
-use time::format_description::well_known::Rfc3339;
+use quick_junit::{
+    NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestRerun, TestSuite,
+};
 
 use crate::baseline::compare::{CellComparison, CellStatus};
 use crate::baseline::store::hardware_words;
-use crate::report::text::{group_change, grouped, metric_change, one_line};
+use crate::report::text::{group_change, grouped, metric_change, one_line, rule_drops};
 use crate::report::{Exporter, ReportError, ReportInput};
+use crate::results::CellResult;
 
 /// The `junit.xml` sink.
 pub struct JunitExporter;
-
-type Properties = Vec<(String, String)>;
 
 fn render_err(e: impl std::fmt::Display) -> ReportError {
     ReportError::Render {
@@ -33,58 +35,82 @@ fn render_err(e: impl std::fmt::Display) -> ReportError {
     }
 }
 
-fn seconds(s: Option<f64>) -> time::Duration {
-    time::Duration::seconds_f64(s.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(0.0))
+fn seconds(s: Option<f64>) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(s.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(0.0))
 }
 
-fn testcase(cell: &CellComparison, classname: &str) -> TestCase {
-    let time = seconds(cell.duration_s);
+fn non_success(kind: NonSuccessKind, ty: &str, message: &str) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(kind);
+    status.set_type(ty).set_message(message);
+    status
+}
+
+fn skipped(ty: &str, message: &str) -> TestCaseStatus {
+    let mut status = TestCaseStatus::skipped();
+    status.set_type(ty).set_message(message);
+    status
+}
+
+fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str) -> TestCase {
     let reason = one_line(cell.reason.as_deref().unwrap_or(""));
-    let mut tc = match cell.status {
+    let status = match cell.status {
         CellStatus::Regression => {
             let lines: Vec<String> = grouped(cell.regressions())
                 .into_iter()
                 .map(|(m, also)| group_change(m, &also))
                 .collect();
-            TestCase::failure(&cell.id, time, "regression", &lines.join("; "))
+            non_success(NonSuccessKind::Failure, "regression", &lines.join("; "))
         }
-        CellStatus::Failed => TestCase::error(&cell.id, time, "failed", &reason),
-        CellStatus::TimedOut => TestCase::error(&cell.id, time, "timeout", &reason),
-        CellStatus::Skipped => TestCase::skipped_with_cause(&cell.id, "skipped", &reason),
-        CellStatus::Dropped => {
-            TestCase::skipped_with_cause(&cell.id, "dropped", &format!("dropped by {reason}"))
-        }
-        CellStatus::Missing => TestCase::skipped_with_cause(&cell.id, "missing", &reason),
+        CellStatus::Failed => non_success(NonSuccessKind::Error, "failed", &reason),
+        CellStatus::TimedOut => non_success(NonSuccessKind::Error, "timeout", &reason),
+        CellStatus::Skipped => skipped("skipped", &reason),
+        CellStatus::Dropped => skipped("dropped", &format!("dropped by {reason}")),
+        CellStatus::Missing => skipped("missing", &reason),
         CellStatus::Improvement | CellStatus::Unchanged | CellStatus::New => {
-            TestCase::success(&cell.id, time)
+            let mut status = TestCaseStatus::success();
+            // The attempts that failed before one succeeded, as flaky reruns.
+            for a in result.into_iter().flat_map(|r| &r.attempts) {
+                if let Some(error) = a.error.as_deref().filter(|_| cell.flaky) {
+                    let mut rerun = TestRerun::new(NonSuccessKind::Error);
+                    rerun
+                        .set_type("attempt")
+                        .set_message(one_line(error))
+                        .set_time(seconds(Some(a.duration_s)));
+                    status.add_rerun(rerun);
+                }
+            }
+            status
         }
     };
+    let mut tc = TestCase::new(cell.id.as_str(), status);
     tc.set_classname(classname);
-    // Every measured metric against its baseline, one per line, for the CI's test view.
-    let shown: Vec<String> = cell.metrics.iter().map(metric_change).collect();
-    if !shown.is_empty() {
-        tc.set_system_out(&shown.join("\n"));
+    if cell.duration_s.is_some() {
+        tc.set_time(seconds(cell.duration_s));
     }
-    tc
-}
-
-fn testcase_properties(cell: &CellComparison) -> Properties {
-    let mut p = vec![("verdict".to_string(), cell.status.as_str().to_string())];
+    tc.add_property(Property::new("verdict", cell.status.as_str()));
     if cell.flaky {
-        p.push(("flaky".into(), "true".into()));
+        tc.add_property(Property::new("flaky", "true"));
     }
     for m in &cell.metrics {
         if let Some(v) = m.current {
-            p.push((m.metric.clone(), v.to_string()));
+            tc.add_property(Property::new(m.metric.as_str(), v.to_string()));
         }
         if let Some(b) = m.baseline {
-            p.push((format!("{}.baseline", m.metric), b.to_string()));
+            tc.add_property(Property::new(
+                format!("{}.baseline", m.metric),
+                b.to_string(),
+            ));
         }
         if let Some(c) = m.change {
-            p.push((format!("{}.change", m.metric), c.to_string()));
+            tc.add_property(Property::new(format!("{}.change", m.metric), c.to_string()));
         }
     }
-    p
+    // Every measured metric against its baseline, one per line, for the CI's test view.
+    let shown: Vec<String> = cell.metrics.iter().map(metric_change).collect();
+    if !shown.is_empty() {
+        tc.set_system_out(shown.join("\n"));
+    }
+    tc
 }
 
 impl Exporter for JunitExporter {
@@ -95,20 +121,32 @@ impl Exporter for JunitExporter {
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
         let r = input.results;
         let env = &r.environment;
-        let mut suite = TestSuite::new(&r.matrix_name);
-        suite.hostname = env.host.clone();
-        suite.package = format!("bench/{}", env.hardware_key);
+        let mut suite = TestSuite::new(r.matrix_name.as_str());
+        suite.extra.insert(
+            "package".into(),
+            format!("bench/{}", env.hardware_key).into(),
+        );
+        suite
+            .extra
+            .insert("hostname".into(), env.host.as_str().into());
         // The suite's time is the run's start, so that rendering a report again later does
         // not change it.
-        if let Ok(t) = time::OffsetDateTime::parse(&r.started_at, &Rfc3339) {
+        if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&r.started_at) {
             suite.set_timestamp(t);
         }
-        let mut case_props = Vec::new();
-        for cell in &input.comparison.cells {
-            suite.add_testcase(testcase(cell, &r.matrix_name));
-            case_props.push(testcase_properties(cell));
+        let mut total = 0.0;
+        for cell in input
+            .comparison
+            .cells
+            .iter()
+            .filter(|c| c.status != CellStatus::Dropped)
+        {
+            let result = r.cells.iter().find(|c| c.id.as_str() == cell.id);
+            total += cell.duration_s.unwrap_or(0.0);
+            suite.add_test_case(testcase(cell, result, &r.matrix_name));
         }
-        let mut suite_props: Properties = vec![
+        suite.set_time(seconds(Some(total)));
+        let mut props: Vec<(String, String)> = vec![
             ("run_id".into(), r.run_id.clone()),
             ("hardware_key".into(), env.hardware_key.clone()),
             ("hardware".into(), hardware_words(env)),
@@ -128,131 +166,31 @@ impl Exporter for JunitExporter {
         ];
         for (k, v) in optional {
             if let Some(v) = v {
-                suite_props.push((k.into(), v.clone()));
+                props.push((k.into(), v.clone()));
             }
         }
         if env.git_dirty {
-            suite_props.push(("git_dirty".into(), "true".into()));
+            props.push(("git_dirty".into(), "true".into()));
         }
         for policy in crate::report::mfu_policies(r) {
-            suite_props.push(("mfu_policy".into(), policy));
+            props.push(("mfu_policy".into(), policy));
         }
-        let mut report = Report::new();
-        report.add_testsuite(suite);
-        let mut raw = Vec::new();
-        report.write_xml(&mut raw).map_err(render_err)?;
-        let raw = String::from_utf8(raw).map_err(render_err)?;
+        for g in rule_drops(r) {
+            let cells = if g.ids.len() == 1 { "cell" } else { "cells" };
+            props.push((
+                format!("dropped {}", g.by),
+                format!("{} {cells}: {}", g.ids.len(), one_line(g.reason)),
+            ));
+        }
+        suite.add_properties(props.into_iter().map(|(k, v)| Property::new(k, v)));
+        let mut report = Report::new(r.matrix_name.as_str());
+        report.add_test_suite(suite);
+        let mut out = report.to_string().map_err(render_err)?;
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
         // Worker text is sanitized where it is read; this guards results from elsewhere
         // (an older bench, a hand-edited file): XML cannot hold NUL or ESC in any form.
-        let xml = insert_properties(&crate::sanitize::xml_chars(&raw), &suite_props, &case_props)?;
-        Ok(crate::sanitize::xml_chars(&xml).into_owned())
-    }
-}
-
-fn write_properties<W: std::io::Write>(
-    w: &mut Writer<W>,
-    props: &Properties,
-) -> std::io::Result<()> {
-    if props.is_empty() {
-        return Ok(());
-    }
-    w.create_element("properties").write_inner_content(|w| {
-        for (name, value) in props {
-            w.create_element("property")
-                .with_attributes([("name", name.as_str()), ("value", value.as_str())])
-                .write_empty()?;
-        }
-        Ok(())
-    })?;
-    Ok(())
-}
-
-/// Rewrites junit-report's document with `<properties>` as the first child of the (one)
-/// testsuite and of each testcase, in document order, and indents it.
-fn insert_properties(
-    xml: &str,
-    suite_props: &Properties,
-    case_props: &[Properties],
-) -> Result<String, ReportError> {
-    let mut reader = Reader::from_str(xml);
-    reader.config_mut().trim_text(true);
-    let mut w = Writer::new_with_indent(Cursor::new(Vec::new()), b' ', 2);
-    let mut cases = case_props.iter();
-    loop {
-        let event = reader.read_event().map_err(render_err)?;
-        match event {
-            Event::Eof => break,
-            Event::Start(e) if e.name().as_ref() == b"testsuite" => {
-                w.write_event(Event::Start(e)).map_err(render_err)?;
-                write_properties(&mut w, suite_props).map_err(render_err)?;
-            }
-            Event::Empty(e) if e.name().as_ref() == b"testsuite" => {
-                w.write_event(Event::Start(e)).map_err(render_err)?;
-                write_properties(&mut w, suite_props).map_err(render_err)?;
-                w.write_event(Event::End(BytesEnd::new("testsuite")))
-                    .map_err(render_err)?;
-            }
-            Event::Start(e) if e.name().as_ref() == b"testcase" => {
-                w.write_event(Event::Start(e)).map_err(render_err)?;
-                if let Some(p) = cases.next() {
-                    write_properties(&mut w, p).map_err(render_err)?;
-                }
-            }
-            Event::Empty(e) if e.name().as_ref() == b"testcase" => match cases.next() {
-                Some(p) if !p.is_empty() => {
-                    w.write_event(Event::Start(e)).map_err(render_err)?;
-                    write_properties(&mut w, p).map_err(render_err)?;
-                    w.write_event(Event::End(BytesEnd::new("testcase")))
-                        .map_err(render_err)?;
-                }
-                _ => w.write_event(Event::Empty(e)).map_err(render_err)?,
-            },
-            other => w.write_event(other).map_err(render_err)?,
-        }
-    }
-    let mut out = String::from_utf8(w.into_inner().into_inner()).map_err(render_err)?;
-    out.push('\n');
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn properties_go_first_in_suite_and_cases() {
-        let raw = r#"<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite id="0" name="m"><testcase name="a" time="1"/><testcase name="b" time="2"><failure type="regression" message="x"/></testcase></testsuite><testsuite id="1" name="empty"/></testsuites>"#;
-        let suite = vec![("run_id".to_string(), "r1".to_string())];
-        let cases = vec![
-            vec![("verdict".to_string(), "new".to_string())],
-            vec![("verdict".to_string(), "regression".to_string())],
-        ];
-        let out = insert_properties(raw, &suite, &cases).unwrap();
-        let expected = r#"<?xml version="1.0" encoding="utf-8"?>
-<testsuites>
-  <testsuite id="0" name="m">
-    <properties>
-      <property name="run_id" value="r1"/>
-    </properties>
-    <testcase name="a" time="1">
-      <properties>
-        <property name="verdict" value="new"/>
-      </properties>
-    </testcase>
-    <testcase name="b" time="2">
-      <properties>
-        <property name="verdict" value="regression"/>
-      </properties>
-      <failure type="regression" message="x"/>
-    </testcase>
-  </testsuite>
-  <testsuite id="1" name="empty">
-    <properties>
-      <property name="run_id" value="r1"/>
-    </properties>
-  </testsuite>
-</testsuites>
-"#;
-        assert_eq!(out, expected);
+        Ok(crate::sanitize::xml_chars(&out).into_owned())
     }
 }

@@ -1,19 +1,40 @@
-//! `summary.md` and the pull-request comment body: regressions first (with the numbers),
-//! then failed cells and improvements, then a table of every cell (tokens/s per GPU,
+//! `summary.md` and the pull-request comment body: regressions first (with the numbers and
+//! a small Mermaid `xychart-beta` chart of each regressed cell's recent values, which GitHub
+//! and GitLab both render in comments), then failed cells and improvements, then one line
+//! per matrix rule that dropped cells, then a table of every cell (tokens/s per GPU,
 //! TFLOP/s per GPU beside MFU, change against the baseline, verdict), then the hardware,
 //! commit and bench version the numbers come from.
 //!
 //! The same renderer serves both: [`render_markdown`] folds the table into a `<details>`
 //! block and links the CI artifacts (for comments, where space is precious), while the
 //! `summary.md` sink shows the table open (for job summaries and the run folder).
+//!
+//! Both stay under [`MAX_BYTES`] whatever the matrix's size: regressions, failures and
+//! improvements always come complete (only a pathological run with thousands of them is
+//! cut, saying so); the charts, the table of every cell and the ids of dropped cells come
+//! after them in that order, each only when it still fits, and otherwise a line points to
+//! `report.html`, which has everything. Cells `--filter` removed appear only as a count.
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, Verdict};
 use crate::baseline::store::hardware_words;
 use crate::report::text::{
-    cell_change, grouped, metric_label, metric_value, one_line, pct, pct_change, three_digits,
+    cell_change, filtered_out, grouped, metric_label, metric_value, one_line, pct, pct_change,
+    rule_drops, three_digits, STEP_TIME_FAMILY,
 };
+use crate::report::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
-use crate::results::RunResults;
+use crate::results::{CellResult, RunResults};
+
+/// The most a comment or job summary may take, in bytes. GitHub caps comments at 65,536
+/// characters and GitLab notes at 1,000,000; a reader scrolling a PR wants far less than
+/// either, so a 300-cell nightly must fit in this.
+pub const MAX_BYTES: usize = 20_000;
+
+/// Regressions that get a chart (the rest are in the table, and charted in report.html).
+const MAX_CHARTS: usize = 6;
+
+/// Points of one chart: enough to see a trend or a slow step, few enough to stay small.
+const CHART_POINTS: usize = 24;
 
 /// The `summary.md` sink.
 pub struct MarkdownExporter;
@@ -30,18 +51,20 @@ impl Exporter for MarkdownExporter {
 
 /// The Markdown of `summary.md` (and of `$GITHUB_STEP_SUMMARY`): the table of cells open.
 pub fn render_summary(input: &ReportInput<'_>) -> String {
-    render(input.results, input.comparison, None, false)
+    render(input.results, input.comparison, input.trends, None, false)
 }
 
 /// The Markdown body of a pull-request / merge-request comment: regressions first, a
 /// collapsible table of every cell, the hardware and commit, and a link to the CI run's
-/// artifacts when `artifacts_url` is given.
+/// artifacts (where `report.html` is) when `artifacts_url` is given. The charts show
+/// `trends` (earlier runs) when given, else this run's repeats or steps.
 pub fn render_markdown(
     results: &RunResults,
     comparison: &Comparison,
+    trends: Option<&Trends>,
     artifacts_url: Option<&str>,
 ) -> String {
-    render(results, comparison, artifacts_url, true)
+    render(results, comparison, trends, artifacts_url, true)
 }
 
 /// Text safe inside a Markdown table cell (and not taken for HTML).
@@ -131,9 +154,11 @@ fn metric_cell(cell: &CellComparison, metric: &str) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
-fn change_table(out: &mut String, cells: &[&CellComparison], wanted: Verdict) {
-    out.push_str("| cell | metric | baseline | now | change | tolerance | noise |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|\n");
+const CHANGE_HEADER: &str = "| cell | metric | baseline | now | change | tolerance | noise |\n|---|---|---:|---:|---:|---:|---:|\n";
+
+/// The rows of a regressions or improvements table, one per cell and metric group.
+fn change_rows(cells: &[&CellComparison], wanted: Verdict) -> Vec<String> {
+    let mut out = Vec::new();
     for cell in cells {
         for (m, also) in grouped(cell.metrics.iter().filter(|m| m.verdict == wanted)) {
             let fmt = |v: Option<f64>| v.map(|v| metric_value(&m.metric, v)).unwrap_or_default();
@@ -141,7 +166,7 @@ fn change_table(out: &mut String, cells: &[&CellComparison], wanted: Verdict) {
             if !also.is_empty() {
                 label.push_str(&format!(" (also {})", also.join(", ")));
             }
-            out.push_str(&format!(
+            out.push(format!(
                 "| `{}` | {} | {} | {} | {} | {} | {} |\n",
                 cell.id,
                 label,
@@ -153,90 +178,233 @@ fn change_table(out: &mut String, cells: &[&CellComparison], wanted: Verdict) {
             ));
         }
     }
-    out.push('\n');
+    out
 }
 
-fn render(
-    results: &RunResults,
-    cmp: &Comparison,
-    artifacts_url: Option<&str>,
-    collapse: bool,
-) -> String {
-    let env = &results.environment;
-    let counts = cmp.counts();
-    let mut out = format!(
-        "### bench: `{}` on `{}`: {}\n\n",
-        results.matrix_name,
-        env.hardware_key,
-        headline(&counts)
-    );
-    out.push_str(&counts_line(&counts));
-    out.push_str("\n\n");
-    if results.interrupted {
-        out.push_str("> The run was interrupted before every cell ran.\n\n");
+/// Rows of one section, as many as fit in `left` bytes (all of them in any run a person
+/// would read); the rest are counted in a line pointing to report.html.
+fn section(heading: &str, table_head: &str, rows: &[String], left: &mut usize) -> String {
+    if rows.is_empty() {
+        return String::new();
     }
-    if !cmp.baseline_exists {
-        out.push_str(&format!(
-            "> No baselines for `{}` yet: every cell is new. Write them with `bench baseline update`.\n\n",
-            env.hardware_key
-        ));
-    }
-
-    let regressions: Vec<&CellComparison> = cmp.with_status(CellStatus::Regression).collect();
-    if !regressions.is_empty() {
-        out.push_str("#### Regressions\n\n");
-        change_table(&mut out, &regressions, Verdict::Regression);
-    }
-    let failed: Vec<&CellComparison> = cmp
-        .cells
-        .iter()
-        .filter(|c| matches!(c.status, CellStatus::Failed | CellStatus::TimedOut))
-        .collect();
-    if !failed.is_empty() {
-        out.push_str("#### Failed cells\n\n");
-        for c in failed {
-            out.push_str(&format!(
-                "- `{}` {}: {}\n",
-                c.id,
-                c.status.as_str(),
-                esc(c.reason.as_deref().unwrap_or("no reason given"))
-            ));
+    let mut out = format!("{heading}{table_head}");
+    let mut shown = 0;
+    for row in rows {
+        // A last line saying what was cut must still fit after this row.
+        if out.len() + row.len() + 80 > *left && shown < rows.len() - 1 {
+            break;
         }
-        out.push('\n');
+        out.push_str(row);
+        shown += 1;
     }
-    let improved: Vec<&CellComparison> = cmp.with_status(CellStatus::Improvement).collect();
-    if !improved.is_empty() {
-        out.push_str("#### Improvements\n\n");
-        change_table(&mut out, &improved, Verdict::Improvement);
-    }
-
-    if collapse {
+    if shown < rows.len() {
         out.push_str(&format!(
-            "<details><summary>All {} cells</summary>\n\n",
-            cmp.cells.len()
-        ));
-    } else {
-        out.push_str("#### All cells\n\n");
-    }
-    out.push_str("| cell | tokens/s/GPU | TFLOP/s/GPU | MFU | change vs baseline | verdict |\n");
-    out.push_str("|---|---:|---:|---:|---|---|\n");
-    for cell in &cmp.cells {
-        out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} |\n",
-            cell.id,
-            metric_cell(cell, "tokens_per_s_per_gpu"),
-            metric_cell(cell, "tflops_per_gpu"),
-            metric_cell(cell, "mfu"),
-            cell_change(cell),
-            verdict_cell(cell),
+            "\n… and {} more, every one in `report.html` (in the run's artifacts).\n",
+            rows.len() - shown
         ));
     }
     out.push('\n');
-    if collapse {
-        out.push_str("</details>\n\n");
-    }
+    *left = left.saturating_sub(out.len());
+    out
+}
 
-    let mut hw = format!(
+/// The unit a chart shows a metric in, and the factor from the metric's own unit.
+fn chart_unit(metric: &str) -> (f64, &'static str) {
+    match metric {
+        "tokens_per_s" | "tokens_per_s_per_gpu" => (1e-3, "K tok/s"),
+        "mfu" => (100.0, "%"),
+        "tflops_per_gpu" => (1.0, "TFLOP/s"),
+        "step_time_s" | "time_to_first_step_s" => (1e3, "ms"),
+        "peak_mem_bytes" => (1.0 / f64::from(1u32 << 30), "GiB"),
+        "time_to_1t_tokens_days" => (1.0, "days"),
+        _ => (1.0, ""),
+    }
+}
+
+/// A number in a chart: four significant digits, never an exponent (Mermaid's parser
+/// reads plain decimals).
+fn chart_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "0".into();
+    }
+    let a = v.abs();
+    let decimals = match a {
+        a if a >= 1000.0 => 0,
+        a if a >= 100.0 => 1,
+        a if a >= 10.0 => 2,
+        a if a >= 1.0 => 3,
+        _ => 4,
+    };
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// At most `n` evenly spaced indexes of `0..len`, the first and last included.
+fn pick(len: usize, n: usize) -> Vec<usize> {
+    if len <= n || n < 2 {
+        return (0..len).collect();
+    }
+    let mut out: Vec<usize> = (0..n).map(|i| i * (len - 1) / (n - 1)).collect();
+    out.dedup();
+    out
+}
+
+/// What a regression chart draws: labels of the x axis, the values, and what they are.
+struct ChartData {
+    labels: Vec<String>,
+    values: Vec<f64>,
+    what: String,
+}
+
+/// The earlier runs' values from the history, this run's last.
+fn from_history(
+    trends: &Trends,
+    cell: &CellComparison,
+    metric: &str,
+    now: f64,
+) -> Option<ChartData> {
+    let series = trends.get(&cell.id, metric)?;
+    let mut points: Vec<(String, f64)> = series
+        .points
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let label = match (&p.commit, p.change_point) {
+                (Some(c), true) => format!("{}*", c.chars().take(7).collect::<String>()),
+                (Some(c), false) => c.chars().take(7).collect(),
+                (None, cp) => format!("{}{}", i + 1, if cp { "*" } else { "" }),
+            };
+            (label, p.value)
+        })
+        .collect();
+    points.push(("now".into(), now));
+    let keep = pick(points.len(), CHART_POINTS);
+    let what = format!(
+        "{} over the last {} runs (this run last; * marks a change point)",
+        metric_label(metric),
+        keep.len()
+    );
+    let (labels, values) = keep.into_iter().map(|i| points[i].clone()).unzip();
+    Some(ChartData {
+        labels,
+        values,
+        what,
+    })
+}
+
+/// This run's repeats, when there are several.
+fn from_repeats(result: &CellResult, metric: &str) -> Option<ChartData> {
+    let samples = &result.metrics.get(metric)?.samples;
+    if samples.len() < 2 {
+        return None;
+    }
+    Some(ChartData {
+        labels: (1..=samples.len()).map(|i| format!("r{i}")).collect(),
+        values: samples.clone(),
+        what: format!("{} of each repeat of this run", metric_label(metric)),
+    })
+}
+
+/// This run's measured steps (of its first repeat), for metrics that follow from the step
+/// time: each step's value is the cell's value scaled by the median step time over that
+/// step's time (or the inverse, for metrics where lower is better).
+fn from_steps(result: &CellResult, metric: &str) -> Option<ChartData> {
+    if !STEP_TIME_FAMILY.contains(&metric) {
+        return None;
+    }
+    let value = result.metrics.get(metric)?.value;
+    let median = result.metrics.get("step_time_s")?.value;
+    let steps: Vec<_> = result
+        .repeats
+        .first()?
+        .steps
+        .iter()
+        .filter(|s| !crate::metrics::stats::is_warmup(s, result.params.warmup))
+        .filter(|s| s.step_time_s > 0.0)
+        .collect();
+    if steps.len() < 2 || median <= 0.0 {
+        return None;
+    }
+    let lower =
+        crate::baseline::Direction::default_for(metric) == Some(crate::baseline::Direction::Lower);
+    let keep = pick(steps.len(), CHART_POINTS);
+    Some(ChartData {
+        labels: keep.iter().map(|&i| steps[i].step.to_string()).collect(),
+        values: keep
+            .iter()
+            .map(|&i| {
+                let t = steps[i].step_time_s;
+                if lower {
+                    value * t / median
+                } else {
+                    value * median / t
+                }
+            })
+            .collect(),
+        what: format!("{} per measured step of this run", metric_label(metric)),
+    })
+}
+
+/// A Mermaid `xychart-beta` of a regressed cell's first regressed metric: its history when
+/// `trends` has one, else this run's repeats, else this run's steps; the baseline as a
+/// second, flat line.
+fn regression_chart(
+    results: &RunResults,
+    cell: &CellComparison,
+    trends: Option<&Trends>,
+) -> Option<String> {
+    let result = results.cells.iter().find(|c| c.id.as_str() == cell.id)?;
+    // The first regressed metric the history has (it may keep tokens/s per GPU but not
+    // tokens/s), else the first regressed metric, from this run.
+    let from_trends = trends.and_then(|t| {
+        cell.regressions()
+            .find_map(|m| from_history(t, cell, &m.metric, m.current?).map(|d| (m, d)))
+    });
+    let (m, data) = match from_trends {
+        Some(found) => found,
+        None => {
+            let (m, _) = grouped(cell.regressions()).into_iter().next()?;
+            let data = from_repeats(result, &m.metric).or_else(|| from_steps(result, &m.metric))?;
+            (m, data)
+        }
+    };
+    let (scale, unit) = chart_unit(&m.metric);
+    let line = |vs: &mut dyn Iterator<Item = f64>| {
+        vs.map(|v| chart_num(v * scale))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = format!(
+        "`{}`: {}{}.\n\n```mermaid\nxychart-beta\n    title \"{}\"\n    x-axis [{}]\n    y-axis \"{}\"\n    line [{}]\n",
+        cell.id,
+        data.what,
+        if m.baseline.is_some() { "; the flat line is the baseline" } else { "" },
+        cell.id,
+        data.labels
+            .iter()
+            .map(|l| format!("\"{l}\""))
+            .collect::<Vec<_>>()
+            .join(", "),
+        format!("{} ({unit})", metric_label(&m.metric)).trim_end_matches(" ()"),
+        line(&mut data.values.iter().copied()),
+    );
+    if let Some(b) = m.baseline {
+        out.push_str(&format!(
+            "    line [{}]\n",
+            line(&mut std::iter::repeat_n(b, data.values.len()))
+        ));
+    }
+    out.push_str("```\n\n");
+    Some(out)
+}
+
+fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -> String {
+    let env = &results.environment;
+    let mut out = format!(
         "**Hardware** {} (`{}`)",
         esc(&hardware_words(env)),
         env.hardware_key
@@ -249,10 +417,9 @@ fn render(
         ("NCCL", &env.nccl),
     ] {
         if let Some(v) = v {
-            hw.push_str(&format!(", {name} {}", esc(v)));
+            out.push_str(&format!(", {name} {}", esc(v)));
         }
     }
-    out.push_str(&hw);
     out.push_str("  \n");
     let commit = match &env.git_commit {
         Some(c) if env.git_dirty => format!("`{}` (uncommitted changes)", esc(c)),
@@ -265,6 +432,18 @@ fn render(
         esc(&results.run_id),
         esc(&cmp.baseline_file)
     ));
+    let filtered = filtered_out(results);
+    if filtered > 0 {
+        out.push_str(&format!(
+            "Filter {}: {filtered} other combinations of the matrix not selected.  \n",
+            results
+                .filters
+                .iter()
+                .map(|f| format!("`{}`", esc(f)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
     let policies = crate::report::mfu_policies(results);
     if !policies.is_empty() {
         out.push_str(&format!(
@@ -276,8 +455,154 @@ fn render(
                 .join("; ")
         ));
     }
-    if let Some(url) = artifacts_url {
-        out.push_str(&format!("[Results, logs and reports]({url})  \n"));
+    match artifacts_url {
+        Some(url) => out.push_str(&format!(
+            "[Charts (`report.html`), results, logs and reports]({url})  \n"
+        )),
+        None => out.push_str("Charts of every cell: `report.html` in the run folder.  \n"),
+    }
+    out
+}
+
+fn render(
+    results: &RunResults,
+    cmp: &Comparison,
+    trends: Option<&Trends>,
+    artifacts_url: Option<&str>,
+    collapse: bool,
+) -> String {
+    let env = &results.environment;
+    let mut counts = cmp.counts();
+    // The filter's drops are a count in the footer, not a status of this run.
+    counts.dropped = counts.dropped.saturating_sub(filtered_out(results));
+    let mut head = format!(
+        "### bench: `{}` on `{}`: {}\n\n",
+        results.matrix_name,
+        env.hardware_key,
+        headline(&counts)
+    );
+    head.push_str(&counts_line(&counts));
+    head.push_str("\n\n");
+    if results.interrupted {
+        head.push_str("> The run was interrupted before every cell ran.\n\n");
+    }
+    if !cmp.baseline_exists {
+        head.push_str(&format!(
+            "> No baselines for `{}` yet: every cell is new. Write them with `bench baseline update`.\n\n",
+            env.hardware_key
+        ));
+    }
+    let foot = footer(results, cmp, artifacts_url);
+
+    let drops = rule_drops(results);
+    let mut drop_lines = String::new();
+    let mut drop_ids = String::new();
+    if !drops.is_empty() {
+        let n: usize = drops.iter().map(|g| g.ids.len()).sum();
+        drop_lines.push_str("#### Dropped by the matrix's rules\n\n");
+        drop_ids.push_str(&format!(
+            "<details><summary>Ids of the dropped cells ({n})</summary>\n\n"
+        ));
+        for g in &drops {
+            let cells = if g.ids.len() == 1 { "cell" } else { "cells" };
+            drop_lines.push_str(&format!(
+                "- {}: {}: {} {cells}\n",
+                esc(g.by),
+                esc(g.reason),
+                g.ids.len()
+            ));
+            let ids: Vec<String> = g.ids.iter().map(|id| format!("`{id}`")).collect();
+            drop_ids.push_str(&format!("{}: {}\n\n", esc(g.by), ids.join(", ")));
+        }
+        drop_lines.push('\n');
+        drop_ids.push_str("</details>\n\n");
+    }
+
+    // What is left for the sections after the header, the footer and the rule lines, with
+    // room for the lines that say what was left out.
+    let mut left = MAX_BYTES.saturating_sub(head.len() + foot.len() + drop_lines.len() + 400);
+
+    let regressions: Vec<&CellComparison> = cmp.with_status(CellStatus::Regression).collect();
+    let reg_rows = change_rows(&regressions, Verdict::Regression);
+    let mut regs = section("#### Regressions\n\n", CHANGE_HEADER, &reg_rows, &mut left);
+    let failed_rows: Vec<String> = cmp
+        .cells
+        .iter()
+        .filter(|c| matches!(c.status, CellStatus::Failed | CellStatus::TimedOut))
+        .map(|c| {
+            format!(
+                "- `{}` {}: {}\n",
+                c.id,
+                c.status.as_str(),
+                esc(c.reason.as_deref().unwrap_or("no reason given"))
+            )
+        })
+        .collect();
+    let failed = section("#### Failed cells\n\n", "", &failed_rows, &mut left);
+    let improved: Vec<&CellComparison> = cmp.with_status(CellStatus::Improvement).collect();
+    let imp_rows = change_rows(&improved, Verdict::Improvement);
+    let improvements = section("#### Improvements\n\n", CHANGE_HEADER, &imp_rows, &mut left);
+
+    // Charts after the tables they illustrate, while they fit.
+    for cell in regressions.iter().take(MAX_CHARTS) {
+        if let Some(chart) = regression_chart(results, cell, trends) {
+            if chart.len() <= left {
+                left -= chart.len();
+                regs.push_str(&chart);
+            }
+        }
+    }
+
+    let shown: Vec<&CellComparison> = cmp
+        .cells
+        .iter()
+        .filter(|c| c.status != CellStatus::Dropped)
+        .collect();
+    let mut table = if collapse {
+        format!("<details><summary>All {} cells</summary>\n\n", shown.len())
+    } else {
+        "#### All cells\n\n".to_string()
+    };
+    table.push_str("| cell | tokens/s/GPU | TFLOP/s/GPU | MFU | change vs baseline | verdict |\n");
+    table.push_str("|---|---:|---:|---:|---|---|\n");
+    for cell in &shown {
+        table.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} |\n",
+            cell.id,
+            metric_cell(cell, "tokens_per_s_per_gpu"),
+            metric_cell(cell, "tflops_per_gpu"),
+            metric_cell(cell, "mfu"),
+            cell_change(cell),
+            verdict_cell(cell),
+        ));
+    }
+    table.push('\n');
+    if collapse {
+        table.push_str("</details>\n\n");
+    }
+    if table.len() <= left {
+        left -= table.len();
+    } else {
+        table = format!(
+            "The table of all {} cells is in `report.html` (in the run's artifacts), with charts of each.\n\n",
+            shown.len()
+        );
+    }
+    if drop_ids.len() > left {
+        drop_ids = "The dropped cells' ids are in `report.html`.\n\n".into();
+    }
+
+    let mut out = head;
+    for part in [
+        regs,
+        failed,
+        improvements,
+        drop_lines,
+        drop_ids,
+        table,
+        foot,
+    ] {
+        out.push_str(&part);
     }
     out
 }

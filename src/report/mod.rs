@@ -5,15 +5,18 @@
 //! `results.json` without rerunning anything.
 //!
 //! Sinks: [`junit`] (`junit.xml`), [`markdown`] (`summary.md`, also appended to
-//! `$GITHUB_STEP_SUMMARY`), [`json`] (`report.json`), [`human`] (the terminal summary, also
-//! kept as `summary.txt`).
+//! `$GITHUB_STEP_SUMMARY`), [`json`] (`report.json`), [`html`] (`report.html`, charts),
+//! [`human`] (the terminal summary, also kept as `summary.txt`). [`trend`] is the shape of
+//! earlier runs' values that the Markdown and HTML reports draw when a history is given.
 
+pub mod html;
 pub mod human;
 pub mod json;
 pub mod junit;
 pub mod markdown;
 pub mod post;
 pub mod text;
+pub mod trend;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,6 +33,8 @@ pub use markdown::render_markdown;
 pub struct ReportInput<'a> {
     pub results: &'a RunResults,
     pub comparison: &'a Comparison,
+    /// Earlier runs' values, when a history is at hand (charts then show trends).
+    pub trends: Option<&'a trend::Trends>,
 }
 
 /// One report format.
@@ -68,6 +73,7 @@ pub fn file_exporters() -> Vec<Box<dyn Exporter>> {
         Box::new(markdown::MarkdownExporter),
         Box::new(json::JsonExporter),
         Box::new(human::HumanExporter),
+        Box::new(html::HtmlExporter),
     ]
 }
 
@@ -111,7 +117,7 @@ fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, ReportError> {
 }
 
 /// Everything after the last cell: loads the baselines of the run's hardware key, compares,
-/// writes `junit.xml`, `summary.md` and `report.json` atomically into `run_dir`, appends the
+/// writes `junit.xml`, `summary.md`, `report.json` and `report.html` atomically into `run_dir`, appends the
 /// summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or, with
 /// `--format json`, the JSON report) on stdout, and returns the exit code of DESIGN.md:
 /// 1 when a cell regressed, failed or timed out, else 0.
@@ -129,6 +135,7 @@ pub fn finish_run(
     let input = ReportInput {
         results,
         comparison: &comparison,
+        trends: None,
     };
     write_reports(run_dir, &input)?;
     // The job summary is a convenience: failing to append to it must not hide the verdict.

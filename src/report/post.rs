@@ -42,7 +42,7 @@ pub fn post_with_env(
             return Ok(verdict);
         }
     };
-    let body = super::render_markdown(&results, &comparison, target.artifacts_url.as_deref());
+    let body = super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {

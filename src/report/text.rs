@@ -3,6 +3,7 @@
 
 use crate::baseline::compare::{CellComparison, CellStatus, MetricComparison};
 use crate::baseline::Direction;
+use crate::results::RunResults;
 
 /// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
 pub fn si(v: f64) -> String {
@@ -219,6 +220,41 @@ pub fn group_change(head: &MetricComparison, also: &[&str]) -> String {
 /// Text on one line (reasons and messages can hold newlines from worker output).
 pub fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The cells one matrix rule dropped, for the reports' one-line-per-rule summaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleDrops<'a> {
+    /// The rule, e.g. `rules[1] (fp8-single-only)`.
+    pub by: &'a str,
+    pub reason: &'a str,
+    pub ids: Vec<&'a str>,
+}
+
+/// The run's cells dropped by the matrix's rules, grouped by rule and reason in order of
+/// first appearance. Cells `--filter` removed are left out: nobody meant to run them, and
+/// on a filtered nightly they outnumber every other line of a report.
+pub fn rule_drops(results: &RunResults) -> Vec<RuleDrops<'_>> {
+    let mut out: Vec<RuleDrops<'_>> = Vec::new();
+    for d in results.dropped.iter().filter(|d| !d.by_filter()) {
+        match out
+            .iter_mut()
+            .find(|g| g.by == d.by.as_str() && g.reason == d.reason.as_str())
+        {
+            Some(g) => g.ids.push(d.id.as_str()),
+            None => out.push(RuleDrops {
+                by: &d.by,
+                reason: &d.reason,
+                ids: vec![d.id.as_str()],
+            }),
+        }
+    }
+    out
+}
+
+/// How many cells `--filter` removed.
+pub fn filtered_out(results: &RunResults) -> usize {
+    results.dropped.iter().filter(|d| d.by_filter()).count()
 }
 
 #[cfg(test)]

@@ -1,0 +1,94 @@
+// Opens each report.html in headless chromium as a reader would and checks it: no console
+// errors or exceptions, no network request, every chart the embedded data calls for drawn
+// (comparison bars, each cell's loss and step-time charts once opened, trend charts, the
+// scaling charts), the framework and dropped-cell sections, and that filtering and sorting
+// work. Writes a screenshot beside each page (report.png), or to --screenshot FILE.
+//
+// Usage: node tests/browser/check-report.mjs [--screenshot OUT.png] REPORT.html...
+import path from "node:path";
+import { exit, launch, watch } from "./chromium.mjs";
+
+const argv = process.argv.slice(2);
+let shot = null;
+if (argv[0] === "--screenshot") { shot = argv[1]; argv.splice(0, 2); }
+if (!argv.length || (shot && argv.length !== 1)) {
+  console.error("usage: check-report.mjs [--screenshot OUT.png] REPORT.html...");
+  process.exit(2);
+}
+
+function expect(cond, what, problems) { if (!cond) problems.push(what); }
+
+async function check(context, file) {
+  const problems = [];
+  const page = await context.newPage();
+  const errors = watch(page);
+  await page.goto("file://" + path.resolve(file));
+  await page.waitForLoadState("load");
+  const data = await page.evaluate(() => JSON.parse(document.getElementById("bench-data").textContent));
+  const count = (sel) => page.locator(sel).count();
+
+  // Every row's tokens/s/GPU and MFU bars (a dot where the cell has the figure).
+  const withFigure = (m) => data.cells.filter((c) => c.metrics[m] && c.metrics[m].current !== null).length;
+  const dots = await count("#cells tr.cell-row svg.bullet circle");
+  expect(dots === withFigure("tokens_per_s_per_gpu") + withFigure("mfu"), `bars: ${dots} drawn`, problems);
+  expect(await count("#cells tr.cell-row") === data.cells.length, "a row per cell", problems);
+
+  // Open every cell: each with steps gets a loss and a step-time chart, each with a history
+  // its trend charts.
+  await page.click("#expand-all");
+  const traced = data.cells.filter((c) => c.traces.length).length;
+  const trends = data.trends.filter((s) => data.cells.some((c) => c.id === s.cell)).length;
+  for (const [kind, want] of [["loss", traced], ["step-time", traced], ["trend", trends]]) {
+    const got = await count(`.chart[data-kind=${kind}] canvas`);
+    expect(got === want, `${kind} charts: ${got} drawn, ${want} expected`, problems);
+  }
+  if (data.scaling.length) {
+    expect(await count(".chart[data-kind=scaling-efficiency] canvas") === 1, "scaling efficiency chart", problems);
+    expect(await count(".chart[data-kind=scaling-memory] canvas") === 1, "memory per rank chart", problems);
+  }
+  if (data.frameworks) {
+    expect(await count("#frameworks tr") === data.frameworks.rows.length + 1, "a framework row per configuration", problems);
+  }
+  expect(await count("#dropped details") === data.dropped.length, "a dropped group per rule", problems);
+  await page.click("#collapse-all");
+
+  // Filter by the first axis's first value, then sort by tokens/s/GPU.
+  if (data.axes.length) {
+    const axis = data.axes[0];
+    const values = [...new Set(data.cells.map((c) => c.values[axis]).filter((v) => v))].sort();
+    if (values.length) {
+      await page.selectOption(`select[data-filter="${axis}"]`, values[0]);
+      const rows = await count("#cells tr.cell-row");
+      const want = data.cells.filter((c) => c.values[axis] === values[0]).length;
+      expect(rows === want, `filter ${axis}=${values[0]}: ${rows} rows, ${want} expected`, problems);
+      await page.selectOption(`select[data-filter="${axis}"]`, "");
+    }
+  }
+  await page.click('th[data-key="tokens_per_s_per_gpu"]');
+  const firstId = await page.locator("#cells tr.cell-row").first().getAttribute("data-cell");
+  const best = data.cells.filter((c) => c.metrics.tokens_per_s_per_gpu && c.metrics.tokens_per_s_per_gpu.current !== null)
+    .sort((a, b) => b.metrics.tokens_per_s_per_gpu.current - a.metrics.tokens_per_s_per_gpu.current)[0];
+  if (best) expect(firstId === best.id, `sorted by tokens/s/GPU: ${firstId} first, ${best.id} expected`, problems);
+
+  // The screenshot is of the page as it opens (regressions expanded).
+  await page.reload();
+  await page.waitForLoadState("load");
+  const out = shot || path.join(path.dirname(file), "report.png");
+  await page.screenshot({ path: out, fullPage: data.cells.length <= 40 });
+  for (const e of errors) problems.push(e);
+  await page.close();
+  return { file, cells: data.cells.length, screenshot: out, problems };
+}
+
+const { context, network, close } = await launch();
+let failed = false;
+try {
+  for (const file of argv) {
+    const r = await check(context, file);
+    console.log(JSON.stringify(r));
+    if (r.problems.length) failed = true;
+  }
+} finally {
+  await close();
+}
+exit(failed, network);
