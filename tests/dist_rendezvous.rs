@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bench::cell::{Cell, CellId, Params, Value};
 use bench::dist::launch::{free_port, local_specs, Program};
 use bench::dist::rendezvous::{join, Config, DistEnv, OnFailure, RendezvousError};
-use bench::events::{self, ErrorKind, Event};
+use bench::events::{ErrorKind, Event};
 use indexmap::IndexMap;
 
 fn env(rank: u32, world: u32, port: u16) -> DistEnv {
@@ -85,7 +85,7 @@ fn a_missing_rank_times_out_with_a_clear_error() {
         e1.to_string().contains("[2]"),
         "rank 1 should learn which rank is missing: {e1}"
     );
-    assert_eq!(e1.exit_code(), events::exit::DISTRIBUTED);
+    assert_eq!(e1.exit_code(), bench::exit::worker::DISTRIBUTED);
 }
 
 #[test]
@@ -297,7 +297,7 @@ fn assert_distributed_exit(ranks: &mut Ranks, survivors: &[usize], killed: u32) 
         let code = ranks.wait_exit(r, Duration::from_secs(30));
         assert_eq!(
             code,
-            Some(events::exit::DISTRIBUTED),
+            Some(bench::exit::worker::DISTRIBUTED),
             "rank {r}: {:?}",
             ranks.out
         );

@@ -297,9 +297,9 @@ impl Comparison {
     /// DESIGN.md's exit code: 1 when a cell regressed, failed or timed out, else 0.
     pub fn exit_code(&self) -> i32 {
         if self.cells.iter().any(|c| c.status.fails_run()) {
-            crate::error::exit::FAILED
+            crate::exit::bench::FAILED
         } else {
-            crate::error::exit::OK
+            crate::exit::bench::OK
         }
     }
 

@@ -37,7 +37,7 @@ pub fn post_with_env(
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {
-        state: if verdict == crate::error::exit::OK {
+        state: if verdict == crate::exit::bench::OK {
             StatusState::Success
         } else {
             StatusState::Failure

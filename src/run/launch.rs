@@ -115,9 +115,12 @@ pub fn placeholders(cell: &Cell) -> BTreeMap<String, String> {
         "features".into(),
         cell.features().into_iter().collect::<Vec<_>>().join(","),
     );
+    // Defaults for cells without these axes; an axis value stays as the matrix wrote it.
     vars.insert("model".into(), cell.model().to_string());
-    vars.insert("dtype".into(), cell.dtype().to_string());
-    vars.insert("parallel".into(), cell.parallel().to_string());
+    vars.entry("dtype".into())
+        .or_insert_with(|| cell.dtype().to_string());
+    vars.entry("parallel".into())
+        .or_insert_with(|| cell.parallel().to_string());
     vars
 }
 
@@ -269,7 +272,7 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
 /// torchrun, and a single-device cell has one).
 pub fn ranks(cell: &Cell) -> u32 {
     match (&cell.params.workload, cell.parallel()) {
-        (Workload::Builtin, "ddp" | "fsdp") => cell.gpus().max(1),
+        (Workload::Builtin, p) if p.is_multi_rank() => cell.gpus().max(1),
         _ => 1,
     }
 }

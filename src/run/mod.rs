@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use crate::cli::MatrixArgs;
 use crate::env::GpuInventory;
-use crate::error::{exit, CliError};
+use crate::error::CliError;
+use crate::exit::bench as exit;
 use crate::matrix::Expansion;
 use crate::results::{Outcome, ResultsError, RunResults};
 

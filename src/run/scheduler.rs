@@ -146,7 +146,7 @@ fn detail(o: &AttemptOutput) -> String {
 }
 
 fn judge(o: &AttemptOutput) -> Verdict {
-    use crate::events::exit;
+    use crate::exit::worker as exit;
     match &o.termination {
         Termination::SpawnFailed(msg) => Verdict::Infra(msg.clone()),
         Termination::Lost(msg) => Verdict::Infra(msg.clone()),

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Mutex};
 
 use super::executor::{AttemptOutput, Cancel, Collector, Termination};
-use crate::events::{exit, ErrorKind, Event};
+use crate::events::{ErrorKind, Event};
+use crate::exit::worker as exit;
 use crate::results::Environment;
 use crate::slurm::job::{self, Listed};
 use crate::slurm::{JobPlan, JobState, Settings, SlurmError};

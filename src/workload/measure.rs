@@ -97,10 +97,7 @@ mod tests {
                 world_size: 1,
                 n_params: 10,
                 flops_per_token: 1e9,
-                peak: crate::metrics::flops::peak_tflops(
-                    "H100",
-                    crate::metrics::flops::MatmulDtype::Bf16,
-                ),
+                peak: crate::metrics::flops::peak_tflops("H100", crate::axes::Dtype::Bf16),
                 peak_mem_bytes: None,
                 device: "x".into(),
             },
