@@ -87,14 +87,44 @@ pub fn tflops_per_gpu(tokens_per_s_per_gpu: f64, flops_per_token: f64) -> f64 {
     tokens_per_s_per_gpu * flops_per_token / 1e12
 }
 
-/// Model FLOPs utilisation (0..1) of one GPU against a peak.
-pub fn mfu(tflops_per_gpu: f64, peak: &Peak) -> f64 {
-    tflops_per_gpu / peak.tflops
-}
-
 /// Days to train on 1e12 tokens at a throughput.
 pub fn days_per_1t_tokens(tokens_per_s: f64) -> f64 {
     1e12 / tokens_per_s / 86_400.0
+}
+
+/// The figures that follow from a cell's throughput, computed here once: by the built-in
+/// worker for its own summary and by the runner for a cell's metrics, from the same inputs
+/// by the same formulas, so that tokens/s, TFLOP/s and MFU of one cell cannot disagree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Throughput {
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    /// Known when the FLOPs of a token are.
+    pub tflops_per_gpu: Option<f64>,
+    /// Known when the FLOPs of a token and the device's peak are.
+    pub mfu: Option<f64>,
+    pub days_per_1t_tokens: f64,
+}
+
+/// [`Throughput`] of `tokens_per_s` over `world_size` GPUs, with `flops_per_token` and the
+/// peak TFLOP/s of one GPU when known.
+pub fn throughput(
+    tokens_per_s: f64,
+    world_size: u32,
+    flops_per_token: Option<f64>,
+    peak_tflops: Option<f64>,
+) -> Throughput {
+    let per_gpu = tokens_per_s / f64::from(world_size.max(1));
+    let tflops = flops_per_token.map(|f| tflops_per_gpu(per_gpu, f));
+    Throughput {
+        tokens_per_s,
+        tokens_per_s_per_gpu: per_gpu,
+        tflops_per_gpu: tflops,
+        mfu: tflops
+            .zip(peak_tflops.filter(|p| *p > 0.0))
+            .map(|(t, p)| t / p),
+        days_per_1t_tokens: days_per_1t_tokens(tokens_per_s),
+    }
 }
 
 #[cfg(test)]
@@ -152,7 +182,10 @@ mod tests {
         assert_eq!(p8.tflops, 1978.9);
         assert!(peak_tflops("NVIDIA A100-SXM4-80GB", Dtype::Fp8).is_none());
         assert!(peak_tflops("cpu", Dtype::Bf16).is_none());
-        assert!((mfu(494.7, &p) - 0.5).abs() < 1e-12);
+        let t = throughput(2.0 * 494.7e6, 2, Some(1e6), Some(p.tflops));
+        assert!((t.tflops_per_gpu.unwrap() - 494.7).abs() < 1e-9);
+        assert!((t.mfu.unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(throughput(1.0, 1, None, Some(p.tflops)).mfu, None);
     }
 
     #[test]
