@@ -13,6 +13,9 @@
 //! 7. cell ids, which must be unique.
 //!
 //! Filters are applied afterwards by the caller.
+//!
+//! Why one file of this size: the steps above are one algorithm whose order is the contract
+//! (docs/matrix.md); split across files, the order would have to be read from several places.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 

@@ -19,6 +19,9 @@
 //! axes the value is a `+`-joined set (`features=compile+sac`, `features=base` for the empty
 //! set). `~` is a substring test, `=/re/` a regular-expression search (unanchored, as grep).
 //! Errors carry the byte offset of the fault so the CLI can put a caret under it.
+//!
+//! Why one file of this size: the lexer, parser and evaluator of one small language, whose
+//! error positions tie the three together.
 
 use std::fmt;
 

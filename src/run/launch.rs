@@ -255,6 +255,10 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
                 ("LOCAL_WORLD_SIZE".to_string(), ranks.to_string()),
                 ("MASTER_ADDR".to_string(), "127.0.0.1".to_string()),
                 ("MASTER_PORT".to_string(), ctx.master_port.to_string()),
+                // NVLink multicast (NVLS) is always off for multi-rank NCCL cells: the lent
+                // machines require it, and it buys nothing at these sizes
+                // (docs/distributed.md).
+                ("NCCL_NVLS_ENABLE".to_string(), "0".to_string()),
             ]);
             ProcSpec {
                 program: program.clone(),
@@ -391,10 +395,12 @@ mod tests {
         let p = plan(&c, &ctx, Path::new("/bin/bench")).unwrap();
         assert_eq!(p.procs.len(), 2);
         for (i, proc_) in p.procs.iter().enumerate() {
+            // The last setting of a variable is the one the process gets.
             let get = |k: &str| {
                 proc_
                     .env
                     .iter()
+                    .rev()
                     .find(|(n, _)| n == k)
                     .map(|(_, v)| v.as_str())
             };
@@ -404,6 +410,7 @@ mod tests {
             assert_eq!(get("WORLD_SIZE"), Some("2"));
             assert_eq!(get("MASTER_PORT"), Some("29511"));
             assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("4,5"));
+            assert_eq!(get("NCCL_NVLS_ENABLE"), Some("0"));
         }
         // A command cell launches its own ranks.
         c.params.workload = Workload::Command {
