@@ -11,19 +11,21 @@
 //! reporters (a bar on a terminal, plain lines in CI). The comparison with baselines and
 //! the report formats come after this stage.
 
-pub mod config;
-pub mod dispatch;
-pub mod error;
+// Public: what tests/ and reporters use. The rest is the runner's own (crate-visible, so
+// the compiler reports what nothing uses).
+pub(crate) mod config;
+pub(crate) mod dispatch;
+pub(crate) mod error;
 pub mod events;
-pub mod executor;
+pub(crate) mod executor;
 pub mod launch;
-pub mod launcher;
+pub(crate) mod launcher;
 pub mod progress;
-pub mod slurm;
+pub(crate) mod slurm;
 
 use std::sync::Arc;
 
-pub use config::{Launch, RunConfig, RunOutcome, DEFAULT_GRACE};
+pub use config::{Launch, RunConfig, RunOutcome, SlurmLaunch, DEFAULT_GRACE};
 pub use error::RunError;
 
 use crate::cli::MatrixArgs;

@@ -16,7 +16,7 @@ mod local;
 mod slurm;
 
 pub use local::Local;
-pub use slurm::{unschedulable_on_slurm, Slurm, DEFAULT_JOBS};
+pub use slurm::Slurm;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -19,7 +19,7 @@ use crate::run::launch::{self, AttemptCtx};
 use crate::run::slurm::{self as jobs, JobNews, JobSpec, Queue};
 use crate::slurm::JobPlan;
 
-pub use crate::run::slurm::DEFAULT_JOBS;
+use crate::run::slurm::DEFAULT_JOBS;
 
 /// One Slurm job per attempt, all watched through one shared [`Queue`].
 pub struct Slurm {
