@@ -171,6 +171,24 @@ pub enum Provider {
     Gitlab,
 }
 
+impl PostArgs {
+    /// The flags that say where to post, for [`crate::publish::resolve_target`] (the
+    /// publisher never sees clap's types).
+    pub fn target_flags(&self) -> crate::publish::TargetFlags {
+        crate::publish::TargetFlags {
+            provider: self.provider.map(|p| match p {
+                Provider::Github => crate::publish::Provider::GitHub,
+                Provider::Gitlab => crate::publish::Provider::GitLab,
+            }),
+            api_url: self.api_url.clone(),
+            repo: self.repo.clone(),
+            pr: self.pr,
+            artifacts_url: self.artifacts_url.clone(),
+            sha: self.sha.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BaselineArgs {
     #[command(subcommand)]

@@ -26,7 +26,7 @@ pub fn post_with_env(
     let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
     let comparison = compare(&results, &baselines);
     let verdict = comparison.exit_code();
-    let target = match publish::resolve_target(args, env) {
+    let target = match publish::resolve_target(&args.target_flags(), env) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("warning: not posting the report: {e}");
