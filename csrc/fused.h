@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bench_fused {
@@ -91,6 +92,16 @@ at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::Scalar
 // Tensors the one-pass quantization takes: contiguous, 16-byte aligned bf16 or fp32 on a
 // GPU, a whole number of 16-byte vectors long.
 bool quantize_fp8_supported(const at::Tensor& t);
+
+// The same quantization of a matrix [rows, cols], returning its fp8 transpose [cols, rows]
+// (row-major) too, from the same pass: {q, qt}, q left undefined unless want_q. Only where
+// quantize_fp8_t_supported says so.
+std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::Tensor& scale,
+                                                 at::ScalarType fp8, bool want_q);
+
+// Matrices the transposing quantization takes: quantize_fp8_supported, two dimensions, both
+// multiples of 64 (its tile).
+bool quantize_fp8_t_supported(const at::Tensor& t);
 
 // The CUDA C++ source of the quantization kernel (for a compile check).
 std::string quantize_fp8_source(at::ScalarType input_dtype, at::ScalarType fp8);

@@ -61,13 +61,60 @@ quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned cha
     }
   }
 }
+
+// The same quantization of x [rows, cols] by 64 x 64 tiles, also writing the transpose qt
+// [cols, rows] row-major (and q itself unless it is null): what the fp8 linear's backward
+// needs as its column-major operands, which libtorch's strided copy (`q.t().contiguous()`)
+// otherwise writes in a pass of its own. A block reads its tile in 16-byte vectors, writes
+// q's rows as they come, keeps the fp8 bytes in shared memory and writes qt's rows four
+// bytes a thread. rows and cols are multiples of 64 (quantize_fp8_t_supported).
+extern "C" __global__ void __launch_bounds__(256)
+quant_fp8_t(const E* __restrict__ x, const float* __restrict__ scale, unsigned char* __restrict__ q,
+            unsigned char* __restrict__ qt, u64 rows, u64 cols) {
+  // 64 rows of 64 bytes (16 words), one word of padding to spread the column reads over banks.
+  __shared__ u32 tile[64][17];
+  const float s = *scale;
+  const u64 r0 = (u64)blockIdx.y * 64, c0 = (u64)blockIdx.x * 64;
+  const int vpr = 64 / T::N;  // vectors per tile row
+  for (int i = threadIdx.x; i < 64 * vpr; i += blockDim.x) {
+    const int r = i / vpr, v = i % vpr;
+    const u64 at = (r0 + r) * cols + c0 + (u64)v * T::N;
+    float f[T::N];
+    T::unpack(*(const Vec*)(x + at), f);
+    u32 w[T::N / 4];
+#pragma unroll
+    for (int k = 0; k < T::N / 4; ++k) {
+      const u32 lo = to_fp8x2(f[4 * k] * s, f[4 * k + 1] * s);
+      const u32 hi = to_fp8x2(f[4 * k + 2] * s, f[4 * k + 3] * s);
+      w[k] = lo | (hi << 16);
+      tile[r][v * (T::N / 4) + k] = w[k];
+    }
+    if (q != 0) {
+      if (T::N == 8) {
+        *(uint2*)(q + at) = make_uint2(w[0], w[T::N / 4 - 1]);
+      } else {
+        *(u32*)(q + at) = w[0];
+      }
+    }
+  }
+  __syncthreads();
+  const unsigned char* tb = (const unsigned char*)&tile[0][0];
+  for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) {
+    // qt's row c0 + c, bytes r0 + 4j .. r0 + 4j + 3: the tile's column c, rows 4j .. 4j + 3.
+    const int c = i / 16, j = i % 16;
+    u32 word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) word |= (u32)tb[(4 * j + b) * (17 * 4) + c] << (8 * b);
+    *(u32*)(qt + (c0 + c) * rows + r0 + 4 * j) = word;
+  }
+}
 )CUDA";
 
 const std::vector<cudaKernel_t>& quant_kernels(at::ScalarType t, at::ScalarType fp8,
                                                int device) {
   const bool bf16 = t == at::kBFloat16;
   const bool e4m3 = fp8 == at::kFloat8_e4m3fn;
-  static const std::vector<std::string> names = {"quant_fp8"};
+  static const std::vector<std::string> names = {"quant_fp8", "quant_fp8_t"};
   return bench_jit::kernels(std::string("quant_fp8_") + (bf16 ? "bf16" : "f32") +
                                 (e4m3 ? "_e4m3" : "_e5m2"),
                             quantize_fp8_source(t, fp8), names, device);
@@ -104,6 +151,40 @@ at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::Scalar
   bench_jit::launch(ks[0], dim3(grid_for(nvec, t.get_device())), dim3(256), args, 0,
                     at::cuda::getCurrentCUDAStream(t.get_device()).stream());
   return q;
+}
+
+bool quantize_fp8_t_supported(const at::Tensor& t) {
+  // The grid's y dimension counts 64-row tiles and stops at 65535.
+  return quantize_fp8_supported(t) && t.dim() == 2 && t.size(0) % 64 == 0 &&
+         t.size(1) % 64 == 0 && t.size(0) / 64 <= 65535;
+}
+
+std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::Tensor& scale,
+                                                 at::ScalarType fp8, bool want_q) {
+  TORCH_CHECK(quantize_fp8_t_supported(t), "fp8 transposing quantization: the tensor must be ",
+              "a contiguous, 16-byte aligned bf16 or fp32 matrix on a GPU, both sides multiples ",
+              "of 64");
+  TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2,
+              "fp8 quantization: the format must be e4m3fn or e5m2");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == 1 &&
+                  scale.device() == t.device(),
+              "fp8 quantization: the scale must be one fp32 number on the tensor's device");
+  c10::cuda::CUDAGuard guard(t.device());
+  const int64_t rows = t.size(0), cols = t.size(1);
+  at::Tensor q = want_q ? at::empty({rows, cols}, t.options().dtype(fp8)) : at::Tensor();
+  auto qt = at::empty({cols, rows}, t.options().dtype(fp8));
+  if (rows == 0 || cols == 0) return {q, qt};
+  auto s = scale.contiguous();
+  const auto& ks = quant_kernels(t.scalar_type(), fp8, t.get_device());
+  const void* xp = t.data_ptr();
+  const void* sp = s.data_ptr();
+  void* qp = want_q ? q.data_ptr() : nullptr;
+  void* qtp = qt.data_ptr();
+  unsigned long long r = rows, c = cols;
+  void* args[] = {&xp, &sp, &qp, &qtp, &r, &c};
+  bench_jit::launch(ks[1], dim3(static_cast<unsigned>(cols / 64), static_cast<unsigned>(rows / 64)),
+                    dim3(256), args, 0, at::cuda::getCurrentCUDAStream(t.get_device()).stream());
+  return {q, qt};
 }
 
 std::string quantize_fp8_source(at::ScalarType t, at::ScalarType fp8) {

@@ -67,13 +67,49 @@ bool fused_fp8_enabled() {
   return on;
 }
 
-std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
+at::Tensor fp8_scale(const at::Tensor& t, double fmax) {
   auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
-  auto scale = at::exp2(at::floor(at::log2(fmax / amax)));
-  auto q = fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)
-               ? bench_fused::quantize_fp8(t, scale, fp8)
-               : (t * scale.to(t.scalar_type())).to(fp8);
-  return {q, scale.reciprocal()};
+  return at::exp2(at::floor(at::log2(fmax / amax)));
+}
+
+at::Tensor scale_and_cast(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8) {
+  return fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)
+             ? bench_fused::quantize_fp8(t, scale, fp8)
+             : (t * scale.to(t.scalar_type())).to(fp8);
+}
+
+std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
+  auto scale = fp8_scale(t, fmax);
+  return {scale_and_cast(t, scale, fp8), scale.reciprocal()};
+}
+
+// The backward's matmuls take the fp8 copies transposed (column-major operands). The
+// transposing kernel (csrc/fused_fp8.cpp) writes that copy from the quantization pass itself,
+// where libtorch's strided copy `q.t().contiguous()` took a pass of its own: 24 ms of the
+// Llama proxy's 142 ms fp8 step, profiled. BENCH_FUSED_FP8T=0 keeps the separate copy.
+bool fused_fp8_transpose_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BENCH_FUSED_FP8T");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
+// {q, qt, inv_scale}: the quantization of the matrix t, its transpose qt (row-major, so
+// qt.t() is q's column-major copy) and the inverse scale; q only when want_q.
+struct Quantized {
+  at::Tensor q, qt, inv_scale;
+};
+
+Quantized quantize_t(const at::Tensor& t, at::ScalarType fp8, double fmax, bool want_q) {
+  auto scale = fp8_scale(t, fmax);
+  if (fused_fp8_enabled() && fused_fp8_transpose_enabled() &&
+      bench_fused::quantize_fp8_t_supported(t)) {
+    auto [q, qt] = bench_fused::quantize_fp8_t(t, scale, fp8, want_q);
+    return {q, qt, scale.reciprocal()};
+  }
+  auto q = scale_and_cast(t, scale, fp8);
+  return {q, q.t().contiguous(), scale.reciprocal()};
 }
 
 // y = x @ w^T with x [M, K] in bf16 and w [N, K] in its own dtype (an fp32 master or a bf16
@@ -83,14 +119,17 @@ std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType f
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w) {
-    auto [x8, sx] = quantize(x, at::kFloat8_e4m3fn, kE4M3Max);
-    auto [w8, sw] = quantize(w, at::kFloat8_e4m3fn, kE4M3Max);
+    // The backward needs x8 and w8 only transposed, so those copies are what is saved; x8
+    // and w8 themselves are freed after the forward's matmul.
+    auto xq = quantize_t(x, at::kFloat8_e4m3fn, kE4M3Max, true);
+    auto wq = quantize_t(w, at::kFloat8_e4m3fn, kE4M3Max, true);
     // _scaled_mm wants its first operand row-major and its second column-major; w8.t() is
     // the column-major view of the row-major w8.
     // Fast accumulation in the forward matmul only, as Transformer Engine does; the gradient
     // matmuls below accumulate in full precision.
-    auto y = at::_scaled_mm(x8, w8.t(), sx, sw, std::nullopt, std::nullopt, x.scalar_type(), true);
-    ctx->save_for_backward({x8, w8, sx, sw});
+    auto y = at::_scaled_mm(xq.q, wq.q.t(), xq.inv_scale, wq.inv_scale, std::nullopt,
+                            std::nullopt, x.scalar_type(), true);
+    ctx->save_for_backward({xq.qt, wq.qt, xq.inv_scale, wq.inv_scale});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
     return y;
@@ -99,21 +138,20 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto& x8 = saved[0];
-    auto& w8 = saved[1];
+    auto& x8t = saved[0];  // [K, M]
+    auto& w8t = saved[1];  // [K, N]
     auto& sx = saved[2];
     auto& sw = saved[3];
     auto g = grads[0].contiguous();
-    auto [g8, sg] = quantize(g, at::kFloat8_e5m2, kE5M2Max);
-    // dx [M, K] = g [M, N] @ w [N, K]: w must be column-major.
-    auto w_cm = w8.t().contiguous().t();
+    auto gq = quantize_t(g, at::kFloat8_e5m2, kE5M2Max, true);
     auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    auto dx = at::_scaled_mm(g8, w_cm, sg, sw, std::nullopt, std::nullopt, x_dtype, false);
-    // dw [N, K] = g^T [N, M] @ x [M, K]: g^T row-major, x column-major.
-    auto gt = g8.t().contiguous();
-    auto x_cm = x8.t().contiguous().t();
-    auto dw = at::_scaled_mm(gt, x_cm, sg, sx, std::nullopt, std::nullopt, w_dtype, false);
+    // dx [M, K] = g [M, N] @ w [N, K]: w column-major, which w8t.t() is.
+    auto dx = at::_scaled_mm(gq.q, w8t.t(), gq.inv_scale, sw, std::nullopt, std::nullopt,
+                             x_dtype, false);
+    // dw [N, K] = g^T [N, M] @ x [M, K]: g^T row-major (gq.qt), x column-major (x8t.t()).
+    auto dw = at::_scaled_mm(gq.qt, x8t.t(), gq.inv_scale, sx, std::nullopt, std::nullopt,
+                             w_dtype, false);
     return {dx, dw};
   }
 };
@@ -230,6 +268,20 @@ int bench_fp8_quantize(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor
                         : quantize(*t, at::kFloat8_e5m2, kE5M2Max);
     *q = new at::Tensor(qq);
     *inv_scale = new at::Tensor(s);
+  });
+}
+
+// The fp8 linear's transposing quantization of the matrix t: *q = fp8(t * scale), *qt = its
+// transpose (row-major), *inv_scale = 1 / scale; through the one-pass transposing kernel
+// where it applies, as in the fp8 linear.
+int bench_fp8_quantize_t(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor** qt,
+                         at::Tensor** inv_scale) {
+  return guarded([&] {
+    auto r = e4m3 ? quantize_t(*t, at::kFloat8_e4m3fn, kE4M3Max, true)
+                  : quantize_t(*t, at::kFloat8_e5m2, kE5M2Max, true);
+    *q = new at::Tensor(r.q);
+    *qt = new at::Tensor(r.qt);
+    *inv_scale = new at::Tensor(r.inv_scale);
   });
 }
 

@@ -8,7 +8,7 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; ONLY picks the models (space-separated
+# Environment: QUICK=1 runs the bench side only; LEAN=1 skips the one-switch-off ablations; ONLY picks the models (space-separated
 # from gpt2 llama gpt2-1.5b; default "gpt2 llama"; gpt2 is gpt2-125m); GPU_TESTS="name
 # filters" runs only the matching GPU tests (GPU_TESTS=none skips them); TMO=seconds per
 # run (default 300);
@@ -50,6 +50,10 @@ PY
   echo "$name rc=$rc $line"
 }
 
+# ablate NAME ARGS...: a `mine` run that only measures what one kernel gains (a switch off);
+# LEAN=1 skips these to fit a short device budget.
+ablate() { [ "${LEAN:-0}" = 1 ] || mine "$@"; }
+
 # mine NAME ARGS...: a `bench worker` run; records the summary's figures.
 mine() {
   local name=$1; shift
@@ -85,7 +89,7 @@ X=("${X0[@]}" --steps 30 --warmup 8)
 if [ -x "$DIR/worker_gpu" ] && [ "${GPU_TESTS:-}" != none ]; then
   # GPU_TESTS: space-separated test-name filters (none: every GPU test).
   read -r -a GPU_TEST_FILTERS <<< "${GPU_TESTS:-}"
-  BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
+  BENCH_GPU_TESTS=1 BENCH_BIN=$(realpath "$BENCH") timeout "$TMO" "$DIR/worker_gpu" --test-threads 1 --nocapture "${GPU_TEST_FILTERS[@]}" > "$LOGS/worker_gpu.log" 2>&1
   echo "worker_gpu tests rc=$?"; grep -E "worst|test result|panicked" "$LOGS/worker_gpu.log"
 fi
 
@@ -136,30 +140,33 @@ mine gpt2-125m.bf16 "${G[@]}"
 BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
 # The same without each fused kernel: what each gains, measured in this run.
-BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
-BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 mine gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
-BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 mine gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
-BENCH_FUSED_BIAS=0 mine gpt2-125m.bf16.compile.unfused-bias "${G[@]}" --features compile
-BENCH_FUSED_ADAMW=0 mine gpt2-125m.bf16.compile.per-param-adamw "${G[@]}" --features compile
+BENCH_FUSED_GELU=0 ablate gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
+BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 ablate gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
+BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 ablate gpt2-125m.bf16.compile.unfused "${G[@]}" --features compile
+BENCH_FUSED_BIAS=0 ablate gpt2-125m.bf16.compile.unfused-bias "${G[@]}" --features compile
+BENCH_FUSED_ADAMW=0 ablate gpt2-125m.bf16.compile.per-param-adamw "${G[@]}" --features compile
+mine gpt2-125m.fp8.compile "${G[@]/bf16/fp8}" --features compile
+BENCH_FUSED_FP8T=0 mine gpt2-125m.fp8.compile.unfused-transpose "${G[@]/bf16/fp8}" --features compile
 fi
 if [ $XL = 1 ]; then
 mine gpt2-1.5b.bf16 "${X[@]}"
 BENCH_JIT_LOG=1 mine gpt2-1.5b.bf16.compile "${X[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-1.5b.bf16.compile.err"
-BENCH_FUSED_BIAS=0 mine gpt2-1.5b.bf16.compile.unfused-bias "${X[@]}" --features compile
-BENCH_FUSED_ADAMW=0 mine gpt2-1.5b.bf16.compile.per-param-adamw "${X[@]}" --features compile
+BENCH_FUSED_BIAS=0 ablate gpt2-1.5b.bf16.compile.unfused-bias "${X[@]}" --features compile
+BENCH_FUSED_ADAMW=0 ablate gpt2-1.5b.bf16.compile.per-param-adamw "${X[@]}" --features compile
 fi
 if [ $LLAMA = 1 ]; then
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
 # The Llama block's fused kernels off one by one: what each gains, measured in this run.
-BENCH_FUSED_SWIGLU=0 mine llama8p.bf16.compile.unfused-swiglu "${L[@]}" --dtype bf16 --features compile
-BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 mine llama8p.bf16.compile.unfused-swiglu-rms "${L[@]}" --dtype bf16 --features compile
-mine llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
+BENCH_FUSED_SWIGLU=0 ablate llama8p.bf16.compile.unfused-swiglu "${L[@]}" --dtype bf16 --features compile
+BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 ablate llama8p.bf16.compile.unfused-swiglu-rms "${L[@]}" --dtype bf16 --features compile
+ablate llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
-BENCH_FUSED_FP8=0 mine llama8p.fp8.compile.unfused-quant "${L[@]}" --dtype fp8 --features compile
-BENCH_FUSED_ADAMW=0 mine llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
+BENCH_FUSED_FP8T=0 mine llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
+BENCH_FUSED_FP8=0 ablate llama8p.fp8.compile.unfused-quant "${L[@]}" --dtype fp8 --features compile
+BENCH_FUSED_ADAMW=0 ablate llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
 fi
 
 if [ "${QUICK:-0}" != 1 ]; then
@@ -167,14 +174,17 @@ if [ "${QUICK:-0}" != 1 ]; then
     peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
     peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
     peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
+    peer gpt2-125m.peer.compile_fused_amp "$DIR/gpt2_pytorch.py" 16 40 compile_fused_amp
   fi
   if [ $XL = 1 ]; then
     peer gpt2-1.5b.peer.eager_fused "$DIR/gpt2_pytorch.py" 8 30 eager_fused 48 1600 25
     peer gpt2-1.5b.peer.compile_fused "$DIR/gpt2_pytorch.py" 8 30 compile_fused 48 1600 25
+    peer gpt2-1.5b.peer.compile_fused_amp "$DIR/gpt2_pytorch.py" 8 30 compile_fused_amp 48 1600 25
   fi
   if [ $LLAMA = 1 ]; then
     peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
     peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
+    peer llama8p.peer.compile_fused_amp "$DIR/llama_pytorch.py" 1 20 compile_fused_amp
   fi
 fi
 
@@ -185,11 +195,13 @@ byname = {r[0]: r for r in rows}
 def tok(n):
     r = byname.get(n)
     return float(r[3]) if r and r[3] else None
-refs = {"gpt2-125m": ["gpt2-125m.peer.eager", "gpt2-125m.peer.compile_fused"],
-        "gpt2-1.5b": ["gpt2-1.5b.peer.eager_fused", "gpt2-1.5b.peer.compile_fused"],
-        "llama8p": ["llama8p.peer.eager_fused", "llama8p.peer.compile_fused"]}
-print("| run | side | rc | tok/s | MFU | first step s | peak GiB | vs peer eager (fused for 1.5b, Llama) | vs peer compile | note |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+# Two peer columns beside eager: torch.compile under the same precision policy as bench
+# (fp32 parameters and AdamW state under bf16 autocast, `_amp`) and under pure bf16.
+refs = {"gpt2-125m": ["gpt2-125m.peer.eager", "gpt2-125m.peer.compile_fused_amp", "gpt2-125m.peer.compile_fused"],
+        "gpt2-1.5b": ["gpt2-1.5b.peer.eager_fused", "gpt2-1.5b.peer.compile_fused_amp", "gpt2-1.5b.peer.compile_fused"],
+        "llama8p": ["llama8p.peer.eager_fused", "llama8p.peer.compile_fused_amp", "llama8p.peer.compile_fused"]}
+print("| run | side | rc | tok/s | MFU | first step s | peak GiB | vs peer eager (fused for 1.5b, Llama) | vs peer compile, same policy (amp) | vs peer compile, pure bf16 | note |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     r = r + [""] * (8 - len(r))
     fam = next(f for f in refs if r[0].startswith(f + "."))
@@ -199,6 +211,15 @@ for r in rows:
         p = tok(ref)
         ratios.append("%.2fx" % (t / p) if t and p else "")
     print("| " + " | ".join([r[0], r[1], r[2], r[3], r[4], r[5], r[6]] + ratios + [r[7]]) + " |")
+# fp8 against bf16 of the same model and features, bench's own runs.
+print()
+print("| fp8 run | bf16 run | fp8/bf16 tok/s |")
+print("|---|---|---|")
+for r in rows:
+    if ".fp8" in r[0]:
+        b = r[0].replace(".fp8", ".bf16").replace(".unfused-transpose", "").replace(".unfused-quant", "")
+        t, u = tok(r[0]), tok(b)
+        print("| %s | %s | %s |" % (r[0], b, "%.2fx" % (t / u) if t and u else ""))
 PY
 tar czf "$OUTD/logs.tgz" -C "$OUTD" logs
 cat "$OUTD/table.md"

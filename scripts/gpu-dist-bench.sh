@@ -36,7 +36,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda, "nccl", torch.cuda.nccl.version())' | tee -a "$LOGS/gpu.txt"
 
 if [ "$STAGE" != bench ] && [ -x "$DIR/ddp_gpu" ]; then
-  BENCH_BIN=$BENCH timeout 400 "$DIR/ddp_gpu" --test-threads 1 --nocapture > "$LOGS/ddp_gpu.log" 2>&1
+  BENCH_GPU_TESTS=1 BENCH_BIN=$BENCH timeout 400 "$DIR/ddp_gpu" --test-threads 1 --nocapture > "$LOGS/ddp_gpu.log" 2>&1
   echo "ddp_gpu tests rc=$?"
   grep -E "^test |test result|checksum|losses|single |panicked|fsdp|plain" "$LOGS/ddp_gpu.log" | cut -c1-400
 fi

@@ -5,6 +5,9 @@
 source "$(dirname "$0")/env.sh"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
 export BENCH_PYTHON="$VENV/bin/python"
+# The fuzz targets (tests/fuzz.rs) run for a fixed budget: 45 s each, four targets, about
+# three minutes of CPU in all.
+export BENCH_FUZZ_SECS="${BENCH_FUZZ_SECS:-45}"
 # The CI templates, Dockerfiles and shipped matrices against real validators.
 scripts/check-ci-templates.sh "$VENV"
 # The runner wing reads dispatcher -> launcher -> executor with no import back up.

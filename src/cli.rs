@@ -62,6 +62,9 @@ pub struct MatrixArgs {
     /// Keep only cells matching EXPR (several --filter flags combine with `and`).
     #[arg(long = "filter", short = 'f', value_name = "EXPR")]
     pub filters: Vec<String>,
+    /// Refuse a matrix that expands to more than N cells before rules and filters.
+    #[arg(long, value_name = "N", env = "BENCH_MAX_CELLS", default_value_t = crate::matrix::budget::DEFAULT_MAX_CELLS)]
+    pub max_cells: u64,
     /// List the cells that would run, and the dropped ones with reasons; run nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -162,6 +165,9 @@ pub struct PostArgs {
     /// Commit the status is set on (default: the pull request's head from $GITHUB_EVENT_PATH, else $GITHUB_SHA).
     #[arg(long)]
     pub sha: Option<String>,
+    /// Give up posting after SECS seconds in all (connecting, answers, retries).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub timeout: f64,
 }
 
 /// Where `bench report post` posts.

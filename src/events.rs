@@ -4,6 +4,17 @@
 //! per line on stdout. Lines that do not parse as an event are log text and are kept in the
 //! cell's log, never an error: external frameworks print whatever they like. Both sides of
 //! the contract use these types, so the built-in workload cannot drift from the runner.
+//!
+//! This is also where the runner's trust ends. Output is split by [`LineSplitter`] into
+//! lines of at most [`MAX_LINE_BYTES`] (a worker printing a 10 GB line costs no more memory
+//! than that), and
+//! every line becomes text through [`crate::sanitize`]. A line that names a known event is
+//! held to the contract by [`EventReader`]: it must parse, its figures must be measurements
+//! (a step time that is finite and above zero, a token count below 2^53, step numbers that
+//! increase on each rank), or the attempt fails with the first violation as its reason,
+//! instead of passing with nothing measured.
+
+use std::collections::HashMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -123,14 +134,152 @@ pub enum Event {
     },
 }
 
+/// What one line of worker output is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// Log text (including JSON that names no event this version knows).
+    Text,
+    /// A valid event, its text fields sanitized.
+    Event(Event),
+    /// A line that names an event but breaks the contract, with why.
+    Invalid(String),
+}
+
+/// The event kinds of the contract; a JSON line naming another kind is log text, so that a
+/// newer worker's events do not fail an older runner.
+const KINDS: [&str; 5] = ["start", "step", "summary", "notice", "error"];
+
+/// The largest token count of a step: integers above 2^53 are not exact as `f64`, in which
+/// statistics are computed, and no step processes that many tokens.
+pub const MAX_TOKENS: u64 = 1 << 53;
+
 impl Event {
-    /// Parses one output line; `None` for log text.
+    /// Parses one output line; `None` for log text and for an event that breaks the
+    /// contract (see [`Event::read_line`] to tell them apart).
     pub fn parse_line(line: &str) -> Option<Event> {
+        match Event::read_line(line) {
+            Line::Event(e) => Some(e),
+            Line::Text | Line::Invalid(_) => None,
+        }
+    }
+
+    /// Classifies one output line, checking an event's figures (what can be checked
+    /// without the lines before it; [`EventReader`] checks the order of steps).
+    pub fn read_line(line: &str) -> Line {
         let t = line.trim();
         if !t.starts_with('{') {
-            return None;
+            return Line::Text;
         }
-        serde_json::from_str(t).ok()
+        // Only the tag is read first: serde skips the other values without converting them,
+        // so a step whose figure is out of range (`1e999`) is still seen as a step, and then
+        // fails to parse as one below instead of passing for log text.
+        #[derive(Deserialize)]
+        struct Tag {
+            event: String,
+        }
+        let Ok(tag) = serde_json::from_str::<Tag>(t) else {
+            return Line::Text;
+        };
+        let Some(kind) = KINDS.iter().find(|k| **k == tag.event) else {
+            return Line::Text;
+        };
+        match serde_json::from_str::<Event>(t) {
+            Err(e) => Line::Invalid(format!("a `{kind}` event that does not parse: {e}")),
+            Ok(ev) => match ev.check() {
+                Ok(()) => Line::Event(ev.sanitized()),
+                Err(why) => Line::Invalid(format!("a `{kind}` event {why}")),
+            },
+        }
+    }
+
+    /// The figures of an event that no measurement can have.
+    fn check(&self) -> Result<(), String> {
+        fn positive(name: &str, v: f64) -> Result<(), String> {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "with {name} {v}: it must be a finite number above 0"
+                ))
+            }
+        }
+        fn non_negative(name: &str, v: Option<f64>) -> Result<(), String> {
+            match v {
+                Some(v) if !(v.is_finite() && v >= 0.0) => Err(format!(
+                    "with {name} {v}: it must be a finite number, 0 or more"
+                )),
+                _ => Ok(()),
+            }
+        }
+        match self {
+            Event::Step(s) => {
+                positive("step_time_s", s.step_time_s)?;
+                if s.tokens > MAX_TOKENS {
+                    return Err(format!(
+                        "with tokens {}: more than 2^53 tokens in one step is not a measurement",
+                        s.tokens
+                    ));
+                }
+                if !s.loss.is_finite() {
+                    return Err(format!("with loss {}: report a non-finite loss as an `error` event of kind nan_loss", s.loss));
+                }
+                Ok(())
+            }
+            Event::Summary(s) => {
+                if let Some(v) = s.tokens_per_s {
+                    positive("tokens_per_s", v)?;
+                }
+                if let Some(v) = s.tokens_per_s_per_gpu {
+                    positive("tokens_per_s_per_gpu", v)?;
+                }
+                if let Some(v) = s.step_time_s {
+                    positive("step_time_s", v)?;
+                }
+                if let Some(v) = s.flops_per_token {
+                    positive("flops_per_token", v)?;
+                }
+                non_negative("tflops_per_gpu", s.tflops_per_gpu)?;
+                non_negative("mfu", s.mfu)?;
+                non_negative("time_to_first_step_s", s.time_to_first_step_s)?;
+                match s.final_loss {
+                    Some(l) if !l.is_finite() => Err(format!("with final_loss {l}")),
+                    _ => Ok(()),
+                }
+            }
+            Event::Start { .. } | Event::Notice { .. } | Event::Error { .. } => Ok(()),
+        }
+    }
+
+    /// The event with every text field made safe to keep (see [`crate::sanitize`]).
+    fn sanitized(self) -> Event {
+        use crate::sanitize::clean;
+        let opt = |s: Option<String>| s.map(|s| clean(&s));
+        match self {
+            Event::Start {
+                model,
+                n_params,
+                device,
+                world_size,
+            } => Event::Start {
+                model: opt(model),
+                n_params,
+                device: opt(device),
+                world_size,
+            },
+            Event::Summary(mut s) => {
+                s.mfu_policy = opt(s.mfu_policy);
+                s.device = opt(s.device);
+                Event::Summary(s)
+            }
+            Event::Notice { message } => Event::Notice {
+                message: clean(&message),
+            },
+            Event::Error { kind, message } => Event::Error {
+                kind,
+                message: clean(&message),
+            },
+            step @ Event::Step(_) => step,
+        }
     }
 
     /// Every event in a block of worker output, in order; log lines are skipped.
@@ -143,6 +292,125 @@ impl Event {
         // Serialising these plain structs cannot fail: no maps with non-string keys.
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// Checks the events of one attempt in order, across its ranks: each line through
+/// [`Event::read_line`], and step numbers that increase on every reporting rank. The first
+/// violation is kept (with how many there were) for the attempt's failure reason.
+#[derive(Debug, Default)]
+pub struct EventReader {
+    /// Last step number per (process rank, rank the event names).
+    last_step: HashMap<(u32, u32), u64>,
+    first_violation: Option<String>,
+    violations: usize,
+}
+
+impl EventReader {
+    /// Takes one line printed by process `rank`; returns the event on it when it is a
+    /// valid one.
+    pub fn line(&mut self, rank: u32, line: &str) -> Option<Event> {
+        let ev = match Event::read_line(line) {
+            Line::Text => return None,
+            Line::Invalid(why) => {
+                self.violate(rank, why);
+                return None;
+            }
+            Line::Event(ev) => ev,
+        };
+        if let Event::Step(s) = &ev {
+            let key = (rank, s.rank.unwrap_or(rank));
+            if let Some(&last) = self.last_step.get(&key) {
+                if s.step <= last {
+                    self.violate(
+                        rank,
+                        format!(
+                            "a `step` event numbered {} after step {last}: step numbers must increase",
+                            s.step
+                        ),
+                    );
+                    return None;
+                }
+            }
+            self.last_step.insert(key, s.step);
+        }
+        Some(ev)
+    }
+
+    fn violate(&mut self, rank: u32, why: String) {
+        self.violations += 1;
+        self.first_violation
+            .get_or_insert_with(|| format!("rank {rank} printed {why}"));
+    }
+
+    /// Why the attempt's output cannot be trusted, if it cannot.
+    pub fn violation(&self) -> Option<String> {
+        let first = self.first_violation.as_ref()?;
+        let more = match self.violations {
+            1 => String::new(),
+            n => format!(" ({} more such lines)", n - 1),
+        };
+        Some(format!(
+            "the worker broke the event contract (docs/runner.md, worker events): {first}{more}"
+        ))
+    }
+}
+
+/// The longest line of worker output kept; the rest of a longer line is read and dropped.
+/// Events are a few hundred bytes; 1 MiB keeps any real log line whole.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Splits worker output into lines of at most [`MAX_LINE_BYTES`], whatever the chunks it
+/// arrives in (pipe reads, or the growth of a Slurm job's output file): the rest of a
+/// longer line is dropped as it arrives, so memory stays bounded. Each line comes out as
+/// [`line_text`].
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    partial: Vec<u8>,
+    cut: bool,
+}
+
+impl LineSplitter {
+    /// Feeds the next bytes of the stream; `line` gets every line they complete.
+    pub fn push(&mut self, mut bytes: &[u8], line: &mut impl FnMut(String)) {
+        while let Some(i) = bytes.iter().position(|b| *b == b'\n') {
+            self.take(&bytes[..i]);
+            line(self.finish());
+            bytes = &bytes[i + 1..];
+        }
+        self.take(bytes);
+    }
+
+    /// The last line of a stream that does not end with a newline.
+    pub fn flush(&mut self) -> Option<String> {
+        (!self.partial.is_empty() || self.cut).then(|| self.finish())
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let room = MAX_LINE_BYTES - self.partial.len();
+        if bytes.len() > room {
+            self.partial.extend_from_slice(&bytes[..room]);
+            self.cut = true;
+        } else {
+            self.partial.extend_from_slice(bytes);
+        }
+    }
+
+    fn finish(&mut self) -> String {
+        let text = line_text(&self.partial, self.cut);
+        self.partial.clear();
+        self.cut = false;
+        text
+    }
+}
+
+/// A line of worker output as the text the runner keeps: sanitized, without a trailing
+/// carriage return, and marked when it was cut.
+pub fn line_text(bytes: &[u8], cut: bool) -> String {
+    let mut text = crate::sanitize::clean_bytes(bytes);
+    if cut {
+        text.push_str(&format!(" [bench: line cut at {MAX_LINE_BYTES} bytes]"));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -179,5 +447,113 @@ mod tests {
             message: "CUDA out of memory".into(),
         };
         assert_eq!(Event::parse_line(&e.to_line()), Some(e));
+    }
+
+    fn reader_lines(lines: &[(u32, &str)]) -> (Vec<Event>, Option<String>) {
+        let mut r = EventReader::default();
+        let evs = lines.iter().filter_map(|(k, l)| r.line(*k, l)).collect();
+        (evs, r.violation())
+    }
+
+    fn step(n: u64, t: &str) -> String {
+        format!(r#"{{"event":"step","step":{n},"step_time_s":{t},"tokens":64,"loss":1.5}}"#)
+    }
+
+    #[test]
+    fn figures_that_are_no_measurement_break_the_contract() {
+        for (line, why) in [
+            (step(5, "0"), "step_time_s 0"),
+            (step(5, "-1.5"), "step_time_s -1.5"),
+            (step(5, "1e999"), "does not parse"),
+            (
+                r#"{"event":"step","step":1,"step_time_s":1,"tokens":-4,"loss":1}"#.into(),
+                "does not parse",
+            ),
+            (
+                r#"{"event":"step","step":1,"step_time_s":1,"tokens":9007199254740993,"loss":1}"#
+                    .into(),
+                "more than 2^53",
+            ),
+            (
+                r#"{"event":"step","step":1,"step_time_s":1,"tokens":1,"loss":null}"#.into(),
+                "does not parse",
+            ),
+            (
+                r#"{"event":"summary","tokens_per_s":0}"#.into(),
+                "tokens_per_s 0",
+            ),
+            (r#"{"event":"summary","mfu":-0.1}"#.into(), "mfu -0.1"),
+            (
+                r#"{"event":"error","kind":"melted","message":"x"}"#.into(),
+                "does not parse",
+            ),
+        ] {
+            let (evs, v) = reader_lines(&[(0, &line)]);
+            assert!(evs.is_empty(), "{line}");
+            let v = v.unwrap_or_default();
+            assert!(v.contains(why), "{line}: {v}");
+            assert!(v.starts_with("the worker broke the event contract"), "{v}");
+        }
+    }
+
+    #[test]
+    fn step_numbers_must_increase_per_rank() {
+        let (evs, v) = reader_lines(&[(0, &step(0, "1")), (0, &step(0, "1")), (0, &step(0, "1"))]);
+        assert_eq!(evs.len(), 1);
+        assert_eq!(
+            v.unwrap(),
+            "the worker broke the event contract (docs/runner.md, worker events): rank 0 printed a `step` event numbered 0 after step 0: step numbers must increase (1 more such lines)"
+        );
+        // Two ranks may report the same step; each increases on its own.
+        let (evs, v) = reader_lines(&[
+            (0, &step(0, "1")),
+            (1, &step(0, "1")),
+            (1, &step(1, "1")),
+            (0, &step(1, "1")),
+        ]);
+        assert_eq!((evs.len(), v), (4, None));
+    }
+
+    #[test]
+    fn unknown_kinds_and_other_json_stay_log_text() {
+        let (evs, v) = reader_lines(&[
+            (0, r#"{"event":"progress","pct":3}"#),
+            (0, r#"{"level":"info","msg":"hi"}"#),
+            (0, "{not json"),
+        ]);
+        assert!(evs.is_empty());
+        assert_eq!(v, None);
+    }
+
+    #[test]
+    fn event_text_is_sanitized() {
+        let line = r#"{"event":"error","kind":"oom","message":"\u001b[31mCUDA\u0000 out of memory\u001b[0m"}"#;
+        assert_eq!(
+            Event::parse_line(line),
+            Some(Event::Error {
+                kind: ErrorKind::Oom,
+                message: "CUDA out of memory".into()
+            })
+        );
+    }
+
+    #[test]
+    fn long_lines_are_cut_and_the_rest_skipped() {
+        let mut input = vec![b'x'; 3 * MAX_LINE_BYTES];
+        input.extend_from_slice(b"\nnext\r\n\x1b[1mlast");
+        let mut split = LineSplitter::default();
+        let mut lines = Vec::new();
+        // In chunks of 4 KiB, as from a pipe: what is kept never exceeds one line's bound.
+        for chunk in input.chunks(4096) {
+            split.push(chunk, &mut |l| lines.push(l));
+            assert!(split.partial.len() <= MAX_LINE_BYTES);
+        }
+        lines.extend(split.flush());
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].ends_with(" [bench: line cut at 1048576 bytes]"));
+        assert_eq!(lines[0].len(), MAX_LINE_BYTES + 35);
+        assert_eq!(lines[1], "next");
+        assert_eq!(lines[2], "last");
+        assert_eq!(split.flush(), None);
     }
 }

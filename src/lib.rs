@@ -5,7 +5,7 @@
 //! [`run`] (schedule, execute workers, collect [`events`]) -> [`results`] ->
 //! [`baseline`] (compare) -> [`report`] (human, JSON, JUnit, Markdown, PR comment).
 //! The built-in training workload lives in [`workload`]; FLOPs, MFU and statistics in
-//! [`metrics`].
+//! [`metrics`]. Worker text passes through [`sanitize`] before it is kept.
 
 pub mod atomic;
 pub mod axes;
@@ -23,5 +23,6 @@ pub mod publish;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod sanitize;
 pub mod slurm;
 pub mod workload;

@@ -60,6 +60,7 @@ fn nightly_h100_lists_exactly_the_cells_the_rules_allow() {
             par != "single" && gpus == 1,
             model == "llama-3.1-70b-proxy" && par != "fsdp",
             model == "gpt2-125m" && par == "fsdp" && gpus == 8,
+            model == "gpt2-125m" && dtype == "fp8",
         ];
         !dropped_by.contains(&true)
     };
@@ -72,7 +73,7 @@ fn nightly_h100_lists_exactly_the_cells_the_rules_allow() {
         assert!(!d["reason"].as_str().unwrap().is_empty());
         assert!(d["by"].as_str().unwrap().starts_with("rules["));
     }
-    assert_eq!(cells.len(), 80);
+    assert_eq!(cells.len(), 76);
     // Per-model overrides reach the parameters.
     let llama = cells
         .iter()

@@ -1,8 +1,8 @@
 //! GPU checks of the built-in workload: fp8 gradients against bf16 and fp32, fused AdamW
 //! against the reference update, the flat-master AdamW against libtorch's and in training, checkpointed gradients in bf16, CUDA-graph replay against
 //! eager steps, and the fused cross-entropy, LayerNorm, bias+GELU, RMSNorm and SwiGLU against
-//! libtorch's (values, gradients, training). On hosts without CUDA every test returns at once
-//! (CI has no GPU);
+//! libtorch's (values, gradients, training). On hosts without CUDA every test is skipped (CI has
+//! no GPU), unless `BENCH_GPU_TESTS=1` says the host has one, when it fails (tests/gpu_gate);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
 
 use std::process::Output;
@@ -14,15 +14,12 @@ use bench::workload::models::{self, presets, Model, Param, IGNORE_INDEX};
 use bench::workload::optim::{AdamW, AdamWConfig};
 use bench::workload::precision::{Ctx, Precision};
 use bench::workload::sac;
-use tch::{Cuda, Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor};
+
+mod gpu_gate;
 
 fn cuda() -> Option<Device> {
-    if Cuda::is_available() {
-        Some(Device::Cuda(0))
-    } else {
-        eprintln!("no CUDA device: GPU check not run");
-        None
-    }
+    gpu_gate::cuda_devices(1, "this GPU check").then_some(Device::Cuda(0))
 }
 
 fn grads(model: &dyn Model) -> Vec<Tensor> {
@@ -710,6 +707,47 @@ fn fp8_quantization_kernel_equals_libtorch_cast() {
                 "fp8 quantize {kind:?} e4m3={e4m3}: identical bits, round trip rel err {e:.2e}"
             );
             assert!(e < if e4m3 { 0.07 } else { 0.14 }, "round trip {e}");
+        }
+    }
+}
+
+#[test]
+fn fp8_transposing_quantization_equals_quantize_then_transpose() {
+    // The transposing kernel writes q and q's transpose from one pass over 64 x 64 tiles: both
+    // must hold exactly the bits of the one-pass quantization and of its strided transpose
+    // (BENCH_FUSED_FP8T=0's path), for bf16 and fp32, both formats, tall, wide and
+    // one-tile matrices, and a matrix off the tile grid (which takes the strided copy).
+    let Some(dev) = cuda() else { return };
+    if ffi::cuda_capability(0).map_or(true, |c| c < (8, 9)) {
+        eprintln!("no fp8 on this GPU: check not run");
+        return;
+    }
+    tch::manual_seed(23);
+    for kind in [Kind::BFloat16, Kind::Float] {
+        for (rows, cols) in [(64, 64), (192, 320), (4096, 128), (128, 1536), (100, 64)] {
+            let t = (Tensor::randn([rows, cols], (Kind::Float, dev))
+                * Tensor::exp2(&(Tensor::rand([rows, cols], (Kind::Float, dev)) * 30.0 - 15.0)))
+            .to_kind(kind);
+            for e4m3 in [true, false] {
+                let (q, qt, inv) = ffi::fp8_quantize_t(&t, e4m3).unwrap();
+                let (want_q, want_inv) = ffi::fp8_quantize(&t, e4m3).unwrap();
+                let bits = |x: &Tensor| x.view_dtype(Kind::Uint8);
+                let differ =
+                    |a: &Tensor, b: &Tensor| a.ne_tensor(b).sum(Kind::Int64).int64_value(&[]);
+                assert_eq!(qt.size(), vec![cols, rows]);
+                let dq = differ(&bits(&q), &bits(&want_q));
+                let dt = differ(&bits(&qt), &bits(&want_q).transpose(0, 1).contiguous());
+                assert_eq!(
+                    (dq, dt),
+                    (0, 0),
+                    "{kind:?} {rows}x{cols} e4m3={e4m3}: q and transpose differ in {dq} / {dt} values"
+                );
+                assert_eq!(
+                    inv.double_value(&[]),
+                    want_inv.double_value(&[]),
+                    "same scale"
+                );
+            }
         }
     }
 }

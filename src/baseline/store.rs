@@ -258,6 +258,16 @@ impl Baselines {
         }
     }
 
+    /// [`Baselines::load_for`], for the runner to call before the first cell starts: a
+    /// malformed file (bad YAML, a value of 0, a negative or NaN tolerance, a file that
+    /// names another hardware key) is then an exit-2 error with its file, line, column
+    /// and key path, rather than a failure found after every cell has run.
+    pub fn load_and_check(dir: &Path, hardware_key: &str) -> Result<Baselines, BaselineError> {
+        // `parse` validates every value it reads, so loading is checking; the separate
+        // name says where the runner must call it.
+        Baselines::load_for(dir, hardware_key)
+    }
+
     /// Loads one baseline file by path.
     pub fn load_file(path: &Path) -> Result<Baselines, BaselineError> {
         let text = std::fs::read_to_string(path).map_err(|source| BaselineError::Read {
@@ -300,7 +310,12 @@ const HEADER: &str = "\
 
 /// Parses and validates the text of a baseline file.
 pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
-    let raw: RawDoc = serde_saphyr::from_str(text).map_err(|e| {
+    // Nesting bounded as in matrix files (a baseline file nests 6 deep), so that a hostile
+    // file cannot exhaust the stack.
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! { max_depth: crate::matrix::parse::MAX_YAML_DEPTH },
+    };
+    let raw: RawDoc = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
         let (line, column) = e
             .location()
             .map(|l| (l.line() as u32, l.column() as u32))
@@ -361,11 +376,13 @@ pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
                 )),
                 _ => Ok(v.as_ref().map(|s| s.value)),
             };
-            if !m.value.value.is_finite() {
+            // Changes are relative to the stored value: against 0 every change is infinite,
+            // against a negative value better and worse swap; no measurement is either.
+            if !is_storable(m.value.value) {
                 return Err(invalid(
                     &m.value.referenced,
                     format!("{key}.value"),
-                    format!("must be a finite number, found {}", m.value.value),
+                    format!("must be a finite number above 0, found {}", m.value.value),
                 ));
             }
             let tolerance = non_negative(&m.tolerance, "tolerance")?;
@@ -409,6 +426,12 @@ pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
     })
 }
 
+/// Whether a value can be a baseline: finite and above 0, since changes are judged
+/// relative to it.
+pub fn is_storable(value: f64) -> bool {
+    value.is_finite() && value > 0.0
+}
+
 /// What `bench baseline update` changed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpdateSummary {
@@ -429,6 +452,10 @@ fn entry_from(
     old: Option<&MetricBaseline>,
     cell_tolerance: Option<f64>,
 ) -> Option<MetricBaseline> {
+    // A value the file could not be read back with is not written (see `parse`).
+    if !is_storable(m.value) {
+        return None;
+    }
     let direction = old
         .map(|o| o.direction)
         .or_else(|| catalog::direction(metric))?;
@@ -648,6 +675,30 @@ cells:
             17,
             "cells.gpt2-tiny.fp32.1gpu.single.base.metrics.peak_mem_bytes.tolerance",
         );
+    }
+
+    #[test]
+    fn zero_negative_and_nan_values_are_located_with_key_path() {
+        for bad in ["0", "-12000", ".nan", ".inf", "-0.0"] {
+            let text = GOOD.replace("value: 12000", &format!("value: {bad}"));
+            assert_located(
+                &text,
+                13,
+                "cells.gpt2-tiny.fp32.1gpu.single.base.metrics.tokens_per_s.value: must be a finite number above 0",
+            );
+        }
+    }
+
+    #[test]
+    fn update_never_writes_a_value_it_could_not_read_back() {
+        let m = MetricValue {
+            value: 0.0,
+            samples: vec![0.0],
+            rel_spread: 0.0,
+        };
+        assert_eq!(entry_from("tokens_per_s", &m, None, None), None);
+        let m = MetricValue { value: 2.0, ..m };
+        assert!(entry_from("tokens_per_s", &m, None, None).is_some());
     }
 
     #[test]

@@ -24,7 +24,10 @@ impl From<MatrixError> for CliError {
 
 /// Loads the matrix named by `args` and prints its warnings to stderr.
 pub fn load(args: &MatrixArgs) -> Result<Expansion, CliError> {
-    let exp = super::load(&args.file, &args.filters)?;
+    let budget = super::budget::Budget {
+        max_cells: args.max_cells,
+    };
+    let exp = super::load_within(&args.file, &args.filters, budget)?;
     for w in &exp.warnings {
         eprintln!("warning: {w}");
     }

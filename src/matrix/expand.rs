@@ -22,6 +22,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use indexmap::IndexMap;
 use itertools::Itertools;
 
+use super::budget::Budget;
 use super::filter::{Filter, Vocabulary};
 use super::parse::Source;
 use super::spec::{
@@ -83,6 +84,37 @@ pub fn value_eq(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// A value's identity under [`value_eq`], hashable: numbers by their `f64` bits (so `8`
+/// and `8.0` are one key, and `-0.0` is `0.0`), everything else as itself. NaN is never
+/// equal to anything under `value_eq`, so each NaN gets a key of its own.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum ValueKey<'a> {
+    Num(u64),
+    Unique(usize),
+    Bool(bool),
+    Str(&'a str),
+    Set(&'a BTreeSet<String>),
+}
+
+impl<'a> ValueKey<'a> {
+    fn of(v: &'a Value) -> ValueKey<'a> {
+        if let Some(x) = v.as_f64() {
+            return if x.is_nan() {
+                ValueKey::Unique(v as *const Value as usize)
+            } else {
+                ValueKey::Num((x + 0.0).to_bits())
+            };
+        }
+        match v {
+            Value::Bool(b) => ValueKey::Bool(*b),
+            Value::Str(s) => ValueKey::Str(s),
+            Value::Set(s) => ValueKey::Set(s),
+            // Numbers were handled above.
+            Value::Int(_) | Value::Float(_) => ValueKey::Unique(v as *const Value as usize),
+        }
+    }
+}
+
 fn match_value(actual: Option<&Value>, want: &MatchValue, is_set_axis: bool) -> bool {
     let Some(actual) = actual else {
         return false;
@@ -128,8 +160,19 @@ fn sel_matches(sel: &Sel, cell: &Cell, set_axes: &HashSet<String>) -> bool {
     }
 }
 
-/// Expands `spec` (read from `src`) into cells.
+/// Expands `spec` (read from `src`) into cells, within the default budget.
 pub fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, MatrixError> {
+    expand_within(spec, src, Budget::default())
+}
+
+/// Expands `spec` into cells, refusing it before any value is generated when it would
+/// exceed `budget` (see [`super::budget`]).
+pub fn expand_within(
+    spec: &MatrixSpec,
+    src: &Source,
+    budget: Budget,
+) -> Result<Expanded, MatrixError> {
+    super::budget::check(spec, src, budget)?;
     let axes = validate_axes(spec, src)?;
     let axis_index: HashMap<&str, usize> = axes
         .iter()
@@ -275,8 +318,11 @@ fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixErr
         if values.is_empty() {
             return Err(src.error_at(&path, format!("axis `{name}` has no values")));
         }
+        // A hash of each value's identity under `value_eq` keeps this linear: an axis of
+        // 200,000 values was quadratic (44 s) with pairwise comparison.
+        let mut seen: HashSet<ValueKey> = HashSet::with_capacity(values.len());
         for (i, v) in values.iter().enumerate() {
-            if values[..i].iter().any(|w| value_eq(v, w)) {
+            if !seen.insert(ValueKey::of(v)) {
                 return Err(src.error_at(
                     &format!("{path}[{i}]"),
                     format!("duplicate value `{}` in axis `{name}`", v.id_fragment()),
@@ -293,6 +339,10 @@ fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixErr
     Ok(out)
 }
 
+/// The most GPUs a cell may ask for: more than any cluster has, and far inside the
+/// integer types world sizes and batch products are computed in.
+pub const MAX_GPUS: i64 = 1 << 20;
+
 /// Type checks for the axes the built-in workload interprets.
 fn check_well_known(
     name: &str,
@@ -304,8 +354,8 @@ fn check_well_known(
     for (i, v) in values.iter().enumerate() {
         let at = format!("{path}[{i}]");
         let want = match name {
-            "gpus" if !matches!(v, Value::Int(n) if *n >= 0) => {
-                Some("a non-negative integer".to_string())
+            "gpus" if !matches!(v, Value::Int(n) if (0..=MAX_GPUS).contains(n)) => {
+                Some("an integer from 0 to 1048576".to_string())
             }
             "model" if v.as_str().is_none() => Some("a string".to_string()),
             "dtype" => typed_problem::<Dtype>(v),
@@ -834,6 +884,19 @@ impl<'a> ParamBuilder<'a> {
 /// global_batch = gpus x micro_batch x grad_accum unless set; when it is set and grad_accum
 /// is not, grad_accum follows from it.
 fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, MatrixError> {
+    // An `include` entry may set `gpus` too, so the range is checked here for every cell
+    // (`Cell::gpus` would saturate 4294967296 to 4294967295).
+    if let Some(g) = cell.values.get("gpus") {
+        if !matches!(g, Value::Int(n) if (0..=MAX_GPUS).contains(n)) {
+            return Err(src.error_at(
+                "axes.gpus",
+                format!(
+                    "cell `{}`: `gpus` value `{g}` must be an integer from 0 to {MAX_GPUS}",
+                    cell.id
+                ),
+            ));
+        }
+    }
     let gpus = cell.gpus();
     let p = &mut cell.params;
     if p.micro_batch == 0 || p.grad_accum == 0 || p.seq_len == 0 || p.steps == 0 {
@@ -854,9 +917,22 @@ fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, Matr
             ),
         ));
     }
-    let per_step = gpus * p.micro_batch;
+    // Checked: `gpus: 65536` with `micro_batch: 65536` wrapped to a global batch of 0.
+    let product = |what: &str, a: u32, b: u32| {
+        a.checked_mul(b).ok_or_else(|| {
+            src.error_at(
+                "defaults",
+                format!(
+                    "cell `{}`: {what} = {a} x {b} does not fit in a batch size (at most {})",
+                    cell.id,
+                    u32::MAX
+                ),
+            )
+        })
+    };
+    let per_step = product("gpus x micro_batch", gpus, p.micro_batch)?;
     if !explicit.global_batch {
-        p.global_batch = per_step * p.grad_accum;
+        p.global_batch = product("gpus x micro_batch x grad_accum", per_step, p.grad_accum)?;
     } else if !explicit.grad_accum {
         if !p.global_batch.is_multiple_of(per_step) || p.global_batch == 0 {
             return Err(src.error_at(
@@ -868,14 +944,14 @@ fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, Matr
             ));
         }
         p.grad_accum = p.global_batch / per_step;
-    } else if p.global_batch != per_step * p.grad_accum {
+    } else if u64::from(p.global_batch) != u64::from(per_step) * u64::from(p.grad_accum) {
         return Err(src.error_at(
             "defaults.global_batch",
             format!(
                 "cell `{}`: global_batch {} != gpus x micro_batch x grad_accum = {}",
                 cell.id,
                 p.global_batch,
-                per_step * p.grad_accum
+                u64::from(per_step) * u64::from(p.grad_accum)
             ),
         ));
     }
@@ -1211,7 +1287,7 @@ rules:
             (
                 "axes:\n  gpus: [one]\n",
                 "t.yaml:2:10:",
-                "non-negative integer",
+                "an integer from 0 to 1048576",
             ),
             (
                 "axes:\n  parallel: [single, zero3]\n",

@@ -20,6 +20,11 @@
 //! set). `~` is a substring test, `=/re/` a regular-expression search (unanchored, as grep).
 //! Errors carry the byte offset of the fault so the CLI can put a caret under it.
 //!
+//! Hostile input cannot exhaust the stack: `and`/`or` chains are kept flat (one node with
+//! a list of terms, however many terms), a run of `not`s collapses to its parity while it
+//! is read, and parentheses may nest at most [`MAX_NESTING`] deep, so parsing, evaluating
+//! and dropping a filter recurse a bounded number of times whatever its length.
+//!
 //! Why one file of this size: the lexer, parser and evaluator of one small language, whose
 //! error positions tie the three together.
 
@@ -36,10 +41,18 @@ pub struct Filter {
     expr: Expr,
 }
 
+/// How deep parentheses may nest. Every level costs a few stack frames in the parser and
+/// the evaluator; 100 is far beyond any filter a person writes, and keeps the deepest
+/// recursion well inside the smallest thread stack Rust gives (2 MiB), debug builds
+/// included.
+pub const MAX_NESTING: usize = 100;
+
 #[derive(Debug, Clone)]
 enum Expr {
-    Or(Box<Expr>, Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
+    /// At least two terms, any of which must hold (flat, so a long chain is not deep).
+    Or(Vec<Expr>),
+    /// At least two terms, all of which must hold.
+    And(Vec<Expr>),
     Not(Box<Expr>),
     Word(String),
     Has(String),
@@ -80,19 +93,34 @@ pub struct FilterError {
 
 impl FilterError {
     /// The expression with a caret line under the fault, indented by `indent` spaces.
+    /// A long expression (a generated one, or a hostile one) is shown as a window of
+    /// [`CARET_WINDOW`] characters either side of the fault, so the message stays readable.
     pub fn caret(&self, indent: usize) -> String {
-        let col = self.expr[..self.offset.min(self.expr.len())]
-            .chars()
-            .count();
+        let offset = self.offset.min(self.expr.len());
+        let before: Vec<char> = self.expr[..offset].chars().collect();
+        let after: Vec<char> = self.expr[offset..].chars().collect();
+        let skip = before.len().saturating_sub(CARET_WINDOW);
+        let lead = if skip > 0 { "…" } else { "" };
+        let shown_before: String = before[skip..].iter().collect();
+        let shown_after: String = after.iter().take(CARET_WINDOW).collect();
+        let tail = if after.len() > CARET_WINDOW {
+            "…"
+        } else {
+            ""
+        };
+        let col = lead.chars().count() + before.len() - skip;
+        let width = self.len.max(1).min(after.len().max(1)).min(CARET_WINDOW);
         format!(
-            "{pad}{}\n{pad}{}{}",
-            self.expr,
+            "{pad}{lead}{shown_before}{shown_after}{tail}\n{pad}{}{}",
             " ".repeat(col),
-            "^".repeat(self.len.max(1)),
+            "^".repeat(width),
             pad = " ".repeat(indent)
         )
     }
 }
+
+/// Characters of context shown either side of a fault in a long expression.
+const CARET_WINDOW: usize = 60;
 
 impl fmt::Display for FilterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,17 +153,20 @@ impl Vocabulary {
                 .collect(),
             ..Vocabulary::default()
         };
+        // Values seen per axis, by their JSON form (which tells values apart as `==` does),
+        // so that many cells cost linear time, not a scan of every value seen per cell.
+        let mut seen: std::collections::HashSet<(String, String)> = Default::default();
         for values in cells {
             for (axis, value) in values {
+                let key = serde_json::to_string(value).unwrap_or_default();
+                if !seen.insert((axis.clone(), key)) {
+                    continue;
+                }
                 if matches!(value, Value::Set(_)) && !v.set_axes.contains(axis) {
                     v.set_axes.push(axis.clone());
                 }
                 match v.axes.iter_mut().find(|(n, _)| n == axis) {
-                    Some((_, vals)) => {
-                        if !vals.contains(value) {
-                            vals.push(value.clone());
-                        }
-                    }
+                    Some((_, vals)) => vals.push(value.clone()),
                     None => v.axes.push((axis.clone(), vec![value.clone()])),
                 }
             }
@@ -267,6 +298,8 @@ struct Parser<'a> {
     toks: Vec<(usize, usize, Tok)>,
     i: usize,
     vocab: &'a Vocabulary,
+    /// Parentheses open at the current token.
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -293,20 +326,24 @@ impl<'a> Parser<'a> {
         t
     }
 
-    /// A left-associative chain `operand (op operand)*`, combined with `make`.
+    /// A chain `operand (op operand)*`, read in a loop into one flat node made by `make`
+    /// (both operators are associative, so the order of evaluation is unchanged).
     fn chain(
         &mut self,
         op: Tok,
         operand: fn(&mut Self) -> Result<Expr, FilterError>,
-        make: fn(Box<Expr>, Box<Expr>) -> Expr,
+        make: fn(Vec<Expr>) -> Expr,
     ) -> Result<Expr, FilterError> {
-        let mut lhs = operand(self)?;
+        let first = operand(self)?;
+        if self.peek() != Some(&op) {
+            return Ok(first);
+        }
+        let mut terms = vec![first];
         while self.peek() == Some(&op) {
             self.i += 1;
-            let rhs = operand(self)?;
-            lhs = make(Box::new(lhs), Box::new(rhs));
+            terms.push(operand(self)?);
         }
-        Ok(lhs)
+        Ok(make(terms))
     }
 
     fn or(&mut self) -> Result<Expr, FilterError> {
@@ -317,12 +354,20 @@ impl<'a> Parser<'a> {
         self.chain(Tok::And, Self::unary, Expr::And)
     }
 
+    /// `not not x` is `x`: a run of negations is counted in a loop and only its parity
+    /// kept, so a long run neither recurses nor builds a deep tree.
     fn unary(&mut self) -> Result<Expr, FilterError> {
-        if self.peek() == Some(&Tok::Not) {
+        let mut negate = false;
+        while self.peek() == Some(&Tok::Not) {
             self.i += 1;
-            return Ok(Expr::Not(Box::new(self.unary()?)));
+            negate = !negate;
         }
-        self.atom()
+        let atom = self.atom()?;
+        Ok(if negate {
+            Expr::Not(Box::new(atom))
+        } else {
+            atom
+        })
     }
 
     fn atom(&mut self) -> Result<Expr, FilterError> {
@@ -330,7 +375,16 @@ impl<'a> Parser<'a> {
         match self.next() {
             None => Err(self.err(off, 1, "expected a word, `name=value`, `has(flag)` or `(`")),
             Some((_, _, Tok::LParen)) => {
+                if self.depth >= MAX_NESTING {
+                    return Err(self.err(
+                        off,
+                        len,
+                        format!("parentheses nest more than {MAX_NESTING} deep here; simplify the expression"),
+                    ));
+                }
+                self.depth += 1;
                 let e = self.or()?;
+                self.depth -= 1;
                 match self.next() {
                     Some((_, _, Tok::RParen)) => Ok(e),
                     Some((o, l, _)) => Err(self.err(o, l, "expected `)`")),
@@ -554,6 +608,7 @@ impl Filter {
             toks,
             i: 0,
             vocab,
+            depth: 0,
         };
         let expr = p.or()?;
         if p.i < p.toks.len() {
@@ -578,8 +633,8 @@ impl Filter {
 
 fn eval(e: &Expr, cell: &Cell) -> bool {
     match e {
-        Expr::Or(a, b) => eval(a, cell) || eval(b, cell),
-        Expr::And(a, b) => eval(a, cell) && eval(b, cell),
+        Expr::Or(terms) => terms.iter().any(|t| eval(t, cell)),
+        Expr::And(terms) => terms.iter().all(|t| eval(t, cell)),
         Expr::Not(a) => !eval(a, cell),
         Expr::Word(w) => {
             cell.id.as_str().contains(w.as_str())
@@ -742,5 +797,45 @@ mod tests {
         assert!(e.message.contains("empty"));
         let caret = Filter::parse("gpus>=8 y", &vocab()).unwrap_err().caret(0);
         assert_eq!(caret, "gpus>=8 y\n        ^");
+    }
+
+    /// The shapes that used to overflow the stack (issue 13): each either parses and
+    /// evaluates or is refused with a located error, on a test thread's 2 MiB stack.
+    #[test]
+    fn hostile_nesting_is_bounded() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile"]);
+        // 100,000 negations: an even run is the plain term.
+        let nots = format!("{}fsdp", "!".repeat(100_000));
+        assert!(m(&nots, &c));
+        let odd = format!("{}fsdp", "not ".repeat(99_999));
+        assert!(!m(&odd, &c));
+        // 40,000 `||` terms and as many `&&` terms stay flat.
+        let ors = vec!["llama"; 40_000].join(" || ") + " || fsdp";
+        assert!(m(&ors, &c));
+        let ands = vec!["fsdp"; 40_000].join(" && ") + " && llama";
+        assert!(!m(&ands, &c));
+        // Parentheses up to the limit parse; one more is refused at the `(` that is too deep.
+        let ok = format!("{}fsdp{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
+        assert!(m(&ok, &c));
+        let deep = format!("{}fsdp{}", "(".repeat(4_500), ")".repeat(4_500));
+        let e = Filter::parse(&deep, &vocab()).unwrap_err();
+        assert_eq!((e.offset, e.len), (MAX_NESTING, 1));
+        assert!(e.message.contains("nest more than 100 deep"), "{e}");
+        // The message shows a window around the fault, not 9,000 characters.
+        assert!(e.to_string().len() < 400, "{}", e.to_string().len());
+        let mixed = "!(".repeat(4_500) + "fsdp" + &")".repeat(4_500);
+        assert!(Filter::parse(&mixed, &vocab()).is_err());
+    }
+
+    #[test]
+    fn caret_window_points_at_the_fault_in_a_long_expression() {
+        let expr = format!("{} and gpu=8", vec!["fsdp"; 100].join(" or "));
+        let e = Filter::parse(&expr, &vocab()).unwrap_err();
+        let caret = e.caret(0);
+        let (line, marks) = caret.split_once('\n').unwrap();
+        assert!(line.starts_with('…'), "{line}");
+        let col = marks.find('^').unwrap();
+        let shown: String = line.chars().skip(col).take(3).collect();
+        assert_eq!(shown, "gpu");
     }
 }

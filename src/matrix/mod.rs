@@ -2,10 +2,12 @@
 //! and reason for every cell dropped.
 //!
 //! Stages: [`spec`] (serde + schemars types), [`parse`] (YAML with located errors),
-//! [`expand`] (cartesian product, zips, rules, include, parameters), [`filter`] (the
-//! `--filter` language, also used by `when:` rules), [`cmd`] (`bench matrix --dry-run` and
-//! `bench schema`). docs/matrix.md documents the semantics for users.
+//! [`budget`] (the cell-count and size limit, checked before expansion), [`expand`]
+//! (cartesian product, zips, rules, include, parameters), [`filter`] (the `--filter`
+//! language, also used by `when:` rules), [`cmd`] (`bench matrix --dry-run` and `bench
+//! schema`). docs/matrix.md documents the semantics for users.
 
+pub mod budget;
 pub mod cmd;
 pub mod expand;
 pub mod filter;
@@ -92,13 +94,11 @@ impl fmt::Display for Located {
     }
 }
 
-/// Loads `path`, expands it and applies `filters` (combined with `and`), refusing cells
-/// that could only fail when they run (see [`check_models`]).
+/// Loads `path`, expands it within the default [`budget::Budget`] and applies `filters`
+/// (combined with `and`), refusing cells that could only fail when they run (see
+/// [`check_models`]).
 pub fn load(path: &Path, filters: &[String]) -> Result<Expansion, MatrixError> {
-    let (spec, src) = parse::parse_file(path)?;
-    let exp = from_spec(spec, &src, filters)?;
-    check_models(&exp, &src)?;
-    Ok(exp)
+    load_within(path, filters, budget::Budget::default())
 }
 
 /// Refuses a cell to run on the built-in workload whose `model` has no preset, located at
@@ -140,13 +140,35 @@ fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError>
     Ok(())
 }
 
-/// Expands an already-parsed matrix and applies `filters`.
+/// [`load`] within `budget`.
+pub fn load_within(
+    path: &Path,
+    filters: &[String],
+    budget: budget::Budget,
+) -> Result<Expansion, MatrixError> {
+    let (spec, src) = parse::parse_file(path)?;
+    let exp = from_spec_within(spec, &src, filters, budget)?;
+    check_models(&exp, &src)?;
+    Ok(exp)
+}
+
+/// Expands an already-parsed matrix within the default budget and applies `filters`.
 pub fn from_spec(
     spec: spec::MatrixSpec,
     src: &parse::Source,
     filters: &[String],
 ) -> Result<Expansion, MatrixError> {
-    let expanded = expand::expand(&spec, src)?;
+    from_spec_within(spec, src, filters, budget::Budget::default())
+}
+
+/// [`from_spec`] within `budget`.
+pub fn from_spec_within(
+    spec: spec::MatrixSpec,
+    src: &parse::Source,
+    filters: &[String],
+    budget: budget::Budget,
+) -> Result<Expansion, MatrixError> {
+    let expanded = expand::expand_within(&spec, src, budget)?;
     let compiled = filters
         .iter()
         .map(|f| Filter::parse(f, &expanded.vocab).map_err(MatrixError::Filter))
@@ -163,12 +185,7 @@ pub fn from_spec(
             }),
         }
     }
-    let name = spec.name.clone().unwrap_or_else(|| {
-        src.path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "matrix".to_string())
-    });
+    let name = budget::matrix_name(&spec, src);
     Ok(Expansion {
         name,
         file: src.path.clone(),

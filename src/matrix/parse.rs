@@ -159,11 +159,21 @@ pub fn parse_str(path: &Path, text: String) -> Result<(MatrixSpec, Source), Matr
     Ok((spec, src))
 }
 
+/// How deep YAML collections may nest in a matrix file. A matrix nests about 6 deep
+/// (`overrides.model.a.workload.env`); 24 leaves room for nested `extra` values. Each level
+/// costs the deserializer tens of KiB of stack in a debug build: serde-saphyr's default of
+/// 64 overflowed a 2 MiB thread's stack (found by tests/fuzz.rs).
+pub const MAX_YAML_DEPTH: usize = 24;
+
 /// YAML 1.2 booleans only: a value such as `y`, `on` or `no` (a plausible model or axis
 /// value) stays a string instead of silently becoming a boolean, as YAML 1.1 would have it.
-/// Duplicate keys are errors (serde-saphyr's default).
+/// Duplicate keys are errors (serde-saphyr's default). Nesting is bounded by
+/// [`MAX_YAML_DEPTH`].
 fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! { strict_booleans: true }
+    serde_saphyr::options! {
+        strict_booleans: true,
+        budget: serde_saphyr::budget! { max_depth: MAX_YAML_DEPTH },
+    }
 }
 
 fn yaml_error(src: &Source, e: &serde_saphyr::Error) -> MatrixError {
@@ -175,6 +185,11 @@ fn yaml_error(src: &Source, e: &serde_saphyr::Error) -> MatrixError {
     // serde-saphyr appends its own position; we print ours in front instead.
     if let Some(i) = message.find(" at line ") {
         message.truncate(i);
+    }
+    if message.starts_with("budget breached: Depth") {
+        message = format!(
+            "collections nest deeper than {MAX_YAML_DEPTH} levels here (a matrix needs about 6)"
+        );
     }
     src.error_pos(None, pos, 1, message)
 }

@@ -232,6 +232,46 @@ pub fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
     metrics
 }
 
+/// [`cell_metrics`] for a cell that is about to pass: a cell passes only when every repeat
+/// measured its speed (a step time or a throughput), so that a worker whose steps are all
+/// warm-up, or that reported nothing usable, fails with why instead of passing with no
+/// metrics (which no baseline comparison can catch).
+pub fn measured_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Result<Metrics, String> {
+    if repeats.is_empty() {
+        return Err("no repeat was measured".into());
+    }
+    for (i, r) in repeats.iter().enumerate() {
+        let figs = repeat_figures(params, gpus, r);
+        let measured = figs.iter().any(|(n, v)| {
+            matches!(*n, "step_time_s" | "tokens_per_s") && v.is_finite() && *v > 0.0
+        });
+        if measured {
+            continue;
+        }
+        let warm = r
+            .steps
+            .iter()
+            .filter(|s| is_warmup(s, params.warmup))
+            .count();
+        let why = if r.steps.is_empty() {
+            "it printed no `step` event and no `summary` with `step_time_s` or `tokens_per_s`"
+                .to_string()
+        } else if warm == r.steps.len() {
+            format!(
+                "all {} of its `step` events are warm-up (flagged `warmup: true`, or numbered below the cell's warmup of {}), and its summary gives no `step_time_s` or `tokens_per_s`",
+                warm, params.warmup
+            )
+        } else {
+            format!(
+                "none of its {} measured `step` events gives a usable step time",
+                r.steps.len() - warm
+            )
+        };
+        return Err(format!("measured nothing in repeat {}: {why}", i + 1));
+    }
+    Ok(cell_metrics(params, gpus, repeats))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

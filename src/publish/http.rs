@@ -8,7 +8,7 @@
 //! caller looks for the comment first, see `publish::upsert`).
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::blocking::Client;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
@@ -103,6 +103,11 @@ pub(crate) struct Api {
     token: super::target::Token,
     policy: RetryPolicy,
     retries: Vec<Retry>,
+    /// When posting gives up (see [`PostOptions::deadline`]).
+    deadline: Instant,
+    budget: Duration,
+    /// Per-request timeout, cut to what is left before the deadline.
+    timeout: Duration,
 }
 
 impl Api {
@@ -176,6 +181,9 @@ impl Api {
             token,
             policy: opts.retry.clone(),
             retries: Vec::new(),
+            deadline: Instant::now() + opts.deadline,
+            budget: opts.deadline,
+            timeout: opts.timeout,
         })
     }
 
@@ -221,10 +229,16 @@ impl Api {
         replay: Replay,
     ) -> Result<Response, PublishError> {
         let mut attempt = 0u32;
+        let mut last_reason: Option<String> = None;
         loop {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.past_deadline(&method, url, attempt, last_reason));
+            }
             let mut req = self
                 .client
                 .request(method.clone(), url.clone())
+                .timeout(self.timeout.min(left))
                 .headers(self.headers.clone());
             if let Some(body) = body {
                 req = req.json(body);
@@ -243,9 +257,25 @@ impl Api {
                         } else {
                             "no answer"
                         };
-                        self.wait(&method, url, reason.into(), self.backoff(attempt));
+                        if !self.wait(&method, url, reason.into(), self.backoff(attempt)) {
+                            return Err(self.past_deadline(
+                                &method,
+                                url,
+                                attempt + 1,
+                                Some(reason.into()),
+                            ));
+                        }
                         attempt += 1;
+                        last_reason = Some(reason.into());
                         continue;
+                    }
+                    if e.is_timeout() && self.deadline <= Instant::now() {
+                        return Err(self.past_deadline(
+                            &method,
+                            url,
+                            attempt + 1,
+                            Some("no answer".into()),
+                        ));
                     }
                     return Err(PublishError::Transport {
                         method: method.to_string(),
@@ -276,18 +306,22 @@ impl Api {
                                 cap_s: self.policy.max_wait.as_secs(),
                             });
                         }
-                        if can_retry {
-                            self.wait(&method, url, format!("HTTP {}", status.as_u16()), wait);
+                        let reason = format!("HTTP {}", status.as_u16());
+                        if can_retry && self.wait(&method, url, reason.clone(), wait) {
                             attempt += 1;
+                            last_reason = Some(reason);
                             continue;
                         }
                     } else if status.is_server_error() && replay == Replay::Safe && can_retry {
                         let wait = retry_after(&headers)
                             .unwrap_or(self.backoff(attempt))
                             .min(self.policy.max_wait);
-                        self.wait(&method, url, format!("HTTP {}", status.as_u16()), wait);
-                        attempt += 1;
-                        continue;
+                        let reason = format!("HTTP {}", status.as_u16());
+                        if self.wait(&method, url, reason.clone(), wait) {
+                            attempt += 1;
+                            last_reason = Some(reason);
+                            continue;
+                        }
                     }
                     return Err(self.status_error(&method, url, status, &text));
                 }
@@ -302,7 +336,17 @@ impl Api {
             .min(self.policy.max_wait)
     }
 
-    fn wait(&mut self, method: &Method, url: &Url, reason: String, wait: Duration) {
+    /// Waits before a retry, saying so on stderr (a CI log shows why the step takes long);
+    /// false, without waiting, when the retry could not start before the deadline.
+    fn wait(&mut self, method: &Method, url: &Url, reason: String, wait: Duration) -> bool {
+        if Instant::now() + wait >= self.deadline {
+            return false;
+        }
+        eprintln!(
+            "bench report post: {method} {} after {reason}; retrying in {:.1} s",
+            url.path(),
+            wait.as_secs_f64()
+        );
         self.retries.push(Retry {
             method: method.to_string(),
             path: url.path().to_string(),
@@ -310,6 +354,26 @@ impl Api {
             wait,
         });
         std::thread::sleep(wait);
+        true
+    }
+
+    /// The error of a request still unanswered when the deadline came.
+    fn past_deadline(
+        &self,
+        method: &Method,
+        url: &Url,
+        attempts: u32,
+        reason: Option<String>,
+    ) -> PublishError {
+        PublishError::Transport {
+            method: method.to_string(),
+            url: url.as_str().to_string(),
+            message: format!(
+                "gave up after {attempts} attempt(s) ({}): posting may take at most {:.0} s in all (--timeout)",
+                reason.as_deref().unwrap_or("no answer"),
+                self.budget.as_secs_f64()
+            ),
+        }
     }
 
     /// The error a final non-2xx answer amounts to, with the API's own message (scrubbed)

@@ -106,6 +106,11 @@ pub struct CommitStatus {
     pub description: String,
 }
 
+/// The default of [`PostOptions::deadline`] (and of `bench report post --timeout`): a
+/// comment and a status take a few requests of well under a second each, and a rate limit
+/// worth waiting for asks for less than [`RetryPolicy::max_wait`].
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
 /// How to post; [`Default`] is what the CLI uses.
 #[derive(Debug, Clone)]
 pub struct PostOptions {
@@ -116,6 +121,9 @@ pub struct PostOptions {
     pub retry: RetryPolicy,
     /// Per-request timeout (connect and whole response).
     pub timeout: Duration,
+    /// Everything posting may take, retries and their waits included: a server that accepts
+    /// connections and never answers costs this long, not `timeout` for every retry.
+    pub deadline: Duration,
 }
 
 impl Default for PostOptions {
@@ -125,6 +133,7 @@ impl Default for PostOptions {
             commit_status: None,
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
+            deadline: DEFAULT_DEADLINE,
         }
     }
 }

@@ -142,7 +142,10 @@ impl Exporter for JunitExporter {
         let mut raw = Vec::new();
         report.write_xml(&mut raw).map_err(render_err)?;
         let raw = String::from_utf8(raw).map_err(render_err)?;
-        insert_properties(&raw, &suite_props, &case_props)
+        // Worker text is sanitized where it is read; this guards results from elsewhere
+        // (an older bench, a hand-edited file): XML cannot hold NUL or ESC in any form.
+        let xml = insert_properties(&crate::sanitize::xml_chars(&raw), &suite_props, &case_props)?;
+        Ok(crate::sanitize::xml_chars(&xml).into_owned())
     }
 }
 

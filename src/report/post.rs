@@ -22,6 +22,15 @@ pub fn post_with_env(
     args: &PostArgs,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<i32, CliError> {
+    let deadline = std::time::Duration::try_from_secs_f64(args.timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            CliError::bad_input(miette::Report::msg(format!(
+                "--timeout {}: expected a positive number of seconds",
+                args.timeout
+            )))
+        })?;
     let results = RunResults::load(&args.run_dir)?;
     let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
     let comparison = compare(&results, &baselines);
@@ -53,6 +62,7 @@ pub fn post_with_env(
     let opts = PostOptions {
         only_on_change: args.only_on_change,
         commit_status,
+        deadline,
         ..PostOptions::default()
     };
     match publish::post(&target, &body, &marker, comparison.has_changes(), &opts) {

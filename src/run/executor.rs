@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -96,12 +96,14 @@ pub struct Collector {
     notices: Vec<String>,
     error: Option<(ErrorKind, String)>,
     tail: VecDeque<String>,
+    /// Holds each line to the event contract.
+    reader: crate::events::EventReader,
 }
 
 impl Collector {
     /// Takes one line printed by `rank`; returns the event on it, if it is one.
     pub fn line(&mut self, rank: u32, line: &str) -> Option<Event> {
-        let Some(ev) = Event::parse_line(line) else {
+        let Some(ev) = self.reader.line(rank, line) else {
             if !line.trim().is_empty() {
                 if self.tail.len() == TAIL_LINES {
                     self.tail.pop_front();
@@ -139,7 +141,11 @@ impl Collector {
         out.summary = self.summary();
         out.steps = self.steps;
         out.notices = self.notices;
-        out.error = self.error;
+        // A broken contract is the attempt's error when the worker reported none.
+        out.error = self.error.or_else(|| {
+            let why = self.reader.violation()?;
+            Some((ErrorKind::BadInput, why))
+        });
         out.tail = self.tail.into_iter().collect();
     }
 }
@@ -179,21 +185,20 @@ fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
     tx: mpsc::UnboundedSender<(usize, String)>,
 ) {
     set.spawn(async move {
-        let mut reader = BufReader::new(stream);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf).await {
+        let mut stream = stream;
+        // Workers may print any bytes, in lines of any length: the splitter bounds and
+        // sanitizes each line where it is read (see `events`).
+        let mut lines = crate::events::LineSplitter::default();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut open = true;
+        while open {
+            match stream.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    // Workers may print any bytes; the log keeps them as UTF-8 text.
-                    let line = String::from_utf8_lossy(&buf);
-                    let line = line.trim_end_matches(['\n', '\r']).to_string();
-                    if tx.send((index, line)).is_err() {
-                        break;
-                    }
-                }
+                Ok(n) => lines.push(&chunk[..n], &mut |l| open &= tx.send((index, l)).is_ok()),
             }
+        }
+        if let Some(l) = lines.flush() {
+            let _ = tx.send((index, l));
         }
     });
 }

@@ -276,37 +276,31 @@ impl JobLogs {
     }
 }
 
-/// Reads a job's output file as it grows, whole lines at a time.
+/// Reads a job's output file as it grows, whole lines at a time (bounded and sanitized by
+/// the same splitter as a local worker's pipes).
 struct OutputTail {
     path: PathBuf,
     offset: u64,
-    partial: Vec<u8>,
+    partial: crate::events::LineSplitter,
 }
 
 impl OutputTail {
     /// The complete lines written since the last call (all of the rest when `last`).
     fn read(&mut self, last: bool) -> Vec<String> {
-        let mut buf = Vec::new();
+        let mut lines = Vec::new();
         if let Ok(mut f) = File::open(&self.path) {
             if f.seek(SeekFrom::Start(self.offset)).is_ok() {
-                let _ = f.read_to_end(&mut buf);
+                let mut chunk = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = f.read(&mut chunk) {
+                    self.offset += n as u64;
+                    self.partial.push(&chunk[..n], &mut |l| lines.push(l));
+                }
             }
         }
-        self.offset += buf.len() as u64;
-        self.partial.extend_from_slice(&buf);
-        let cut = if last {
-            self.partial.len()
-        } else {
-            match self.partial.iter().rposition(|b| *b == b'\n') {
-                Some(i) => i + 1,
-                None => return vec![],
-            }
-        };
-        let chunk: Vec<u8> = self.partial.drain(..cut).collect();
-        String::from_utf8_lossy(&chunk)
-            .lines()
-            .map(str::to_string)
-            .collect()
+        if last {
+            lines.extend(self.partial.flush());
+        }
+        lines
     }
 }
 
@@ -483,7 +477,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
     let mut tail = OutputTail {
         path: job.output.clone(),
         offset: 0,
-        partial: vec![],
+        partial: Default::default(),
     };
     let mut reader = Reader {
         logs,
@@ -828,7 +822,7 @@ mod tests {
         let mut tail = OutputTail {
             path: path.clone(),
             offset: 0,
-            partial: vec![],
+            partial: Default::default(),
         };
         // Not written yet (a pending job): nothing, no error.
         assert!(tail.read(false).is_empty());

@@ -65,6 +65,13 @@ extern "C" {
         q: *mut *mut C_tensor,
         inv_scale: *mut *mut C_tensor,
     ) -> c_int;
+    fn bench_fp8_quantize_t(
+        t: *const C_tensor,
+        e4m3: c_int,
+        q: *mut *mut C_tensor,
+        qt: *mut *mut C_tensor,
+        inv_scale: *mut *mut C_tensor,
+    ) -> c_int;
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -285,6 +292,23 @@ pub fn fp8_quantize(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor), String> 
     // SAFETY: t is a live tensor; on success the shim hands over two new tensors.
     check(unsafe { bench_fp8_quantize(t.as_ptr(), c_int::from(e4m3), &mut q, &mut s) })?;
     Ok(unsafe { (Tensor::from_ptr(q), Tensor::from_ptr(s)) })
+}
+
+/// The fp8 linear's transposing quantization of the matrix `t`: the fp8 tensor, its transpose
+/// (row-major) and the inverse scale, through the one-pass transposing kernel where it applies
+/// (both sides multiples of 64) unless `BENCH_FUSED_FP8T=0` or `BENCH_FUSED_FP8=0`.
+pub fn fp8_quantize_t(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor, Tensor), String> {
+    let mut out: [*mut C_tensor; 3] = [std::ptr::null_mut(); 3];
+    let [q, qt, s] = &mut out;
+    // SAFETY: t is a live tensor; on success the shim hands over three new tensors.
+    check(unsafe { bench_fp8_quantize_t(t.as_ptr(), c_int::from(e4m3), q, qt, s) })?;
+    Ok(unsafe {
+        (
+            Tensor::from_ptr(out[0]),
+            Tensor::from_ptr(out[1]),
+            Tensor::from_ptr(out[2]),
+        )
+    })
 }
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and

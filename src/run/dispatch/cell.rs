@@ -193,11 +193,13 @@ pub async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Shared>) -> 
             }
         }
     }
-    let outcome = outcome.unwrap_or(Outcome::Passed);
-    let metrics = if outcome == Outcome::Passed {
-        stats::cell_metrics(&cell.params, cell.gpus(), &repeats)
-    } else {
-        Metrics::new()
+    // A cell passes only with something measured (issue 13: no silent pass).
+    let (outcome, metrics) = match outcome.unwrap_or(Outcome::Passed) {
+        Outcome::Passed => match stats::measured_metrics(&cell.params, cell.gpus(), &repeats) {
+            Ok(m) => (Outcome::Passed, m),
+            Err(reason) => (Outcome::Failed { reason }, Metrics::new()),
+        },
+        other => (other, Metrics::new()),
     };
     CellResult {
         id: cell.id,

@@ -56,7 +56,11 @@ pub fn judge(o: &AttemptOutput) -> Verdict {
             detail(o)
         )),
         Termination::Exited(0) => {
-            if o.steps.is_empty() && o.summary.is_none() {
+            // An `error` event (or output that broke the event contract) fails the attempt
+            // even when the process exits 0.
+            if let Some((_, msg)) = &o.error {
+                Verdict::Failed(msg.clone())
+            } else if o.steps.is_empty() && o.summary.is_none() {
                 Verdict::Failed(
                     "exited 0 without printing any step or summary event (see its log)".into(),
                 )

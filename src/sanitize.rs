@@ -1,0 +1,132 @@
+//! Untrusted text made safe to keep: worker output (its log lines, the messages and names in
+//! its events) becomes a `String` in results only through [`clean`], which replaces invalid
+//! UTF-8, removes terminal escape sequences (colours, cursor moves, OSC titles and links)
+//! and drops every control character except newline and tab.
+//!
+//! What comes out can be written anywhere bench writes text: to a terminal (no escape can
+//! move the cursor, recolour or retitle it), into Markdown, and into XML, whose 1.0 grammar
+//! forbids the C0 controls other than tab, newline and carriage return even as character
+//! references (a NUL or ESC in `junit.xml` makes the whole file unreadable to CI). Escape
+//! sequences are recognised by vte's implementation of the DEC/ANSI parser state machine,
+//! so a CSI with parameters, an OSC ended by BEL or ST and a DCS string are each removed
+//! whole rather than leaving their parameter text behind.
+//!
+//! [`xml_chars`] is the last guard of XML writers: it removes only what XML cannot hold,
+//! for text that may not have come through [`clean`] (a results file written by an older
+//! bench, or edited by hand).
+
+use std::borrow::Cow;
+
+/// Collects what a terminal would show, minus control characters.
+struct Printable {
+    out: String,
+}
+
+impl vte::Perform for Printable {
+    fn print(&mut self, c: char) {
+        if !is_unsafe_char(c) {
+            self.out.push(c);
+        }
+    }
+
+    fn execute(&mut self, byte: u8) {
+        // Of the C0/C1 controls only line structure survives; a carriage return (progress
+        // bars redrawing a line) would make a terminal overwrite what came before it.
+        if byte == b'\n' || byte == b'\t' {
+            self.out.push(byte as char);
+        }
+    }
+}
+
+/// Characters that are never kept: controls (C0, DEL, C1) and the two noncharacters XML
+/// forbids.
+fn is_unsafe_char(c: char) -> bool {
+    c.is_control() || c == '\u{FFFE}' || c == '\u{FFFF}'
+}
+
+/// Worker bytes as safe text: invalid UTF-8 replaced by U+FFFD, escape sequences and
+/// control characters other than `\n` and `\t` removed.
+pub fn clean_bytes(bytes: &[u8]) -> String {
+    clean(&String::from_utf8_lossy(bytes))
+}
+
+/// Text as safe text (see [`clean_bytes`]); borrowed when there was nothing to remove,
+/// which is the common case of a worker's plain log line.
+pub fn clean(text: &str) -> String {
+    if !text
+        .chars()
+        .any(|c| is_unsafe_char(c) && c != '\n' && c != '\t')
+    {
+        return text.to_string();
+    }
+    let mut p = Printable {
+        out: String::with_capacity(text.len()),
+    };
+    vte::Parser::new().advance(&mut p, text.as_bytes());
+    p.out
+}
+
+/// Removes what XML 1.0 cannot hold in any form (C0 controls other than tab, newline and
+/// carriage return; U+FFFE, U+FFFF) from a rendered document or fragment; everything else,
+/// markup included, is left as it is.
+pub fn xml_chars(xml: &str) -> Cow<'_, str> {
+    let bad = |c: char| {
+        (c < ' ' && c != '\t' && c != '\n' && c != '\r') || c == '\u{FFFE}' || c == '\u{FFFF}'
+    };
+    if xml.chars().any(bad) {
+        Cow::Owned(xml.chars().filter(|c| !bad(*c)).collect())
+    } else {
+        Cow::Borrowed(xml)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_and_cursor_moves_are_removed_whole() {
+        assert_eq!(
+            clean("\x1b[1;31merror\x1b[0m: CUDA out of memory"),
+            "error: CUDA out of memory"
+        );
+        assert_eq!(clean("50%\x1b[2K\x1b[1G100%"), "50%100%");
+        // An OSC title ended by BEL, and an OSC 8 hyperlink ended by ST.
+        assert_eq!(clean("\x1b]0;pwned\x07ok"), "ok");
+        assert_eq!(
+            clean("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ text"),
+            "link text"
+        );
+        // A DCS string and a lone ESC at the end.
+        assert_eq!(clean("a\x1bP1$r0m\x1b\\b\x1b"), "ab");
+    }
+
+    #[test]
+    fn controls_go_and_layout_stays() {
+        assert_eq!(clean("a\0b\x07c\x08d\re\x7ff"), "abcdef");
+        assert_eq!(clean("col1\tcol2\nnext"), "col1\tcol2\nnext");
+        assert_eq!(clean("c1 \u{85}\u{9b}31m x"), "c1 31m x");
+        assert_eq!(clean("non\u{FFFF}char"), "nonchar");
+        assert_eq!(clean("plain ünïcode ✓"), "plain ünïcode ✓");
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_dropped() {
+        assert_eq!(
+            clean_bytes(b"loss \xff\xfe 7.1"),
+            "loss \u{FFFD}\u{FFFD} 7.1"
+        );
+        // A character cut at the end of the line is replaced too.
+        assert_eq!(clean_bytes(b"tail \xe2\x9c"), "tail \u{FFFD}");
+        assert_eq!(clean_bytes(b"\x1b[31m\xff\x1b[0m"), "\u{FFFD}");
+    }
+
+    #[test]
+    fn xml_chars_keeps_markup_and_drops_what_xml_forbids() {
+        assert_eq!(
+            xml_chars("<a x=\"1\">t\tu\r\nv</a>"),
+            "<a x=\"1\">t\tu\r\nv</a>"
+        );
+        assert_eq!(xml_chars("<a>\0\x1b[0m\u{FFFE}</a>"), "<a>[0m</a>");
+    }
+}

@@ -1,0 +1,634 @@
+//! Fuzz targets for the four places hostile input enters bench (issue 13): the matrix parser
+//! and expander, the filter language, baseline files, and the worker-event reader (with the
+//! sanitizer behind it).
+//!
+//! Each target runs proptest batches with fresh seeds until its time budget is spent:
+//! `BENCH_FUZZ_SECS` seconds per target (2 when unset, so a plain `cargo test` stays quick;
+//! scripts/test.sh gives CI a fixed budget). proptest rather than cargo-fuzz: it is already a
+//! dev-dependency, runs on stable Rust in the ordinary test run (cargo-fuzz needs nightly
+//! and a sanitizer build of libtorch-linked code), and its strategies produce matrix-,
+//! filter- and event-shaped input that reaches expansion and validation instead of stopping
+//! at the first syntax error. A failing case is shrunk and kept in
+//! `tests/fuzz.proptest-regressions`, replayed first on every later run; before each batch
+//! its seed is written to `$CARGO_TARGET_TMPDIR/fuzz-<target>.seed`, so that a crash that
+//! kills the process (an abort is not a panic proptest can catch) can be replayed with
+//! `BENCH_FUZZ_SEED`. Crashes found are also kept as named regression tests below.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bench::baseline::store::{self, Baselines};
+use bench::cell::{Cell, CellId, Params, Value};
+use bench::events::{Event, EventReader, LineSplitter, MAX_LINE_BYTES, MAX_TOKENS};
+use bench::matrix::budget::Budget;
+use bench::matrix::filter::{Filter, Vocabulary};
+use bench::matrix::{self, parse::parse_str};
+use bench::sanitize;
+use indexmap::IndexMap;
+use proptest::prelude::*;
+use proptest::test_runner::{
+    Config, FileFailurePersistence, RngAlgorithm, TestCaseError, TestRng, TestRunner,
+};
+
+/// Seconds each target runs.
+fn budget() -> Duration {
+    let secs = std::env::var("BENCH_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// Runs `test` on values of `strategy` in batches of fresh seeds until the budget is spent
+/// (a fixed seed from `BENCH_FUZZ_SEED` runs one batch).
+fn fuzz<S>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
+where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let fixed = std::env::var("BENCH_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok());
+    let started = Instant::now();
+    let deadline = started + budget();
+    let seed_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{name}.seed"));
+    let mut cases = 0u64;
+    for batch in 0u64.. {
+        let seed = fixed.unwrap_or_else(|| {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            nanos ^ batch.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        });
+        let _ = std::fs::write(&seed_file, seed.to_string());
+        let mut seed_bytes = [0u8; 32];
+        seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        let config = Config {
+            cases: 128,
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+                "proptest-regressions",
+            ))),
+            source_file: Some(file!()),
+            ..Config::default()
+        };
+        let mut runner = TestRunner::new_with_rng(
+            config,
+            TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+        );
+        if let Err(e) = runner.run(&strategy, &test) {
+            panic!("fuzz target {name}: {e}\nreplay the batch with BENCH_FUZZ_SEED={seed}");
+        }
+        cases += 128;
+        if fixed.is_some() || Instant::now() >= deadline {
+            break;
+        }
+    }
+    eprintln!(
+        "fuzz {name}: {cases} cases in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Fails a case that took longer than a bad input may take to be refused.
+fn quick(started: Instant, what: &str) -> Result<(), TestCaseError> {
+    let took = started.elapsed();
+    prop_assert!(
+        took < Duration::from_secs(2),
+        "{what} took {took:?}; every input must be accepted or refused within about 1 s"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- matrix parser + expander
+
+/// Matrix-shaped text: the language's keys and values, and the hostile shapes of issue 13
+/// (bombs, overflowing batch products, deep nesting), in random order and combination.
+fn matrix_text() -> impl Strategy<Value = String> {
+    let token = prop_oneof![
+        Just("axes:\n".to_string()),
+        Just("  model: [a, b, c]\n".to_string()),
+        Just("  gpus: [1, 2, 8]\n".to_string()),
+        Just("  gpus: [65536, 4294967296]\n".to_string()),
+        Just("  gpus: [-1, 1.5, 1e300, .nan]\n".to_string()),
+        Just("  parallel: [single, fsdp]\n".to_string()),
+        Just("  features: {subsets_of: [compile, sac]}\n".to_string()),
+        Just("  features: [[], [sac]]\n".to_string()),
+        Just("  x: []\n".to_string()),
+        Just("  dup: [1, 1.0]\n".to_string()),
+        (2usize..64).prop_map(|n| {
+            let flags: Vec<String> = (0..n).map(|i| format!("f{i}")).collect();
+            format!("  many: {{subsets_of: [{}]}}\n", flags.join(", "))
+        }),
+        (1usize..120, 1usize..4).prop_map(|(n, k)| {
+            let vals: Vec<String> = (0..k).map(|v| format!("v{v}")).collect();
+            (0..n)
+                .map(|i| format!("  ax{i}: [{}]\n", vals.join(", ")))
+                .collect::<String>()
+        }),
+        (1usize..3000).prop_map(|n| {
+            let vals: Vec<String> = (0..n).map(|v| v.to_string()).collect();
+            format!("  long: [{}]\n", vals.join(", "))
+        }),
+        Just("zip: [[gpus, model]]\n".to_string()),
+        Just("zip: [[many, ax0]]\n".to_string()),
+        Just("defaults: {steps: 3, warmup: 1, global_batch: 8}\n".to_string()),
+        Just("defaults: {micro_batch: 65536, grad_accum: 4294967295}\n".to_string()),
+        Just("defaults: {micro_batch: 4294967296}\n".to_string()),
+        Just("defaults: {steps: 0, warmup: 7}\n".to_string()),
+        Just("rules:\n".to_string()),
+        Just("  - exclude: {model: a}\n    reason: r\n".to_string()),
+        Just("  - when: \"gpus>1 and (\"\n    reason: r\n".to_string()),
+        Just("  - when: parallel=single and gpus>1\n    reason: r\n".to_string()),
+        (1usize..6000).prop_map(|n| format!(
+            "  - when: \"{}gpus>1{}\"\n    reason: r\n",
+            "(".repeat(n),
+            ")".repeat(n)
+        )),
+        (1usize..20000)
+            .prop_map(|n| format!("  - when: \"{}model=a\"\n    reason: r\n", "!".repeat(n))),
+        Just("  - incompatible: [compile, sac]\n    reason: r\n".to_string()),
+        Just("  - requires: {if: has(sac), then: {parallel: fsdp}}\n    reason: r\n".to_string()),
+        Just("include:\n  - model: d\n    npm: 6\n  - gpus: 2\n    seq_len: 64\n".to_string()),
+        Just("include:\n  - gpus: 4294967296\n".to_string()),
+        Just("overrides:\n  model:\n    a: {micro_batch: 3}\n".to_string()),
+        Just("anchors: &a [x, y]\nmore: *a\n".to_string()),
+        (1usize..3000).prop_map(|n| format!("  deep: {}{}\n", "[".repeat(n), "]".repeat(n))),
+        (1usize..3000).prop_map(|n| format!("deep: {}\n", "{a: ".repeat(n) + &"}".repeat(n))),
+        "[ -~]{0,12}\n".prop_map(|s| s),
+        "[\\[\\]{}:,\\- a-z0-9&*!|>'\"#%@`\\t]{0,16}".prop_map(|s| s),
+        "\\PC{0,16}".prop_map(|s| s),
+    ];
+    prop::collection::vec(token, 0..10).prop_map(|v| v.concat())
+}
+
+fn check_matrix(yaml: &str, filters: &[String]) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let result = parse_str(Path::new("p.yaml"), yaml.to_string())
+        .and_then(|(spec, src)| matrix::from_spec_within(spec, &src, filters, Budget::default()));
+    match result {
+        Ok(exp) => {
+            // Accepted input takes time in proportion to its cells; only a hang is a fault.
+            prop_assert!(started.elapsed() < Duration::from_secs(60));
+            prop_assert!(exp.cells.len() + exp.dropped.len() <= 100_000 + exp.spec.include.len());
+            for c in &exp.cells {
+                let p = &c.params;
+                // The derived batch is exact, never wrapped.
+                prop_assert_eq!(
+                    u64::from(p.global_batch),
+                    u64::from(c.gpus()) * u64::from(p.micro_batch) * u64::from(p.grad_accum)
+                );
+            }
+        }
+        Err(e) => {
+            let shown = e.to_string();
+            prop_assert!(
+                shown.starts_with("p.yaml") || shown.starts_with("bad --filter"),
+                "unlocated error: {shown}"
+            );
+            quick(started, "refusing this matrix")?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_matrix_parser_and_expander() {
+    let filters = prop_oneof![
+        Just(vec![]),
+        Just(vec!["gpus>1".to_string()]),
+        filter_text().prop_map(|f| vec![f]),
+    ];
+    fuzz("matrix", (matrix_text(), filters), |(yaml, filters)| {
+        check_matrix(&yaml, &filters)
+    });
+}
+
+// ---------------------------------------------------------------------- filter language
+
+fn filter_text() -> impl Strategy<Value = String> {
+    let token = prop_oneof![
+        Just("model".to_string()),
+        Just("gpus".to_string()),
+        Just("features".to_string()),
+        Just("seq_len".to_string()),
+        Just("=".to_string()),
+        Just("==".to_string()),
+        Just("!=".to_string()),
+        Just(">=".to_string()),
+        Just("<".to_string()),
+        Just("~".to_string()),
+        Just("a".to_string()),
+        Just("8".to_string()),
+        Just("1e400".to_string()),
+        Just("compile+sac".to_string()),
+        Just("/^a/".to_string()),
+        Just("/(/".to_string()),
+        Just("/a{99999}/".to_string()),
+        Just(" and ".to_string()),
+        Just(" or ".to_string()),
+        Just(" && ".to_string()),
+        Just(" || ".to_string()),
+        Just("not ".to_string()),
+        Just("!".to_string()),
+        Just("(".to_string()),
+        Just(")".to_string()),
+        Just("has(".to_string()),
+        Just("sac".to_string()),
+        Just("\"".to_string()),
+        (1usize..400).prop_map(|n| "(".repeat(n)),
+        (1usize..400).prop_map(|n| ")".repeat(n)),
+        (1usize..5000).prop_map(|n| "!".repeat(n)),
+        (1usize..3000).prop_map(|n| vec!["a"; n].join(" || ")),
+        "[ -~]{0,4}".prop_map(|s| s),
+        "\\PC{0,3}".prop_map(|s| s),
+    ];
+    prop::collection::vec(token, 1..12).prop_map(|v| v.concat())
+}
+
+fn sample_cells() -> Vec<Cell> {
+    let mut out = Vec::new();
+    for (model, gpus, feats) in [
+        ("a", 1i64, vec![]),
+        ("b", 8, vec!["compile"]),
+        ("c", 2, vec!["compile", "sac"]),
+    ] {
+        let mut v = IndexMap::new();
+        v.insert("model".to_string(), Value::Str(model.into()));
+        v.insert("gpus".to_string(), Value::Int(gpus));
+        v.insert(
+            "features".to_string(),
+            Value::Set(feats.iter().map(|s| s.to_string()).collect()),
+        );
+        out.push(Cell {
+            id: CellId::from_values(&v),
+            values: v,
+            params: Params::default(),
+        });
+    }
+    out
+}
+
+fn check_filter(expr: &str) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let cells = sample_cells();
+    let vocab = Vocabulary::from_cells(cells.iter().map(|c| &c.values));
+    for v in [&vocab, &Vocabulary::default()] {
+        match Filter::parse(expr, v) {
+            Ok(f) => {
+                // Negation and grouping mean what they say on every cell.
+                let not = Filter::parse(&format!("not ({expr})"), v);
+                for c in &cells {
+                    let m = f.matches(c);
+                    if let Ok(n) = &not {
+                        prop_assert_eq!(n.matches(c), !m, "not ({}) on {}", expr, c.id);
+                    }
+                }
+            }
+            Err(e) => {
+                prop_assert!(e.offset <= expr.len(), "offset {} past the end", e.offset);
+                let shown = e.to_string();
+                prop_assert!(shown.contains('^'), "no caret: {shown}");
+                // A window, not the whole (possibly huge) expression.
+                prop_assert!(shown.len() < 1200, "{} bytes of message", shown.len());
+            }
+        }
+    }
+    quick(started, "this filter")
+}
+
+#[test]
+fn fuzz_filter_language() {
+    fuzz("filter", filter_text(), |f| check_filter(&f));
+}
+
+// --------------------------------------------------------------------------- baselines
+
+fn number_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("0".to_string()),
+        Just("-0.0".to_string()),
+        Just("-1".to_string()),
+        Just(".nan".to_string()),
+        Just(".inf".to_string()),
+        Just("-.inf".to_string()),
+        Just("1e308".to_string()),
+        Just("1e309".to_string()),
+        Just("5e-324".to_string()),
+        Just("3.5".to_string()),
+        Just("12000".to_string()),
+        Just("0x10".to_string()),
+        Just("fast".to_string()),
+        Just("~".to_string()),
+        Just("[1]".to_string()),
+        Just("{a: 1}".to_string()),
+        Just("\"7\"".to_string()),
+        any::<f64>().prop_map(|f| f.to_string()),
+        "[ -~]{0,6}".prop_map(|s| s),
+    ]
+}
+
+fn baseline_text() -> impl Strategy<Value = String> {
+    let metric = (
+        prop_oneof![
+            Just("tokens_per_s".to_string()),
+            Just("peak_mem_bytes".to_string()),
+            Just("mfu".to_string()),
+            Just("custom".to_string()),
+            "[a-z_]{1,8}".prop_map(|s| s),
+        ],
+        number_text(),
+        prop::option::of(number_text()),
+        prop::option::of(number_text()),
+        prop::option::of(prop_oneof![
+            Just("higher".to_string()),
+            Just("lower".to_string()),
+            Just("up".to_string())
+        ]),
+    )
+        .prop_map(|(name, value, tol, floor, dir)| {
+            let mut m = format!("      {name}:\n        value: {value}\n");
+            if let Some(t) = tol {
+                m.push_str(&format!("        tolerance: {t}\n"));
+            }
+            if let Some(f) = floor {
+                m.push_str(&format!("        floor: {f}\n"));
+            }
+            if let Some(d) = dir {
+                m.push_str(&format!("        direction: {d}\n"));
+            }
+            m
+        });
+    let cell = (
+        prop_oneof![
+            Just("gpt2.fp32.1gpu".to_string()),
+            "[a-z0-9.+_-]{0,12}".prop_map(|s| s),
+            "\\PC{1,6}".prop_map(|s| format!("\"{}\"", s.replace(['"', '\\'], ""))),
+        ],
+        prop::collection::vec(metric, 0..4),
+    )
+        .prop_map(|(id, metrics)| format!("  {id}:\n    metrics:\n{}", metrics.concat()));
+    (
+        prop_oneof![Just("1".to_string()), Just("2".to_string()), number_text()],
+        prop_oneof![
+            Just("cpu-x86_64".to_string()),
+            Just("other".to_string()),
+            Just("\"\"".to_string())
+        ],
+        prop::collection::vec(cell, 0..4),
+        "\\PC{0,8}",
+    )
+        .prop_map(|(version, key, cells, junk)| {
+            format!(
+                "schema_version: {version}\nhardware_key: {key}\ncells:\n{}{junk}",
+                cells.concat()
+            )
+        })
+}
+
+fn check_baseline(text: &str) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let path = Path::new("baselines/cpu-x86_64.yaml");
+    match store::parse(path, text) {
+        Ok(doc) => {
+            for cell in doc.cells.values() {
+                for m in cell.metrics.values() {
+                    prop_assert!(store::is_storable(m.value), "accepted value {}", m.value);
+                    for v in [m.tolerance, m.floor, Some(m.spread)].into_iter().flatten() {
+                        prop_assert!(v.is_finite() && v >= 0.0, "accepted {v}");
+                    }
+                }
+            }
+            // What is accepted is written and read back unchanged.
+            let dir = tempfile::tempdir().unwrap();
+            let b = Baselines {
+                path: store::file_for(dir.path(), &doc.hardware_key),
+                existed: false,
+                doc: doc.clone(),
+            };
+            if b.save().is_ok() {
+                let back = Baselines::load_file(&b.path);
+                prop_assert!(back.is_ok(), "saved file does not load: {:?}", back.err());
+                prop_assert_eq!(back.unwrap().doc, doc);
+            }
+        }
+        Err(e) => {
+            let shown = e.to_string();
+            prop_assert!(
+                shown.starts_with("baselines/cpu-x86_64.yaml:"),
+                "unlocated: {shown}"
+            );
+        }
+    }
+    quick(started, "this baseline file")
+}
+
+#[test]
+fn fuzz_baselines() {
+    fuzz("baselines", baseline_text(), |t| check_baseline(&t));
+}
+
+// ------------------------------------------------------------------ worker-event reader
+
+fn event_line() -> impl Strategy<Value = String> {
+    let num = prop_oneof![
+        Just("0".to_string()),
+        Just("-0.0".to_string()),
+        Just("-1.5".to_string()),
+        Just("1e-320".to_string()),
+        Just("1e999".to_string()),
+        Just("NaN".to_string()),
+        Just("null".to_string()),
+        Just("\"1\"".to_string()),
+        Just("9007199254740993".to_string()),
+        Just("18446744073709551616".to_string()),
+        Just("0.25".to_string()),
+        Just("3".to_string()),
+        any::<f64>().prop_map(|f| f.to_string()),
+        any::<u64>().prop_map(|n| n.to_string()),
+    ];
+    let text = prop_oneof![
+        Just("\\u001b[31mred\\u001b[0m".to_string()),
+        Just("nul\\u0000byte".to_string()),
+        Just("bell\\u0007 osc \\u001b]0;title\\u0007".to_string()),
+        Just("tab\\tnew\\nline".to_string()),
+        "[ -~&&[^\"\\\\]]{0,10}".prop_map(|s| s),
+    ];
+    prop_oneof![
+        (0u64..6, num.clone(), num.clone(), num.clone(), prop::option::of(0u32..3)).prop_map(
+            |(step, t, tokens, loss, rank)| {
+                let rank = rank.map(|r| format!(",\"rank\":{r}")).unwrap_or_default();
+                format!(
+                    "{{\"event\":\"step\",\"step\":{step},\"step_time_s\":{t},\"tokens\":{tokens},\"loss\":{loss}{rank}}}"
+                )
+            }
+        ),
+        (num.clone(), num.clone(), num, text.clone()).prop_map(|(a, b, c, d)| format!(
+            "{{\"event\":\"summary\",\"tokens_per_s\":{a},\"step_time_s\":{b},\"mfu\":{c},\"device\":\"{d}\"}}"
+        )),
+        (
+            prop_oneof![Just("oom"), Just("nan_loss"), Just("melted")],
+            text.clone()
+        )
+            .prop_map(|(k, m)| format!("{{\"event\":\"error\",\"kind\":\"{k}\",\"message\":\"{m}\"}}")),
+        text.clone().prop_map(|m| format!("{{\"event\":\"notice\",\"message\":\"{m}\"}}")),
+        text.prop_map(|m| format!("{{\"event\":\"start\",\"model\":\"{m}\"}}")),
+        Just("{\"event\":\"step\"".to_string()),
+        Just("{\"event\":\"future_kind\"}".to_string()),
+        "\\PC{0,30}".prop_map(|s| s),
+        "[\\x00-\\x7f]{0,30}".prop_map(|s| s),
+    ]
+}
+
+/// Worker output as bytes: event lines and raw bytes (invalid UTF-8, escapes, NUL), joined
+/// by newlines, carriage returns or nothing.
+fn worker_output() -> impl Strategy<Value = (Vec<u8>, Vec<usize>)> {
+    let piece = prop_oneof![
+        event_line().prop_map(String::into_bytes),
+        prop::collection::vec(any::<u8>(), 0..40),
+        Just(b"\x1b[1;32mok\x1b[0m".to_vec()),
+        Just(b"\xff\xfe\xe2\x9c".to_vec()),
+    ];
+    let sep = prop_oneof![Just(&b"\n"[..]), Just(&b"\r\n"[..]), Just(&b""[..])];
+    (
+        prop::collection::vec((piece, sep), 0..24).prop_map(|v| {
+            v.into_iter()
+                .flat_map(|(mut p, s)| {
+                    p.extend_from_slice(s);
+                    p
+                })
+                .collect::<Vec<u8>>()
+        }),
+        prop::collection::vec(1usize..64, 1..8),
+    )
+}
+
+fn safe_text(s: &str) -> bool {
+    !s.chars()
+        .any(|c| (c.is_control() && c != '\n' && c != '\t') || c == '\u{FFFE}' || c == '\u{FFFF}')
+}
+
+fn check_events(bytes: &[u8], chunks: &[usize]) -> Result<(), TestCaseError> {
+    // Lines are the same however the bytes are chunked, and each is bounded and safe.
+    let mut whole = LineSplitter::default();
+    let mut expected = Vec::new();
+    whole.push(bytes, &mut |l| expected.push(l));
+    expected.extend(whole.flush());
+    let mut split = LineSplitter::default();
+    let mut got = Vec::new();
+    let mut rest = bytes;
+    let mut sizes = chunks.iter().cycle();
+    while !rest.is_empty() {
+        let n = (*sizes.next().unwrap()).min(rest.len());
+        split.push(&rest[..n], &mut |l| got.push(l));
+        rest = &rest[n..];
+    }
+    got.extend(split.flush());
+    prop_assert_eq!(&got, &expected);
+    let mut reader = EventReader::default();
+    let mut last: std::collections::HashMap<(u32, u32), u64> = Default::default();
+    for (i, line) in got.iter().enumerate() {
+        prop_assert!(line.len() <= MAX_LINE_BYTES + 64);
+        prop_assert!(safe_text(line), "unsafe line {:?}", line);
+        prop_assert!(!line.contains('\n'));
+        let rank = (i % 2) as u32;
+        match reader.line(rank, line) {
+            Some(Event::Step(s)) => {
+                prop_assert!(s.step_time_s.is_finite() && s.step_time_s > 0.0);
+                prop_assert!(s.tokens <= MAX_TOKENS && s.loss.is_finite());
+                let key = (rank, s.rank.unwrap_or(rank));
+                if let Some(prev) = last.insert(key, s.step) {
+                    prop_assert!(s.step > prev, "step {} after {}", s.step, prev);
+                }
+            }
+            Some(Event::Summary(s)) => {
+                for v in [s.tokens_per_s, s.step_time_s].into_iter().flatten() {
+                    prop_assert!(v.is_finite() && v > 0.0);
+                }
+                prop_assert!(s.device.as_deref().is_none_or(safe_text));
+            }
+            Some(Event::Error { message, .. }) | Some(Event::Notice { message }) => {
+                prop_assert!(safe_text(&message), "unsafe message {:?}", message);
+            }
+            Some(Event::Start { model, .. }) => {
+                prop_assert!(model.as_deref().is_none_or(safe_text));
+            }
+            None => {}
+        }
+    }
+    if let Some(v) = reader.violation() {
+        prop_assert!(safe_text(&v));
+    }
+    // Cleaning is idempotent and leaves nothing a terminal or XML would misread.
+    let text = String::from_utf8_lossy(bytes);
+    let once = sanitize::clean(&text);
+    prop_assert!(safe_text(&once));
+    prop_assert_eq!(sanitize::clean(&once), once.clone());
+    prop_assert!(!sanitize::xml_chars(&once).contains('\0'));
+    Ok(())
+}
+
+#[test]
+fn fuzz_worker_event_reader() {
+    fuzz("events", worker_output(), |(bytes, chunks)| {
+        check_events(&bytes, &chunks)
+    });
+}
+
+// ----------------------------------------------------- crashes found, kept as regressions
+
+/// The inputs issue 13 reported as crashes and silent wrong answers, through the fuzz checks.
+#[test]
+fn issue_13_inputs_stay_fixed() {
+    let axes = |n: usize| {
+        (0..n)
+            .map(|i| format!("  a{i}: [x, y]\n"))
+            .collect::<String>()
+    };
+    for yaml in [
+        format!("axes:\n{}", axes(100)),
+        format!("axes:\n{}", axes(30)),
+        format!(
+            "axes:\n  features: {{subsets_of: [{}]}}\n",
+            (0..40)
+                .map(|i| format!("f{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "axes:\n  gpus: [65536]\ndefaults: {micro_batch: 65536}\n".to_string(),
+        "axes:\n  gpus: [4294967296]\n".to_string(),
+        format!(
+            "axes:\n  m: [a]\nrules:\n  - when: \"{}m=a{}\"\n    reason: r\n",
+            "(".repeat(4500),
+            ")".repeat(4500)
+        ),
+    ] {
+        check_matrix(&yaml, &[]).unwrap();
+    }
+    // Found by this fuzzer: YAML nested 64 deep (serde-saphyr's default limit) overflowed
+    // the 2 MiB stack of a test thread in a debug build, in matrix and baseline files.
+    for n in [24, 64, 3000] {
+        let map = "{a: ".repeat(n) + "1" + &"}".repeat(n);
+        let seq = "[".repeat(n) + &"]".repeat(n);
+        check_matrix(&format!("axes:\n  m: [a]\ndeep: {map}\n"), &[]).unwrap();
+        check_matrix(&format!("axes:\n  m: [a]\n  deep: {seq}\n"), &[]).unwrap();
+        check_matrix(
+            &format!("defaults:\n  extra: {{x: {seq}}}\naxes:\n  m: [a]\n"),
+            &[],
+        )
+        .unwrap();
+        check_baseline(&format!(
+            "schema_version: 1\nhardware_key: cpu-x86_64\ncells: {map}\n"
+        ))
+        .unwrap();
+    }
+    for f in [
+        format!("{}a", "!".repeat(100_000)),
+        vec!["a"; 40_000].join(" || "),
+        format!("{}a{}", "(".repeat(4500), ")".repeat(4500)),
+    ] {
+        check_filter(&f).unwrap();
+    }
+}
