@@ -13,6 +13,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::axes::{Dtype, Parallel};
+
 /// The value of one axis in one cell.
 ///
 /// Scalars come straight from the matrix file; `Set` is the value of a set-valued axis
@@ -242,9 +244,13 @@ impl Cell {
         self.str_axis("model").unwrap_or("gpt2-125m")
     }
 
-    /// The dtype the matmuls run in; `bf16` when the matrix has no `dtype` axis.
-    pub fn dtype(&self) -> &str {
-        self.str_axis("dtype").unwrap_or("bf16")
+    /// The dtype the matmuls run in; [`Dtype::default`] when the matrix has no `dtype` axis.
+    /// Expansion refused values outside [`Dtype`], so the fallback only serves cells read
+    /// back from results written before that check.
+    pub fn dtype(&self) -> Dtype {
+        self.str_axis("dtype")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default()
     }
 
     /// GPUs the cell needs (world size); 1 when the matrix has no `gpus` axis. A CPU cell
@@ -257,9 +263,12 @@ impl Cell {
             .unwrap_or(1)
     }
 
-    /// single | ddp | fsdp; `single` when the matrix has no `parallel` axis.
-    pub fn parallel(&self) -> &str {
-        self.str_axis("parallel").unwrap_or("single")
+    /// How the ranks share the work; [`Parallel::default`] when the matrix has no
+    /// `parallel` axis (expansion refused values outside [`Parallel`]).
+    pub fn parallel(&self) -> Parallel {
+        self.str_axis("parallel")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default()
     }
 
     /// The feature flags of the cell (empty when the matrix has no `features` axis).

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::axes::{Device, Dtype, Parallel};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "bench",
@@ -180,6 +182,24 @@ pub enum Provider {
     Gitlab,
 }
 
+impl PostArgs {
+    /// The flags that say where to post, for [`crate::publish::resolve_target`] (the
+    /// publisher never sees clap's types).
+    pub fn target_flags(&self) -> crate::publish::TargetFlags {
+        crate::publish::TargetFlags {
+            provider: self.provider.map(|p| match p {
+                Provider::Github => crate::publish::Provider::GitHub,
+                Provider::Gitlab => crate::publish::Provider::GitLab,
+            }),
+            api_url: self.api_url.clone(),
+            repo: self.repo.clone(),
+            pr: self.pr,
+            artifacts_url: self.artifacts_url.clone(),
+            sha: self.sha.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct BaselineArgs {
     #[command(subcommand)]
@@ -222,12 +242,13 @@ pub struct WorkerArgs {
     /// Model preset (see `bench worker --list-models`).
     #[arg(long, default_value = "gpt2-tiny")]
     pub model: String,
-    /// fp32 | bf16 | fp8.
-    #[arg(long, default_value = "fp32")]
-    pub dtype: String,
-    /// single | ddp | fsdp.
-    #[arg(long, default_value = "single")]
-    pub parallel: String,
+    /// The dtype the matmuls run in. The runner always passes the cell's dtype (whose
+    /// default is `Dtype::default()`, bf16); a worker started by hand defaults to fp32
+    /// because it most often runs on a CPU, where fp32 is the fast and exact choice.
+    #[arg(long, value_enum, default_value_t = Dtype::Fp32)]
+    pub dtype: Dtype,
+    #[arg(long, value_enum, default_value_t)]
+    pub parallel: Parallel,
     /// Comma-separated feature flags: compile, sac.
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
@@ -258,8 +279,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 2)]
     pub data_bytes: u8,
     /// cpu, cuda, cuda:N or auto (cuda when available, else cpu).
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[arg(long, default_value_t)]
+    pub device: Device,
     /// List the model presets and exit.
     #[arg(long)]
     pub list_models: bool,

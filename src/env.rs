@@ -447,7 +447,7 @@ pub fn cmd(args: &EnvArgs) -> Result<i32, CliError> {
             println!("bench         {}", env.bench_version);
         }
     }
-    Ok(crate::error::exit::OK)
+    Ok(crate::exit::bench::OK)
 }
 
 #[cfg(test)]

@@ -5,18 +5,7 @@
 //! knows the class of failure: bad input (exit 2) or an internal failure (exit 3). Results
 //! such as regressions are not errors; commands return them as exit code 1 themselves.
 
-/// Exit codes of `bench` (documented in the README and in `bench --help`).
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// Regressions, failed or timed-out cells.
-    pub const FAILED: i32 = 1;
-    /// Bad input: matrix, filter, baseline file, arguments.
-    pub const BAD_INPUT: i32 = 2;
-    /// An internal failure of bench itself (I/O, a bug).
-    pub const INTERNAL: i32 = 3;
-    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
-    pub const INTERRUPTED: i32 = 130;
-}
+use crate::exit::bench as exit;
 
 /// A failure of a command, classified for its exit code and rendered by miette.
 #[derive(Debug)]

@@ -19,24 +19,7 @@ use std::collections::HashMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Exit codes of `bench worker`, distinct per failure class so the runner can tell an
-/// unsupported configuration (a skip) from a crash (an infrastructure failure, retried)
-/// from a training failure (out of memory, NaN loss: a failed cell, not retried).
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// Internal error (a bug or an unexpected libtorch error).
-    pub const INTERNAL: i32 = 1;
-    /// Bad arguments or configuration.
-    pub const BAD_INPUT: i32 = 2;
-    /// The device cannot run this configuration (e.g. fp8 on a GPU without fp8 support).
-    pub const UNSUPPORTED: i32 = 3;
-    /// Out of device memory.
-    pub const OOM: i32 = 4;
-    /// The loss became NaN or infinite.
-    pub const NAN_LOSS: i32 = 5;
-    /// A collective (NCCL) or rendezvous failure in a multi-rank cell.
-    pub const DISTRIBUTED: i32 = 6;
-}
+use crate::exit::worker as exit;
 
 /// Why a worker failed, as reported in an [`Event::Error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -8,6 +8,7 @@
 //! [`metrics`]. Worker text passes through [`sanitize`] before it is kept.
 
 pub mod atomic;
+pub mod axes;
 pub mod baseline;
 pub mod cell;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod dist;
 pub mod env;
 pub mod error;
 pub mod events;
+pub mod exit;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;

@@ -3,7 +3,8 @@
 use clap::Parser;
 
 use bench::cli::{Cli, Command};
-use bench::error::{exit, CliError};
+use bench::error::CliError;
+use bench::exit::bench as exit;
 
 fn main() {
     let cli = Cli::parse();

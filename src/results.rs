@@ -17,7 +17,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// Where and on what a run happened, captured once per run: on the host that runs `bench`,
 /// or under `--launcher slurm` on the first node a job reported from (see
-/// [`EnvironmentSource`] and `run::node_env`).
+/// [`EnvironmentSource`] and `run::dispatch::node_env`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// e.g. "NVIDIA H100 80GB HBM3"; None on a host with no GPU.

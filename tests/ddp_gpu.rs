@@ -13,7 +13,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bench::events::{exit, Event};
+use bench::events::Event;
+use bench::exit::worker as exit;
 
 mod gpu_gate;
 

@@ -1,5 +1,5 @@
 //! The rendezvous on CPU: ranks as threads and as real processes (this test binary
-//! re-run in a child role, with the environment `dist::launch` gives each rank).
+//! re-run in a child role, with the environment the runner's launch plan gives each rank).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -9,9 +9,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bench::cell::{Cell, CellId, Params, Value};
-use bench::dist::launch::{free_port, local_specs, Program};
+use bench::dist::launch::free_port;
 use bench::dist::rendezvous::{join, Config, DistEnv, OnFailure, RendezvousError};
-use bench::events::{self, ErrorKind, Event};
+use bench::events::{ErrorKind, Event};
+use bench::run::launch::{self, AttemptCtx};
 use indexmap::IndexMap;
 
 fn env(rank: u32, world: u32, port: u16) -> DistEnv {
@@ -85,7 +86,7 @@ fn a_missing_rank_times_out_with_a_clear_error() {
         e1.to_string().contains("[2]"),
         "rank 1 should learn which rank is missing: {e1}"
     );
-    assert_eq!(e1.exit_code(), events::exit::DISTRIBUTED);
+    assert_eq!(e1.exit_code(), bench::exit::worker::DISTRIBUTED);
 }
 
 #[test]
@@ -182,33 +183,39 @@ impl Drop for Ranks {
 }
 
 impl Ranks {
+    /// `world` ranks of this test binary in the child role, each with the environment the
+    /// runner's launch plan gives a rank of a built-in `ddp` cell of `world` GPUs.
     fn spawn(world: i64, mode: &str) -> Ranks {
         let mut values = IndexMap::new();
         values.insert("gpus".to_string(), Value::Int(world));
+        values.insert("parallel".to_string(), Value::Str("ddp".into()));
         let cell = Cell {
             id: CellId::from_values(&values),
             values,
             params: Params::default(),
         };
         let exe = std::env::current_exe().unwrap();
-        let program = Program::Command {
-            argv: vec![
-                exe.to_string_lossy().into_owned(),
-                "rendezvous_child_role".into(),
-                "--exact".into(),
-                "--nocapture".into(),
-                "--test-threads=1".into(),
-            ],
-            env: [(CHILD.to_string(), mode.to_string())].into(),
+        let ctx = AttemptCtx {
+            master_port: free_port().unwrap(),
+            ..AttemptCtx::default()
         };
-        let specs = local_specs(&cell, &program, &[], free_port().unwrap()).unwrap();
+        let plan = launch::plan(&cell, &ctx, &exe).unwrap();
+        assert_eq!(plan.procs.len(), world as usize);
+        let argv = [
+            "rendezvous_child_role",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ];
         let (tx, rx) = mpsc::channel();
-        let children = specs
+        let children = plan
+            .procs
             .iter()
             .map(|s| {
-                let mut child = Command::new(&s.argv[0])
-                    .args(&s.argv[1..])
-                    .envs(&s.env)
+                let mut child = Command::new(&exe)
+                    .args(argv)
+                    .envs(s.env.iter().map(|(k, v)| (k, v)))
+                    .env(CHILD, mode)
                     .stdout(Stdio::piped())
                     .stderr(Stdio::null())
                     .spawn()
@@ -297,7 +304,7 @@ fn assert_distributed_exit(ranks: &mut Ranks, survivors: &[usize], killed: u32) 
         let code = ranks.wait_exit(r, Duration::from_secs(30));
         assert_eq!(
             code,
-            Some(events::exit::DISTRIBUTED),
+            Some(bench::exit::worker::DISTRIBUTED),
             "rank {r}: {:?}",
             ranks.out
         );

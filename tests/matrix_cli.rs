@@ -232,6 +232,21 @@ fn each_kind_of_bad_input_is_located_with_exit_2() {
             ":4:",
         ),
         ("dup-key.yaml", "axes:\n  model: [a]\n  model: [b]\n", ":3:"),
+        (
+            "dtype.yaml",
+            "axes:\n  dtype: [bf16, fp16]\n",
+            ":2:17: axes.dtype[1]: `dtype` value `fp16` must be one of fp32, bf16, fp8",
+        ),
+        (
+            "include-parallel.yaml",
+            "axes:\n  model: [gpt2-tiny]\ninclude:\n  - parallel: tensor\n",
+            "include: cell `gpt2-tiny.tensor`: `parallel` value `tensor` must be one of single, ddp, fsdp",
+        ),
+        (
+            "model.yaml",
+            "axes:\n  model: [gpt2-tiny, gpt5]\n",
+            ":2:22: axes.model[1]: cell `gpt5`: the built-in workload has no model `gpt5`",
+        ),
         ("empty.yaml", "", "empty"),
     ];
     for (name, text, want) in cases {
@@ -265,7 +280,7 @@ fn rule_matching_nothing_is_a_warning_not_an_error() {
     let p = write(
         &dir,
         "m.yaml",
-        "axes:\n  model: [a, b]\nrules:\n  - when: model=a and model=b\n    reason: never\n",
+        "axes:\n  model: [gpt2-tiny, llama-tiny]\nrules:\n  - when: model=gpt2-tiny and model=llama-tiny\n    reason: never\n",
     );
     let out = bench()
         .args(["matrix", p.to_str().unwrap(), "--dry-run"])
@@ -297,7 +312,7 @@ fn ten_thousand_cells_expand() {
     let dir = tempfile::tempdir().unwrap();
     let models: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
     let text = format!(
-        "axes:\n  model: [{}]\n  seq_len: [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]\n  micro_batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  gpus: [1, 2, 4, 8]\n  features: {{subsets_of: [compile, sac, fp8]}}\nrules:\n  - incompatible: [compile, fp8]\n    reason: a\n  - when: seq_len>=32768 and micro_batch>4\n    reason: b\n  - exclude: {{model: m0, gpus: 8}}\n    reason: c\n  - requires: {{if: has(sac), then: gpus>=2}}\n    reason: d\n",
+        "axes:\n  model: [{}]\n  seq_len: [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]\n  micro_batch: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n  gpus: [1, 2, 4, 8]\n  features: {{subsets_of: [compile, sac, fp8]}}\nrules:\n  - incompatible: [compile, fp8]\n    reason: a\n  - when: seq_len>=32768 and micro_batch>4\n    reason: b\n  - exclude: {{model: m0, gpus: 8}}\n    reason: c\n  - requires: {{if: has(sac), then: gpus>=2}}\n    reason: d\ndefaults:\n  workload: {{kind: command, argv: [\"true\"]}}\n",
         models.join(", ")
     );
     let p = write(&dir, "big.yaml", &text);

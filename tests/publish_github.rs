@@ -49,7 +49,10 @@ fn actions_env(api: &FakeApi, token: &str) -> HashMap<String, String> {
 
 fn target(api: &FakeApi, extra: &[&str]) -> Target {
     let env = actions_env(api, TOKEN);
-    resolve_target(&post_args(extra), &|k: &str| env.get(k).cloned()).expect("target")
+    resolve_target(&post_args(extra).target_flags(), &|k: &str| {
+        env.get(k).cloned()
+    })
+    .expect("target")
 }
 
 fn fast() -> PostOptions {
@@ -383,7 +386,10 @@ fn no_token_or_no_pull_request_makes_no_request() {
     let mut env = actions_env(&api, "");
     env.insert("GITHUB_REF".into(), "refs/heads/main".into());
     env.insert("GITHUB_EVENT_NAME".into(), "schedule".into());
-    let err = resolve_target(&post_args(&[]), &|k: &str| env.get(k).cloned()).unwrap_err();
+    let err = resolve_target(&post_args(&[]).target_flags(), &|k: &str| {
+        env.get(k).cloned()
+    })
+    .unwrap_err();
     let text = err.to_string();
     assert!(err.is_bad_input());
     assert!(
@@ -412,7 +418,10 @@ fn an_unreachable_api_is_reported_after_retries() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let t = resolve_target(&post_args(&[]), &|k: &str| env.get(k).cloned()).unwrap();
+    let t = resolve_target(&post_args(&[]).target_flags(), &|k: &str| {
+        env.get(k).cloned()
+    })
+    .unwrap();
     let err = post(&t, "report", &marker(), true, &fast()).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, PublishError::Transport { .. }), "{err:?}");

@@ -52,7 +52,10 @@ fn ci_env(api: &FakeApi, token_var: &str, token: &str) -> HashMap<String, String
 }
 
 fn target(env: &HashMap<String, String>, extra: &[&str]) -> Target {
-    resolve_target(&post_args(extra), &|k: &str| env.get(k).cloned()).expect("target")
+    resolve_target(&post_args(extra).target_flags(), &|k: &str| {
+        env.get(k).cloned()
+    })
+    .expect("target")
 }
 
 fn fast() -> PostOptions {
@@ -242,7 +245,10 @@ fn a_branch_pipeline_says_what_is_missing_and_posts_nothing() {
     let api = FakeApi::start(Flavor::GitLab, TOKEN, 20);
     let mut env = ci_env(&api, "GITLAB_TOKEN", "");
     env.remove("CI_MERGE_REQUEST_IID");
-    let err = resolve_target(&post_args(&[]), &|k: &str| env.get(k).cloned()).unwrap_err();
+    let err = resolve_target(&post_args(&[]).target_flags(), &|k: &str| {
+        env.get(k).cloned()
+    })
+    .unwrap_err();
     let text = err.to_string();
     assert!(
         text.starts_with("cannot post the report to GitLab: no merge-request iid"),

@@ -7,7 +7,8 @@ use crate::baseline::compare::{compare, CellStatus};
 use crate::baseline::store::{merge_run, Baselines};
 use crate::cell::Cell;
 use crate::cli::BaselineUpdateArgs;
-use crate::error::{exit, CliError};
+use crate::error::CliError;
+use crate::exit::bench as exit;
 use crate::matrix::filter::Vocabulary;
 use crate::results::{CellResult, RunResults};
 

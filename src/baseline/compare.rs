@@ -9,7 +9,7 @@
 //! only when it is past **all three** of:
 //!
 //! 1. the tolerance `t` (the baseline's, or the metric's default, see
-//!    `store::default_tolerance`): what the team accepts, e.g. host-to-host variation;
+//!    `metrics::catalog::tolerance`): what the team accepts, e.g. host-to-host variation;
 //! 2. the absolute floor `f`, when set: `|c - b| > f`, so that tiny absolute changes of
 //!    small numbers are never flagged;
 //! 3. the noise band of the repeats, `n = s_run + s_baseline`, where each `s` is the
@@ -27,7 +27,8 @@
 
 use serde::Serialize;
 
-use crate::baseline::store::{default_tolerance, Baselines, Direction, MetricBaseline, Provenance};
+use crate::baseline::store::{Baselines, Direction, MetricBaseline, Provenance};
+use crate::metrics::catalog;
 use crate::results::{CellResult, MetricValue, Outcome, RunResults};
 
 /// The verdict on one metric of one cell.
@@ -134,8 +135,8 @@ fn new_metric(metric: &str, current: &MetricValue) -> MetricComparison {
         current: Some(current.value),
         baseline: None,
         change: None,
-        direction: Direction::default_for(metric),
-        tolerance: Some(default_tolerance(metric)),
+        direction: catalog::direction(metric),
+        tolerance: Some(catalog::tolerance(metric)),
         floor: None,
         current_spread: Some(current.rel_spread),
         baseline_spread: None,
@@ -230,12 +231,11 @@ impl CellComparison {
         self.metrics.iter().find(|m| m.metric == name)
     }
 
-    /// The cell's speed-up against its baseline: tokens/s now over tokens/s then (or the
-    /// inverse ratio of step times when tokens/s is not there).
+    /// The cell's speed-up against its baseline by the first of the catalog's speed
+    /// metrics it has: tokens/s now over tokens/s then (or the inverse ratio of step times
+    /// when tokens/s is not there).
     pub fn speedup(&self) -> Option<f64> {
-        ["tokens_per_s", "tokens_per_s_per_gpu", "step_time_s"]
-            .iter()
-            .find_map(|m| self.metric(m).and_then(MetricComparison::speedup))
+        catalog::speed_metrics().find_map(|m| self.metric(m).and_then(MetricComparison::speedup))
     }
 
     /// The metrics that regressed.
@@ -297,9 +297,9 @@ impl Comparison {
     /// DESIGN.md's exit code: 1 when a cell regressed, failed or timed out, else 0.
     pub fn exit_code(&self) -> i32 {
         if self.cells.iter().any(|c| c.status.fails_run()) {
-            crate::error::exit::FAILED
+            crate::exit::bench::FAILED
         } else {
-            crate::error::exit::OK
+            crate::exit::bench::OK
         }
     }
 

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! `direction` and `tolerance` may be left out; they then default by metric
-//! ([`Direction::default_for`], [`default_tolerance`]). `bench baseline update` writes the
+//! ([`catalog::direction`], [`catalog::tolerance`]). `bench baseline update` writes the
 //! direction explicitly, so reviewers see it, and keeps whatever tolerance and floor a user
 //! set by hand. Files are read with located errors (file:line:column and the key path) and
 //! written atomically.
@@ -33,69 +33,8 @@ use crate::results::{CellResult, Environment, MetricValue, Outcome, RunResults};
 /// Bumped on any incompatible change to the file format.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Which way a metric is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    Higher,
-    Lower,
-}
-
-impl Direction {
-    /// The direction of the metrics the runner produces: throughput and utilisation are
-    /// better higher; time, memory and time-to-train are better lower. `None` for a metric
-    /// this version does not know, whose baseline must then say its direction.
-    pub fn default_for(metric: &str) -> Option<Direction> {
-        match metric {
-            "tokens_per_s" | "tokens_per_s_per_gpu" | "mfu" | "tflops_per_gpu" => {
-                Some(Direction::Higher)
-            }
-            "step_time_s"
-            | "peak_mem_bytes"
-            | "time_to_1t_tokens_days"
-            | "time_to_first_step_s" => Some(Direction::Lower),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Higher => "higher",
-            Direction::Lower => "lower",
-        }
-    }
-}
-
-/// Default relative tolerance of throughput and time metrics.
-///
-/// DESIGN.md's noise data (gpt2-125m on H100s): five runs on one host lie within +-0.5% of
-/// each other, two hosts of the same kind are 1.6-1.7% apart. Since CI jobs land on any
-/// runner of a pool, host-to-host variation is the noise floor a gate must tolerate: 3% does
-/// not flag a 2% difference between two runners, and a 5% drop on one runner is flagged.
-pub const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.03;
-
-/// Default relative tolerance of peak memory: allocator caching and fragmentation move peak
-/// memory by a few percent between otherwise identical runs, and a memory change matters
-/// when it approaches the device's capacity, not at the last percent.
-pub const DEFAULT_MEMORY_TOLERANCE: f64 = 0.10;
-
-/// Default relative tolerance of a metric with no specific default (user-defined metrics
-/// of external workloads).
-pub const DEFAULT_OTHER_TOLERANCE: f64 = 0.05;
-
-/// The tolerance a metric gets when its baseline does not set one.
-pub fn default_tolerance(metric: &str) -> f64 {
-    match metric {
-        "tokens_per_s"
-        | "tokens_per_s_per_gpu"
-        | "mfu"
-        | "tflops_per_gpu"
-        | "step_time_s"
-        | "time_to_1t_tokens_days" => DEFAULT_THROUGHPUT_TOLERANCE,
-        "peak_mem_bytes" => DEFAULT_MEMORY_TOLERANCE,
-        _ => DEFAULT_OTHER_TOLERANCE,
-    }
-}
+pub use crate::metrics::catalog::Direction;
+use crate::metrics::catalog::{self, DEFAULT_THROUGHPUT_TOLERANCE};
 
 /// Where a cell's baseline numbers came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,7 +80,7 @@ pub fn hardware_words(env: &Environment) -> String {
 pub struct MetricBaseline {
     pub value: f64,
     pub direction: Direction,
-    /// Relative tolerance set by the user; [`default_tolerance`] when `None`.
+    /// Relative tolerance set by the user; [`catalog::tolerance`] when `None`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<f64>,
     /// Absolute floor: a change smaller than this (in the metric's unit) is never a
@@ -155,7 +94,7 @@ pub struct MetricBaseline {
 impl MetricBaseline {
     /// The tolerance in force: the user's, or the metric's default.
     pub fn effective_tolerance(&self, metric: &str) -> f64 {
-        self.tolerance.unwrap_or_else(|| default_tolerance(metric))
+        self.tolerance.unwrap_or_else(|| catalog::tolerance(metric))
     }
 }
 
@@ -449,7 +388,7 @@ pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
             let tolerance = non_negative(&m.tolerance, "tolerance")?;
             let floor = non_negative(&m.floor, "floor")?;
             let spread = non_negative(&m.spread, "spread")?.unwrap_or(0.0);
-            let direction = match m.direction.or_else(|| Direction::default_for(&name)) {
+            let direction = match m.direction.or_else(|| catalog::direction(&name)) {
                 Some(d) => d,
                 None => {
                     return Err(invalid(
@@ -519,12 +458,12 @@ fn entry_from(
     }
     let direction = old
         .map(|o| o.direction)
-        .or_else(|| Direction::default_for(metric))?;
+        .or_else(|| catalog::direction(metric))?;
     // The matrix's per-cell tolerance applies to the throughput and time metrics (those with
     // the throughput default); memory keeps its own default. A tolerance already written in
     // the baseline file (by hand, in review) always wins.
     let from_cell =
-        cell_tolerance.filter(|_| default_tolerance(metric) == DEFAULT_THROUGHPUT_TOLERANCE);
+        cell_tolerance.filter(|_| catalog::tolerance(metric) == DEFAULT_THROUGHPUT_TOLERANCE);
     Some(MetricBaseline {
         value: m.value,
         direction,

@@ -23,9 +23,9 @@ pub enum DistError {
 }
 
 impl DistError {
-    /// The worker exit code: `events::exit::DISTRIBUTED`.
+    /// The worker exit code: `exit::worker::DISTRIBUTED`.
     pub fn exit_code(&self) -> i32 {
-        crate::events::exit::DISTRIBUTED
+        crate::exit::worker::DISTRIBUTED
     }
 }
 

@@ -11,7 +11,7 @@
 //!   dies (its socket closes), or that stops sending heartbeats is announced by rank 0 to
 //!   every other rank; the loss of rank 0 is noticed by all. With [`OnFailure::Exit`] (the
 //!   default for workers) a watcher thread prints an `error` event of kind `distributed`
-//!   and exits the process with `events::exit::DISTRIBUTED`, so no rank stays stuck in a
+//!   and exits the process with `exit::worker::DISTRIBUTED`, so no rank stays stuck in a
 //!   collective waiting for a peer that is gone.
 //!
 //! Every wait has a deadline; nothing here can hang.
@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::events::{self, ErrorKind, Event};
+use crate::events::{ErrorKind, Event};
 
 /// The variables of the launch contract, as torchrun sets them.
 pub const ENV_VARS: [&str; 6] = [
@@ -217,9 +217,9 @@ pub enum RendezvousError {
 }
 
 impl RendezvousError {
-    /// The worker exit code for this failure: always `events::exit::DISTRIBUTED`.
+    /// The worker exit code for this failure: always `exit::worker::DISTRIBUTED`.
     pub fn exit_code(&self) -> i32 {
-        events::exit::DISTRIBUTED
+        crate::exit::worker::DISTRIBUTED
     }
 }
 
@@ -227,7 +227,7 @@ impl RendezvousError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnFailure {
     /// Run the failure hook, print an `error` event (kind `distributed`) on stdout and
-    /// exit the process with `events::exit::DISTRIBUTED`. Right for workers: the main
+    /// exit the process with `exit::worker::DISTRIBUTED`. Right for workers: the main
     /// thread may be blocked in a collective that will never complete.
     #[default]
     Exit,
@@ -435,7 +435,7 @@ impl Shared {
             let _ = writeln!(out, "{}", ev.to_line());
             let _ = out.flush();
             eprintln!("bench: rank {}: {f}; exiting", self.rank);
-            std::process::exit(events::exit::DISTRIBUTED);
+            std::process::exit(crate::exit::worker::DISTRIBUTED);
         }
     }
 

@@ -53,14 +53,14 @@ pub fn dry_run(args: &MatrixArgs) -> Result<i32, CliError> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
             miette::miette!("cannot write output: {e}"),
         )),
-        _ => Ok(crate::error::exit::OK),
+        _ => Ok(crate::exit::bench::OK),
     }
 }
 
 /// `bench schema`.
 pub fn schema() -> Result<i32, CliError> {
     print!("{}", super::spec::schema_json());
-    Ok(crate::error::exit::OK)
+    Ok(crate::exit::bench::OK)
 }
 
 #[derive(Serialize)]

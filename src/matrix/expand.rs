@@ -13,6 +13,9 @@
 //! 7. cell ids, which must be unique.
 //!
 //! Filters are applied afterwards by the caller.
+//!
+//! Why one file of this size: the steps above are one algorithm whose order is the contract
+//! (docs/matrix.md); split across files, the order would have to be read from several places.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -26,7 +29,9 @@ use super::spec::{
     set_param, AxisSpec, Explicit, MatchValue, MatrixSpec, Rule, Selector, PARAM_NAMES,
 };
 use super::{Dropped, MatrixError};
+use crate::axes::{Dtype, Parallel};
 use crate::cell::{Cell, CellId, Params, Value};
+use clap::ValueEnum;
 
 /// A surviving combination before parameters: its values, and parameters set by include.
 type Draft = (IndexMap<String, Value>, Vec<(String, Value)>);
@@ -239,7 +244,9 @@ pub fn expand_within(
 
     let mut cells = Vec::with_capacity(kept.len());
     for (values, include_params) in kept {
-        cells.push(builder.cell(values, &include_params)?);
+        let cell = builder.cell(values, &include_params)?;
+        check_cell_values(&cell, &axes, src)?;
+        cells.push(cell);
     }
     check_unique_ids(&cells, src)?;
 
@@ -346,18 +353,16 @@ fn check_well_known(
 ) -> Result<(), MatrixError> {
     for (i, v) in values.iter().enumerate() {
         let at = format!("{path}[{i}]");
-        let bad = match name {
-            "gpus" => !matches!(v, Value::Int(n) if (0..=MAX_GPUS).contains(n)),
-            "parallel" => !matches!(v.as_str(), Some("single" | "ddp" | "fsdp")),
-            "model" | "dtype" => v.as_str().is_none(),
-            _ => false,
+        let want = match name {
+            "gpus" if !matches!(v, Value::Int(n) if (0..=MAX_GPUS).contains(n)) => {
+                Some("an integer from 0 to 1048576".to_string())
+            }
+            "model" if v.as_str().is_none() => Some("a string".to_string()),
+            "dtype" => typed_problem::<Dtype>(v),
+            "parallel" => typed_problem::<Parallel>(v),
+            _ => None,
         };
-        if bad {
-            let want = match name {
-                "gpus" => "an integer from 0 to 1048576",
-                "parallel" => "one of single, ddp, fsdp",
-                _ => "a string",
-            };
+        if let Some(want) = want {
             return Err(src.error_at(
                 &at,
                 format!("`{name}` value `{}` must be {want}", v.id_fragment()),
@@ -371,6 +376,54 @@ fn check_well_known(
         ));
     }
     Ok(())
+}
+
+/// What is wrong with `v` as a value of a typed axis: None when it names a variant of `T`.
+fn typed_problem<T: ValueEnum + std::str::FromStr>(v: &Value) -> Option<String> {
+    if v.as_str().is_some_and(|s| s.parse::<T>().is_ok()) {
+        return None;
+    }
+    let names: Vec<String> = T::value_variants()
+        .iter()
+        .filter_map(|t| t.to_possible_value().map(|p| p.get_name().to_string()))
+        .collect();
+    Some(format!("one of {}", names.join(", ")))
+}
+
+/// Refuses a `dtype` or `parallel` value that `include` added outside the typed values
+/// (axis values were checked with their index in [`check_well_known`]), so that a cell that
+/// could only fail when it runs is refused before anything runs.
+fn check_cell_values(cell: &Cell, axes: &[Axis], src: &Source) -> Result<(), MatrixError> {
+    for (name, problem) in [
+        (
+            "dtype",
+            typed_problem::<Dtype> as fn(&Value) -> Option<String>,
+        ),
+        ("parallel", typed_problem::<Parallel>),
+    ] {
+        if let Some(v) = cell.values.get(name) {
+            if let Some(want) = problem(v) {
+                return Err(src.error_at(
+                    &value_path(axes, name, v),
+                    format!(
+                        "cell `{}`: `{name}` value `{}` must be {want}",
+                        cell.id,
+                        v.id_fragment()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a cell's value of axis `name` came from: its place in the axis, else the
+/// `include` that added it.
+fn value_path(axes: &[Axis], name: &str, v: &Value) -> String {
+    axes.iter()
+        .find(|a| a.name == name)
+        .and_then(|a| a.values.iter().position(|w| value_eq(v, w)))
+        .map_or_else(|| "include".to_string(), |i| format!("axes.{name}[{i}]"))
 }
 
 /// The product's dimensions: each a list of (axis index, value index) tuples.

@@ -24,6 +24,9 @@
 //! a list of terms, however many terms), a run of `not`s collapses to its parity while it
 //! is read, and parentheses may nest at most [`MAX_NESTING`] deep, so parsing, evaluating
 //! and dropping a filter recurse a bounded number of times whatever its length.
+//!
+//! Why one file of this size: the lexer, parser and evaluator of one small language, whose
+//! error positions tie the three together.
 
 use std::fmt;
 

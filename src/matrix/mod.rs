@@ -95,9 +95,49 @@ impl fmt::Display for Located {
 }
 
 /// Loads `path`, expands it within the default [`budget::Budget`] and applies `filters`
-/// (combined with `and`).
+/// (combined with `and`), refusing cells that could only fail when they run (see
+/// [`check_models`]).
 pub fn load(path: &Path, filters: &[String]) -> Result<Expansion, MatrixError> {
     load_within(path, filters, budget::Budget::default())
+}
+
+/// Refuses a cell to run on the built-in workload whose `model` has no preset, located at
+/// the axis value (or the `include` that added it), so that `--dry-run` says so instead of
+/// every such cell failing at run time. A `command` workload's models are its own, and
+/// [`expand::expand`] stays a pure function of the matrix text, so this check sits here, on
+/// the path from a matrix file to cells that will run.
+fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError> {
+    use crate::workload::models::presets;
+    for cell in &exp.cells {
+        if cell.params.workload != crate::cell::Workload::Builtin {
+            continue;
+        }
+        let Some(v) = cell.values.get("model") else {
+            continue;
+        };
+        let name = v.id_fragment();
+        if presets::get(&name).is_some() {
+            continue;
+        }
+        let at = match exp.spec.axes.get("model") {
+            Some(spec::AxisSpec::Values(vs)) => vs
+                .iter()
+                .position(|w| expand::value_eq(v, w))
+                .map(|i| format!("axes.model[{i}]")),
+            _ => None,
+        };
+        let known: Vec<&str> = presets::all().iter().map(|c| c.name).collect();
+        return Err(src.error_at(
+            at.as_deref().unwrap_or("include"),
+            format!(
+                "cell `{}`: the built-in workload has no model `{name}` (known: {}); a \
+                 `command` workload may name models of its own",
+                cell.id,
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// [`load`] within `budget`.
@@ -107,7 +147,9 @@ pub fn load_within(
     budget: budget::Budget,
 ) -> Result<Expansion, MatrixError> {
     let (spec, src) = parse::parse_file(path)?;
-    from_spec_within(spec, &src, filters, budget)
+    let exp = from_spec_within(spec, &src, filters, budget)?;
+    check_models(&exp, &src)?;
+    Ok(exp)
 }
 
 /// Expands an already-parsed matrix within the default budget and applies `filters`.

@@ -2,6 +2,8 @@
 //! (formulas and sources in DESIGN.md). Pure functions: every caller (the built-in worker,
 //! reports of external workers) computes these figures here and nowhere else.
 
+use crate::axes::Dtype;
+
 /// The shape of a dense decoder-only transformer, as far as FLOPs are concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DenseShape {
@@ -34,24 +36,6 @@ pub fn recipe_flops_per_token(s: &DenseShape, seq_len: u64) -> f64 {
     attn + mlp + head
 }
 
-/// Which dtype the matmuls run in, for the peak lookup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatmulDtype {
-    Fp32,
-    Bf16,
-    Fp8,
-}
-
-impl MatmulDtype {
-    pub fn name(self) -> &'static str {
-        match self {
-            MatmulDtype::Fp32 => "fp32",
-            MatmulDtype::Bf16 => "bf16",
-            MatmulDtype::Fp8 => "fp8",
-        }
-    }
-}
-
 /// A peak dense FLOP/s figure and the words that name it in reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Peak {
@@ -67,7 +51,7 @@ pub struct Peak {
 /// Sources: NVIDIA H100 and H200 datasheets (SXM, dense: bf16 989.4, fp8 1978.9), A100
 /// datasheet (bf16 312), AMD MI300X (bf16 1307.4, fp8 2614.9) and MI250X (bf16 383 per
 /// module) product pages.
-pub fn peak_tflops(device_name: &str, dtype: MatmulDtype) -> Option<Peak> {
+pub fn peak_tflops(device_name: &str, dtype: Dtype) -> Option<Peak> {
     let n = device_name.to_ascii_uppercase();
     let (label, bf16, fp8): (&str, f64, Option<f64>) = if n.contains("H100") {
         ("H100 SXM", 989.4, Some(1978.9))
@@ -83,9 +67,9 @@ pub fn peak_tflops(device_name: &str, dtype: MatmulDtype) -> Option<Peak> {
         return None;
     };
     let tflops = match dtype {
-        MatmulDtype::Bf16 => bf16,
-        MatmulDtype::Fp8 => fp8?,
-        MatmulDtype::Fp32 => return None,
+        Dtype::Bf16 => bf16,
+        Dtype::Fp8 => fp8?,
+        Dtype::Fp32 => return None,
     };
     Some(Peak {
         tflops,
@@ -103,14 +87,44 @@ pub fn tflops_per_gpu(tokens_per_s_per_gpu: f64, flops_per_token: f64) -> f64 {
     tokens_per_s_per_gpu * flops_per_token / 1e12
 }
 
-/// Model FLOPs utilisation (0..1) of one GPU against a peak.
-pub fn mfu(tflops_per_gpu: f64, peak: &Peak) -> f64 {
-    tflops_per_gpu / peak.tflops
-}
-
 /// Days to train on 1e12 tokens at a throughput.
 pub fn days_per_1t_tokens(tokens_per_s: f64) -> f64 {
     1e12 / tokens_per_s / 86_400.0
+}
+
+/// The figures that follow from a cell's throughput, computed here once: by the built-in
+/// worker for its own summary and by the runner for a cell's metrics, from the same inputs
+/// by the same formulas, so that tokens/s, TFLOP/s and MFU of one cell cannot disagree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Throughput {
+    pub tokens_per_s: f64,
+    pub tokens_per_s_per_gpu: f64,
+    /// Known when the FLOPs of a token are.
+    pub tflops_per_gpu: Option<f64>,
+    /// Known when the FLOPs of a token and the device's peak are.
+    pub mfu: Option<f64>,
+    pub days_per_1t_tokens: f64,
+}
+
+/// [`Throughput`] of `tokens_per_s` over `world_size` GPUs, with `flops_per_token` and the
+/// peak TFLOP/s of one GPU when known.
+pub fn throughput(
+    tokens_per_s: f64,
+    world_size: u32,
+    flops_per_token: Option<f64>,
+    peak_tflops: Option<f64>,
+) -> Throughput {
+    let per_gpu = tokens_per_s / f64::from(world_size.max(1));
+    let tflops = flops_per_token.map(|f| tflops_per_gpu(per_gpu, f));
+    Throughput {
+        tokens_per_s,
+        tokens_per_s_per_gpu: per_gpu,
+        tflops_per_gpu: tflops,
+        mfu: tflops
+            .zip(peak_tflops.filter(|p| *p > 0.0))
+            .map(|(t, p)| t / p),
+        days_per_1t_tokens: days_per_1t_tokens(tokens_per_s),
+    }
 }
 
 #[cfg(test)]
@@ -161,14 +175,17 @@ mod tests {
 
     #[test]
     fn peak_table_and_mfu() {
-        let p = peak_tflops("NVIDIA H100 80GB HBM3", MatmulDtype::Bf16).unwrap();
+        let p = peak_tflops("NVIDIA H100 80GB HBM3", Dtype::Bf16).unwrap();
         assert_eq!(p.tflops, 989.4);
         assert_eq!(p.policy, "H100 SXM bf16 dense 989.4 TFLOP/s");
-        let p8 = peak_tflops("NVIDIA H200", MatmulDtype::Fp8).unwrap();
+        let p8 = peak_tflops("NVIDIA H200", Dtype::Fp8).unwrap();
         assert_eq!(p8.tflops, 1978.9);
-        assert!(peak_tflops("NVIDIA A100-SXM4-80GB", MatmulDtype::Fp8).is_none());
-        assert!(peak_tflops("cpu", MatmulDtype::Bf16).is_none());
-        assert!((mfu(494.7, &p) - 0.5).abs() < 1e-12);
+        assert!(peak_tflops("NVIDIA A100-SXM4-80GB", Dtype::Fp8).is_none());
+        assert!(peak_tflops("cpu", Dtype::Bf16).is_none());
+        let t = throughput(2.0 * 494.7e6, 2, Some(1e6), Some(p.tflops));
+        assert!((t.tflops_per_gpu.unwrap() - 494.7).abs() < 1e-9);
+        assert!((t.mfu.unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(throughput(1.0, 1, None, Some(p.tflops)).mfu, None);
     }
 
     #[test]

@@ -12,12 +12,11 @@
 
 use statrs::statistics::{Data, OrderStatistics, Statistics};
 
+use super::catalog::{self, OverRepeats};
+use super::flops;
 use crate::cell::Params;
 use crate::events::StepEvent;
 use crate::results::{MetricValue, Metrics, Repeat};
-
-/// Seconds in a day, for `time_to_1t_tokens_days`.
-const SECONDS_PER_DAY: f64 = 86_400.0;
 
 /// The median of `xs`; `None` when empty or when a value is NaN.
 pub fn median(xs: &[f64]) -> Option<f64> {
@@ -120,10 +119,17 @@ pub fn step_stats(steps: &[StepEvent], warmup: u32) -> Option<StepStats> {
     })
 }
 
+/// Peak memory of a repeat: its largest rank's ([`OverRanks::Largest`]), the one that
+/// runs out first.
+fn peak_memory(per_rank: &[u64]) -> Option<f64> {
+    per_rank.iter().max().map(|m| *m as f64)
+}
+
 /// The summary figures of one repeat, before they are reduced over repeats.
 fn repeat_figures(params: &Params, gpus: u32, r: &Repeat) -> Vec<(&'static str, f64)> {
     let s = &r.summary;
-    let world = f64::from(s.world_size.unwrap_or(gpus).max(1));
+    let world_size = s.world_size.unwrap_or(gpus).max(1);
+    let world = f64::from(world_size);
     let mut out = Vec::new();
     // The runner measures from step events itself; a worker's own summary figures are
     // used only when it reported no measured step.
@@ -142,30 +148,40 @@ fn repeat_figures(params: &Params, gpus: u32, r: &Repeat) -> Vec<(&'static str, 
             s.tokens_per_s.or(s.tokens_per_s_per_gpu.map(|t| t * world)),
         ),
     };
-    if let Some(t) = tokens_per_s.filter(|t| *t > 0.0) {
-        out.push(("tokens_per_s", t));
-        out.push(("tokens_per_s_per_gpu", t / world));
+    // The peak the worker measured its MFU against (its TFLOP/s over its MFU), so that the
+    // runner's MFU follows from the runner's own TFLOP/s.
+    let peak = match (s.tflops_per_gpu, s.mfu) {
+        (Some(t), Some(m)) if t > 0.0 && m > 0.0 => Some(t / m),
+        _ => None,
+    };
+    let derived = tokens_per_s
+        .filter(|t| *t > 0.0)
+        .map(|t| flops::throughput(t, world_size, s.flops_per_token, peak));
+    if let Some(d) = &derived {
+        out.push(("tokens_per_s", d.tokens_per_s));
+        out.push(("tokens_per_s_per_gpu", d.tokens_per_s_per_gpu));
     }
     if let Some(st) = step_time {
         out.push(("step_time_s", st));
     }
-    if let Some(m) = s.mfu {
+    // Without the FLOPs of a token the runner cannot compute TFLOP/s or MFU: a worker's
+    // own figures are kept then.
+    let computed = derived.filter(|d| d.tflops_per_gpu.is_some());
+    let (tflops, mfu) = match computed {
+        Some(d) => (d.tflops_per_gpu, d.mfu.or(s.mfu)),
+        None => (s.tflops_per_gpu, s.mfu),
+    };
+    if let Some(m) = mfu {
         out.push(("mfu", m));
     }
-    // Achieved TFLOP/s per GPU follows from the measured throughput when the worker says
-    // how many FLOPs a token costs; otherwise the worker's own figure is kept.
-    let tflops = match (s.flops_per_token, tokens_per_s) {
-        (Some(f), Some(t)) if t > 0.0 => Some(f * t / world / 1e12),
-        _ => s.tflops_per_gpu,
-    };
     if let Some(tf) = tflops {
         out.push(("tflops_per_gpu", tf));
     }
-    if let Some(m) = s.peak_mem_bytes.iter().max() {
-        out.push(("peak_mem_bytes", *m as f64));
+    if let Some(m) = peak_memory(&s.peak_mem_bytes) {
+        out.push(("peak_mem_bytes", m));
     }
-    if let Some(t) = tokens_per_s.filter(|t| *t > 0.0) {
-        out.push(("time_to_1t_tokens_days", 1e12 / t / SECONDS_PER_DAY));
+    if let Some(d) = &derived {
+        out.push(("time_to_1t_tokens_days", d.days_per_1t_tokens));
     }
     out
 }
@@ -175,22 +191,15 @@ fn repeat_figures(params: &Params, gpus: u32, r: &Repeat) -> Vec<(&'static str, 
 /// Per repeat: `step_time_s` is the median over measured steps (warm-up excluded, see
 /// [`is_warmup`]); `tokens_per_s` is the tokens of a step over that median;
 /// `tokens_per_s_per_gpu` divides by the world size; `tflops_per_gpu` is
-/// `flops_per_token x tokens_per_s_per_gpu` when the worker reports `flops_per_token`;
-/// `mfu` is the worker's (it knows the device's peak); `peak_mem_bytes` is the largest
+/// `flops_per_token x tokens_per_s_per_gpu` when the worker reports `flops_per_token`
+/// (else the worker's own figure); `mfu` is that over the peak the worker measured against
+/// (its TFLOP/s over its MFU; the worker's own MFU when the runner cannot compute TFLOP/s),
+/// all through [`flops::throughput`]; `peak_mem_bytes` is the largest
 /// rank's; `time_to_1t_tokens_days` is `1e12 / tokens_per_s / 86400`. Over repeats: the
 /// value is the median and `rel_spread` half the range over the median. A metric is
 /// present only when every repeat reported it, so that a value is never a median of a
 /// subset of repeats.
 pub fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
-    const ORDER: [&str; 7] = [
-        "tokens_per_s",
-        "tokens_per_s_per_gpu",
-        "step_time_s",
-        "mfu",
-        "tflops_per_gpu",
-        "peak_mem_bytes",
-        "time_to_1t_tokens_days",
-    ];
     let per_repeat: Vec<Vec<(&str, f64)>> = repeats
         .iter()
         .map(|r| repeat_figures(params, gpus, r))
@@ -199,13 +208,16 @@ pub fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
     if per_repeat.is_empty() {
         return metrics;
     }
-    for name in ORDER {
+    for metric in &catalog::CATALOG {
+        let name = metric.name;
         let samples: Option<Vec<f64>> = per_repeat
             .iter()
             .map(|figs| figs.iter().find(|(n, _)| *n == name).map(|(_, v)| *v))
             .collect();
         let Some(samples) = samples else { continue };
-        let Some(value) = median(&samples) else {
+        let Some(value) = (match metric.over_repeats {
+            OverRepeats::Median => median(&samples),
+        }) else {
             continue;
         };
         metrics.insert(

@@ -5,16 +5,14 @@
 use reqwest::{Method, Url};
 use serde_json::json;
 
-use super::http::{next_link, Api, Replay, Response};
+use super::http::{Api, Replay};
 use super::target::Target;
-use super::{CommitStatus, Found, Marker, MarkerHits, PublishError, Thread};
+use super::{CommitStatus, Marker, PublishError, Thread};
 
 /// GitHub refuses comment bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 65_536;
 /// GitHub keeps this many characters of a status description.
 const MAX_DESCRIPTION_CHARS: usize = 140;
-/// A guard against a server whose `next` links never end.
-const MAX_PAGES: usize = 1_000;
 
 pub(crate) struct PullRequest {
     owner: String,
@@ -58,51 +56,24 @@ fn split_repo(repo: &str) -> Result<(String, String), PublishError> {
     }
 }
 
-/// A comment object of the API: `id`, `body`, `html_url`.
-fn comment(
-    resp: &Response,
-    value: &serde_json::Value,
-    method: &Method,
-) -> Result<Found, PublishError> {
-    Found::from_json(resp, value, method, "comment", Some("html_url"))
-}
-
 impl Thread for PullRequest {
-    fn find(&self, api: &mut Api, marker: &Marker) -> Result<Option<(Found, usize)>, PublishError> {
-        let mut url = self.comments_url(api);
-        let mut hits = MarkerHits::default();
-        for _ in 0..MAX_PAGES {
-            let resp = api.send(Method::GET, &url, None, Replay::Safe)?;
-            let page = resp.json(&Method::GET)?;
-            let items = page.as_array().ok_or_else(|| PublishError::Response {
-                method: "GET".into(),
-                path: resp.url.path().to_string(),
-                message: "expected a list of comments".into(),
-            })?;
-            for item in items {
-                let c = comment(&resp, item, &Method::GET)?;
-                hits.offer(marker, c);
-            }
-            match resp.header("link").and_then(next_link) {
-                Some(next) => url = api.same_origin(&next, &Method::GET)?,
-                None => break,
-            }
-        }
-        Ok(hits.finish())
+    fn noun(&self) -> &'static str {
+        "comment"
     }
 
-    fn create(&self, api: &mut Api, body: &str) -> Result<Found, PublishError> {
-        let url = self.comments_url(api);
-        let resp = api.send(
-            Method::POST,
-            &url,
-            Some(&json!({ "body": body })),
-            Replay::CreateOnce,
-        )?;
-        comment(&resp, &resp.json(&Method::POST)?, &Method::POST)
+    fn link_field(&self) -> Option<&'static str> {
+        Some("html_url")
     }
 
-    fn update(&self, api: &mut Api, id: u64, body: &str) -> Result<Found, PublishError> {
+    fn list_url(&self, api: &Api) -> Url {
+        self.comments_url(api)
+    }
+
+    fn create_url(&self, api: &Api) -> Url {
+        self.comments_url(api)
+    }
+
+    fn update_at(&self, api: &Api, id: u64) -> (Method, Url) {
         let url = api.url(&[
             "repos",
             &self.owner,
@@ -111,13 +82,7 @@ impl Thread for PullRequest {
             "comments",
             &id.to_string(),
         ]);
-        let resp = api.send(
-            Method::PATCH,
-            &url,
-            Some(&json!({ "body": body })),
-            Replay::Safe,
-        )?;
-        comment(&resp, &resp.json(&Method::PATCH)?, &Method::PATCH)
+        (Method::PATCH, url)
     }
 
     fn max_body_chars(&self) -> usize {

@@ -3,16 +3,13 @@
 //! The project may be a numeric id or a `group/project` path, sent percent-encoded.
 
 use reqwest::{Method, Url};
-use serde_json::json;
 
-use super::http::{next_link, Api, Replay, Response};
+use super::http::{next_link, Api, Response};
 use super::target::Target;
-use super::{Found, Marker, MarkerHits, PublishError, Thread};
+use super::{PublishError, Thread};
 
 /// GitLab refuses note bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 1_000_000;
-/// A guard against a server whose next pages never end.
-const MAX_PAGES: usize = 1_000;
 
 pub(crate) struct MergeRequest {
     project: String,
@@ -44,15 +41,6 @@ impl MergeRequest {
     }
 }
 
-/// A note object of the API: `id`, `body` (notes carry no link; the target builds one).
-fn note(
-    resp: &Response,
-    value: &serde_json::Value,
-    method: &Method,
-) -> Result<Found, PublishError> {
-    Found::from_json(resp, value, method, "note", None)
-}
-
 /// `url` with its `page` parameter set to `page`.
 fn with_page(url: &Url, page: &str) -> Url {
     let pairs: Vec<(String, String)> = url
@@ -73,71 +61,55 @@ fn with_page(url: &Url, page: &str) -> Url {
 }
 
 impl Thread for MergeRequest {
-    fn find(&self, api: &mut Api, marker: &Marker) -> Result<Option<(Found, usize)>, PublishError> {
+    fn noun(&self) -> &'static str {
+        "note"
+    }
+
+    /// Notes carry no link; the target builds one.
+    fn link_field(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn list_url(&self, api: &Api) -> Url {
         let mut url = self.notes_url(api);
         url.query_pairs_mut()
             .append_pair("per_page", "100")
             .append_pair("sort", "asc")
             .append_pair("order_by", "created_at");
-        let mut hits = MarkerHits::default();
-        for _ in 0..MAX_PAGES {
-            let resp = api.send(Method::GET, &url, None, Replay::Safe)?;
-            let page = resp.json(&Method::GET)?;
-            let items = page.as_array().ok_or_else(|| PublishError::Response {
-                method: "GET".into(),
-                path: resp.url.path().to_string(),
-                message: "expected a list of notes".into(),
-            })?;
-            for item in items {
-                // System notes ("added 1 commit") are GitLab's own, never ours.
-                if item.get("system").and_then(|v| v.as_bool()) == Some(true) {
-                    continue;
-                }
-                let n = note(&resp, item, &Method::GET)?;
-                hits.offer(marker, n);
-            }
-            if let Some(next) = resp.header("link").and_then(next_link) {
-                url = api.same_origin(&next, &Method::GET)?;
-            } else if let Some(page) = resp
-                .header("x-next-page")
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-            {
-                url = with_page(&resp.url, page);
-            } else {
-                break;
-            }
-        }
-        Ok(hits.finish())
+        url
     }
 
-    fn create(&self, api: &mut Api, body: &str) -> Result<Found, PublishError> {
-        let url = self.notes_url(api);
-        let resp = api.send(
-            Method::POST,
-            &url,
-            Some(&json!({ "body": body })),
-            Replay::CreateOnce,
-        )?;
-        note(&resp, &resp.json(&Method::POST)?, &Method::POST)
+    fn create_url(&self, api: &Api) -> Url {
+        self.notes_url(api)
     }
 
-    fn update(&self, api: &mut Api, id: u64, body: &str) -> Result<Found, PublishError> {
+    fn update_at(&self, api: &Api, id: u64) -> (Method, Url) {
         let mut url = self.notes_url(api);
         if let Ok(mut path) = url.path_segments_mut() {
             path.push(&id.to_string());
         }
-        let resp = api.send(
-            Method::PUT,
-            &url,
-            Some(&json!({ "body": body })),
-            Replay::Safe,
-        )?;
-        note(&resp, &resp.json(&Method::PUT)?, &Method::PUT)
+        (Method::PUT, url)
     }
 
     fn max_body_chars(&self) -> usize {
         MAX_BODY_CHARS
+    }
+
+    /// System notes ("added 1 commit") are GitLab's own, never ours.
+    fn is_system(&self, item: &serde_json::Value) -> bool {
+        item.get("system").and_then(|v| v.as_bool()) == Some(true)
+    }
+
+    /// GitLab pages through `Link`, or `X-Next-Page` where a proxy dropped the former.
+    fn next_page(&self, api: &Api, resp: &Response) -> Result<Option<Url>, PublishError> {
+        if let Some(next) = resp.header("link").and_then(next_link) {
+            return api.same_origin(&next, &Method::GET).map(Some);
+        }
+        Ok(resp
+            .header("x-next-page")
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|page| with_page(&resp.url, page)))
     }
 }
 

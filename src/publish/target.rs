@@ -13,7 +13,6 @@ use std::fmt;
 use reqwest::Url;
 
 use super::{CommentAction, PublishError};
-use crate::cli::{self, PostArgs};
 
 /// A GitHub or GitLab instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,18 +129,30 @@ impl Target {
     }
 }
 
+/// What `bench report post` was told about where to post (its flags, resolved by the CLI);
+/// what is unset comes from the CI environment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TargetFlags {
+    /// `--provider`; detected from the environment when unset.
+    pub provider: Option<Provider>,
+    pub api_url: Option<String>,
+    pub repo: Option<String>,
+    pub pr: Option<u64>,
+    pub artifacts_url: Option<String>,
+    pub sha: Option<String>,
+}
+
 /// Resolves the target from the flags, then the environment (`env("NAME")`, where an empty
 /// value counts as unset). With no token or no pull request it returns
 /// [`PublishError::Missing`] naming every missing piece and the flag or variable that
 /// supplies it; no request is made by this function in any case.
 pub fn resolve_target(
-    args: &PostArgs,
+    args: &TargetFlags,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Target, PublishError> {
     let get = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     let provider = match args.provider {
-        Some(cli::Provider::Github) => Provider::GitHub,
-        Some(cli::Provider::Gitlab) => Provider::GitLab,
+        Some(p) => p,
         None if get("GITHUB_ACTIONS").as_deref() == Some("true") => Provider::GitHub,
         None if get("GITLAB_CI").as_deref() == Some("true") => Provider::GitLab,
         None if get("GITHUB_REPOSITORY").is_some() => Provider::GitHub,
@@ -154,7 +165,10 @@ pub fn resolve_target(
     }
 }
 
-fn github(args: &PostArgs, get: &dyn Fn(&str) -> Option<String>) -> Result<Target, PublishError> {
+fn github(
+    args: &TargetFlags,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Target, PublishError> {
     let (api_url, api_from) = match (&args.api_url, get("GITHUB_API_URL")) {
         (Some(u), _) => (u.clone(), "--api-url"),
         (None, Some(u)) => (u, "GITHUB_API_URL"),
@@ -239,7 +253,10 @@ fn github(args: &PostArgs, get: &dyn Fn(&str) -> Option<String>) -> Result<Targe
     })
 }
 
-fn gitlab(args: &PostArgs, get: &dyn Fn(&str) -> Option<String>) -> Result<Target, PublishError> {
+fn gitlab(
+    args: &TargetFlags,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Target, PublishError> {
     let (api_url, api_from) = match (&args.api_url, get("CI_API_V4_URL"), get("CI_SERVER_URL")) {
         (Some(u), _, _) => (u.clone(), "--api-url"),
         (None, Some(u), _) => (u, "CI_API_V4_URL"),
@@ -384,22 +401,9 @@ fn pr_from_ref(r: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
-    use std::path::PathBuf;
 
-    fn args() -> PostArgs {
-        PostArgs {
-            run_dir: PathBuf::from("results/x"),
-            baselines: PathBuf::from("baselines"),
-            provider: None,
-            api_url: None,
-            repo: None,
-            pr: None,
-            only_on_change: false,
-            artifacts_url: None,
-            commit_status: false,
-            sha: None,
-            timeout: 60.0,
-        }
+    fn args() -> TargetFlags {
+        TargetFlags::default()
     }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

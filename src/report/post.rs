@@ -35,7 +35,7 @@ pub fn post_with_env(
     let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
     let comparison = compare(&results, &baselines);
     let verdict = comparison.exit_code();
-    let target = match publish::resolve_target(args, env) {
+    let target = match publish::resolve_target(&args.target_flags(), env) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("warning: not posting the report: {e}");
@@ -46,7 +46,7 @@ pub fn post_with_env(
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {
-        state: if verdict == crate::error::exit::OK {
+        state: if verdict == crate::exit::bench::OK {
             StatusState::Success
         } else {
             StatusState::Failure

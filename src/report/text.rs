@@ -3,6 +3,7 @@
 
 use crate::baseline::compare::{CellComparison, CellStatus, MetricComparison};
 use crate::baseline::Direction;
+use crate::metrics::catalog;
 use crate::results::RunResults;
 
 /// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
@@ -80,32 +81,23 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
-/// A metric's value in its unit, for people.
+/// A metric's value in its unit (from the catalog), for people.
 pub fn metric_value(metric: &str, v: f64) -> String {
-    match metric {
-        "tokens_per_s" | "tokens_per_s_per_gpu" => format!("{} tok/s", si(v)),
-        "mfu" => pct(v),
-        "tflops_per_gpu" => format!("{} TFLOP/s", three_digits(v)),
-        "step_time_s" | "time_to_first_step_s" => duration(v),
-        "peak_mem_bytes" => bytes(v),
-        "time_to_1t_tokens_days" => format!("{} days", three_digits(v)),
-        _ => three_digits(v),
+    use crate::metrics::catalog::Unit;
+    match catalog::get(metric).map(|m| m.unit) {
+        Some(Unit::TokensPerSecond) => format!("{} tok/s", si(v)),
+        Some(Unit::Fraction) => pct(v),
+        Some(Unit::TflopsPerSecond) => format!("{} TFLOP/s", three_digits(v)),
+        Some(Unit::Seconds) => duration(v),
+        Some(Unit::Bytes) => bytes(v),
+        Some(Unit::Days) => format!("{} days", three_digits(v)),
+        None => three_digits(v),
     }
 }
 
 /// A metric's short label for tables.
 pub fn metric_label(metric: &str) -> &str {
-    match metric {
-        "tokens_per_s" => "tokens/s",
-        "tokens_per_s_per_gpu" => "tokens/s/GPU",
-        "mfu" => "MFU",
-        "tflops_per_gpu" => "TFLOP/s/GPU",
-        "step_time_s" => "step time",
-        "peak_mem_bytes" => "peak memory",
-        "time_to_1t_tokens_days" => "time to 1T tokens",
-        "time_to_first_step_s" => "time to first step",
-        other => other,
-    }
+    catalog::label(metric)
 }
 
 /// A speed-up factor as hyperfine words it: `1.06x faster`, `1.06x slower`.
@@ -176,27 +168,15 @@ pub fn cell_change(cell: &CellComparison) -> String {
     }
 }
 
-/// Metrics that all follow from a cell's step time (its configuration being fixed): when
-/// one of them changes, they all change by the same factor, so reports show the first and
-/// name the others instead of repeating the same finding six times.
-pub const STEP_TIME_FAMILY: [&str; 6] = [
-    "tokens_per_s",
-    "tokens_per_s_per_gpu",
-    "step_time_s",
-    "mfu",
-    "tflops_per_gpu",
-    "time_to_1t_tokens_days",
-];
-
-/// Groups metrics for display: the first metric of the step-time family stands for the
-/// others of the family present (returned as labels); any other metric stands alone.
+/// Groups metrics for display: the first metric of the step-time family
+/// ([`catalog::Metric::step_time_family`]) stands for the others of the family present (returned as labels); any other metric stands alone.
 pub fn grouped<'a>(
     metrics: impl Iterator<Item = &'a MetricComparison>,
 ) -> Vec<(&'a MetricComparison, Vec<&'a str>)> {
     let mut out: Vec<(&MetricComparison, Vec<&str>)> = Vec::new();
     let mut family_at: Option<usize> = None;
     for m in metrics {
-        if STEP_TIME_FAMILY.contains(&m.metric.as_str()) {
+        if catalog::in_step_time_family(&m.metric) {
             if let Some(i) = family_at {
                 out[i].1.push(metric_label(&m.metric));
                 continue;

@@ -1,4 +1,4 @@
-//! Runner events: what the scheduler tells reporters while a run goes on.
+//! Runner events: what the dispatcher tells reporters while a run goes on.
 //!
 //! The runner emits these and never looks at who listens; reporters (the progress bar,
 //! plain lines) consume them and never drive the run, as in cargo-nextest's reporter.

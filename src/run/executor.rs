@@ -33,7 +33,7 @@ const TAIL_LINES: usize = 8;
 /// the process group may hold a pipe open; it must not hang the runner).
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-/// A request to stop running attempts, sent by the scheduler.
+/// A request to stop running attempts, sent by the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cancel {
     None,
@@ -342,7 +342,7 @@ pub async fn execute(
                 }
             }
             c = cancel.wait_for(|c| *c > seen), if seen != Cancel::Force => {
-                // A closed channel means the scheduler is gone: stop at once.
+                // A closed channel means the dispatcher is gone: stop at once.
                 let level = c.map(|r| *r).unwrap_or(Cancel::Force);
                 seen = level;
                 if stopped_by.is_none() {

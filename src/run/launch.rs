@@ -115,9 +115,12 @@ pub fn placeholders(cell: &Cell) -> BTreeMap<String, String> {
         "features".into(),
         cell.features().into_iter().collect::<Vec<_>>().join(","),
     );
+    // Defaults for cells without these axes; an axis value stays as the matrix wrote it.
     vars.insert("model".into(), cell.model().to_string());
-    vars.insert("dtype".into(), cell.dtype().to_string());
-    vars.insert("parallel".into(), cell.parallel().to_string());
+    vars.entry("dtype".into())
+        .or_insert_with(|| cell.dtype().to_string());
+    vars.entry("parallel".into())
+        .or_insert_with(|| cell.parallel().to_string());
     vars
 }
 
@@ -252,6 +255,10 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
                 ("LOCAL_WORLD_SIZE".to_string(), ranks.to_string()),
                 ("MASTER_ADDR".to_string(), "127.0.0.1".to_string()),
                 ("MASTER_PORT".to_string(), ctx.master_port.to_string()),
+                // NVLink multicast (NVLS) is always off for multi-rank NCCL cells: the lent
+                // machines require it, and it buys nothing at these sizes
+                // (docs/distributed.md).
+                ("NCCL_NVLS_ENABLE".to_string(), "0".to_string()),
             ]);
             ProcSpec {
                 program: program.clone(),
@@ -269,7 +276,7 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
 /// torchrun, and a single-device cell has one).
 pub fn ranks(cell: &Cell) -> u32 {
     match (&cell.params.workload, cell.parallel()) {
-        (Workload::Builtin, "ddp" | "fsdp") => cell.gpus().max(1),
+        (Workload::Builtin, p) if p.is_multi_rank() => cell.gpus().max(1),
         _ => 1,
     }
 }
@@ -388,10 +395,12 @@ mod tests {
         let p = plan(&c, &ctx, Path::new("/bin/bench")).unwrap();
         assert_eq!(p.procs.len(), 2);
         for (i, proc_) in p.procs.iter().enumerate() {
+            // The last setting of a variable is the one the process gets.
             let get = |k: &str| {
                 proc_
                     .env
                     .iter()
+                    .rev()
                     .find(|(n, _)| n == k)
                     .map(|(_, v)| v.as_str())
             };
@@ -401,6 +410,7 @@ mod tests {
             assert_eq!(get("WORLD_SIZE"), Some("2"));
             assert_eq!(get("MASTER_PORT"), Some("29511"));
             assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("4,5"));
+            assert_eq!(get("NCCL_NVLS_ENABLE"), Some("0"));
         }
         // A command cell launches its own ranks.
         c.params.workload = Workload::Command {

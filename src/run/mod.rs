@@ -1,203 +1,40 @@
 //! The runner: runs an expanded matrix's cells, each in its own process(es), and writes
 //! `results/<run-id>/results.json` after every cell.
 //!
-//! Stages: [`launch`] (a cell to command lines, no shell), [`executor`] (one attempt:
-//! spawn, read events, timeout, SIGTERM/SIGKILL to the process group), [`slurm`] (one
-//! attempt as a Slurm job under `--launcher slurm`: sbatch, squeue, scancel, per-rank
-//! logs), [`scheduler`] (GPU slots or jobs in flight, repeats, retries, resume,
-//! fail-fast, Ctrl-C), [`events`] (what the runner tells reporters) and [`progress`] (the
-//! reporters: a bar on a terminal, plain lines in CI). The comparison with baselines and
+//! Layers, each importing only the ones below it (scripts/module-graph.sh draws and checks
+//! this): this entry point resolves the command's settings ([`config`]) and picks the
+//! launcher; [`dispatch`] decides which cell runs when, judges attempts, resumes runs and
+//! keeps the results; [`launcher`] is the seam that starts one attempt of a cell (the
+//! [`launcher::Local`] and [`launcher::Slurm`] implementations); [`executor`] runs a plan's
+//! processes, [`slurm`] one Slurm job, and [`launch`] turns a cell into command lines (no
+//! shell). [`events`] is what the runner tells reporters and [`progress`] holds the
+//! reporters (a bar on a terminal, plain lines in CI). The comparison with baselines and
 //! the report formats come after this stage.
 
+// Public: what tests/ and reporters use. The rest is the runner's own (crate-visible, so
+// the compiler reports what nothing uses).
+pub(crate) mod config;
+pub(crate) mod dispatch;
+pub(crate) mod error;
 pub mod events;
-pub mod executor;
+pub(crate) mod executor;
 pub mod launch;
-pub mod node_env;
+pub(crate) mod launcher;
 pub mod progress;
-pub mod scheduler;
-pub mod slurm;
+pub(crate) mod slurm;
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+
+pub use config::{Launch, RunConfig, RunOutcome, SlurmLaunch, DEFAULT_GRACE};
+pub use error::RunError;
 
 use crate::cli::MatrixArgs;
 use crate::env::GpuInventory;
-use crate::error::{exit, CliError};
+use crate::error::CliError;
+use crate::exit::bench as exit;
 use crate::matrix::Expansion;
-use crate::results::{Outcome, ResultsError, RunResults};
-
-/// Default time between SIGTERM and SIGKILL when a cell is stopped.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-
-/// How cells are started.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Launch {
-    /// Worker processes on this host, on its GPU slots.
-    Local,
-    /// One Slurm job per attempt.
-    Slurm(slurm::SlurmLaunch),
-}
-
-impl Launch {
-    /// The name recorded in the results (`launcher`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Launch::Local => "local",
-            Launch::Slurm(_) => "slurm",
-        }
-    }
-}
-
-/// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
-#[derive(Debug, Clone)]
-pub struct RunConfig {
-    pub results_dir: PathBuf,
-    pub run_id: Option<String>,
-    pub resume: Option<PathBuf>,
-    pub fail_fast: bool,
-    pub max_fail: Option<u32>,
-    /// `--gpus N`: use N GPUs (0: run on CPU); `None`: every GPU the tools show.
-    pub gpus: Option<u32>,
-    /// Time between SIGTERM and SIGKILL.
-    pub grace: Duration,
-    /// The matrix file, recorded in the results.
-    pub matrix: PathBuf,
-    pub filters: Vec<String>,
-    pub no_progress: bool,
-    /// Program for built-in cells (`bench worker`); `None`: this executable.
-    pub bench_exe: Option<PathBuf>,
-    pub launcher: Launch,
-    /// `--jobs N`: at most N cells in flight; `None`: as many as fit the GPU slots
-    /// locally, [`slurm::DEFAULT_JOBS`] under Slurm.
-    pub jobs: Option<usize>,
-}
-
-impl RunConfig {
-    /// Resolves `bench matrix` arguments (with the local launcher; [`run_matrix`] sets up
-    /// Slurm); a grace period that is not a finite, non-negative number of seconds is bad
-    /// input.
-    pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
-        let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
-            CliError::bad_input(miette::miette!(
-                "--kill-grace {}: expected a non-negative number of seconds",
-                args.kill_grace
-            ))
-        })?;
-        Ok(RunConfig {
-            results_dir: args.results_dir.clone(),
-            run_id: args.run_id.clone(),
-            resume: args.resume.clone(),
-            fail_fast: args.fail_fast,
-            max_fail: args.max_fail,
-            gpus: args.gpus,
-            grace,
-            matrix: args.file.clone(),
-            filters: args.filters.clone(),
-            no_progress: args.no_progress,
-            bench_exe: None,
-            launcher: Launch::Local,
-            jobs: match args.jobs {
-                Some(0) => {
-                    return Err(CliError::bad_input(miette::miette!(
-                        "--jobs 0: at least one cell must be able to run"
-                    )))
-                }
-                j => j.map(|j| j as usize),
-            },
-        })
-    }
-}
-
-/// What a run produced.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    pub run_dir: PathBuf,
-    pub results: RunResults,
-    /// Stopped by Ctrl-C or SIGTERM (exit 130).
-    pub interrupted: bool,
-}
-
-impl RunOutcome {
-    /// The exit code of the run alone (before baselines are compared): 130 when
-    /// interrupted, 1 when a cell failed or timed out, else 0.
-    pub fn exit_code(&self) -> i32 {
-        if self.interrupted {
-            exit::INTERRUPTED
-        } else if self
-            .results
-            .cells
-            .iter()
-            .any(|c| matches!(c.outcome, Outcome::Failed { .. } | Outcome::TimedOut { .. }))
-        {
-            exit::FAILED
-        } else {
-            exit::OK
-        }
-    }
-}
-
-/// Failures of the runner itself (a failing cell is a result, not an error).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Launch(#[from] launch::LaunchError),
-    #[error("{path}: cannot create the run directory: {source}")]
-    RunDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: a run with this id already exists; pass --resume {path} to continue it or choose another --run-id")]
-    Exists { path: PathBuf },
-    #[error("--resume: {0}")]
-    Resume(ResultsError),
-    #[error("--resume {path}: that run was measured on `{was}` but this host is `{now}`; results of different hardware cannot be mixed")]
-    HardwareChanged {
-        path: PathBuf,
-        was: String,
-        now: String,
-    },
-    #[error("{0}")]
-    Results(ResultsError),
-    #[error("runner: {0}")]
-    Runtime(std::io::Error),
-    #[error("--launcher slurm: {0}")]
-    Slurm(crate::slurm::SlurmError),
-    #[error("--resume {path}: that run was measured on Slurm nodes of hardware `{was}`, but Slurm job {job_id} ran on {host}, which is `{now}`; results of different hardware cannot be mixed (pin the partition's hardware, e.g. slurm.sbatch_args: [--constraint=...])")]
-    NodesHardwareChanged {
-        path: PathBuf,
-        was: String,
-        now: String,
-        job_id: String,
-        host: String,
-    },
-    #[error("--resume {path}: that run used --launcher {was}, this one --launcher {now}; finish it with --launcher {was}")]
-    LauncherChanged {
-        path: PathBuf,
-        was: String,
-        now: String,
-    },
-}
-
-impl From<RunError> for CliError {
-    fn from(e: RunError) -> Self {
-        match e {
-            RunError::Launch(launch::LaunchError::CurrentExe(_))
-            | RunError::RunDir { .. }
-            | RunError::Results(_)
-            | RunError::Runtime(_) => CliError::internal(miette::miette!("{e}")),
-            RunError::Slurm(ref s) if !s.is_bad_input() => {
-                CliError::internal(miette::miette!("{e}"))
-            }
-            RunError::Launch(_)
-            | RunError::Slurm(_)
-            | RunError::Exists { .. }
-            | RunError::Resume(_)
-            | RunError::HardwareChanged { .. }
-            | RunError::NodesHardwareChanged { .. }
-            | RunError::LauncherChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
-        }
-    }
-}
+use crate::results::RunResults;
+use launcher::{Launcher, Local, Slurm};
 
 /// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
 /// progress on stderr.
@@ -212,14 +49,19 @@ pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome,
 
 /// The Slurm settings of a run: the matrix's `slurm:` block, the environment and the
 /// flags merged; GPUs are requested when the partition has them, unless `--gpus 0`.
-fn slurm_launch(args: &MatrixArgs, expansion: &Expansion) -> Result<slurm::SlurmLaunch, CliError> {
-    let settings = crate::slurm::Settings::for_run(expansion.spec.slurm.as_ref(), args)?;
+fn slurm_launch(args: &MatrixArgs, expansion: &Expansion) -> Result<config::SlurmLaunch, CliError> {
+    let settings = crate::slurm::Settings::resolve(
+        expansion.spec.slurm.as_ref(),
+        args.partition.as_deref(),
+        args.account.as_deref(),
+        |k| std::env::var(k).ok(),
+    )?;
     let poll = slurm::poll_from_env().map_err(|e| CliError::bad_input(miette::miette!("{e}")))?;
     let use_gpus = match args.gpus {
         Some(0) => false,
         _ => crate::slurm::partition_has_gpus(settings.partition.as_deref())?,
     };
-    Ok(slurm::SlurmLaunch {
+    Ok(config::SlurmLaunch {
         settings,
         use_gpus,
         poll,
@@ -237,11 +79,21 @@ pub fn run_with(
         inv = inv.with_count(n);
     }
     let env = crate::env::capture(&inv);
+    let bench_exe = match &config.bench_exe {
+        Some(p) => p.clone(),
+        None => {
+            std::env::current_exe().map_err(|e| launch::LaunchError::CurrentExe(e.to_string()))?
+        }
+    };
+    let launcher: Arc<dyn Launcher> = match &config.launcher {
+        Launch::Local => Arc::new(Local::new(bench_exe, &inv)),
+        Launch::Slurm(sl) => Arc::new(Slurm::new(sl.clone(), bench_exe)),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    rt.block_on(scheduler::run(config, expansion, inv, env, reporter))
+    rt.block_on(dispatch::run(config, launcher, expansion, env, reporter))
 }
 
 /// `bench matrix FILE` without `--dry-run`: load, run, then compare with the baselines and

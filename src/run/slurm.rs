@@ -9,7 +9,10 @@
 //! the moment the job leaves the queue (time spent pending is the cluster's, not the
 //! cell's); when it passes, or on Ctrl-C, the job is `scancel`led (SIGTERM to its tasks),
 //! and killed with SIGKILL if it is still there after the grace period. How the job ended
-//! becomes a [`Termination`], judged by the scheduler as a local attempt's would be.
+//! becomes a [`Termination`], judged by the dispatcher as a local attempt's would be.
+//!
+//! Why one file of this size: one job's life (submit, queue, run, stop, read back) is one
+//! state machine, and its output reading must agree with its state polling line by line.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -21,10 +24,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::{watch, Mutex};
 
 use super::executor::{AttemptOutput, Cancel, Collector, Termination};
-use crate::events::{exit, ErrorKind, Event};
+use crate::events::{ErrorKind, Event};
+use crate::exit::worker as exit;
 use crate::results::Environment;
 use crate::slurm::job::{self, Listed};
-use crate::slurm::{JobPlan, JobState, Settings, SlurmError};
+use crate::slurm::{JobPlan, JobState, SlurmError};
 
 /// How often the queue is asked about the jobs in flight by default.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(2);
@@ -40,35 +44,6 @@ const GONE_LIMIT: Duration = Duration::from_secs(30);
 /// How long a finished job's output file may lag behind its state (a shared file system
 /// shows the compute node's last writes a little later).
 const OUTPUT_LAG: Duration = Duration::from_secs(5);
-
-/// Settings of the Slurm launcher for a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SlurmLaunch {
-    pub settings: Settings,
-    /// Request one GPU per task (`--gpus-per-node`); false for a CPU partition or `--gpus 0`.
-    pub use_gpus: bool,
-    pub poll: Duration,
-}
-
-impl SlurmLaunch {
-    /// A one-line description for the progress output.
-    pub fn describe(&self, jobs: usize) -> String {
-        let mut parts = vec![match &self.settings.partition {
-            Some(p) => format!("partition {p}"),
-            None => "default partition".to_string(),
-        }];
-        if let Some(a) = &self.settings.account {
-            parts.push(format!("account {a}"));
-        }
-        parts.push(if self.use_gpus {
-            format!("{} GPUs per node", self.settings.gpus_per_node)
-        } else {
-            "CPU tasks".to_string()
-        });
-        parts.push(format!("up to {jobs} job(s) at once"));
-        parts.join(", ")
-    }
-}
 
 /// The poll interval from [`ENV_POLL`], else [`DEFAULT_POLL`].
 pub fn poll_from_env() -> Result<Duration, String> {
@@ -186,7 +161,7 @@ pub struct JobAttempt {
     pub node_env: Option<Environment>,
 }
 
-/// What the scheduler hears about a job while it runs.
+/// What the launcher hears about a job while it runs.
 pub enum JobNews<'a> {
     Submitted(&'a str),
     Running {
@@ -329,7 +304,7 @@ impl OutputTail {
     }
 }
 
-/// Where the lines of the job's output go: logs, collector, scheduler.
+/// Where the lines of the job's output go: logs, collector, launcher.
 struct Reader<'a, F: FnMut(JobNews<'_>)> {
     logs: JobLogs,
     collector: Collector,
@@ -752,7 +727,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
 }
 
 /// Reads the job's node environment if it has not been read yet and is there now; says so
-/// in the job's logs and to the scheduler.
+/// in the job's logs and to the launcher.
 fn read_env_once<F: FnMut(JobNews<'_>)>(
     file: Option<&Path>,
     job_id: &str,

@@ -120,19 +120,6 @@ fn check_name(origin: &str, what: &'static str, v: String) -> Result<String, Slu
 }
 
 impl Settings {
-    /// [`Settings::resolve`] with the run's flags and the process environment.
-    pub fn for_run(
-        spec: Option<&SlurmSpec>,
-        args: &crate::cli::MatrixArgs,
-    ) -> Result<Settings, SlurmError> {
-        Self::resolve(
-            spec,
-            args.partition.as_deref(),
-            args.account.as_deref(),
-            |k| std::env::var(k).ok(),
-        )
-    }
-
     /// Merges, highest first: the flags (`--partition`, `--account`), the environment
     /// (`BENCH_SLURM_PARTITION`, `BENCH_SLURM_ACCOUNT`), the matrix's `slurm:` block.
     /// `env` reads a variable (pass `|k| std::env::var(k).ok()`).

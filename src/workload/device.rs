@@ -40,26 +40,19 @@ fn set_cpu_threads() -> Result<(), WorkerError> {
 }
 
 impl DeviceInfo {
-    /// Resolves `cpu`, `cuda`, `cuda:N` or `auto`.
-    pub fn resolve(spec: &str) -> Result<DeviceInfo, WorkerError> {
+    /// Resolves `cpu`, `cuda`, `cuda:N` or `auto` to a device of this host.
+    pub fn resolve(spec: crate::axes::Device) -> Result<DeviceInfo, WorkerError> {
+        use crate::axes::Device as Spec;
         let device = match spec {
-            "cpu" => Device::Cpu,
-            "auto" => {
+            Spec::Cpu => Device::Cpu,
+            Spec::Auto => {
                 if Cuda::is_available() {
                     Device::Cuda(0)
                 } else {
                     Device::Cpu
                 }
             }
-            "cuda" => Device::Cuda(0),
-            s => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-                Some(Ok(i)) => Device::Cuda(i),
-                _ => {
-                    return Err(WorkerError::BadInput(format!(
-                        "--device {s:?}: expected cpu, cuda, cuda:N or auto"
-                    )))
-                }
-            },
+            Spec::Cuda(i) => Device::Cuda(i.unwrap_or(0)),
         };
         if let Device::Cuda(i) = device {
             let count = Cuda::device_count();

@@ -4,7 +4,7 @@
 //! rank's peak memory). DDP and FSDP ([`super::dp`]) build on it.
 //!
 //! A peer's failure reaches this rank through the rendezvous' watcher thread, which aborts
-//! the communicator (`ncclCommAbort`) and exits with `events::exit::DISTRIBUTED`, so no
+//! the communicator (`ncclCommAbort`) and exits with `exit::worker::DISTRIBUTED`, so no
 //! rank is left spinning in a collective; this rank's own failure is reported to the
 //! others by [`Group::report_failure`] (or by its socket closing when it dies).
 

@@ -53,19 +53,20 @@ pub fn median(xs: &[f64]) -> Option<f64> {
 
 pub fn summary(rec: &Recorder, facts: &RunFacts) -> SummaryEvent {
     let step = median(&rec.measured);
-    let tps = step.map(|s| flops::tokens_per_s(facts.tokens_per_step, s));
-    let per_gpu = tps.map(|t| t / facts.world_size.max(1) as f64);
-    let tflops = per_gpu.map(|t| flops::tflops_per_gpu(t, facts.flops_per_token));
-    let mfu = match (tflops, &facts.peak) {
-        (Some(t), Some(p)) => Some(flops::mfu(t, p)),
-        _ => None,
-    };
+    let t = step.map(|s| {
+        flops::throughput(
+            flops::tokens_per_s(facts.tokens_per_step, s),
+            facts.world_size,
+            Some(facts.flops_per_token),
+            facts.peak.as_ref().map(|p| p.tflops),
+        )
+    });
     SummaryEvent {
-        tokens_per_s: tps,
-        tokens_per_s_per_gpu: per_gpu,
+        tokens_per_s: t.map(|t| t.tokens_per_s),
+        tokens_per_s_per_gpu: t.map(|t| t.tokens_per_s_per_gpu),
         step_time_s: step,
-        tflops_per_gpu: tflops,
-        mfu,
+        tflops_per_gpu: t.and_then(|t| t.tflops_per_gpu),
+        mfu: t.and_then(|t| t.mfu),
         mfu_policy: facts.peak.as_ref().map(|p| p.policy.clone()),
         peak_mem_bytes: facts.peak_mem_bytes.into_iter().collect(),
         n_params: Some(facts.n_params),
@@ -97,10 +98,7 @@ mod tests {
                 world_size: 1,
                 n_params: 10,
                 flops_per_token: 1e9,
-                peak: crate::metrics::flops::peak_tflops(
-                    "H100",
-                    crate::metrics::flops::MatmulDtype::Bf16,
-                ),
+                peak: crate::metrics::flops::peak_tflops("H100", crate::axes::Dtype::Bf16),
                 peak_mem_bytes: None,
                 device: "x".into(),
             },

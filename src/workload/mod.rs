@@ -5,7 +5,7 @@
 //! model ([`models`]) and data ([`data`]), run the loop ([`train`], with [`sac`],
 //! [`precision`] and [`optim`]), and summarise ([`measure`], formulas in
 //! [`crate::metrics::flops`]). Every failure becomes one error event and a distinct exit
-//! code (`events::exit`); libtorch errors, which tch raises as panics, are caught at one
+//! code (`exit::worker`); libtorch errors, which tch raises as panics, are caught at one
 //! boundary here and classified.
 
 pub mod data;
@@ -24,6 +24,7 @@ use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
+use crate::axes::{Device, Parallel};
 use crate::cli::WorkerArgs;
 use crate::events::{ErrorKind, Event};
 use crate::metrics::flops;
@@ -86,24 +87,6 @@ fn first_line(msg: &str) -> String {
     msg.lines().next().unwrap_or("").to_string()
 }
 
-/// `--parallel`: how the ranks of a cell share the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParallelKind {
-    Single,
-    Ddp,
-    Fsdp,
-}
-
-impl ParallelKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ParallelKind::Single => "single",
-            ParallelKind::Ddp => "ddp",
-            ParallelKind::Fsdp => "fsdp",
-        }
-    }
-}
-
 /// Features the worker knows.
 const FEATURES: [&str; 2] = ["compile", "sac"];
 
@@ -120,7 +103,7 @@ pub struct Settings {
     pub grad_accum: u32,
     /// `--parallel`: DDP and FSDP run one rank per GPU when the launch contract says
     /// WORLD_SIZE > 1, and their own schedule over one rank otherwise.
-    pub parallel: ParallelKind,
+    pub parallel: Parallel,
 }
 
 impl Settings {
@@ -133,19 +116,9 @@ impl Settings {
                 names.join(", ")
             ))
         })?;
-        let precision = Precision::parse(&a.dtype).ok_or_else(|| {
-            WorkerError::BadInput(format!("--dtype {:?}: expected fp32, bf16 or fp8", a.dtype))
-        })?;
-        let parallel = match a.parallel.as_str() {
-            "single" => ParallelKind::Single,
-            "ddp" => ParallelKind::Ddp,
-            "fsdp" => ParallelKind::Fsdp,
-            other => {
-                return Err(WorkerError::Unsupported(format!(
-                    "--parallel {other}: the built-in workload runs single, ddp or fsdp"
-                )))
-            }
-        };
+        // `--dtype` and `--parallel` arrive typed: clap refused anything else (exit 2).
+        let precision = a.dtype;
+        let parallel = a.parallel;
         for f in &a.features {
             if !FEATURES.contains(&f.as_str()) {
                 return Err(WorkerError::Unsupported(format!(
@@ -203,7 +176,7 @@ fn emit(e: Event) {
     let _ = out.flush();
 }
 
-/// Runs one worker and returns its exit code (see `events::exit`).
+/// Runs one worker and returns its exit code (see `exit::worker`).
 pub fn run_worker(args: &WorkerArgs) -> i32 {
     let started = Instant::now();
     if args.list_models {
@@ -220,7 +193,7 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
                 c.name, size, c.layers, c.hidden, c.heads, c.kv_heads, c.vocab
             );
         }
-        return crate::events::exit::OK;
+        return crate::exit::worker::OK;
     }
     let result = catch_unwind(AssertUnwindSafe(|| run(args, started))).unwrap_or_else(|panic| {
         let msg = panic
@@ -231,7 +204,7 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
         Err(WorkerError::from_device(msg))
     });
     match result {
-        Ok(()) => crate::events::exit::OK,
+        Ok(()) => crate::exit::worker::OK,
         Err(e) => {
             let kind = e.kind();
             eprintln!("bench worker {}: {e}", args.cell_id);
@@ -249,7 +222,7 @@ pub fn run_worker(args: &WorkerArgs) -> i32 {
 /// one rank (collectives become local copies), so a one-GPU cell measures the code path
 /// its many-GPU cells run.
 fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
-    if s.parallel == ParallelKind::Single {
+    if s.parallel == Parallel::Single {
         return Ok(None);
     }
     let env = DistEnv::from_env().map_err(|e| WorkerError::Distributed(e.to_string()))?;
@@ -260,9 +233,9 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     let s = Settings::resolve(args)?;
     let denv = dist_env(&s)?;
     // A rank uses the GPU at LOCAL_RANK among those the launcher made visible.
-    let device_spec = match (&denv, args.device.as_str()) {
-        (Some(e), "auto" | "cuda") => format!("cuda:{}", e.local_rank),
-        _ => args.device.clone(),
+    let device_spec = match (&denv, args.device) {
+        (Some(e), Device::Auto | Device::Cuda(None)) => Device::Cuda(Some(e.local_rank as usize)),
+        (_, d) => d,
     };
     let par = s.parallel.name();
     if denv.is_some() && !tch::Cuda::is_available() {
@@ -270,7 +243,7 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
             "--parallel {par}: needs one CUDA GPU per rank and NCCL; no CUDA device is visible"
         )));
     }
-    let dev = DeviceInfo::resolve(&device_spec)?;
+    let dev = DeviceInfo::resolve(device_spec)?;
     let group = match (&denv, dev.device) {
         (Some(e), tch::Device::Cuda(i)) => Some(group::Group::join(e.clone(), i as i64)?),
         (Some(_), _) => {
@@ -325,7 +298,7 @@ fn train_on(
             dev.name
         )));
     }
-    let data_parallel = s.parallel != ParallelKind::Single;
+    let data_parallel = s.parallel != Parallel::Single;
     let cuda_graph = s.compile && dev.is_cuda() && !data_parallel;
     if s.compile && dev.is_cuda() && data_parallel {
         emit(Event::Notice {
@@ -379,7 +352,7 @@ fn train_on(
     let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
     let mut dp_state: Option<dp::DataParallel> = None;
     let parallel = match s.parallel {
-        ParallelKind::Single => train::Parallel::Single,
+        Parallel::Single => train::Parallel::Single,
         kind => {
             let comms = match group {
                 Some(g) => dp::Comms::Nccl {
@@ -389,7 +362,7 @@ fn train_on(
                 None => dp::Comms::Local,
             };
             let sharding = match kind {
-                ParallelKind::Fsdp => dp::Sharding::Sharded,
+                Parallel::Fsdp => dp::Sharding::Sharded,
                 _ => dp::Sharding::Replicated,
             };
             let d = dp_state.insert(dp::DataParallel::new(
@@ -470,7 +443,7 @@ fn train_on(
             s.cfg.hidden as u64,
             s.seq_len as u64,
         ),
-        peak: flops::peak_tflops(&dev.name, s.precision.matmul_dtype()),
+        peak: flops::peak_tflops(&dev.name, s.precision),
         peak_mem_bytes: dev.peak_memory()?,
         device: dev.name.clone(),
     };
@@ -518,6 +491,6 @@ mod tests {
             WorkerError::from_device("shape mismatch".into()).kind(),
             ErrorKind::Internal
         );
-        assert_eq!(ErrorKind::Oom.exit_code(), crate::events::exit::OOM);
+        assert_eq!(ErrorKind::Oom.exit_code(), crate::exit::worker::OOM);
     }
 }

@@ -10,38 +10,16 @@ pub mod fp8;
 
 use tch::{Kind, Tensor};
 
-/// The `--dtype` of a cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precision {
-    Fp32,
-    Bf16,
-    Fp8,
-}
+/// The `--dtype` of a cell: the shared [`crate::axes::Dtype`], with the libtorch facts the
+/// workload needs added here.
+pub use crate::axes::Dtype as Precision;
 
 impl Precision {
-    pub fn parse(s: &str) -> Option<Precision> {
-        match s {
-            "fp32" | "float32" => Some(Precision::Fp32),
-            "bf16" | "bfloat16" => Some(Precision::Bf16),
-            "fp8" => Some(Precision::Fp8),
-            _ => None,
-        }
-    }
-
     /// The dtype activations and matmul inputs are in.
     pub fn compute_kind(self) -> Kind {
         match self {
             Precision::Fp32 => Kind::Float,
             Precision::Bf16 | Precision::Fp8 => Kind::BFloat16,
-        }
-    }
-
-    pub fn matmul_dtype(self) -> crate::metrics::flops::MatmulDtype {
-        use crate::metrics::flops::MatmulDtype;
-        match self {
-            Precision::Fp32 => MatmulDtype::Fp32,
-            Precision::Bf16 => MatmulDtype::Bf16,
-            Precision::Fp8 => MatmulDtype::Fp8,
         }
     }
 }

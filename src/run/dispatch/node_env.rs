@@ -1,4 +1,5 @@
-//! The environment of a Slurm run: the nodes' the cells ran on, not the submitting host's.
+//! The environment of a run whose cells run elsewhere (Slurm): the nodes' the cells ran
+//! on, not the submitting host's.
 //!
 //! Under `--launcher slurm` the host that runs `bench` is often a login node without the
 //! partition's GPUs, so its environment (and hardware key, which picks
@@ -20,7 +21,14 @@
 //!   node to report in the resumed session has another, the run is refused (exit 2), as a
 //!   local resume on other hardware is, before anything measured there is kept.
 
-use crate::results::{CellResult, Environment, Outcome};
+use std::path::PathBuf;
+
+use super::cell::NodeReport;
+use super::resume::Book;
+use crate::results::{CellResult, Environment, EnvironmentSource, Metrics, Outcome, RunResults};
+use crate::run::error::RunError;
+use crate::run::events::RunEvent;
+use crate::run::progress::Reporter;
 
 /// What a report of a node's environment means for the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +129,114 @@ pub fn foreign_hardware(cell: &CellResult, run_key: &str) -> Option<String> {
         format!(
             "measured on hardware {}, but this run's hardware key is `{run_key}`: its figures cannot be compared with `{run_key}` baselines; pin the partition's hardware (e.g. slurm.sbatch_args: [--constraint=...])",
             foreign.join(", ")
+        )
+    })
+}
+
+/// Decides on a job's report of its node's environment: the first one
+/// becomes the run's (saved at once), later ones of other hardware are warned about, and a
+/// resumed run on other hardware is refused. Returns why the run must stop, if it must.
+pub fn on_report(
+    report: NodeReport,
+    node_envs: &mut NodeEnvs,
+    book: &mut Book,
+    refused: &mut Option<RunError>,
+    resume: &Option<PathBuf>,
+    reporter: &mut dyn Reporter,
+) -> Result<Option<String>, RunError> {
+    let NodeReport { cell, job_id, env } = report;
+    if refused.is_some() {
+        // The run is stopping on the first refusal; the rest would only repeat it.
+        return Ok(None);
+    }
+    match node_envs.on_report(&book.doc.environment, &env) {
+        Decision::Adopt(adopted) => {
+            let was = &book.doc.environment.hardware_key;
+            if was != &adopted.hardware_key
+                && book.doc.environment_source == Some(EnvironmentSource::SubmitHost)
+                && book
+                    .slots
+                    .iter()
+                    .flatten()
+                    .chain(book.others.iter())
+                    .any(|c| c.outcome == Outcome::Passed)
+            {
+                reporter.on_event(&RunEvent::Warning {
+                    message: format!(
+                        "the run being resumed recorded the submitting host's hardware key `{was}`; the nodes' is `{}`, which now applies to its kept cells too",
+                        adopted.hardware_key
+                    ),
+                });
+            }
+            reporter.on_event(&RunEvent::EnvironmentAdopted {
+                hardware_key: adopted.hardware_key.clone(),
+                host: adopted.host.clone(),
+                job_id: job_id.clone(),
+            });
+            book.doc.environment = *adopted;
+            book.doc.environment_source = Some(EnvironmentSource::SlurmNode {
+                job_id,
+                cell: cell.to_string(),
+            });
+            book.save()?;
+            Ok(None)
+        }
+        Decision::Matches => Ok(None),
+        Decision::Mismatch { run_key } => {
+            reporter.on_event(&RunEvent::Warning {
+                message: format!(
+                    "Slurm job {job_id} of cell {cell} runs on node {} of hardware `{}`, but this run's hardware key is `{run_key}` (from its first job's node): the cell's measurements will not be compared with `{run_key}` baselines and the cell fails; pin the partition's hardware (e.g. slurm.sbatch_args: [--constraint=...])",
+                    env.host, env.hardware_key
+                ),
+            });
+            Ok(None)
+        }
+        Decision::Refuse { was } => {
+            let why = format!(
+                "the resumed run was measured on `{was}`, but Slurm job {job_id} runs on {} of hardware `{}`",
+                env.host, env.hardware_key
+            );
+            *refused = Some(RunError::NodesHardwareChanged {
+                path: resume.clone().unwrap_or_else(|| book.dir.clone()),
+                was,
+                now: env.hardware_key,
+                job_id,
+                host: env.host,
+            });
+            Ok(Some(why))
+        }
+    }
+}
+
+/// A finished cell of a run whose environment came from its nodes, measured on a node of
+/// other hardware: never compared with (or filed under) another hardware's baselines. A
+/// refused resume keeps it unfinished, for a resume on the right nodes.
+pub fn check_cell(result: &mut CellResult, doc: &RunResults, refused: bool) {
+    if !matches!(
+        doc.environment_source,
+        Some(EnvironmentSource::SlurmNode { .. })
+    ) {
+        return;
+    }
+    if let Some(why) = foreign_hardware(result, &doc.environment.hardware_key) {
+        result.metrics = Metrics::new();
+        result.outcome = if refused {
+            Outcome::Skipped {
+                reason: format!("not kept: {why}"),
+            }
+        } else {
+            Outcome::Failed { reason: why }
+        };
+    }
+}
+
+/// The warning a run ends with when no node reported its environment, so that the
+/// results still hold the submitting host's.
+pub fn submit_host_warning(doc: &RunResults) -> Option<String> {
+    (doc.environment_source == Some(EnvironmentSource::SubmitHost)).then(|| {
+        format!(
+            "no Slurm job reported its node's environment, so results.json records the submitting host's ({}, hardware key `{}`): the comparison with baselines/{}.yaml may be against hardware other than the nodes' (each job's log under logs/ says why its node did not report)",
+            doc.environment.host, doc.environment.hardware_key, doc.environment.hardware_key
         )
     })
 }

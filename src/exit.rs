@@ -1,0 +1,41 @@
+//! Exit codes: the one table of what the status of each of our processes means.
+//!
+//! Two processes report through exit codes and they answer different questions, so they
+//! have two namespaces here rather than one list: [`bench`] is what CI sees from the `bench`
+//! command (did the gate pass), [`worker`] is what the runner sees from one worker process
+//! (why a cell failed, which decides skip, retry or fail). The numbers differ on purpose
+//! and both are documented contracts (README, docs/runner.md): a worker's 1 is a crash, the
+//! command's 1 is a failed gate. Keeping both here means neither can drift unnoticed.
+
+/// Exit codes of the `bench` command (documented in the README and in `bench --help`).
+pub mod bench {
+    pub const OK: i32 = 0;
+    /// Regressions, failed or timed-out cells.
+    pub const FAILED: i32 = 1;
+    /// Bad input: matrix, filter, baseline file, arguments.
+    pub const BAD_INPUT: i32 = 2;
+    /// An internal failure of bench itself (I/O, a bug).
+    pub const INTERNAL: i32 = 3;
+    /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// Exit codes of `bench worker` (and of any command workload that wants its failures
+/// classified), distinct per failure class so the runner can tell an unsupported
+/// configuration (a skip) from a crash (an infrastructure failure, retried) from a training
+/// failure (out of memory, NaN loss: a failed cell, not retried).
+pub mod worker {
+    pub const OK: i32 = 0;
+    /// Internal error (a bug or an unexpected libtorch error).
+    pub const INTERNAL: i32 = 1;
+    /// Bad arguments or configuration.
+    pub const BAD_INPUT: i32 = 2;
+    /// The device cannot run this configuration (e.g. fp8 on a GPU without fp8 support).
+    pub const UNSUPPORTED: i32 = 3;
+    /// Out of device memory.
+    pub const OOM: i32 = 4;
+    /// The loss became NaN or infinite.
+    pub const NAN_LOSS: i32 = 5;
+    /// A collective (NCCL) or rendezvous failure in a multi-rank cell.
+    pub const DISTRIBUTED: i32 = 6;
+}

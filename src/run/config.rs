@@ -1,0 +1,150 @@
+//! The resolved settings of a run and what a run produced: the types the entry point
+//! ([`super::run_with`]) and the dispatcher share.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::MatrixArgs;
+use crate::error::CliError;
+use crate::exit::bench as exit;
+use crate::results::{Outcome, RunResults};
+use crate::slurm::Settings;
+
+/// Default time between SIGTERM and SIGKILL when a cell is stopped.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// How cells are started.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launch {
+    /// Worker processes on this host, on its GPU slots.
+    Local,
+    /// One Slurm job per attempt.
+    Slurm(SlurmLaunch),
+}
+
+impl Launch {
+    /// The name recorded in the results (`launcher`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Launch::Local => "local",
+            Launch::Slurm(_) => "slurm",
+        }
+    }
+}
+
+/// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub results_dir: PathBuf,
+    pub run_id: Option<String>,
+    pub resume: Option<PathBuf>,
+    pub fail_fast: bool,
+    pub max_fail: Option<u32>,
+    /// `--gpus N`: use N GPUs (0: run on CPU); `None`: every GPU the tools show.
+    pub gpus: Option<u32>,
+    /// Time between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The matrix file, recorded in the results.
+    pub matrix: PathBuf,
+    pub filters: Vec<String>,
+    pub no_progress: bool,
+    /// Program for built-in cells (`bench worker`); `None`: this executable.
+    pub bench_exe: Option<PathBuf>,
+    pub launcher: Launch,
+    /// `--jobs N`: at most N cells in flight; `None`: as many as fit the GPU slots
+    /// locally, [`crate::run::slurm::DEFAULT_JOBS`] under Slurm.
+    pub jobs: Option<usize>,
+}
+
+impl RunConfig {
+    /// Resolves `bench matrix` arguments (with the local launcher; [`run_matrix`] sets up
+    /// Slurm); a grace period that is not a finite, non-negative number of seconds is bad
+    /// input.
+    pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
+        let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
+            CliError::bad_input(miette::miette!(
+                "--kill-grace {}: expected a non-negative number of seconds",
+                args.kill_grace
+            ))
+        })?;
+        Ok(RunConfig {
+            results_dir: args.results_dir.clone(),
+            run_id: args.run_id.clone(),
+            resume: args.resume.clone(),
+            fail_fast: args.fail_fast,
+            max_fail: args.max_fail,
+            gpus: args.gpus,
+            grace,
+            matrix: args.file.clone(),
+            filters: args.filters.clone(),
+            no_progress: args.no_progress,
+            bench_exe: None,
+            launcher: Launch::Local,
+            jobs: match args.jobs {
+                Some(0) => {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "--jobs 0: at least one cell must be able to run"
+                    )))
+                }
+                j => j.map(|j| j as usize),
+            },
+        })
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_dir: PathBuf,
+    pub results: RunResults,
+    /// Stopped by Ctrl-C or SIGTERM (exit 130).
+    pub interrupted: bool,
+}
+
+impl RunOutcome {
+    /// The exit code of the run alone (before baselines are compared): 130 when
+    /// interrupted, 1 when a cell failed or timed out, else 0.
+    pub fn exit_code(&self) -> i32 {
+        if self.interrupted {
+            exit::INTERRUPTED
+        } else if self
+            .results
+            .cells
+            .iter()
+            .any(|c| matches!(c.outcome, Outcome::Failed { .. } | Outcome::TimedOut { .. }))
+        {
+            exit::FAILED
+        } else {
+            exit::OK
+        }
+    }
+}
+
+/// Settings of the Slurm launcher for a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmLaunch {
+    pub settings: Settings,
+    /// Request one GPU per task (`--gpus-per-node`); false for a CPU partition or `--gpus 0`.
+    pub use_gpus: bool,
+    pub poll: Duration,
+}
+
+impl SlurmLaunch {
+    /// A one-line description for the progress output.
+    pub fn describe(&self, jobs: usize) -> String {
+        let mut parts = vec![match &self.settings.partition {
+            Some(p) => format!("partition {p}"),
+            None => "default partition".to_string(),
+        }];
+        if let Some(a) = &self.settings.account {
+            parts.push(format!("account {a}"));
+        }
+        parts.push(if self.use_gpus {
+            format!("{} GPUs per node", self.settings.gpus_per_node)
+        } else {
+            "CPU tasks".to_string()
+        });
+        parts.push(format!("up to {jobs} job(s) at once"));
+        parts.join(", ")
+    }
+}
