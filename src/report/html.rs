@@ -518,7 +518,7 @@ pub fn html_command(args: &HtmlArgs) -> Result<i32, CliError> {
     };
     write_page(&out, &data)?;
     println!("{}", out.display());
-    Ok(crate::error::exit::OK)
+    Ok(crate::exit::bench::OK)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, V
 use crate::baseline::store::hardware_words;
 use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, one_line, pct, pct_change,
-    rule_drops, three_digits, STEP_TIME_FAMILY,
+    rule_drops, three_digits,
 };
 use crate::report::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
@@ -313,7 +313,7 @@ fn from_repeats(result: &CellResult, metric: &str) -> Option<ChartData> {
 /// time: each step's value is the cell's value scaled by the median step time over that
 /// step's time (or the inverse, for metrics where lower is better).
 fn from_steps(result: &CellResult, metric: &str) -> Option<ChartData> {
-    if !STEP_TIME_FAMILY.contains(&metric) {
+    if !crate::metrics::catalog::in_step_time_family(metric) {
         return None;
     }
     let value = result.metrics.get(metric)?.value;
@@ -330,7 +330,7 @@ fn from_steps(result: &CellResult, metric: &str) -> Option<ChartData> {
         return None;
     }
     let lower =
-        crate::baseline::Direction::default_for(metric) == Some(crate::baseline::Direction::Lower);
+        crate::metrics::catalog::direction(metric) == Some(crate::baseline::Direction::Lower);
     let keep = pick(steps.len(), CHART_POINTS);
     Some(ChartData {
         labels: keep.iter().map(|&i| steps[i].step.to_string()).collect(),
