@@ -112,7 +112,10 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         let r = &c.repeats[0];
         assert_eq!(r.steps.len(), 8);
         assert_eq!(r.steps.iter().filter(|s| s.warmup == Some(true)).count(), 3);
-        assert!(r.steps.iter().all(|s| s.loss.is_finite() && s.tokens == 128));
+        assert!(r
+            .steps
+            .iter()
+            .all(|s| s.loss.is_finite() && s.tokens == 128));
         let tps = c.metrics["tokens_per_s"].value;
         assert!(tps.is_finite() && tps > 0.0);
         assert!(c.metrics.contains_key("tflops_per_gpu"));
@@ -136,7 +139,13 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         assert!(fw.tokens_per_s_per_gpu.is_some_and(|t| t > 0.0));
     }
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
-    assert!(table.contains("| llama-tiny.fp32.1gpu.single.base | hf (transformers "), "{table}");
-    assert!(table.contains("| llama-tiny.fp32.1gpu.single.base | builtin |"), "{table}");
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.base | hf (transformers "),
+        "{table}"
+    );
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.base | builtin |"),
+        "{table}"
+    );
     assert!(table.contains('$'), "cost at --gpu-hour-price: {table}");
 }

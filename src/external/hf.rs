@@ -318,7 +318,10 @@ mod tests {
         assert!((steps[5].step_time_s - 0.297864).abs() < 1e-12);
         assert!((steps[5].loss - 6.1523).abs() < 1e-12);
         assert!((end.run_tokens_per_s_per_gpu.unwrap() - 1.337 * 64.0).abs() < 1e-9);
-        assert!(end.peak_mem_bytes.is_empty(), "memory -1 on CPU is not a figure");
+        assert!(
+            end.peak_mem_bytes.is_empty(),
+            "memory -1 on CPU is not a figure"
+        );
         assert_eq!(end.info.name, "transformers");
         assert_eq!(end.info.version, "4.57.1");
     }
@@ -330,8 +333,12 @@ mod tests {
         let cut = text.rfind("{'loss'").unwrap();
         let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
         assert!(e.message.contains("step 6 has no loss line"), "{e}");
-        let e = log::read_all(&mut parser(), &text.replace("time: 0.297864", "time: abc"), true)
-            .unwrap_err();
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("time: 0.297864", "time: abc"),
+            true,
+        )
+        .unwrap_err();
         assert!(e.line.contains("time: abc"), "{e}");
         // Two ranks' step lines without prefixes: a step line before the previous loss.
         let doubled = text.replacen(
@@ -347,4 +354,3 @@ mod tests {
         assert!(e.message.contains("asks for 256"), "{e}");
     }
 }
-

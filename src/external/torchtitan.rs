@@ -336,8 +336,6 @@ pub struct TitanLog {
     steps_expected: u32,
     info: Option<DriverInfo>,
     order: StepOrder,
-    /// The reporting rank: the lowest rank prefix seen on a step line (None: unprefixed).
-    reporter: Option<Option<u32>>,
     last_ms: Option<i64>,
     mem: std::collections::BTreeMap<u32, u64>,
     /// Tokens per step per data-parallel rank, from torchtitan's own config line.
@@ -381,9 +379,9 @@ impl LogParser for TitanLog {
         let e = self.mem.entry(r).or_default();
         *e = (*e).max((mem_gib * (1u64 << 30) as f64).round() as u64);
         self.order.check(rank, step).map_err(|m| bad(&m))?;
-        let reporter = *self.reporter.get_or_insert(rank);
-        if rank != reporter {
-            // Other ranks' lines give their memory; rank 0 gives the steps.
+        if r != 0 {
+            // Other ranks' lines give their memory; rank 0 (or an unprefixed one-rank log)
+            // gives the steps, whichever rank's line torchrun printed first.
             return Ok(vec![]);
         }
         let ms = millis(&c[1]).ok_or_else(|| bad("unreadable timestamp"))?;
@@ -615,5 +613,26 @@ mod tests {
         let text = fixture(SOURCE_2RANK).replacen("total steps 8", "total steps 9", 1);
         let e = log::read_all(&mut parser(8), &text, true).unwrap_err();
         assert!(e.message.contains("did not take"), "{e}");
+    }
+
+    #[test]
+    fn captured_two_rank_h200_log() {
+        let text = fixture("torchtitan-0.2.2-h200x2-fsdp.log");
+        let (steps, end) = log::read_all(&mut parser(12), &text, true).unwrap();
+        assert_eq!(steps.len(), 12);
+        // Rank 0's timestamps 01:30:09,724 and 01:30:09,914 (rank 1 printed first).
+        assert!(
+            (steps[11].step_time_s - 0.190).abs() < 1e-9,
+            "{:?}",
+            steps[11]
+        );
+        assert_eq!(steps[11].tokens_per_s_per_gpu, Some(43315.0));
+        assert!((steps[11].loss - 3.45591).abs() < 1e-12);
+        let gib = (1u64 << 30) as f64;
+        assert_eq!(end.peak_mem_bytes, vec![(25.67 * gib).round() as u64; 2]);
+        assert_eq!(end.info.device, "NVIDIA H200");
+        // The same lines without torchrun's prefixes cannot be attributed: refused.
+        let bare: String = text.lines().map(|l| log::split_rank(l).1 + "\n").collect();
+        assert!(log::read_all(&mut parser(12), &bare, true).is_err());
     }
 }
