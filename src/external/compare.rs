@@ -61,8 +61,9 @@ pub fn framework_of(c: &CellResult) -> String {
         .unwrap_or_else(|| c.params.workload.kind().to_string())
 }
 
-fn config_of(c: &CellResult) -> String {
-    c.values
+/// Every axis value but the framework's, as a cell id writes them.
+fn config_of(values: &IndexMap<String, crate::cell::Value>) -> String {
+    values
         .iter()
         .filter(|(k, _)| k.as_str() != "framework")
         .map(|(k, v)| match (k.as_str(), v) {
@@ -82,7 +83,7 @@ fn metric(c: &CellResult, name: &str) -> Option<f64> {
 pub fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
     let mut out: IndexMap<String, Row> = IndexMap::new();
     for c in &results.cells {
-        let config = config_of(c);
+        let config = config_of(&c.values);
         let per_gpu = metric(c, "tokens_per_s_per_gpu");
         let gpu_hours = per_gpu.filter(|t| *t > 0.0).map(|t| 1e12 / t / 3600.0);
         let version = c
@@ -115,19 +116,12 @@ pub fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
             .insert(framework_of(c), col);
     }
     for d in &results.dropped {
-        let mut values = d.values.clone();
-        let fw = values
-            .shift_remove("framework")
+        let fw = d
+            .values
+            .get("framework")
             .map(|v| v.id_fragment())
             .unwrap_or_default();
-        let config = values
-            .iter()
-            .map(|(k, v)| match (k.as_str(), v) {
-                ("gpus", crate::cell::Value::Int(n)) => format!("{n}gpu"),
-                _ => v.id_fragment(),
-            })
-            .collect::<Vec<_>>()
-            .join(".");
+        let config = config_of(&d.values);
         if let Some(row) = out.get_mut(&config) {
             row.columns.entry(fw).or_insert_with(|| Column {
                 note: Some(format!("dropped: {}", d.reason)),
