@@ -154,6 +154,23 @@ pub enum Workload {
         #[serde(default)]
         env: BTreeMap<String, String>,
     },
+    /// torchtitan (PyTorch's reference trainer), launched with torchrun; its log is read
+    /// into step events by `crate::external` (docs/frameworks.md has the mapping).
+    Torchtitan(crate::external::FrameworkOpts),
+    /// The Hugging Face Trainer on a Llama config built from the cell's model preset.
+    Hf(crate::external::FrameworkOpts),
+}
+
+impl Workload {
+    /// The workload's kind as written in matrix files (`builtin`, `command`, `hf`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Workload::Builtin => "builtin",
+            Workload::Command { .. } => "command",
+            Workload::Torchtitan(_) => "torchtitan",
+            Workload::Hf(_) => "hf",
+        }
+    }
 }
 
 /// Resolved per-cell parameters (defaults, then per-axis-value overrides, then derived

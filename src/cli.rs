@@ -36,6 +36,17 @@ pub enum Command {
     Baseline(BaselineArgs),
     /// Print the environment and hardware key of this host.
     Env(EnvArgs),
+    /// Run one attempt of a framework cell (torchtitan, hf) and print worker events read
+    /// from its log (started by the runner).
+    #[command(hide = true)]
+    Adapt(AdaptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdaptArgs {
+    /// The cell, as JSON.
+    #[arg(long)]
+    pub cell: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -114,6 +125,9 @@ pub struct MatrixArgs {
     /// Seconds between SIGTERM and SIGKILL when a cell is stopped (timeout, Ctrl-C).
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub kill_grace: f64,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    #[arg(long, env = "BENCH_GPU_HOUR_PRICE", value_name = "PRICE")]
+    pub gpu_hour_price: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +135,9 @@ pub struct MatrixArgs {
 pub struct ReportArgs {
     #[command(subcommand)]
     pub command: Option<ReportCommand>,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    #[arg(long, env = "BENCH_GPU_HOUR_PRICE", value_name = "PRICE")]
+    pub gpu_hour_price: Option<f64>,
     /// A run folder, e.g. results/20261122T101500Z.
     pub run_dir: Option<PathBuf>,
     /// Folder of baseline files.

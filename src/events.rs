@@ -103,6 +103,10 @@ pub struct SummaryEvent {
     /// Device description, e.g. "NVIDIA H100 80GB HBM3" or "cpu".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// A framework adapter's record: the framework's version, its config file and hash, and
+    /// the figures the framework itself printed (beside bench's own above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<Box<crate::external::FrameworkReport>>,
 }
 
 /// One line of worker output.

@@ -17,6 +17,7 @@ pub mod env;
 pub mod error;
 pub mod events;
 pub mod exit;
+pub mod external;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;

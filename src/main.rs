@@ -22,6 +22,7 @@ fn main() {
             None => bench::report::report_command(&args),
         },
         Command::Env(args) => bench::env::cmd(&args),
+        Command::Adapt(args) => Ok(bench::external::run::main(&args.cell)),
     };
     let code = match result {
         Ok(code) => code,

@@ -185,6 +185,7 @@ fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io:
             crate::cell::Workload::Command { argv, .. } => {
                 format!("command {}", argv.first().map(String::as_str).unwrap_or(""))
             }
+            other => other.kind().to_string(),
         };
         writeln!(
             out,

@@ -221,7 +221,11 @@ pub fn expand_within(
                 reason: r.rule.reason.clone(),
                 cell,
             }),
-            None => kept.push((values, Vec::new())),
+            // A framework adapter drops what its framework cannot express, like a rule.
+            None => match crate::external::unexpressible(&cell) {
+                Some((by, reason)) => dropped.push(Dropped { by, reason, cell }),
+                None => kept.push((values, Vec::new())),
+            },
         }
     }
     // Dimensions are never empty (validated), so the product always has a first element;

@@ -132,7 +132,8 @@ pub struct ParamsPatch {
     /// Token file (.bin of uint16 or uint32 tokens); synthetic tokens when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    /// What runs: `{kind: builtin}` (default) or `{kind: command, argv: [...], env: {...}}`.
+    /// What runs: `{kind: builtin}` (default), `{kind: command, argv: [...], env: {...}}`, or
+    /// a framework adapter: `{kind: torchtitan | hf, python: ..., args: [...]}` (docs/frameworks.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
     /// Parameters of your own, available to command templates as `{name}`.

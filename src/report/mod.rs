@@ -74,6 +74,7 @@ pub fn file_exporters() -> Vec<Box<dyn Exporter>> {
         Box::new(json::JsonExporter),
         Box::new(human::HumanExporter),
         Box::new(html::HtmlExporter),
+        Box::new(crate::external::compare::FrameworksExporter),
     ]
 }
 
@@ -155,6 +156,7 @@ pub fn finish_run(
 /// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
 /// a finished run again from its `results.json`, against the baselines as they are now.
 pub fn report_command(args: &ReportArgs) -> Result<i32, CliError> {
+    crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
     let Some(run_dir) = &args.run_dir else {
         return Err(CliError::bad_input(miette::miette!(
             "bench report needs a run folder, e.g. `bench report results/20261122T101500Z`"

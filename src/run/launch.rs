@@ -217,6 +217,11 @@ pub fn command(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<ProcSp
             })?;
             (PathBuf::from(program), it.collect())
         }
+        // Framework adapters run under `bench adapt`, which reads the framework's log into
+        // worker events (crate::external).
+        Workload::Torchtitan(_) | Workload::Hf(_) => {
+            (bench_exe.to_path_buf(), crate::external::adapt_args(cell))
+        }
     };
     env.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(ProcSpec {

@@ -75,6 +75,7 @@ pub fn summary(rec: &Recorder, facts: &RunFacts) -> SummaryEvent {
         final_loss: rec.last_loss,
         time_to_first_step_s: rec.time_to_first_step_s,
         device: Some(facts.device.clone()),
+        framework: None,
     }
 }
 

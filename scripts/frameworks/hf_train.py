@@ -1,0 +1,127 @@
+"""The Hugging Face Trainer on a Llama config, started by `bench adapt` for an `hf` cell.
+
+bench writes one JSON file: the `LlamaConfig` of the cell's bench preset (`model`), the
+`TrainingArguments` (`training_args`) and the sequence length. The model starts from
+random weights and trains on synthetic uniform tokens (as bench's built-in workload does),
+so nothing is downloaded. The Trainer prints its own logs (`{'loss': ..}` per step, the
+end-of-run `{'train_runtime': ..}`); a TrainerCallback adds one line per optimizer step,
+`[bench-hf] step: N time: T tokens: K memory: B`, with T the seconds between the ends of
+consecutive steps after a device synchronisation (the first step from the start of
+training) and B the peak reserved device memory of the step in bytes (-1 on CPU).
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import time
+
+import torch
+from torch.utils.data import Dataset
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+
+class SyntheticTokens(Dataset):
+    """Uniform random tokens; labels are the inputs (the model shifts them)."""
+
+    def __init__(self, n: int, seq_len: int, vocab: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.data = torch.randint(0, vocab, (n, seq_len), generator=g)
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __getitem__(self, i):
+        x = self.data[i]
+        return {"input_ids": x, "labels": x}
+
+
+class StepTimes(TrainerCallback):
+    def __init__(self, tokens_per_step: int):
+        self.tokens = tokens_per_step
+        self.last = None
+        self.cuda = torch.cuda.is_available()
+
+    def _sync_now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.last = self._sync_now()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def on_step_end(self, args, state, control, **kw):
+        now = self._sync_now()
+        dt = now - self.last
+        self.last = now
+        mem = -1
+        if self.cuda:
+            mem = torch.cuda.max_memory_reserved()
+            torch.cuda.reset_peak_memory_stats()
+        if state.is_world_process_zero:
+            print(
+                f"[bench-hf] step: {state.global_step} time: {dt:.6f} "
+                f"tokens: {self.tokens} memory: {mem}",
+                flush=True,
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    a = ap.parse_args()
+    with open(a.config) as f:
+        cfg = json.load(f)
+    targs = dict(cfg["training_args"])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        targs["use_cpu"] = True
+    else:
+        targs.setdefault("optim", "adamw_torch_fused")
+    args = TrainingArguments(**targs)
+    seq_len = int(cfg["seq_len"])
+    model_cfg = LlamaConfig(**cfg["model"])
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(model_cfg)
+    global_batch = (
+        args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    )
+    data = SyntheticTokens(
+        global_batch * args.max_steps, seq_len, model_cfg.vocab_size, args.seed
+    )
+    if args.process_index == 0:
+        device = torch.cuda.get_device_name(0) if cuda else "cpu"
+        libs = {"torch": torch.__version__}
+        for lib in ("accelerate", "tokenizers"):
+            try:
+                libs[lib] = importlib.metadata.version(lib)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        info = {
+            "name": "transformers",
+            "version": importlib.metadata.version("transformers"),
+            "libraries": libs,
+            "device": device,
+            "world_size": world,
+        }
+        print("bench-framework: " + json.dumps(info), flush=True)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        callbacks=[StepTimes(global_batch * seq_len)],
+    )
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+//! The framework comparison: rows model x configuration, columns framework (tokens/s per
+//! GPU, MFU, memory, days and GPU-hours per 1T tokens, cost per 1T tokens at a GPU-hour
+//! price), as TPrimat and the published recipes report them; and the places where a
+//! framework's own figures and bench's disagree by more than [`DISAGREE`].
+//!
+//! [`rows`] produces the table's data; [`markdown`] renders it (the `frameworks.md`
+//! report of a run whose cells include framework workloads).
+
+use std::sync::OnceLock;
+
+use indexmap::IndexMap;
+
+use crate::metrics::flops;
+use crate::results::{CellResult, Outcome, RunResults};
+
+/// Relative difference past which bench's and a framework's figure are said to disagree.
+pub const DISAGREE: f64 = 0.02;
+
+static GPU_HOUR_PRICE: OnceLock<Option<f64>> = OnceLock::new();
+
+/// Sets the price per GPU-hour of the run's reports (`--gpu-hour-price`); the first call
+/// wins.
+pub fn set_gpu_hour_price(price: Option<f64>) {
+    let _ = GPU_HOUR_PRICE.set(price);
+}
+
+fn gpu_hour_price() -> Option<f64> {
+    GPU_HOUR_PRICE.get().copied().flatten()
+}
+
+/// One framework's figures for one model x configuration.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Column {
+    pub tokens_per_s_per_gpu: Option<f64>,
+    pub mfu: Option<f64>,
+    pub peak_mem_bytes: Option<f64>,
+    /// Days to train 1T tokens at the cell's GPU count.
+    pub days_per_1t: Option<f64>,
+    /// GPU-hours per 1T tokens (independent of the GPU count).
+    pub gpu_hours_per_1t: Option<f64>,
+    pub cost_per_1t: Option<f64>,
+    /// Why there are no figures (failed, skipped, dropped).
+    pub note: Option<String>,
+    /// The framework's version, e.g. `torchtitan 0.2.2`.
+    pub version: Option<String>,
+}
+
+/// A row: the configuration (every axis value but the framework's) and one column per
+/// framework.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub config: String,
+    pub columns: IndexMap<String, Column>,
+}
+
+/// Which framework ran a cell: its `framework` axis value, else its workload kind.
+pub fn framework_of(c: &CellResult) -> String {
+    c.values
+        .get("framework")
+        .map(|v| v.id_fragment())
+        .unwrap_or_else(|| c.params.workload.kind().to_string())
+}
+
+/// Every axis value but the framework's, as a cell id writes them.
+fn config_of(values: &IndexMap<String, crate::cell::Value>) -> String {
+    values
+        .iter()
+        .filter(|(k, _)| k.as_str() != "framework")
+        .map(|(k, v)| match (k.as_str(), v) {
+            ("gpus", crate::cell::Value::Int(n)) => format!("{n}gpu"),
+            _ => v.id_fragment(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn metric(c: &CellResult, name: &str) -> Option<f64> {
+    c.metrics.get(name).map(|m| m.value)
+}
+
+/// The comparison's rows, in the order their configurations first appear; `price` is per
+/// GPU-hour.
+pub fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
+    let mut out: IndexMap<String, Row> = IndexMap::new();
+    for c in &results.cells {
+        let config = config_of(&c.values);
+        let per_gpu = metric(c, "tokens_per_s_per_gpu");
+        let gpu_hours = per_gpu.filter(|t| *t > 0.0).map(|t| 1e12 / t / 3600.0);
+        let version = c
+            .repeats
+            .iter()
+            .find_map(|r| r.summary.framework.as_ref())
+            .map(|f| format!("{} {}", f.name, f.version));
+        let note = match &c.outcome {
+            Outcome::Passed => None,
+            Outcome::Failed { reason } => Some(format!("failed: {reason}")),
+            Outcome::TimedOut { reason } => Some(format!("timed out: {reason}")),
+            Outcome::Skipped { reason } => Some(format!("skipped: {reason}")),
+        };
+        let col = Column {
+            tokens_per_s_per_gpu: per_gpu,
+            mfu: metric(c, "mfu"),
+            peak_mem_bytes: metric(c, "peak_mem_bytes"),
+            days_per_1t: metric(c, "tokens_per_s").map(flops::days_per_1t_tokens),
+            gpu_hours_per_1t: gpu_hours,
+            cost_per_1t: gpu_hours.zip(price).map(|(h, p)| h * p),
+            note,
+            version,
+        };
+        out.entry(config.clone())
+            .or_insert_with(|| Row {
+                config,
+                columns: IndexMap::new(),
+            })
+            .columns
+            .insert(framework_of(c), col);
+    }
+    for d in &results.dropped {
+        let fw = d
+            .values
+            .get("framework")
+            .map(|v| v.id_fragment())
+            .unwrap_or_default();
+        let config = config_of(&d.values);
+        if let Some(row) = out.get_mut(&config) {
+            row.columns.entry(fw).or_insert_with(|| Column {
+                note: Some(format!("dropped: {}", d.reason)),
+                ..Column::default()
+            });
+        }
+    }
+    out.into_values().collect()
+}
+
+/// Where a framework's own figure and bench's differ by more than [`DISAGREE`], one
+/// sentence each.
+pub fn disagreements(results: &RunResults) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &results.cells {
+        let Some(fw) = c.repeats.iter().find_map(|r| r.summary.framework.as_ref()) else {
+            continue;
+        };
+        let pairs = [
+            (
+                "tokens/s per GPU",
+                metric(c, "tokens_per_s_per_gpu"),
+                fw.tokens_per_s_per_gpu,
+                1.0,
+                "",
+            ),
+            ("MFU", metric(c, "mfu"), fw.mfu, 100.0, "%"),
+            (
+                "TFLOP/s per GPU",
+                metric(c, "tflops_per_gpu"),
+                fw.tflops_per_gpu,
+                1.0,
+                "",
+            ),
+        ];
+        for (what, ours, theirs, scale, unit) in pairs {
+            if let (Some(a), Some(b)) = (ours, theirs) {
+                let rel = (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
+                if rel > DISAGREE {
+                    out.push(format!(
+                        "{}: {what} by bench {:.4}{unit}, by {} {} {:.4}{unit} ({:+.1}%; {})",
+                        c.id,
+                        a * scale,
+                        fw.name,
+                        fw.version,
+                        b * scale,
+                        (a / b - 1.0) * 100.0,
+                        fw.method
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn fmt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "–".to_string())
+}
+
+/// The comparison as Markdown; `None` when the run has no framework cells.
+pub fn markdown(results: &RunResults, price: Option<f64>) -> Option<String> {
+    let has_framework = results.cells.iter().any(|c| {
+        c.values.contains_key("framework") || crate::external::adapter(&c.params.workload).is_some()
+    });
+    if !has_framework {
+        return None;
+    }
+    let rows = rows(results, price);
+    let env = &results.environment;
+    let mut s = format!(
+        "## Framework comparison\n\n{} ({} x {}), run {} started {}.\n\n",
+        results.matrix_name,
+        env.gpu_count,
+        env.gpu_model.as_deref().unwrap_or("CPU"),
+        results.run_id,
+        results.started_at
+    );
+    s.push_str("| model x configuration | framework | tokens/s/GPU | MFU | memory (GiB) | days / 1T tokens | GPU-hours / 1T tokens | cost / 1T tokens |\n");
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for row in &rows {
+        for (fw, col) in &row.columns {
+            let name = match &col.version {
+                Some(v) => format!("{fw} ({v})"),
+                None => fw.clone(),
+            };
+            if let Some(note) = &col.note {
+                s.push_str(&format!(
+                    "| {} | {name} | {} | | | | | |\n",
+                    row.config,
+                    note.replace('|', "\\|").replace('\n', " ")
+                ));
+                continue;
+            }
+            s.push_str(&format!(
+                "| {} | {name} | {} | {} | {} | {} | {} | {} |\n",
+                row.config,
+                fmt(col.tokens_per_s_per_gpu, |v| format!("{v:.0}")),
+                fmt(col.mfu, |v| format!("{:.1}%", v * 100.0)),
+                fmt(col.peak_mem_bytes, |v| format!(
+                    "{:.1}",
+                    v / (1u64 << 30) as f64
+                )),
+                fmt(col.days_per_1t, |v| format!("{v:.1}")),
+                fmt(col.gpu_hours_per_1t, |v| format!("{v:.0}")),
+                fmt(col.cost_per_1t, |v| format!("${v:.0}")),
+            ));
+        }
+    }
+    if price.is_none() {
+        s.push_str("\nCost needs a price per GPU-hour: `--gpu-hour-price`.\n");
+    }
+    let dis = disagreements(results);
+    if !dis.is_empty() {
+        s.push_str(&format!(
+            "\nbench and the framework disagree by more than {:.0}%:\n\n",
+            DISAGREE * 100.0
+        ));
+        for d in dis {
+            s.push_str(&format!("- {d}\n"));
+        }
+    }
+    Some(s)
+}
+
+/// The `frameworks.md` sink: the comparison table, or a line saying the run has none.
+pub struct FrameworksExporter;
+
+impl crate::report::Exporter for FrameworksExporter {
+    fn file_name(&self) -> &'static str {
+        "frameworks.md"
+    }
+
+    fn render(
+        &self,
+        input: &crate::report::ReportInput<'_>,
+    ) -> Result<String, crate::report::ReportError> {
+        Ok(markdown(input.results, gpu_hour_price())
+            .unwrap_or_else(|| "No framework cells in this run.\n".to_string()))
+    }
+}

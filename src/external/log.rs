@@ -1,0 +1,278 @@
+//! Reading a framework's log: the [`LogParser`] trait every adapter implements, and the
+//! pieces they share (torchrun's rank prefixes, colour codes, the drivers' version line,
+//! step-order checks).
+//!
+//! A parser turns lines into steps or refuses them: a line that looks like a step line but
+//! does not parse, a step out of order (lines lost, or several ranks' lines mixed without
+//! rank prefixes), or a log that ends before its last step is a [`ParseError`] naming the
+//! line, never a number that might be wrong.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::Deserialize;
+
+/// A step as a framework logged it, in bench's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedStep {
+    /// 1-based step number as the framework counts it.
+    pub step: u64,
+    /// Seconds the step took, by the framework's clock.
+    pub step_time_s: f64,
+    pub loss: f64,
+    /// The framework's own throughput figures for this step, when it prints them.
+    pub tokens_per_s_per_gpu: Option<f64>,
+    pub tflops_per_gpu: Option<f64>,
+    pub mfu: Option<f64>,
+}
+
+/// What the driver script says about itself on its first line (`bench-framework: {json}`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct DriverInfo {
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub libraries: BTreeMap<String, String>,
+    /// e.g. "NVIDIA H100 80GB HBM3" or "cpu".
+    pub device: String,
+    pub world_size: u32,
+}
+
+/// What a parser knows once the log has ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LogEnd {
+    pub info: DriverInfo,
+    /// Peak device memory per rank in bytes (index = rank), when the framework logs it.
+    pub peak_mem_bytes: Vec<u64>,
+    /// The framework's end-of-run tokens/s per GPU, for frameworks that print no
+    /// per-step throughput.
+    pub run_tokens_per_s_per_gpu: Option<f64>,
+    /// How the framework measures its own figures (for the report).
+    pub method: String,
+}
+
+/// A log line bench cannot read as its framework would mean it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{framework} log line {line_no}: {message}{}", if .line.is_empty() { String::new() } else { format!(": `{}`", .line) })]
+pub struct ParseError {
+    pub framework: &'static str,
+    /// 1-based line number in the framework's output (0: at the end of the log).
+    pub line_no: usize,
+    /// The line (shortened), empty at the end of the log.
+    pub line: String,
+    pub message: String,
+}
+
+impl ParseError {
+    pub fn new(
+        framework: &'static str,
+        line_no: usize,
+        line: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        let mut line = line.to_string();
+        if line.len() > 240 {
+            let mut cut = 240;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            line.truncate(cut);
+            line.push('…');
+        }
+        ParseError {
+            framework,
+            line_no,
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+/// A framework's log reader.
+pub trait LogParser: Send {
+    /// Takes one output line (1-based `line_no`); returns the steps it completes.
+    fn line(&mut self, line_no: usize, line: &str) -> Result<Vec<LoggedStep>, ParseError>;
+    /// The log has ended (the framework exited with `exited_ok`); returns the steps still
+    /// held back and what the parser knows, or why the log is incomplete.
+    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError>;
+}
+
+static RANK_PREFIX: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\[(?:rank|default)(\d+)\]:").expect("static regex"));
+static ANSI: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\x1b\[[0-9;]*m").expect("static regex"));
+
+/// Splits torchrun's `[rank<N>]:` (or `[default<N>]:`) prefix off a line and removes
+/// terminal colour codes.
+pub fn split_rank(line: &str) -> (Option<u32>, String) {
+    let (rank, rest) = match RANK_PREFIX.captures(line) {
+        Some(c) => (
+            c[1].parse().ok(),
+            &line[c.get(0).map(|m| m.end()).unwrap_or(0)..],
+        ),
+        None => (None, line),
+    };
+    (rank, ANSI.replace_all(rest, "").into_owned())
+}
+
+/// The prefix of the drivers' version line.
+pub const DRIVER_PREFIX: &str = "bench-framework: ";
+
+/// Parses a driver's version line, `None` when `text` is not one.
+pub fn driver_info(
+    framework: &'static str,
+    line_no: usize,
+    text: &str,
+) -> Option<Result<DriverInfo, ParseError>> {
+    let json = text.strip_prefix(DRIVER_PREFIX)?;
+    Some(serde_json::from_str(json).map_err(|e| {
+        ParseError::new(
+            framework,
+            line_no,
+            text,
+            format!("malformed driver line ({e})"),
+        )
+    }))
+}
+
+/// Per-rank step order: each rank's steps must come as 1, 2, 3, ... with none missing or
+/// repeated. Lines of several ranks mixed without rank prefixes show up as repeats.
+#[derive(Debug, Default)]
+pub struct StepOrder {
+    last: BTreeMap<Option<u32>, u64>,
+}
+
+impl StepOrder {
+    pub fn check(&mut self, rank: Option<u32>, step: u64) -> Result<(), String> {
+        let last = self.last.get(&rank).copied().unwrap_or(0);
+        if step != last + 1 {
+            let who = match rank {
+                Some(r) => format!("rank {r}"),
+                None => "the log".to_string(),
+            };
+            return Err(if step <= last {
+                format!(
+                    "step {step} after step {last} in {who}: lines of several ranks are mixed without rank prefixes, or the log repeats (run ranks under torchrun --role rank --tee 3)"
+                )
+            } else {
+                format!(
+                    "step {step} follows step {last} in {who}: lines are missing (truncated log?)"
+                )
+            });
+        }
+        self.last.insert(rank, step);
+        Ok(())
+    }
+
+    /// The last step of the lowest rank seen (the reporting rank).
+    pub fn last_step(&self) -> u64 {
+        self.last.values().next().copied().unwrap_or(0)
+    }
+}
+
+/// Checks at the end of a log: the driver said who it is, and every step was logged.
+pub fn check_complete(
+    framework: &'static str,
+    info: &Option<DriverInfo>,
+    last_step: u64,
+    expected_steps: u32,
+    exited_ok: bool,
+) -> Result<DriverInfo, ParseError> {
+    let Some(info) = info.clone() else {
+        return Err(ParseError::new(
+            framework,
+            0,
+            "",
+            format!("the log has no `{DRIVER_PREFIX}` line: the driver did not start, or the log is truncated at its head"),
+        ));
+    };
+    if exited_ok && last_step != u64::from(expected_steps) {
+        return Err(ParseError::new(
+            framework,
+            0,
+            "",
+            format!(
+                "the log ends after step {last_step} of {expected_steps} although the framework exited 0 (truncated log)"
+            ),
+        ));
+    }
+    Ok(info)
+}
+
+/// Reads a whole log: every line, then the end (the framework exited with `exited_ok`).
+pub fn read_all(
+    parser: &mut dyn LogParser,
+    text: &str,
+    exited_ok: bool,
+) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
+    let mut steps = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        steps.extend(parser.line(i + 1, line)?);
+    }
+    let (rest, end) = parser.finish(exited_ok)?;
+    steps.extend(rest);
+    Ok((steps, end))
+}
+
+/// A number as frameworks print it (`353,169`, `2.18940`, `nan`).
+pub fn number(s: &str) -> Option<f64> {
+    let cleaned = s.replace(',', "");
+    match cleaned.to_ascii_lowercase().as_str() {
+        "nan" => Some(f64::NAN),
+        "inf" | "+inf" => Some(f64::INFINITY),
+        "-inf" => Some(f64::NEG_INFINITY),
+        _ => cleaned.parse().ok(),
+    }
+}
+
+/// Median of the framework's per-step figure over the measured steps (step number above
+/// `warmup`); `None` when a measured step lacks it.
+pub fn measured_median(
+    steps: &[LoggedStep],
+    warmup: u32,
+    figure: impl Fn(&LoggedStep) -> Option<f64>,
+) -> Option<f64> {
+    let xs: Option<Vec<f64>> = steps
+        .iter()
+        .filter(|s| s.step > u64::from(warmup))
+        .map(figure)
+        .collect();
+    crate::workload::measure::median(&xs?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_prefixes_and_colours() {
+        assert_eq!(
+            split_rank("[rank1]:[titan] \x1b[31mstep:  2\x1b[39m"),
+            (Some(1), "[titan] step:  2".to_string())
+        );
+        assert_eq!(split_rank("[default0]:x"), (Some(0), "x".to_string()));
+        assert_eq!(split_rank("plain"), (None, "plain".to_string()));
+    }
+
+    #[test]
+    fn step_order_refuses_repeats_and_gaps() {
+        let mut o = StepOrder::default();
+        o.check(None, 1).unwrap();
+        o.check(None, 2).unwrap();
+        assert!(o.check(None, 2).unwrap_err().contains("mixed"));
+        assert!(o.check(None, 4).unwrap_err().contains("missing"));
+        let mut o = StepOrder::default();
+        o.check(Some(0), 1).unwrap();
+        o.check(Some(1), 1).unwrap();
+        o.check(Some(1), 2).unwrap();
+        assert_eq!(o.last_step(), 1);
+    }
+
+    #[test]
+    fn numbers_as_printed() {
+        assert_eq!(number("353,169"), Some(353169.0));
+        assert!(number("nan").unwrap().is_nan());
+        assert_eq!(number("x"), None);
+    }
+}

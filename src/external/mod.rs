@@ -1,0 +1,353 @@
+//! External training frameworks as workloads: torchtitan and the Hugging Face Trainer.
+//!
+//! This stage owns everything between a framework cell and the runner's worker events:
+//! which combinations a framework can express (the rest is dropped at expansion with the
+//! adapter's reason, like a rule), the mapping of bench's axes and parameters to the
+//! framework's own config file and flags, the launch (torchrun), and the translation of the
+//! framework's log lines into the same [`crate::events::Event`] stream the built-in worker
+//! prints. A framework cell runs as `bench adapt --cell JSON` ([`run`]): that process writes
+//! the framework's config into the run folder, starts the framework in the cell's process
+//! group, echoes its log, and prints step and summary events parsed from it. bench computes
+//! FLOPs per token and MFU itself from the model preset ([`crate::metrics::flops`]), and
+//! keeps the framework's own tokens/s, TFLOP/s and MFU beside them ([`FrameworkReport`]).
+//!
+//! Adding a framework: one file implementing [`Adapter`] (mapping, command line, log
+//! parser) and one line in [`adapter`]; docs/frameworks.md walks through it.
+
+pub mod compare;
+pub mod hf;
+pub mod log;
+pub mod run;
+pub mod torchtitan;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::cell::{Cell, Value, Workload};
+use crate::workload::models::presets::{self, Family, ModelConfig};
+
+/// Options of a framework workload (`workload: {kind: torchtitan, ...}`); all optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FrameworkOpts {
+    /// The Python interpreter that has the framework installed (default: `$BENCH_PYTHON`,
+    /// else `python3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// A folder with a Hugging Face tokenizer (`tokenizer.json`); torchtitan needs one to
+    /// build its data loader (its repository's `tests/assets/tokenizer` serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// Extra arguments appended to the framework's command line (after bench's own, so
+    /// they win), e.g. `[--training.gc_freq, "100"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment variables of the framework's processes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// What a framework adapter records per repeat: the framework's identity and config, and
+/// the figures the framework itself printed, kept beside bench's own measurements.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FrameworkReport {
+    /// `torchtitan` or `hf`.
+    pub name: String,
+    /// The framework's version as its package reports it, e.g. `0.2.2`.
+    pub version: String,
+    /// Versions of the libraries under it, e.g. `{"torch": "2.11.0+cu130"}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub libraries: BTreeMap<String, String>,
+    /// The config file bench wrote for the framework, relative to the run folder.
+    pub config_file: PathBuf,
+    /// SHA-256 of that file (hex), so that a config change shows as a cause.
+    pub config_sha256: String,
+    /// The framework's own tokens/s per GPU (median over the measured steps, or its
+    /// end-of-run figure when it prints no per-step throughput).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s_per_gpu: Option<f64>,
+    /// The framework's own achieved TFLOP/s per GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tflops_per_gpu: Option<f64>,
+    /// The framework's own MFU (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    /// How the framework's figures were measured, for the report.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
+}
+
+/// A framework config file and command line for one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The file's extension (`toml`, `json`) and text.
+    pub config_ext: &'static str,
+    pub config_text: String,
+    /// The command line; `{config}` in an element is the config file's path.
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Further files the framework reads (e.g. generated data), written before it starts.
+    pub files: Vec<(PathBuf, String)>,
+}
+
+/// Where an attempt's files go and what the adapter may use.
+#[derive(Debug, Clone)]
+pub struct AttemptFiles {
+    /// The attempt's own folder inside the run folder (config, data, framework outputs).
+    pub dir: PathBuf,
+    /// The folder holding the adapters' Python drivers (`scripts/frameworks`).
+    pub scripts: PathBuf,
+    pub python: String,
+}
+
+/// One framework: what it can express, how it is started, how its log reads.
+pub trait Adapter: Sync {
+    /// The workload kind, e.g. `torchtitan`.
+    fn name(&self) -> &'static str;
+    /// Why the framework cannot run `cell` as bench means it, if it cannot.
+    fn unexpressible(&self, cell: &Cell) -> Option<String>;
+    /// The framework's config and command line for `cell`.
+    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared;
+    /// A fresh parser of the framework's log for `cell`.
+    fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
+}
+
+/// The adapter of a workload, `None` for built-in and command workloads.
+pub fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
+    match w {
+        Workload::Torchtitan(o) => Some((&torchtitan::Torchtitan, o)),
+        Workload::Hf(o) => Some((&hf::Hf, o)),
+        Workload::Builtin | Workload::Command { .. } => None,
+    }
+}
+
+/// `(by, reason)` when `cell` is a framework cell its framework cannot express: the
+/// expansion drops it, as a rule would.
+pub fn unexpressible(cell: &Cell) -> Option<(String, String)> {
+    let (a, _) = adapter(&cell.params.workload)?;
+    a.unexpressible(cell)
+        .map(|why| (format!("workload {}", a.name()), why))
+}
+
+/// The `bench` arguments that run a framework cell (`bench adapt --cell JSON`).
+pub fn adapt_args(cell: &Cell) -> Vec<String> {
+    // Serialising a cell cannot fail: its maps have string keys.
+    let json = serde_json::to_string(cell).unwrap_or_default();
+    vec!["adapt".to_string(), "--cell".to_string(), json]
+}
+
+/// The Llama preset a framework cell trains, or why there is none.
+pub fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, String> {
+    let name = cell.model();
+    let cfg = presets::get(name).ok_or_else(|| {
+        format!("model `{name}` is not a bench preset, so {framework} cannot be given its shape")
+    })?;
+    if cfg.family != Family::Llama || cfg.qkv_bias {
+        return Err(format!(
+            "{framework} adapter builds Llama-3-style models only; `{name}` is not one"
+        ));
+    }
+    Ok(cfg)
+}
+
+/// An integer axis such as `tp` or `pp` (1 when the matrix has no such axis).
+pub fn degree(cell: &Cell, axis: &str) -> u32 {
+    cell.values
+        .get(axis)
+        .and_then(Value::as_f64)
+        .map(|v| v.max(1.0) as u32)
+        .unwrap_or(1)
+}
+
+/// Checks every adapter shares: known features, a warm-up that excludes the first step
+/// (whose time includes start-up), and a global batch the data-parallel ranks divide.
+pub fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> Option<String> {
+    let p = &cell.params;
+    if let Some(f) = cell
+        .features()
+        .into_iter()
+        .find(|f| !features.contains(&f.as_str()))
+    {
+        return Some(format!(
+            "{framework} adapter maps features {} only, not `{f}`",
+            features.join(", ")
+        ));
+    }
+    if cell.parallel().name() == "single" && cell.gpus() > 1 {
+        return Some(format!(
+            "parallel single runs one rank; {} GPUs need ddp or fsdp",
+            cell.gpus()
+        ));
+    }
+    if !matches!(cell.parallel().name(), "single" | "ddp" | "fsdp") {
+        return Some(format!(
+            "parallel `{}` is not single, ddp or fsdp",
+            cell.parallel().name()
+        ));
+    }
+    if p.warmup < 1 {
+        return Some(
+            "warmup must be at least 1: a framework's first logged step includes its start-up"
+                .into(),
+        );
+    }
+    if p.steps <= p.warmup {
+        return Some(format!(
+            "steps ({}) must exceed warmup ({}) so that some step is measured",
+            p.steps, p.warmup
+        ));
+    }
+    let model_parallel = degree(cell, "tp") * degree(cell, "pp");
+    if !cell.gpus().is_multiple_of(model_parallel) {
+        return Some(format!(
+            "tp x pp ({model_parallel}) does not divide gpus ({})",
+            cell.gpus()
+        ));
+    }
+    let dp = cell.gpus() / model_parallel;
+    if p.global_batch != dp * p.micro_batch * p.grad_accum {
+        return Some(format!(
+            "global_batch {} is not data-parallel ranks ({dp}) x micro_batch ({}) x grad_accum ({})",
+            p.global_batch, p.micro_batch, p.grad_accum
+        ));
+    }
+    None
+}
+
+/// The folder of the adapters' Python drivers: `$BENCH_FRAMEWORK_SCRIPTS`, else
+/// `scripts/frameworks` under the current folder, else beside the executable's checkout
+/// (`target/<profile>/bench` -> `scripts/frameworks`).
+pub fn scripts_dir(exe: &Path) -> PathBuf {
+    if let Some(d) = std::env::var_os("BENCH_FRAMEWORK_SCRIPTS") {
+        return PathBuf::from(d);
+    }
+    let here = PathBuf::from("scripts/frameworks");
+    if here.is_dir() {
+        return here;
+    }
+    exe.ancestors()
+        .map(|a| a.join("scripts/frameworks"))
+        .find(|p| p.is_dir())
+        .unwrap_or(here)
+}
+
+/// The interpreter of a framework workload.
+pub fn python(opts: &FrameworkOpts) -> String {
+    opts.python
+        .clone()
+        .or_else(|| std::env::var("BENCH_PYTHON").ok())
+        .unwrap_or_else(|| "python3".to_string())
+}
+
+/// `python -m torch.distributed.run` for `nproc` ranks on this host, every rank's output
+/// prefixed with `[rank<N>]:` so interleaved lines stay attributable.
+pub fn torchrun(python: &str, nproc: u32) -> Vec<String> {
+    [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        &nproc.to_string(),
+        "--role",
+        "rank",
+        "--tee",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellId, Params};
+    use indexmap::IndexMap;
+
+    pub(crate) fn cell(
+        model: &str,
+        dtype: &str,
+        gpus: i64,
+        parallel: &str,
+        feats: &[&str],
+    ) -> Cell {
+        let mut values = IndexMap::new();
+        values.insert("model".to_string(), Value::Str(model.into()));
+        values.insert("dtype".to_string(), Value::Str(dtype.into()));
+        values.insert("gpus".to_string(), Value::Int(gpus));
+        values.insert("parallel".to_string(), Value::Str(parallel.into()));
+        values.insert(
+            "features".to_string(),
+            Value::Set(feats.iter().map(|s| s.to_string()).collect()),
+        );
+        let params = Params {
+            steps: 10,
+            warmup: 2,
+            seq_len: 256,
+            micro_batch: 2,
+            grad_accum: 1,
+            global_batch: 2 * gpus as u32,
+            workload: Workload::Torchtitan(FrameworkOpts::default()),
+            ..Params::default()
+        };
+        Cell {
+            id: CellId::from_values(&values),
+            values,
+            params,
+        }
+    }
+
+    #[test]
+    fn common_checks_name_what_cannot_run() {
+        let ok = cell("llama-tiny", "bf16", 2, "fsdp", &["compile"]);
+        assert_eq!(common_checks(&ok, "x", &["compile", "sac"]), None);
+        let bad = cell("llama-tiny", "bf16", 2, "single", &[]);
+        assert!(common_checks(&bad, "x", &[])
+            .unwrap()
+            .contains("ddp or fsdp"));
+        let bad = cell("llama-tiny", "bf16", 1, "single", &["cudagraph"]);
+        assert!(common_checks(&bad, "x", &["compile"])
+            .unwrap()
+            .contains("cudagraph"));
+        let mut bad = cell("llama-tiny", "bf16", 2, "ddp", &[]);
+        bad.params.global_batch = 3;
+        assert!(common_checks(&bad, "x", &[])
+            .unwrap()
+            .contains("global_batch 3"));
+        let mut bad = cell("llama-tiny", "bf16", 1, "single", &[]);
+        bad.params.warmup = 0;
+        assert!(common_checks(&bad, "x", &[]).unwrap().contains("warmup"));
+    }
+
+    #[test]
+    fn presets_must_be_llama() {
+        assert!(llama_preset(&cell("llama-tiny", "bf16", 1, "single", &[]), "t").is_ok());
+        let e = llama_preset(&cell("gpt2-125m", "bf16", 1, "single", &[]), "t").unwrap_err();
+        assert!(e.contains("Llama"), "{e}");
+        let e = llama_preset(&cell("nope", "bf16", 1, "single", &[]), "t").unwrap_err();
+        assert!(e.contains("not a bench preset"), "{e}");
+    }
+
+    #[test]
+    fn workload_yaml_shape() {
+        let w: Workload =
+            serde_saphyr::from_str("{kind: torchtitan, python: /usr/bin/python3, args: [--x]}")
+                .unwrap();
+        match w {
+            Workload::Torchtitan(o) => {
+                assert_eq!(o.python.as_deref(), Some("/usr/bin/python3"));
+                assert_eq!(o.args, vec!["--x"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(serde_saphyr::from_str::<Workload>("{kind: hf, nope: 1}").is_err());
+        assert_eq!(
+            serde_saphyr::from_str::<Workload>("{kind: hf}").unwrap(),
+            Workload::Hf(FrameworkOpts::default())
+        );
+    }
+}

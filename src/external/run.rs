@@ -1,0 +1,290 @@
+//! `bench adapt --cell JSON`: runs one attempt of a framework cell and speaks the worker
+//! event contract for it.
+//!
+//! The runner starts this process like any worker (in the cell's process group, with its
+//! timeout and kill rules). It writes the framework's config into
+//! `<run>/frameworks/<cell>.r<repeat>[.a<attempt>]/`, starts the framework, echoes every
+//! line of its output to stderr (the cell's log keeps it), turns the lines into step events
+//! through the adapter's [`LogParser`](super::log::LogParser), and ends with a summary
+//! event whose figures bench computed itself, with the framework's own beside them. A log
+//! that cannot be read fails the cell (exit 2, no retry) with the line that did not parse.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+
+use super::log::{measured_median, LoggedStep};
+use super::{AttemptFiles, FrameworkReport};
+use crate::cell::Cell;
+use crate::events::{ErrorKind, Event, StepEvent};
+use crate::exit::worker as exit;
+use crate::metrics::flops;
+use crate::workload::measure::{self, Recorder, RunFacts};
+
+fn emit(ev: &Event) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", ev.to_line());
+    let _ = out.flush();
+}
+
+fn fail(kind: ErrorKind, message: String) -> i32 {
+    emit(&Event::Error { kind, message });
+    kind.exit_code()
+}
+
+/// The attempt's folder: `<run>/frameworks/<cell>.r<repeat>[.a<attempt>]`.
+fn attempt_dir(cell: &Cell) -> (PathBuf, PathBuf) {
+    let run_dir = std::env::var_os("BENCH_RUN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let repeat = std::env::var("BENCH_REPEAT").unwrap_or_else(|_| "0".into());
+    let attempt = std::env::var("BENCH_ATTEMPT").unwrap_or_else(|_| "0".into());
+    let mut name = format!("{}.r{repeat}", cell.id);
+    if attempt != "0" {
+        name.push_str(&format!(".a{attempt}"));
+    }
+    (run_dir.join("frameworks").join(name), run_dir)
+}
+
+/// Reads `stream` line by line into `tx` (bytes that are not UTF-8 are replaced).
+fn pump<R: Read + Send + 'static>(stream: R, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `bench adapt`: returns the process's exit code.
+pub fn main(cell_json: &str) -> i32 {
+    let cell: Cell = match serde_json::from_str(cell_json) {
+        Ok(c) => c,
+        Err(e) => return fail(ErrorKind::BadInput, format!("bench adapt: --cell: {e}")),
+    };
+    let Some((adapter, opts)) = super::adapter(&cell.params.workload) else {
+        return fail(
+            ErrorKind::BadInput,
+            format!("bench adapt: cell {} has no framework workload", cell.id),
+        );
+    };
+    if let Some(why) = adapter.unexpressible(&cell) {
+        return fail(ErrorKind::BadInput, format!("{}: {why}", adapter.name()));
+    }
+    let cfg = match super::llama_preset(&cell, adapter.name()) {
+        Ok(c) => c,
+        Err(e) => return fail(ErrorKind::BadInput, e),
+    };
+    let (dir, run_dir) = attempt_dir(&cell);
+    let exe = std::env::current_exe().unwrap_or_default();
+    let scripts = super::scripts_dir(&exe);
+    let files = AttemptFiles {
+        dir: dir.clone(),
+        scripts: std::fs::canonicalize(&scripts).unwrap_or(scripts),
+        python: super::python(opts),
+    };
+    let prepared = adapter.prepare(&cell, opts, &files);
+    let config_path = dir.join(format!("config.{}", prepared.config_ext));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&config_path, &prepared.config_text))
+        .and_then(|_| {
+            prepared.files.iter().try_for_each(|(p, text)| {
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(p, text)
+            })
+        });
+    if let Err(e) = written {
+        return fail(
+            ErrorKind::Internal,
+            format!("{}: cannot write the framework's files: {e}", dir.display()),
+        );
+    }
+    let sha = hex(&Sha256::digest(prepared.config_text.as_bytes()));
+    let argv: Vec<String> = prepared
+        .argv
+        .iter()
+        .map(|a| a.replace("{config}", &config_path.display().to_string()))
+        .collect();
+    eprintln!(
+        "bench adapt: {} config {} (sha256 {sha})",
+        adapter.name(),
+        config_path.display()
+    );
+    eprintln!("bench adapt: {}", argv.join(" "));
+
+    let started = Instant::now();
+    let mut child = match Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(prepared.env.iter().map(|(k, v)| (k, v)))
+        .envs(opts.env.iter())
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        // A missing interpreter is the host's problem, retried like a crash before any step.
+        Err(e) => {
+            return fail(
+                ErrorKind::Internal,
+                format!("cannot start {}: {e}", argv[0]),
+            )
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    if let Some(s) = child.stdout.take() {
+        pump(s, tx.clone());
+    }
+    if let Some(s) = child.stderr.take() {
+        pump(s, tx.clone());
+    }
+    drop(tx);
+
+    let p = &cell.params;
+    let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
+    let mut parser = adapter.parser(&cell);
+    let mut rec = Recorder::default();
+    let mut logged: Vec<LoggedStep> = Vec::new();
+    let mut oom = false;
+    let mut tail: Vec<String> = Vec::new();
+    let mut failure: Option<(ErrorKind, String)> = None;
+    for (i, line) in rx.iter().enumerate() {
+        // The framework's own lines stay log text, even one that reads as a bench event.
+        if Event::parse_line(&line).is_some() {
+            eprintln!("framework: {line}");
+        } else {
+            eprintln!("{line}");
+        }
+        if failure.is_some() {
+            continue;
+        }
+        oom |= line.contains("CUDA out of memory") || line.contains("OutOfMemoryError");
+        if !line.trim().is_empty() {
+            tail.push(line.clone());
+            if tail.len() > 4 {
+                tail.remove(0);
+            }
+        }
+        match parser.line(i + 1, &line) {
+            Ok(steps) => {
+                for s in steps {
+                    if !s.loss.is_finite() {
+                        failure = Some((
+                            ErrorKind::NanLoss,
+                            format!("{}: loss {} at step {}", adapter.name(), s.loss, s.step),
+                        ));
+                        break;
+                    }
+                    let warmup = s.step <= u64::from(p.warmup);
+                    rec.record(
+                        warmup,
+                        s.step_time_s,
+                        s.loss,
+                        started.elapsed().as_secs_f64(),
+                    );
+                    emit(&Event::Step(StepEvent {
+                        step: s.step - 1,
+                        step_time_s: s.step_time_s,
+                        tokens: tokens_per_step,
+                        loss: s.loss,
+                        warmup: Some(warmup),
+                        rank: None,
+                    }));
+                    logged.push(s);
+                }
+            }
+            Err(e) => failure = Some((ErrorKind::BadInput, e.to_string())),
+        }
+        if failure.is_some() {
+            // Stop the framework; the runner kills whatever it left in the group.
+            let _ = child.kill();
+        }
+    }
+    let status = child.wait();
+    if let Some((kind, message)) = failure {
+        return fail(kind, message);
+    }
+    let exited_ok = matches!(&status, Ok(s) if s.success());
+    if !exited_ok {
+        let how = match &status {
+            Ok(s) => s.to_string(),
+            Err(e) => e.to_string(),
+        };
+        let kind = if oom {
+            ErrorKind::Oom
+        } else {
+            ErrorKind::Internal
+        };
+        return fail(
+            kind,
+            format!(
+                "{} {how}: {}",
+                adapter.name(),
+                tail.last().cloned().unwrap_or_default()
+            ),
+        );
+    }
+    let (rest, end) = match parser.finish(true) {
+        Ok(x) => x,
+        Err(e) => return fail(ErrorKind::BadInput, e.to_string()),
+    };
+    logged.extend(rest);
+    let info = end.info;
+    let facts = RunFacts {
+        tokens_per_step,
+        world_size: info.world_size.max(1),
+        n_params: cfg.n_params(),
+        flops_per_token: flops::flops_per_token(
+            cfg.n_matmul_params(),
+            cfg.layers as u64,
+            cfg.hidden as u64,
+            u64::from(p.seq_len),
+        ),
+        peak: flops::peak_tflops(&info.device, cell.dtype()),
+        peak_mem_bytes: None,
+        device: info.device.clone(),
+    };
+    let mut summary = measure::summary(&rec, &facts);
+    summary.peak_mem_bytes = end.peak_mem_bytes;
+    summary.framework = Some(Box::new(FrameworkReport {
+        name: info.name.clone(),
+        version: info.version.clone(),
+        libraries: info.libraries.clone(),
+        config_file: relative(&config_path, &run_dir),
+        config_sha256: sha,
+        tokens_per_s_per_gpu: measured_median(&logged, p.warmup, |s| s.tokens_per_s_per_gpu)
+            .or(end.run_tokens_per_s_per_gpu),
+        tflops_per_gpu: measured_median(&logged, p.warmup, |s| s.tflops_per_gpu),
+        mfu: measured_median(&logged, p.warmup, |s| s.mfu),
+        method: end.method,
+    }));
+    emit(&Event::Summary(summary));
+    exit::OK
+}
+
+fn relative(path: &Path, base: &Path) -> PathBuf {
+    path.strip_prefix(base).unwrap_or(path).to_path_buf()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,151 @@
+//! A framework cell end to end through the built binary, on CPU: the Hugging Face Trainer
+//! (transformers and accelerate from scripts/test-requirements.txt, in the Python that
+//! `BENCH_PYTHON` names) trains bench's `llama-tiny` preset next to the built-in workload,
+//! from `matrix/frameworks-cpu.yaml`. CI sets BENCH_PYTHON, so the test cannot silently not
+//! run there.
+
+use std::process::Command;
+
+use bench::results::{Outcome, RunResults};
+use sha2::{Digest, Sha256};
+
+/// The Python with transformers and accelerate, or `None` (outside CI) when there is none.
+fn hf_python() -> Option<String> {
+    let py = std::env::var("BENCH_PYTHON").ok();
+    let ok = py.as_ref().is_some_and(|py| {
+        Command::new(py)
+            .args(["-c", "import transformers, accelerate"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "BENCH_PYTHON must name a python with transformers and accelerate when CI is set"
+        );
+        eprintln!("no BENCH_PYTHON with transformers: HF Trainer cell not run");
+        return None;
+    }
+    py
+}
+
+fn bench(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn dry_run_lists_cells_per_framework_with_every_drop_reason() {
+    let (code, text) = bench(&["matrix", "matrix/frameworks-h100.yaml", "--dry-run"]);
+    assert_eq!(code, Some(0), "{text}");
+    for want in [
+        "builtin.llama-3.1-8b-proxy.bf16.1gpu.fsdp.compile+sac",
+        "torchtitan.llama-3.1-8b-proxy.fp8.1gpu.fsdp.compile+sac",
+        "hf.llama-3.1-8b-proxy.bf16.1gpu.fsdp.compile+sac",
+        "workload hf",
+        "no fp8 training of its own",
+    ] {
+        assert!(text.contains(want), "missing `{want}`:\n{text}");
+    }
+    let (code, text) = bench(&["matrix", "matrix/frameworks-cpu.yaml", "--dry-run"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("Llama-3-style models only; `gpt2-tiny` is not one"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
+    let Some(python) = hf_python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let results_dir = tmp.path().display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "matrix",
+            "matrix/frameworks-cpu.yaml",
+            "--filter",
+            "model=llama-tiny",
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "fw",
+            "--results-dir",
+            &results_dir,
+            "--gpu-hour-price",
+            "2.5",
+            "--baselines",
+        ])
+        .arg(tmp.path().join("no-baselines"))
+        .env("BENCH_PYTHON", &python)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let run = tmp.path().join("fw");
+    let results = RunResults::load(&run).unwrap();
+    let hf: Vec<_> = results
+        .cells
+        .iter()
+        .filter(|c| c.id.as_str().starts_with("hf."))
+        .collect();
+    assert_eq!(hf.len(), 2, "{text}");
+    for c in hf {
+        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
+        let r = &c.repeats[0];
+        assert_eq!(r.steps.len(), 8);
+        assert_eq!(r.steps.iter().filter(|s| s.warmup == Some(true)).count(), 3);
+        assert!(r
+            .steps
+            .iter()
+            .all(|s| s.loss.is_finite() && s.tokens == 128));
+        let tps = c.metrics["tokens_per_s"].value;
+        assert!(tps.is_finite() && tps > 0.0);
+        assert!(c.metrics.contains_key("tflops_per_gpu"));
+        assert!(!c.metrics.contains_key("mfu"), "no MFU on CPU");
+        let fw = r.summary.framework.as_ref().expect("framework record");
+        assert_eq!(fw.name, "transformers");
+        assert!(fw.libraries.contains_key("torch"));
+        // The config file is in the run folder, and the hash is its hash.
+        let config = std::fs::read(run.join(&fw.config_file)).unwrap();
+        let hash: String = Sha256::digest(&config)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash, fw.config_sha256);
+        let cfg: serde_json::Value = serde_json::from_slice(&config).unwrap();
+        assert_eq!(cfg["training_args"]["max_steps"], 8);
+        assert_eq!(
+            cfg["training_args"]["gradient_checkpointing"],
+            c.id.as_str().ends_with(".sac")
+        );
+        assert!(fw.tokens_per_s_per_gpu.is_some_and(|t| t > 0.0));
+    }
+    let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.base | hf (transformers "),
+        "{table}"
+    );
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.base | builtin |"),
+        "{table}"
+    );
+    assert!(table.contains('$'), "cost at --gpu-hour-price: {table}");
+}
