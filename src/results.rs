@@ -174,6 +174,11 @@ pub struct RunResults {
     pub matrix: PathBuf,
     /// The matrix's `name`, or the file stem.
     pub matrix_name: String,
+    /// SHA-256 of the matrix file's bytes when the run started: `--resume` refuses to
+    /// continue a run with a different matrix, which would mix two matrices' cells in one
+    /// results document (absent in documents written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matrix_sha256: Option<String>,
     pub filters: Vec<String>,
     /// RFC 3339 UTC.
     pub started_at: String,
@@ -194,6 +199,16 @@ pub struct RunResults {
     pub cells: Vec<CellResult>,
     #[serde(default)]
     pub dropped: Vec<DroppedCell>,
+}
+
+/// The hex SHA-256 of a matrix file's bytes, as [`RunResults::matrix_sha256`] records it.
+pub fn matrix_digest(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let bytes = std::fs::read(path)?;
+    Ok(sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// Errors reading or writing a results document, each naming the file.

@@ -95,7 +95,13 @@ const SECOND: Duration = Duration::from_secs(1);
 #[test]
 fn deep_filters_are_refused_with_a_caret_not_a_stack_overflow() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = write(tmp.path(), "m.yaml", "axes:\n  model: [a, b]\n");
+    // A command workload, whose models `a` and `b` are its own (the built-in workload
+    // refuses model names it has no preset for).
+    let m = write(
+        tmp.path(),
+        "m.yaml",
+        "axes:\n  model: [a, b]\ndefaults:\n  workload: {kind: command, argv: ['true']}\n",
+    );
     let deep = format!("{}model=a{}", "(".repeat(4500), ")".repeat(4500));
     let err = refused(
         dry_run(&m).args(["--filter", &deep]),
@@ -115,7 +121,7 @@ fn deep_filters_are_refused_with_a_caret_not_a_stack_overflow() {
         tmp.path(),
         "chain.yaml",
         &format!(
-            "axes:\n  model: [a, b]\nrules:\n  - when: \"{}\"\n    reason: r\n",
+            "axes:\n  model: [a, b]\ndefaults:\n  workload: {{kind: command, argv: ['true']}}\nrules:\n  - when: \"{}\"\n    reason: r\n",
             vec!["model=b"; 40_000].join(" || ")
         ),
     );
@@ -534,5 +540,227 @@ fn a_server_that_never_answers_costs_the_deadline_not_minutes() {
         ]),
         SECOND,
         &["--timeout 0: expected a positive number of seconds"],
+    );
+}
+
+// ------------------------------------------------------------ resume, run ids, processes
+
+#[test]
+fn a_run_id_cannot_leave_the_results_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = command_matrix(tmp.path(), &steps_script(&["0.1", "0.1"], &[1, 2]));
+    for bad in ["../x", "/tmp/escape", "a/b", "..", ".hidden"] {
+        let out = run(bench()
+            .arg("matrix")
+            .arg(&matrix)
+            .args([
+                "--gpus",
+                "0",
+                "--no-progress",
+                "--run-id",
+                bad,
+                "--results-dir",
+            ])
+            .arg(tmp.path().join("results")));
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--run-id"), "{bad}: {}", stderr(&out));
+    }
+    assert!(!tmp.path().join("x").exists());
+    assert!(!Path::new("/tmp/escape").exists());
+}
+
+#[test]
+fn resume_refuses_a_different_matrix_and_keeps_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = command_matrix(tmp.path(), &steps_script(&["0.1", "0.1"], &[1, 2]));
+    let baselines = tmp.path().join("baselines");
+    let out = run_matrix(tmp.path(), &matrix, &baselines);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let run_dir = tmp.path().join("results").join("r");
+    let before = std::fs::read(run_dir.join(RunResults::FILE)).unwrap();
+    // The same file name with other contents is another matrix.
+    let text = std::fs::read_to_string(&matrix).unwrap();
+    std::fs::write(&matrix, text.replace("model: [w]", "model: [w, v]")).unwrap();
+    let out = run(bench()
+        .arg("matrix")
+        .arg(&matrix)
+        .args(["--gpus", "0", "--no-progress", "--resume"])
+        .arg(&run_dir)
+        .arg("--baselines")
+        .arg(&baselines));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("different matrix"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read(run_dir.join(RunResults::FILE)).unwrap(),
+        before
+    );
+    // The matrix it started from resumes.
+    std::fs::write(&matrix, text).unwrap();
+    let out = run(bench()
+        .arg("matrix")
+        .arg(&matrix)
+        .args(["--gpus", "0", "--no-progress", "--resume"])
+        .arg(&run_dir)
+        .arg("--baselines")
+        .arg(&baselines));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_malformed_baseline_is_refused_before_the_first_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The worker leaves a mark when it runs: it must not.
+    let mark = tmp.path().join("ran");
+    let matrix = command_matrix(
+        tmp.path(),
+        &format!(
+            "touch '{}'\n{}",
+            mark.display(),
+            steps_script(&["0.1", "0.1"], &[1, 2])
+        ),
+    );
+    let baselines = tmp.path().join("baselines");
+    std::fs::create_dir_all(&baselines).unwrap();
+    write(
+        &baselines,
+        "some-gpu-host.yaml",
+        "schema_version: 1\nhardware_key: some-gpu-host\ncells:\n  w:\n    metrics:\n      tokens_per_s:\n        value: -1\n",
+    );
+    let (out, _, cpu) = timed(
+        bench()
+            .arg("matrix")
+            .arg(&matrix)
+            .arg("--baselines")
+            .arg(&baselines)
+            .args(["--gpus", "0", "--no-progress", "--results-dir"])
+            .arg(tmp.path().join("results")),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("some-gpu-host.yaml:7:"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(cpu < SECOND, "{cpu:?}");
+    assert!(
+        !mark.exists(),
+        "a cell ran before the baselines were checked"
+    );
+}
+
+/// Whether a process `pid` is alive (not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn wait_gone(pid: i32, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !alive(pid)
+}
+
+#[test]
+fn a_setsid_child_does_not_outlive_its_cell_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("daemon.pid");
+    // The worker starts a process in a session of its own (out of the worker's group),
+    // records its pid, then hangs past the cell's timeout.
+    let script = format!(
+        "setsid sh -c 'echo $$ > {p}; exec sleep 300' &\nsleep 300\n",
+        p = pidfile.display()
+    );
+    let file = write(tmp.path(), "worker.sh", &script);
+    let matrix = write(
+        tmp.path(),
+        "cmd.yaml",
+        &format!(
+            "name: hostile\naxes:\n  model: [w]\ndefaults:\n  timeout: 2s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, '{}']\n",
+            file.display()
+        ),
+    );
+    let out = run(bench()
+        .arg("matrix")
+        .arg(&matrix)
+        .args([
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--kill-grace",
+            "1",
+            "--results-dir",
+        ])
+        .arg(tmp.path().join("results"))
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines")));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_gone(pid, Duration::from_secs(5)),
+        "the setsid child {pid} outlived its cell"
+    );
+}
+
+#[test]
+fn a_worker_does_not_outlive_bench_killed_with_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pidfile = tmp.path().join("worker.pid");
+    let script = format!("echo $$ > {}\nexec sleep 300\n", pidfile.display());
+    let file = write(tmp.path(), "worker.sh", &script);
+    let matrix = write(
+        tmp.path(),
+        "cmd.yaml",
+        &format!(
+            "name: hostile\naxes:\n  model: [w]\ndefaults:\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, '{}']\n",
+            file.display()
+        ),
+    );
+    let mut child = bench()
+        .arg("matrix")
+        .arg(&matrix)
+        .args(["--gpus", "0", "--no-progress", "--results-dir"])
+        .arg(tmp.path().join("results"))
+        .arg("--baselines")
+        .arg(tmp.path().join("baselines"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !pidfile.exists() || std::fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the worker never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    child.kill().unwrap(); // SIGKILL: bench can do nothing itself.
+    let _ = child.wait();
+    assert!(
+        wait_gone(pid, Duration::from_secs(5)),
+        "the worker {pid} outlived bench"
     );
 }

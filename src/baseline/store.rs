@@ -258,14 +258,35 @@ impl Baselines {
         }
     }
 
-    /// [`Baselines::load_for`], for the runner to call before the first cell starts: a
-    /// malformed file (bad YAML, a value of 0, a negative or NaN tolerance, a file that
-    /// names another hardware key) is then an exit-2 error with its file, line, column
-    /// and key path, rather than a failure found after every cell has run.
-    pub fn load_and_check(dir: &Path, hardware_key: &str) -> Result<Baselines, BaselineError> {
-        // `parse` validates every value it reads, so loading is checking; the separate
-        // name says where the runner must call it.
-        Baselines::load_for(dir, hardware_key)
+    /// Checks every baseline file (`*.yaml`) in `dir` the way [`Baselines::load_for`] reads
+    /// it, for the runner to call before the first cell starts: a malformed file (bad YAML,
+    /// a value of 0, a negative or NaN tolerance, a file that names another hardware key) is
+    /// then an exit-2 error with its file, line, column and key path, rather than a failure
+    /// found after every cell has run. Every file, not only this host's: under Slurm the
+    /// run's hardware key is the nodes', known only once a job reports. A missing folder
+    /// holds no baselines, which is not an error (every cell is new).
+    pub fn check_dir(dir: &Path) -> Result<(), BaselineError> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(BaselineError::Read {
+                    path: dir.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let mut keys: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml") && p.is_file())
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+        keys.sort();
+        for key in keys {
+            Baselines::load_for(dir, &key)?;
+        }
+        Ok(())
     }
 
     /// Loads one baseline file by path.
@@ -726,6 +747,7 @@ cells:
             run_id: "r2".into(),
             matrix: "matrix/smoke.yaml".into(),
             matrix_name: "smoke".into(),
+            matrix_sha256: None,
             filters: vec![],
             started_at: "2026-11-22T12:00:00Z".into(),
             finished_at: None,

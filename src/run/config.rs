@@ -67,6 +67,9 @@ impl RunConfig {
                 args.kill_grace
             ))
         })?;
+        if let Some(id) = &args.run_id {
+            check_run_id(id)?;
+        }
         Ok(RunConfig {
             results_dir: args.results_dir.clone(),
             run_id: args.run_id.clone(),
@@ -90,6 +93,22 @@ impl RunConfig {
             },
         })
     }
+}
+
+/// A run id names one folder directly under `--results-dir`: letters, digits, `.`, `_`
+/// and `-`, not starting with `.` (so neither `..` nor a hidden folder), at most 128
+/// characters. Anything else could write outside the results folder (`../x`, `/tmp/x`) or
+/// make a name a file system or a CI artifact upload refuses; it is bad input.
+pub fn check_run_id(id: &str) -> Result<(), CliError> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if id.is_empty() || id.len() > 128 || id.starts_with('.') || !id.chars().all(ok_char) {
+        return Err(CliError::bad_input(miette::miette!(
+            "--run-id {:?}: a run id names one folder under --results-dir: 1 to 128 letters, \
+             digits, `.`, `_` or `-`, not starting with `.`",
+            crate::sanitize::clean(id)
+        )));
+    }
+    Ok(())
 }
 
 /// What a run produced.
@@ -146,5 +165,30 @@ impl SlurmLaunch {
         });
         parts.push(format!("up to {jobs} job(s) at once"));
         parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_run_id;
+
+    #[test]
+    fn run_ids_stay_one_folder_under_the_results_dir() {
+        for ok in ["20261122T134501Z", "nightly-42", "pr_7.retry"] {
+            assert!(check_run_id(ok).is_ok(), "{ok}");
+        }
+        let long = "x".repeat(129);
+        for bad in [
+            "",
+            "..",
+            "../x",
+            "a/b",
+            "/tmp/x",
+            ".hidden",
+            "a\u{1b}[31m",
+            long.as_str(),
+        ] {
+            assert!(check_run_id(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -41,6 +41,12 @@ pub enum RunError {
         job_id: String,
         host: String,
     },
+    #[error("--resume {path}: that run was made from a different matrix (`{was}` then, `{now}` now, and their contents differ); resume with the matrix it started from, or start a new run")]
+    MatrixChanged {
+        path: PathBuf,
+        was: PathBuf,
+        now: PathBuf,
+    },
     #[error("--resume {path}: that run used --launcher {was}, this one --launcher {now}; finish it with --launcher {was}")]
     LauncherChanged {
         path: PathBuf,
@@ -65,7 +71,8 @@ impl From<RunError> for CliError {
             | RunError::Resume(_)
             | RunError::HardwareChanged { .. }
             | RunError::NodesHardwareChanged { .. }
-            | RunError::LauncherChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
+            | RunError::LauncherChanged { .. }
+            | RunError::MatrixChanged { .. } => CliError::bad_input(miette::miette!("{e}")),
         }
     }
 }

@@ -177,6 +177,72 @@ fn signal_groups(pgids: &[Pid], sig: Signal) {
     }
 }
 
+/// Makes this process the child subreaper of everything it starts (Linux's
+/// `PR_SET_CHILD_SUBREAPER`): a worker's descendant that leaves the worker's process group
+/// (`setsid`, a double fork) and outlives its parent is re-parented to bench instead of to
+/// PID 1, where [`reap_orphans`] finds it when the cell ends. Called once when a run
+/// starts; failure (another OS) leaves such processes to the group kill alone.
+pub fn become_subreaper() {
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+}
+
+/// The `BENCH_CELL_ID` an attempt's processes carry (and pass to their descendants).
+fn cell_id(spec: &AttemptSpec) -> Option<String> {
+    spec.plan
+        .procs
+        .first()?
+        .env
+        .iter()
+        .find(|(k, _)| k == "BENCH_CELL_ID")
+        .map(|(_, v)| v.clone())
+}
+
+/// Kills and reaps bench's children that descend from a worker of cell `cell` (their
+/// environment still says `BENCH_CELL_ID=<cell>`) once that cell's attempt is over: the
+/// processes that left the worker's process group and were re-parented to bench
+/// ([`become_subreaper`]). Killing one re-parents its own children to bench in turn, so
+/// the scan repeats until a pass finds none (at most a few passes: each removes a level
+/// of the tree). bench's other children (other cells' workers, Slurm commands) carry
+/// another cell id or none and are left alone.
+fn reap_orphans(cell: &str) {
+    use nix::sys::wait::waitpid;
+    let me = std::process::id();
+    let needle = format!("BENCH_CELL_ID={cell}");
+    for _ in 0..16 {
+        let orphans: Vec<i32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| parent_of(*pid) == Some(me))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+            })
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        for pid in orphans {
+            let pid = Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+        }
+    }
+}
+
+/// The parent pid of `pid` from `/proc/<pid>/stat` (the field after the parenthesised
+/// command name, which may itself hold spaces and parentheses).
+fn parent_of(pid: i32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Reads `stream` line by line into `tx`, tagged with the process index.
 fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
     set: &mut JoinSet<()>,
@@ -250,6 +316,24 @@ pub async fn execute(
             // A new group led by the worker: signals reach its whole tree.
             .process_group(0)
             .kill_on_drop(true);
+        let bench_pid = nix::unistd::getpid();
+        // SAFETY: between fork and exec the closure only makes async-signal-safe system
+        // calls (prctl, getppid) and touches no memory the parent shares.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The worker dies with bench, even when bench is killed with SIGKILL and
+                // can stop nothing itself (the signal survives exec, not a fork: the
+                // worker's own children are ended by `reap_orphans` or by its group).
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+                // bench may have died before the call above: then nothing would come.
+                if nix::unistd::getppid() != bench_pid {
+                    return Err(std::io::Error::other(
+                        "bench exited before the worker started",
+                    ));
+                }
+                Ok(())
+            });
+        }
         match cmd.spawn() {
             Ok(mut child) => {
                 if let Some(id) = child.id() {
@@ -364,8 +448,13 @@ pub async fn execute(
             }
         }
     }
-    // Whatever the workers left in their groups dies with them.
+    // Whatever the workers left in their groups dies with them, and so does whatever
+    // left the groups (a `setsid` daemon): bench is the run's child subreaper, so those
+    // are its children now.
     signal_groups(&pgids, Signal::SIGKILL);
+    if let Some(id) = cell_id(&spec) {
+        reap_orphans(&id);
+    }
     let drain = tokio::time::sleep(DRAIN_LIMIT);
     tokio::pin!(drain);
     while lines_open {

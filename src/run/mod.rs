@@ -74,6 +74,7 @@ pub fn run_with(
     expansion: Expansion,
     reporter: &mut dyn progress::Reporter,
 ) -> Result<RunOutcome, RunError> {
+    executor::become_subreaper();
     let mut inv = GpuInventory::detect();
     if let Some(n) = config.gpus {
         inv = inv.with_count(n);
@@ -104,6 +105,9 @@ pub fn run_with(
 pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
     let expansion = crate::matrix::cmd::load(args)?;
+    // Before the first cell: a malformed baseline file found after the run would leave
+    // no reports for cells that took hours.
+    crate::baseline::Baselines::check_dir(&args.baselines)?;
     let outcome = run_matrix(args, expansion)?;
     eprintln!(
         "results: {}",

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::matrix::Expansion;
 use crate::results::{
-    CellResult, Environment, EnvironmentSource, Outcome, RunResults, SCHEMA_VERSION,
+    matrix_digest, CellResult, Environment, EnvironmentSource, Outcome, RunResults, SCHEMA_VERSION,
 };
 use crate::run::config::RunConfig;
 use crate::run::error::RunError;
@@ -57,8 +57,21 @@ pub fn open_run(
     env: &Environment,
 ) -> Result<(PathBuf, RunResults), RunError> {
     let elsewhere = launcher.runs_elsewhere();
+    // The matrix was read moments ago, so an error here is a race with its deletion; the
+    // run then records no digest rather than failing.
+    let digest = matrix_digest(&config.matrix).ok();
     if let Some(dir) = &config.resume {
         let mut doc = RunResults::load(dir).map_err(RunError::Resume)?;
+        // A different matrix would mix two matrices' cells in one results document.
+        if let (Some(was), Some(now)) = (&doc.matrix_sha256, &digest) {
+            if was != now {
+                return Err(RunError::MatrixChanged {
+                    path: dir.clone(),
+                    was: doc.matrix.clone(),
+                    now: config.matrix.clone(),
+                });
+            }
+        }
         // Before the hardware: a run of the other launcher ran on other machines anyway,
         // and this is the error that says how to finish it.
         let now = launcher.name();
@@ -119,6 +132,7 @@ pub fn open_run(
         run_id,
         matrix: config.matrix.clone(),
         matrix_name: expansion.name.clone(),
+        matrix_sha256: digest,
         filters: config.filters.clone(),
         started_at: now_rfc3339(),
         finished_at: None,
