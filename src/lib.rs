@@ -15,6 +15,7 @@ pub mod dist;
 pub mod env;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;

@@ -14,12 +14,14 @@ fn main() {
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
         Command::Baseline(args) => match &args.command {
             bench::cli::BaselineCommand::Update(u) => bench::baseline::cmd::update(u),
+            bench::cli::BaselineCommand::Accept(a) => bench::history::cmd::accept(a),
         },
         Command::Report(args) => match &args.command {
             Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
             None => bench::report::report_command(&args),
         },
         Command::Env(args) => bench::env::cmd(&args),
+        Command::History(args) => bench::history::cmd::command(&args),
     };
     let code = match result {
         Ok(code) => code,
