@@ -250,11 +250,13 @@ pub fn accept(args: &BaselineAcceptArgs) -> Result<i32, CliError> {
                         args.cell
                     )))
                 }
-                many => return Err(CliError::bad_input(miette::miette!(
+                many => {
+                    return Err(CliError::bad_input(miette::miette!(
                     "cell {} has history on several hardware keys ({}): name one with --hardware",
                     args.cell,
                     many.join(", ")
-                ))),
+                )))
+                }
             }
         }
     };
