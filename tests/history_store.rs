@@ -404,7 +404,7 @@ fn kill_9_during_an_import_loses_no_earlier_run(backend: &str) {
             Some(b) => assert_eq!(b.cells, cells as i64, "a partial run after kill -9"),
             None => {
                 assert!(h
-                    .trend("cell00000", KEY, "tokens_per_s")
+                    .trend("cell00005", KEY, "tokens_per_s")
                     .unwrap()
                     .is_empty());
                 if alive {

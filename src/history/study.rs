@@ -265,7 +265,7 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("BENCH_FUSED_ADAMW=0 (detection) | 10 repeats | 3."),
+            t.contains("BENCH_FUSED_ADAMW=0 (detection) | 10 repeats | 2.96% | 3 |"),
             "{t}"
         );
         assert!(t.contains("< 1.000%"), "{t}");
