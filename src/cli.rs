@@ -40,6 +40,8 @@ pub enum Command {
     /// from its log (started by the runner).
     #[command(hide = true)]
     Adapt(AdaptArgs),
+    /// Run history: a cell's trend and change points, back-filling, the calibration study.
+    History(HistoryArgs),
 }
 
 #[derive(Debug, Args)]
@@ -65,7 +67,7 @@ pub enum Launcher {
     Slurm,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MatrixArgs {
     /// The matrix file.
     #[arg(default_value = "matrix/smoke.yaml")]
@@ -128,6 +130,14 @@ pub struct MatrixArgs {
     /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
     #[arg(long, env = "BENCH_GPU_HOUR_PRICE", value_name = "PRICE")]
     pub gpu_hour_price: Option<f64>,
+    /// Record the run in this history store (a SQLite file, or a postgres:// URL) and judge
+    /// every cell against its own recent runs there.
+    #[arg(long, value_name = "FILE|URL")]
+    pub history: Option<String>,
+    /// Re-run the cells the history finds suspect (one breach) once in this job before
+    /// failing it (needs --history).
+    #[arg(long, requires = "history")]
+    pub confirm: bool,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +237,89 @@ pub struct BaselineArgs {
 pub enum BaselineCommand {
     /// Write the measurements of a run into the baseline file of its hardware.
     Update(BaselineUpdateArgs),
+    /// Record an intended shift of a cell: its history starts a new segment.
+    Accept(BaselineAcceptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaselineAcceptArgs {
+    /// The cell id.
+    pub cell: String,
+    /// Why the shift is intended (kept with the segment and shown in its trend).
+    #[arg(long)]
+    pub reason: String,
+    /// The history store (a SQLite file or a postgres:// URL).
+    #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
+    pub history: String,
+    /// Hardware key (needed when the cell has history on several).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// The first run of the new segment (default: the cell's latest run).
+    #[arg(long, value_name = "RUN_ID")]
+    pub run: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct HistoryArgs {
+    #[command(subcommand)]
+    pub command: Option<HistoryCommand>,
+    /// Show this cell's trend and change points.
+    pub cell: Option<String>,
+    /// The history store (a SQLite file or a postgres:// URL).
+    #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
+    pub history: String,
+    /// Only this hardware key (default: every key the cell has history on).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// The metric to show.
+    #[arg(long, default_value = "tokens_per_s")]
+    pub metric: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Back-fill the history from run folders (results.json, telemetry.json).
+    Import(HistoryImportArgs),
+    /// Calibration: detection and false-alarm rates of the old and new rules, from run
+    /// folders of clean repeats and of runs with a BENCH_FUSED_* switch turned off.
+    Study(HistoryStudyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryImportArgs {
+    /// Run folders, e.g. results/20261122T101500Z.
+    pub run_dirs: Vec<PathBuf>,
+    /// The history store (a SQLite file or a postgres:// URL).
+    #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
+    pub history: String,
+    /// The branch the runs measured (results do not record it).
+    #[arg(long)]
+    pub branch: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryStudyArgs {
+    /// Run folders of the study (clean runs have no BENCH_FUSED_* switch set).
+    pub run_dirs: Vec<PathBuf>,
+    #[arg(long, default_value = "tokens_per_s")]
+    pub metric: String,
+    /// Repeats per simulated run (several values give several rows).
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+    pub repeats: Vec<usize>,
+    #[arg(long, default_value_t = 20_000)]
+    pub detect_trials: usize,
+    #[arg(long, default_value_t = 200_000)]
+    pub alarm_trials: usize,
+    /// Band half-width in robust sigmas (default: the policy's).
+    #[arg(long)]
+    pub sigmas: Option<f64>,
+    /// Relative floor of the band (default: the policy's).
+    #[arg(long)]
+    pub floor: Option<f64>,
+    /// Runs of lookback (default: the policy's).
+    #[arg(long)]
+    pub lookback: Option<usize>,
 }
 
 #[derive(Debug, Args)]

@@ -408,7 +408,47 @@ pub fn capture(inv: &GpuInventory) -> Environment {
         git_dirty,
         bench_version: env!("CARGO_PKG_VERSION").to_string(),
         hardware_key: hardware_key(inv),
+        switches: speed_switches(std::env::vars()),
     }
+}
+
+/// Environment variables that change how fast a training step runs, recorded in every run:
+/// the workload's kernel switches (`BENCH_FUSED_*`, `BENCH_CPU_THREADS`), NCCL's tuning
+/// (`NCCL_*`), the CUDA caching allocator and launch settings, TF32 overrides and the CPU
+/// thread count. Prefixes end in `_`; other entries are whole names.
+pub const SPEED_SWITCHES: &[&str] = &[
+    "BENCH_FUSED_",
+    "BENCH_CPU_THREADS",
+    "NCCL_",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUBLASLT_WORKSPACE_SIZE",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "NVIDIA_TF32_OVERRIDE",
+    "OMP_NUM_THREADS",
+];
+
+/// The speed-changing variables among `vars` (see [`SPEED_SWITCHES`]), sorted by name so
+/// two runs with the same settings record the same map.
+pub fn speed_switches(
+    vars: impl Iterator<Item = (String, String)>,
+) -> indexmap::IndexMap<String, String> {
+    let mut found: Vec<(String, String)> = vars
+        .filter(|(k, _)| {
+            SPEED_SWITCHES.iter().any(|p| {
+                if p.ends_with('_') {
+                    k.starts_with(p)
+                } else {
+                    k == p
+                }
+            })
+        })
+        .collect();
+    found.sort();
+    found.into_iter().collect()
 }
 
 /// `bench env [--format json]`.
@@ -453,6 +493,32 @@ pub fn cmd(args: &EnvArgs) -> Result<i32, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn speed_switches_keep_only_the_variables_that_change_speed_sorted() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("BENCH_FUSED_RMS", "0"),
+            ("NCCL_ALGO", "Ring"),
+            ("BENCH_FUSED_ADAMW", "0"),
+            ("OMP_NUM_THREADS", "8"),
+            ("OMP_NUM_THREADSX", "8"),
+            ("GITHUB_TOKEN", "secret"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let got = speed_switches(vars.into_iter());
+        let keys: Vec<&str> = got.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "BENCH_FUSED_ADAMW",
+                "BENCH_FUSED_RMS",
+                "NCCL_ALGO",
+                "OMP_NUM_THREADS"
+            ]
+        );
+        assert_eq!(got["BENCH_FUSED_ADAMW"], "0");
+    }
 
     #[test]
     fn hardware_keys_of_known_parts() {

@@ -143,8 +143,9 @@ pub enum Event {
 pub enum Line {
     /// Log text (including JSON that names no event this version knows).
     Text,
-    /// A valid event, its text fields sanitized.
-    Event(Event),
+    /// A valid event, its text fields sanitized (boxed: a summary is far larger than the
+    /// other variants, and most lines are text).
+    Event(Box<Event>),
     /// A line that names an event but breaks the contract, with why.
     Invalid(String),
 }
@@ -162,7 +163,7 @@ impl Event {
     /// contract (see [`Event::read_line`] to tell them apart).
     pub fn parse_line(line: &str) -> Option<Event> {
         match Event::read_line(line) {
-            Line::Event(e) => Some(e),
+            Line::Event(e) => Some(*e),
             Line::Text | Line::Invalid(_) => None,
         }
     }
@@ -190,7 +191,7 @@ impl Event {
         match serde_json::from_str::<Event>(t) {
             Err(e) => Line::Invalid(format!("a `{kind}` event that does not parse: {e}")),
             Ok(ev) => match ev.check() {
-                Ok(()) => Line::Event(ev.sanitized()),
+                Ok(()) => Line::Event(Box::new(ev.sanitized())),
                 Err(why) => Line::Invalid(format!("a `{kind}` event {why}")),
             },
         }
@@ -319,7 +320,7 @@ impl EventReader {
                 self.violate(rank, why);
                 return None;
             }
-            Line::Event(ev) => ev,
+            Line::Event(ev) => *ev,
         };
         if let Event::Step(s) = &ev {
             let key = (rank, s.rank.unwrap_or(rank));

@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod exit;
 pub mod external;
+pub mod history;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;

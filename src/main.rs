@@ -15,6 +15,7 @@ fn main() {
         Command::Worker(args) => Ok(bench::workload::run_worker(&args)),
         Command::Baseline(args) => match &args.command {
             bench::cli::BaselineCommand::Update(u) => bench::baseline::cmd::update(u),
+            bench::cli::BaselineCommand::Accept(a) => bench::history::cmd::accept(a),
         },
         Command::Report(args) => match &args.command {
             Some(bench::cli::ReportCommand::Post(p)) => bench::report::post::post_command(p),
@@ -23,6 +24,7 @@ fn main() {
         },
         Command::Env(args) => bench::env::cmd(&args),
         Command::Adapt(args) => Ok(bench::external::run::main(&args.cell)),
+        Command::History(args) => bench::history::cmd::command(&args),
     };
     let code = match result {
         Ok(code) => code,

@@ -37,6 +37,11 @@ pub struct Environment {
     pub bench_version: String,
     /// Baseline key, e.g. `h100-sxm-80gb` or `cpu-x86_64`.
     pub hardware_key: String,
+    /// The environment variables set for this run that change its speed (`BENCH_FUSED_*`
+    /// switches, NCCL and allocator settings; see `env::speed_switches`), so a history of
+    /// runs can tell a code change from a changed switch. Empty when none was set.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub switches: IndexMap<String, String>,
 }
 
 /// Where a run's [`Environment`] was captured, when that is not simply the host that ran

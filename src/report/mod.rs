@@ -96,7 +96,7 @@ pub fn write_reports(run_dir: &Path, input: &ReportInput<'_>) -> Result<Vec<Path
 /// Appends the Markdown summary to the file named by `$GITHUB_STEP_SUMMARY` (GitHub
 /// Actions shows it on the job's page). Appending, not replacing, is that file's contract:
 /// several steps of one job add to it.
-fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, ReportError> {
+pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, ReportError> {
     let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) else {
         return Ok(None);
     };

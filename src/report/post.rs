@@ -42,7 +42,12 @@ pub fn post_with_env(
             return Ok(verdict);
         }
     };
-    let body = super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
+    let mut body = super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
+    // The run's verdicts against its history (`bench matrix --history`), when it was judged.
+    if let Some(h) = crate::history::gate::GateReport::load(&args.run_dir) {
+        body.push('\n');
+        body.push_str(&crate::history::report::markdown(&h));
+    }
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {

@@ -108,6 +108,11 @@ pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
     // Before the first cell: a malformed baseline file found after the run would leave
     // no reports for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;
+    // GPU clocks, power and throttle reasons while the cells run (absent on a CPU host).
+    let sampler = args
+        .history
+        .as_ref()
+        .and_then(|_| crate::history::telemetry::Sampler::start());
     let outcome = run_matrix(args, expansion)?;
     eprintln!(
         "results: {}",
@@ -119,9 +124,14 @@ pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
         &args.baselines,
         args.format,
     )?;
-    Ok(if outcome.interrupted {
-        exit::INTERRUPTED
-    } else {
-        verdict.max(outcome.exit_code())
-    })
+    if outcome.interrupted {
+        return Ok(exit::INTERRUPTED);
+    }
+    let Some(location) = &args.history else {
+        return Ok(verdict.max(outcome.exit_code()));
+    };
+    let history = crate::history::gate::with_history(args, location, &outcome, sampler)?;
+    // With a history the cells it can judge are judged by it; the stored baseline's verdict
+    // counts only where the history is too short (`CellJudgement::fails_run`).
+    Ok(history.exit_code().max(outcome.exit_code()))
 }

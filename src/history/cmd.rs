@@ -1,0 +1,383 @@
+//! The history commands: `bench history import RUN_DIR...` (back-fill from run folders),
+//! `bench history CELL` (the trend with its change points), `bench history study RUN_DIR...`
+//! (the calibration table) and `bench baseline accept CELL --reason ...` (an intended
+//! shift starts a new segment).
+
+use std::io::Write;
+
+use indexmap::IndexMap;
+
+use crate::cli::{
+    BaselineAcceptArgs, HistoryArgs, HistoryCommand, HistoryImportArgs, HistoryStudyArgs,
+};
+use crate::error::CliError;
+use crate::exit::bench as exit;
+use crate::results::{Outcome, RunResults};
+
+use super::changepoint::{e_divisive, Settings};
+use super::detect::Policy;
+use super::record::RunRecord;
+use super::store::{Point, Segment};
+use super::study::{table, CellPools};
+
+/// Prints `text` on stdout; a closed pipe (`| head`) is not a failure.
+fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+/// `bench history ...`.
+pub fn command(args: &HistoryArgs) -> Result<i32, CliError> {
+    match &args.command {
+        Some(HistoryCommand::Import(a)) => import(a),
+        Some(HistoryCommand::Study(a)) => study(a),
+        None => match &args.cell {
+            Some(cell) => show(args, cell),
+            None => Err(CliError::bad_input(miette::miette!(
+                "bench history needs a cell id (`bench history gpt2-125m.bf16.1gpu.single.compile`) or a subcommand (import, study)"
+            ))),
+        },
+    }
+}
+
+/// `bench history import RUN_DIR...`: each run in its own transaction, in the order given.
+pub fn import(args: &HistoryImportArgs) -> Result<i32, CliError> {
+    if args.run_dirs.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "bench history import needs at least one run folder"
+        )));
+    }
+    let mut store = super::open(&args.history)?;
+    for dir in &args.run_dirs {
+        let results = RunResults::load(dir)?;
+        let telemetry =
+            super::telemetry::load(dir).map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
+        let rec = RunRecord::from_results(&results, args.branch.clone(), telemetry);
+        store.record_run(&rec)?;
+        print(&format!(
+            "imported {} ({} cells, {}) into {}\n",
+            rec.run_id,
+            rec.cells.len(),
+            rec.hardware_key,
+            store.location
+        ));
+    }
+    Ok(exit::OK)
+}
+
+/// Eight levels of a Unicode sparkline.
+const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// A sparkline of `values` scaled between their minimum and maximum (NaN as a space).
+pub fn sparkline(values: &[f64]) -> String {
+    let finite = values.iter().copied().filter(|v| v.is_finite());
+    let lo = finite.clone().fold(f64::INFINITY, f64::min);
+    let hi = finite.fold(f64::NEG_INFINITY, f64::max);
+    values
+        .iter()
+        .map(|&v| {
+            if !v.is_finite() {
+                ' '
+            } else if hi > lo {
+                SPARKS[(((v - lo) / (hi - lo)) * 7.0).round() as usize]
+            } else {
+                SPARKS[3]
+            }
+        })
+        .collect()
+}
+
+/// A value with four significant digits and a K/M/G suffix (`487.0K`).
+pub fn human(v: f64) -> String {
+    let a = v.abs();
+    let (x, s) = if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e3 {
+        (v / 1e3, "K")
+    } else {
+        (v, "")
+    };
+    let digits = if x.abs() >= 100.0 {
+        1
+    } else if x.abs() >= 10.0 {
+        2
+    } else {
+        3
+    };
+    format!("{x:.digits$}{s}")
+}
+
+fn short(c: &Option<String>) -> String {
+    c.as_deref()
+        .map_or("-".into(), |c| c[..c.len().min(7)].to_string())
+}
+
+/// The text of one cell's trend on one hardware key.
+pub fn render_trend(
+    cell: &str,
+    key: &str,
+    metric: &str,
+    trend: &[Point],
+    segments: &[Segment],
+) -> String {
+    let mut out = String::new();
+    let values: Vec<f64> = trend.iter().map(|p| p.value).collect();
+    out.push_str(&format!(
+        "{cell} on {key}: {metric}, {} runs\n",
+        trend.len()
+    ));
+    if trend.is_empty() {
+        return out;
+    }
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    out.push_str(&format!(
+        "  {}  ({} .. {})\n",
+        sparkline(&values),
+        human(lo),
+        human(hi)
+    ));
+    for s in segments {
+        out.push_str(&format!(
+            "  segment from run {} ({}): accepted {}: {}\n",
+            s.first_run_id, s.starts_at, s.accepted_at, s.reason
+        ));
+    }
+    let cps = e_divisive(&values, &Settings::default());
+    if cps.is_empty() {
+        out.push_str(
+            "  no change points (E-divisive means, Matteson & James 2014; permutation p <= 0.05)\n",
+        );
+    } else {
+        out.push_str(
+            "  change points (E-divisive means, Matteson & James 2014; permutation p <= 0.05):\n",
+        );
+        for cp in &cps {
+            let first = &trend[cp.index];
+            let good = &trend[cp.index - 1];
+            let accepted = segments
+                .iter()
+                .find(|s| s.first_run_id == first.run_id)
+                .map(|s| format!(" [accepted: {}]", s.reason))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "    from run {} (commit {}, {}): {} -> {} ({:+.1}%, p={:.3}); last good: run {} (commit {}){accepted}\n",
+                first.run_id,
+                short(&first.commit),
+                first.started_at,
+                human(cp.mean_before),
+                human(cp.mean_after),
+                cp.rel_change() * 100.0,
+                cp.p_value,
+                good.run_id,
+                short(&good.commit),
+            ));
+        }
+    }
+    let w = trend
+        .iter()
+        .map(|p| p.run_id.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    out.push_str(&format!(
+        "  {:<w$}  {:<20}  {:<7}  {:<16}  {:>9}  {:>7}  flags\n",
+        "run", "started", "commit", "branch", "value", "spread"
+    ));
+    for p in trend {
+        let mut flags = Vec::new();
+        if p.throttled {
+            flags.push("throttled".to_string());
+        }
+        if let Some(s) = segments.iter().find(|s| s.first_run_id == p.run_id) {
+            flags.push(format!("new segment: {}", s.reason));
+        }
+        out.push_str(&format!(
+            "  {:<w$}  {:<20}  {:<7}  {:<16}  {:>9}  {:>6.2}%  {}\n",
+            p.run_id,
+            p.started_at,
+            short(&p.commit),
+            p.branch.as_deref().unwrap_or("-"),
+            human(p.value),
+            p.rel_spread * 100.0,
+            flags.join(", ")
+        ));
+    }
+    out
+}
+
+/// `bench history CELL`.
+fn show(args: &HistoryArgs, cell: &str) -> Result<i32, CliError> {
+    let mut store = super::open(&args.history)?;
+    let keys = match &args.hardware {
+        Some(k) => vec![k.clone()],
+        None => store.hardware_keys(cell, &args.metric)?,
+    };
+    if keys.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: no run in the history has {} for cell {cell}",
+            store.location,
+            args.metric
+        )));
+    }
+    for key in keys {
+        let trend = store.trend(cell, &key, &args.metric)?;
+        let segments = store.segments(cell, &key)?;
+        print(&render_trend(cell, &key, &args.metric, &trend, &segments));
+    }
+    Ok(exit::OK)
+}
+
+/// `bench baseline accept CELL --reason ...`.
+pub fn accept(args: &BaselineAcceptArgs) -> Result<i32, CliError> {
+    if args.reason.trim().is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "--reason: say why the shift is intended (it is kept with the segment)"
+        )));
+    }
+    let mut store = super::open(&args.history)?;
+    let key = match &args.hardware {
+        Some(k) => k.clone(),
+        None => {
+            let keys = store.hardware_keys(&args.cell, super::gate::METRIC)?;
+            match keys.as_slice() {
+                [one] => one.clone(),
+                [] => {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "{}: no run in the history has cell {}",
+                        store.location,
+                        args.cell
+                    )))
+                }
+                many => {
+                    return Err(CliError::bad_input(miette::miette!(
+                    "cell {} has history on several hardware keys ({}): name one with --hardware",
+                    args.cell,
+                    many.join(", ")
+                )))
+                }
+            }
+        }
+    };
+    let run = match &args.run {
+        Some(r) => r.clone(),
+        None => {
+            let trend = store.trend(&args.cell, &key, super::gate::METRIC)?;
+            match trend.last() {
+                Some(p) => p.run_id.clone(),
+                None => {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "{}: no run of cell {} on {key}",
+                        store.location,
+                        args.cell
+                    )))
+                }
+            }
+        }
+    };
+    let seg = store.accept(&args.cell, &key, &run, &args.reason)?;
+    print(&format!(
+        "{}: new segment of {} on {} from run {} ({}): {}\n",
+        store.location, seg.cell_id, seg.hardware_key, seg.first_run_id, seg.starts_at, seg.reason
+    ));
+    Ok(exit::OK)
+}
+
+/// Groups the run folders' repeats by cell and by speed switches (none set: clean).
+pub fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
+    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+    for r in runs {
+        let mut switch: Vec<String> = r
+            .environment
+            .switches
+            .iter()
+            .filter(|(k, _)| k.starts_with("BENCH_FUSED_"))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        // Results written before `environment.switches` existed: scripts/gate-study.sh
+        // names a slowed run after its switch (`slow-003-BENCH_FUSED_ADAMW`).
+        if switch.is_empty() {
+            if let Some(at) = r.run_id.find("BENCH_FUSED_") {
+                switch.push(format!("{}=0", &r.run_id[at..]));
+            }
+        }
+        for c in r.cells.iter().filter(|c| c.outcome == Outcome::Passed) {
+            let Some(m) = c.metrics.get(metric) else {
+                continue;
+            };
+            let entry = cells
+                .entry(c.id.as_str().to_string())
+                .or_insert_with(|| CellPools {
+                    cell: c.id.as_str().to_string(),
+                    clean: vec![],
+                    clean_runs: 0,
+                    slow: IndexMap::new(),
+                });
+            if switch.is_empty() {
+                entry.clean.extend(&m.samples);
+                entry.clean_runs += 1;
+            } else {
+                entry
+                    .slow
+                    .entry(switch.join(","))
+                    .or_default()
+                    .extend(&m.samples);
+            }
+        }
+    }
+    cells.into_values().filter(|c| c.clean.len() >= 2).collect()
+}
+
+/// `bench history study RUN_DIR...`.
+fn study(args: &HistoryStudyArgs) -> Result<i32, CliError> {
+    let mut runs = Vec::new();
+    for d in &args.run_dirs {
+        runs.push(RunResults::load(d)?);
+    }
+    let cells = pools(&runs, &args.metric);
+    if cells.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "no cell has two or more clean repeats of {} in the {} run folder(s) given",
+            args.metric,
+            runs.len()
+        )));
+    }
+    let policy = Policy {
+        threshold_sigmas: args.sigmas.unwrap_or(Policy::default().threshold_sigmas),
+        floor_rel: args.floor.unwrap_or(Policy::default().floor_rel),
+        lookback: args.lookback.unwrap_or(Policy::default().lookback),
+        ..Policy::default()
+    };
+    print(&format!("Study of {} run folder(s).\n\n", runs.len()));
+    print(&table(
+        &cells,
+        &policy,
+        &args.repeats,
+        args.detect_trials,
+        args.alarm_trials,
+    ));
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_span_the_eight_levels() {
+        assert_eq!(sparkline(&[1.0, 2.0, 8.0]), "▁▂█");
+        assert_eq!(sparkline(&[5.0, 5.0]), "▄▄");
+        assert_eq!(sparkline(&[1.0, f64::NAN, 2.0]), "▁ █");
+        assert_eq!(sparkline(&[]), "");
+    }
+
+    #[test]
+    fn human_numbers_keep_four_digits() {
+        assert_eq!(human(487_012.0), "487.0K");
+        assert_eq!(human(56_712.0), "56.71K");
+        assert_eq!(human(1.5e6), "1.500M");
+        assert_eq!(human(0.4312), "0.431");
+    }
+}

@@ -1,0 +1,69 @@
+//! Run history: every finished run in a database, and the verdicts, trends and change
+//! points that history allows.
+//!
+//! Stages, one per file:
+//! - [`record`]: what one run contributes (from `results.json` and the run's telemetry).
+//! - [`store`]: the store over one [`store::Backend`] trait (versioned migrations,
+//!   transactional writes, the queries), with two real backends: [`sqlite`] (an embedded
+//!   file, the default) and [`postgres`] (a server by URL, for a fleet).
+//! - [`telemetry`]: GPU clocks, power and throttle reasons sampled while a run measures.
+//! - [`detect`]: the verdict on one measurement against its history (pure statistics).
+//! - [`changepoint`]: change points in a trend (E-divisive means, pure).
+//! - [`gate`]: `bench matrix --history URL [--confirm]`: record, judge, confirm.
+//! - [`cmd`]: `bench history import|CELL|study` and `bench baseline accept`.
+//! - [`study`]: the calibration analysis behind the default policy (pure).
+//! - [`report`]: the Markdown lines a report shows for a run judged against history.
+
+pub mod changepoint;
+pub mod cmd;
+pub mod detect;
+pub mod gate;
+pub mod postgres;
+pub mod record;
+pub mod report;
+pub mod sqlite;
+pub mod store;
+pub mod study;
+pub mod telemetry;
+
+pub use store::{open, History};
+
+/// The default history file of the `bench history` commands (also `$BENCH_HISTORY`).
+pub const DEFAULT_LOCATION: &str = "bench-history.sqlite";
+
+/// Errors of the history stage; each names the store (file or URL without password).
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("{location}: cannot open the history store: {message}")]
+    Open { location: String, message: String },
+    #[error("{location}: {message}")]
+    Query { location: String, message: String },
+    #[error("{location}: schema version {found} is newer than this bench understands ({known}); upgrade bench")]
+    Newer {
+        location: String,
+        found: i64,
+        known: i64,
+    },
+    #[error("{path}: {message}")]
+    Input { path: String, message: String },
+}
+
+impl HistoryError {
+    /// Whether the user's input is at fault (exit 2) rather than the store (internal).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            HistoryError::Input { .. } | HistoryError::Open { .. } | HistoryError::Newer { .. }
+        )
+    }
+}
+
+impl From<HistoryError> for crate::error::CliError {
+    fn from(e: HistoryError) -> Self {
+        if e.is_bad_input() {
+            crate::error::CliError::bad_input(miette::miette!("{e}"))
+        } else {
+            crate::error::CliError::internal(miette::miette!("{e}"))
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! What one run contributes to the history: its identity (id, time, commit, branch,
+//! hardware key, host), the versions and speed switches it ran with, the GPU telemetry of
+//! the run, and per cell its outcome, every metric with its repeats, and the loss curve of
+//! the seeded run. Built from a run folder's `results.json` (and `telemetry.json`).
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::results::{CellResult, Outcome, RunResults};
+
+use super::telemetry::Telemetry;
+
+/// One run, ready to be written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    /// RFC 3339 UTC; runs are ordered by it.
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub commit: Option<String>,
+    pub git_dirty: bool,
+    pub branch: Option<String>,
+    pub hardware_key: String,
+    pub host: String,
+    pub matrix_name: String,
+    pub versions: Versions,
+    pub switches: IndexMap<String, String>,
+    /// `None`: the host had no GPU telemetry (a CPU host, or a run folder without it).
+    pub telemetry: Option<Telemetry>,
+    pub cells: Vec<CellRecord>,
+}
+
+/// The software a run measured with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Versions {
+    pub bench: String,
+    pub libtorch: Option<String>,
+    pub driver: Option<String>,
+    pub cuda: Option<String>,
+    pub rocm: Option<String>,
+    pub nccl: Option<String>,
+    pub gpu_model: Option<String>,
+}
+
+/// One cell of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellRecord {
+    pub cell_id: String,
+    /// `passed`, `failed`, `timed_out` or `skipped`.
+    pub status: String,
+    pub metrics: Vec<MetricRecord>,
+    /// Losses of the first repeat's steps (warm-up included), the seeded run: every repeat
+    /// of a cell uses the cell's seed, so the first one stands for all.
+    pub loss_curve: Vec<f64>,
+}
+
+/// One metric of one cell: the value compared (median over repeats), each repeat's value
+/// and their relative spread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricRecord {
+    pub name: String,
+    pub value: f64,
+    pub samples: Vec<f64>,
+    pub rel_spread: f64,
+}
+
+impl RunRecord {
+    /// The record of a finished (or interrupted) run.
+    pub fn from_results(
+        results: &RunResults,
+        branch: Option<String>,
+        telemetry: Option<Telemetry>,
+    ) -> RunRecord {
+        let env = &results.environment;
+        RunRecord {
+            run_id: results.run_id.clone(),
+            started_at: results.started_at.clone(),
+            finished_at: results.finished_at.clone(),
+            commit: env.git_commit.clone(),
+            git_dirty: env.git_dirty,
+            branch,
+            hardware_key: env.hardware_key.clone(),
+            host: env.host.clone(),
+            matrix_name: results.matrix_name.clone(),
+            versions: Versions {
+                bench: env.bench_version.clone(),
+                libtorch: env.libtorch.clone(),
+                driver: env.driver.clone(),
+                cuda: env.cuda.clone(),
+                rocm: env.rocm.clone(),
+                nccl: env.nccl.clone(),
+                gpu_model: env.gpu_model.clone(),
+            },
+            switches: env.switches.clone(),
+            telemetry,
+            cells: results.cells.iter().map(CellRecord::from_result).collect(),
+        }
+    }
+
+    pub fn throttled(&self) -> bool {
+        self.telemetry.as_ref().is_some_and(|t| t.throttled)
+    }
+}
+
+impl CellRecord {
+    pub fn from_result(cell: &CellResult) -> CellRecord {
+        let status = match &cell.outcome {
+            Outcome::Passed => "passed",
+            Outcome::Failed { .. } => "failed",
+            Outcome::TimedOut { .. } => "timed_out",
+            Outcome::Skipped { .. } => "skipped",
+        };
+        CellRecord {
+            cell_id: cell.id.as_str().to_string(),
+            status: status.to_string(),
+            metrics: cell
+                .metrics
+                .iter()
+                .filter(|(_, m)| m.value.is_finite())
+                .map(|(name, m)| MetricRecord {
+                    name: name.clone(),
+                    value: m.value,
+                    samples: m.samples.clone(),
+                    rel_spread: m.rel_spread,
+                })
+                .collect(),
+            loss_curve: cell
+                .repeats
+                .first()
+                .map(|r| {
+                    r.steps
+                        .iter()
+                        .filter(|s| s.rank.unwrap_or(0) == 0)
+                        .map(|s| s.loss)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The branch a run measured, from the CI's variables (a pull request's head branch first),
+/// else from git; `None` when neither knows (a detached checkout outside CI).
+pub fn current_branch() -> Option<String> {
+    for var in [
+        "GITHUB_HEAD_REF",
+        "GITHUB_REF_NAME",
+        "CI_MERGE_REQUEST_SOURCE_BRANCH_NAME",
+        "CI_COMMIT_REF_NAME",
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            if !v.trim().is_empty() {
+                return Some(v.trim().to_string());
+            }
+        }
+    }
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--abbrev-ref", "HEAD"])
+        .output()
+        .ok()?;
+    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !name.is_empty() && name != "HEAD").then_some(name)
+}

@@ -1,0 +1,630 @@
+//! The history store: one [`Backend`] trait (plain SQL over a connection) with two real
+//! implementations, [`super::sqlite`] and [`super::postgres`], and everything above it
+//! written once: versioned schema migrations (table `bench_schema_migrations`), writing a
+//! run in one transaction, and the queries the verdicts, trends and reports need.
+//!
+//! Every write of a run is a single transaction that first deletes any earlier copy of the
+//! same run id (so importing a run folder twice is harmless): a writer killed in the middle
+//! (`kill -9`) leaves the store exactly as it was before that run.
+
+use super::record::{CellRecord, RunRecord};
+use super::HistoryError;
+
+/// A value bound to, or read from, SQL. The schema uses only these four kinds (`TEXT`,
+/// `BIGINT`, `DOUBLE PRECISION`, NULL), which both backends map without loss.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sql {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl Sql {
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Sql::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Sql::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+    pub fn real(&self) -> Option<f64> {
+        match self {
+            Sql::Real(r) => Some(*r),
+            Sql::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+    fn opt_text(s: &Option<String>) -> Sql {
+        s.as_ref().map_or(Sql::Null, |s| Sql::Text(s.clone()))
+    }
+}
+
+/// One connection to a database. Statements use `?` placeholders (a backend that numbers
+/// them rewrites them); every row comes back as [`Sql`] values in column order.
+pub trait Backend {
+    /// `sqlite` or `postgresql`.
+    fn kind(&self) -> &'static str;
+    /// Runs statements without parameters (DDL, BEGIN/COMMIT).
+    fn batch(&mut self, sql: &str) -> Result<(), String>;
+    fn execute(&mut self, sql: &str, params: &[Sql]) -> Result<u64, String>;
+    fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, String>;
+    /// The statement that opens a write transaction (SQLite takes the write lock at once
+    /// with `BEGIN IMMEDIATE`, so two writers queue instead of failing at commit).
+    fn begin(&self) -> &'static str {
+        "BEGIN"
+    }
+}
+
+/// The schema, one migration per version, applied in order, each in its own transaction
+/// together with its row in `bench_schema_migrations`. Never edit a released migration:
+/// add the next one.
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "runs, cells and metrics",
+        "CREATE TABLE bench_runs (
+            run_id TEXT PRIMARY KEY,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            commit_sha TEXT,
+            git_dirty BIGINT NOT NULL,
+            branch TEXT,
+            hardware_key TEXT NOT NULL,
+            host TEXT NOT NULL,
+            matrix_name TEXT NOT NULL,
+            bench_version TEXT NOT NULL,
+            libtorch TEXT,
+            driver TEXT,
+            cuda TEXT,
+            rocm TEXT,
+            nccl TEXT,
+            gpu_model TEXT,
+            switches TEXT NOT NULL,
+            telemetry TEXT,
+            throttled BIGINT NOT NULL,
+            recorded_at TEXT NOT NULL
+        );
+        CREATE INDEX bench_runs_key_time ON bench_runs (hardware_key, started_at);
+        CREATE TABLE bench_cells (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            cell_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            loss_curve TEXT NOT NULL,
+            PRIMARY KEY (run_id, cell_id)
+        );
+        CREATE TABLE bench_metrics (
+            run_id TEXT NOT NULL,
+            cell_id TEXT NOT NULL,
+            metric TEXT NOT NULL,
+            value DOUBLE PRECISION NOT NULL,
+            rel_spread DOUBLE PRECISION NOT NULL,
+            samples TEXT NOT NULL,
+            PRIMARY KEY (run_id, cell_id, metric),
+            FOREIGN KEY (run_id, cell_id) REFERENCES bench_cells (run_id, cell_id)
+        );
+        CREATE INDEX bench_metrics_cell ON bench_metrics (cell_id, metric);",
+    ),
+    (
+        2,
+        "segments started by `bench baseline accept`",
+        "CREATE TABLE bench_segments (
+            cell_id TEXT NOT NULL,
+            hardware_key TEXT NOT NULL,
+            starts_at TEXT NOT NULL,
+            first_run_id TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            accepted_at TEXT NOT NULL,
+            PRIMARY KEY (cell_id, hardware_key, starts_at)
+        );",
+    ),
+];
+
+/// The newest schema version this bench writes.
+pub fn schema_version_known() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// An open history store.
+pub struct History {
+    backend: Box<dyn Backend>,
+    /// The file or URL (password removed), for messages.
+    pub location: String,
+}
+
+/// Opens the store at `location`: a `postgres://` or `postgresql://` URL, else a SQLite
+/// file path (created when missing). Migrates the schema to the newest version.
+pub fn open(location: &str) -> Result<History, HistoryError> {
+    let (backend, shown): (Box<dyn Backend>, String) =
+        if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+            let shown = super::postgres::redact(location);
+            let b = super::postgres::PgBackend::connect(location).map_err(|message| {
+                HistoryError::Open {
+                    location: shown.clone(),
+                    message,
+                }
+            })?;
+            (Box::new(b), shown)
+        } else {
+            let b = super::sqlite::SqliteBackend::open(std::path::Path::new(location)).map_err(
+                |message| HistoryError::Open {
+                    location: location.to_string(),
+                    message,
+                },
+            )?;
+            (Box::new(b), location.to_string())
+        };
+    let mut h = History {
+        backend,
+        location: shown,
+    };
+    h.migrate()?;
+    Ok(h)
+}
+
+/// One point of a cell's trend: a run's value of one metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub run_id: String,
+    pub started_at: String,
+    pub commit: Option<String>,
+    pub branch: Option<String>,
+    pub host: String,
+    pub throttled: bool,
+    pub value: f64,
+    pub rel_spread: f64,
+    pub samples: Vec<f64>,
+    pub loss_curve: Vec<f64>,
+}
+
+/// A segment boundary recorded by `bench baseline accept`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub cell_id: String,
+    pub hardware_key: String,
+    /// Runs started at or after this time belong to the segment.
+    pub starts_at: String,
+    pub first_run_id: String,
+    pub reason: String,
+    pub accepted_at: String,
+}
+
+/// A run as listed by [`History::runs`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub run_id: String,
+    pub started_at: String,
+    pub hardware_key: String,
+    pub cells: i64,
+}
+
+impl History {
+    fn err(&self, message: String) -> HistoryError {
+        HistoryError::Query {
+            location: self.location.clone(),
+            message,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.backend.kind()
+    }
+
+    fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, HistoryError> {
+        self.backend.query(sql, params).map_err(|m| self.err(m))
+    }
+
+    /// Runs `f` inside one transaction: committed when it succeeds, rolled back otherwise.
+    fn transaction<T>(
+        &mut self,
+        f: impl FnOnce(&mut dyn Backend) -> Result<T, String>,
+    ) -> Result<T, HistoryError> {
+        let begin = self.backend.begin();
+        self.backend.batch(begin).map_err(|m| self.err(m))?;
+        match f(self.backend.as_mut()) {
+            Ok(v) => {
+                self.backend.batch("COMMIT").map_err(|m| self.err(m))?;
+                Ok(v)
+            }
+            Err(m) => {
+                // The first error is the one to report; a failed rollback adds nothing.
+                let _ = self.backend.batch("ROLLBACK");
+                Err(self.err(m))
+            }
+        }
+    }
+
+    /// The schema version the store is at (0 for an empty database).
+    pub fn schema_version(&mut self) -> Result<i64, HistoryError> {
+        let rows = self.query("SELECT MAX(version) FROM bench_schema_migrations", &[])?;
+        Ok(rows.first().and_then(|r| r[0].int()).unwrap_or(0))
+    }
+
+    /// Applies the migrations the store lacks; refuses a store newer than this bench.
+    fn migrate(&mut self) -> Result<(), HistoryError> {
+        self.backend
+            .batch(
+                "CREATE TABLE IF NOT EXISTS bench_schema_migrations (
+                    version BIGINT PRIMARY KEY,
+                    description TEXT NOT NULL,
+                    applied_at TEXT NOT NULL
+                )",
+            )
+            .map_err(|m| self.err(m))?;
+        let found = self.schema_version()?;
+        if found > schema_version_known() {
+            return Err(HistoryError::Newer {
+                location: self.location.clone(),
+                found,
+                known: schema_version_known(),
+            });
+        }
+        for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
+            self.transaction(|b| {
+                // Another process may have applied it since we looked.
+                let done = b.query(
+                    "SELECT 1 FROM bench_schema_migrations WHERE version = ?",
+                    &[Sql::Int(version)],
+                )?;
+                if !done.is_empty() {
+                    return Ok(());
+                }
+                b.batch(sql)?;
+                b.execute(
+                    "INSERT INTO bench_schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
+                    &[Sql::Int(version), Sql::Text(description.into()), Sql::Text(now())],
+                )?;
+                Ok(())
+            })
+            .map_err(|e| match e {
+                HistoryError::Query { location, message } => HistoryError::Query {
+                    location,
+                    message: format!("migration {version} ({description}): {message}"),
+                },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes `run` (replacing an earlier copy of the same run id) in one transaction.
+    pub fn record_run(&mut self, run: &RunRecord) -> Result<(), HistoryError> {
+        self.transaction(|b| write_run(b, run))
+    }
+
+    /// Writes one cell of a run that is still going (after each cell finishes): the run's
+    /// row is created or refreshed, the cell replaced, in one transaction.
+    pub fn record_cell(&mut self, run: &RunRecord, cell: &CellRecord) -> Result<(), HistoryError> {
+        self.transaction(|b| {
+            upsert_run_row(b, run)?;
+            delete_cell(b, &run.run_id, &cell.cell_id)?;
+            write_cell(b, &run.run_id, cell)
+        })
+    }
+
+    /// Every run, oldest first.
+    pub fn runs(&mut self) -> Result<Vec<RunRow>, HistoryError> {
+        let rows = self.query(
+            "SELECT r.run_id, r.started_at, r.hardware_key,
+                    (SELECT COUNT(*) FROM bench_cells c WHERE c.run_id = r.run_id)
+             FROM bench_runs r ORDER BY r.started_at, r.run_id",
+            &[],
+        )?;
+        Ok(rows
+            .into_iter()
+            .map(|r| RunRow {
+                run_id: text(&r[0]),
+                started_at: text(&r[1]),
+                hardware_key: text(&r[2]),
+                cells: r[3].int().unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// The hardware keys that have a value of `metric` for `cell`.
+    pub fn hardware_keys(&mut self, cell: &str, metric: &str) -> Result<Vec<String>, HistoryError> {
+        let rows = self.query(
+            "SELECT DISTINCT r.hardware_key FROM bench_metrics m
+             JOIN bench_runs r ON r.run_id = m.run_id
+             WHERE m.cell_id = ? AND m.metric = ? ORDER BY r.hardware_key",
+            &[Sql::Text(cell.into()), Sql::Text(metric.into())],
+        )?;
+        Ok(rows.iter().map(|r| text(&r[0])).collect())
+    }
+
+    /// The trend of `metric` for `cell` on `hardware_key`, oldest first, every segment.
+    pub fn trend(
+        &mut self,
+        cell: &str,
+        hardware_key: &str,
+        metric: &str,
+    ) -> Result<Vec<Point>, HistoryError> {
+        let rows = self.query(
+            "SELECT r.run_id, r.started_at, r.commit_sha, r.branch, r.host, r.throttled,
+                    m.value, m.rel_spread, m.samples, c.loss_curve
+             FROM bench_metrics m
+             JOIN bench_runs r ON r.run_id = m.run_id
+             JOIN bench_cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
+             WHERE m.cell_id = ? AND r.hardware_key = ? AND m.metric = ?
+             ORDER BY r.started_at, r.run_id",
+            &[
+                Sql::Text(cell.into()),
+                Sql::Text(hardware_key.into()),
+                Sql::Text(metric.into()),
+            ],
+        )?;
+        rows.into_iter()
+            .map(|r| {
+                let samples: Vec<Option<f64>> =
+                    serde_json::from_str(r[8].text().unwrap_or("[]"))
+                        .map_err(|e| self.err(format!("bench_metrics.samples: {e}")))?;
+                let loss_curve: Vec<Option<f64>> =
+                    serde_json::from_str(r[9].text().unwrap_or("[]"))
+                        .map_err(|e| self.err(format!("bench_cells.loss_curve: {e}")))?;
+                Ok(Point {
+                    run_id: text(&r[0]),
+                    started_at: text(&r[1]),
+                    commit: r[2].text().map(str::to_string),
+                    branch: r[3].text().map(str::to_string),
+                    host: text(&r[4]),
+                    throttled: r[5].int().unwrap_or(0) != 0,
+                    value: r[6].real().unwrap_or(f64::NAN),
+                    rel_spread: r[7].real().unwrap_or(0.0),
+                    samples: nan_from_null(samples),
+                    loss_curve: nan_from_null(loss_curve),
+                })
+            })
+            .collect()
+    }
+
+    /// The segment boundaries of `cell` on `hardware_key`, oldest first.
+    pub fn segments(
+        &mut self,
+        cell: &str,
+        hardware_key: &str,
+    ) -> Result<Vec<Segment>, HistoryError> {
+        let rows = self.query(
+            "SELECT cell_id, hardware_key, starts_at, first_run_id, reason, accepted_at
+             FROM bench_segments WHERE cell_id = ? AND hardware_key = ? ORDER BY starts_at",
+            &[Sql::Text(cell.into()), Sql::Text(hardware_key.into())],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| Segment {
+                cell_id: text(&r[0]),
+                hardware_key: text(&r[1]),
+                starts_at: text(&r[2]),
+                first_run_id: text(&r[3]),
+                reason: text(&r[4]),
+                accepted_at: text(&r[5]),
+            })
+            .collect())
+    }
+
+    /// Records an intended shift: a new segment of `cell` on `hardware_key` starting with
+    /// the run `first_run_id` (which must have a value for the cell).
+    pub fn accept(
+        &mut self,
+        cell: &str,
+        hardware_key: &str,
+        first_run_id: &str,
+        reason: &str,
+    ) -> Result<Segment, HistoryError> {
+        let rows = self.query(
+            "SELECT r.started_at FROM bench_runs r JOIN bench_cells c ON c.run_id = r.run_id
+             WHERE r.run_id = ? AND c.cell_id = ? AND r.hardware_key = ?",
+            &[
+                Sql::Text(first_run_id.into()),
+                Sql::Text(cell.into()),
+                Sql::Text(hardware_key.into()),
+            ],
+        )?;
+        let Some(starts_at) = rows.first().map(|r| text(&r[0])) else {
+            return Err(HistoryError::Input {
+                path: self.location.clone(),
+                message: format!(
+                    "run {first_run_id} has no cell {cell} on hardware {hardware_key}"
+                ),
+            });
+        };
+        let seg = Segment {
+            cell_id: cell.into(),
+            hardware_key: hardware_key.into(),
+            starts_at,
+            first_run_id: first_run_id.into(),
+            reason: reason.into(),
+            accepted_at: now(),
+        };
+        let s = seg.clone();
+        self.transaction(move |b| {
+            let key = [
+                Sql::Text(s.cell_id.clone()),
+                Sql::Text(s.hardware_key.clone()),
+                Sql::Text(s.starts_at.clone()),
+            ];
+            b.execute(
+                "DELETE FROM bench_segments WHERE cell_id = ? AND hardware_key = ? AND starts_at = ?",
+                &key,
+            )?;
+            b.execute(
+                "INSERT INTO bench_segments (cell_id, hardware_key, starts_at, first_run_id, reason, accepted_at)
+                 VALUES (?, ?, ?, ?, ?, ?)",
+                &[
+                    key[0].clone(),
+                    key[1].clone(),
+                    key[2].clone(),
+                    Sql::Text(s.first_run_id.clone()),
+                    Sql::Text(s.reason.clone()),
+                    Sql::Text(s.accepted_at.clone()),
+                ],
+            )?;
+            Ok(())
+        })?;
+        Ok(seg)
+    }
+
+    /// Deletes every row (tests share one PostgreSQL database and start from empty).
+    pub fn clear(&mut self) -> Result<(), HistoryError> {
+        self.transaction(|b| {
+            for t in [
+                "bench_segments",
+                "bench_metrics",
+                "bench_cells",
+                "bench_runs",
+            ] {
+                b.execute(&format!("DELETE FROM {t}"), &[])?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The points of `trend` in the current segment (after the last accepted boundary).
+pub fn current_segment<'a>(trend: &'a [Point], segments: &[Segment]) -> &'a [Point] {
+    match segments.last() {
+        Some(s) => {
+            let start = trend
+                .iter()
+                .position(|p| p.started_at >= s.starts_at)
+                .unwrap_or(trend.len());
+            &trend[start..]
+        }
+        None => trend,
+    }
+}
+
+fn text(v: &Sql) -> String {
+    v.text().unwrap_or_default().to_string()
+}
+
+/// JSON has no NaN: a NaN loss is stored as `null` and read back as NaN.
+fn nan_from_null(v: Vec<Option<f64>>) -> Vec<f64> {
+    v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()
+}
+
+fn json_floats(v: &[f64]) -> String {
+    let opt: Vec<Option<f64>> = v.iter().map(|x| x.is_finite().then_some(*x)).collect();
+    serde_json::to_string(&opt).unwrap_or_else(|_| "[]".into())
+}
+
+/// The current time, RFC 3339 UTC.
+pub fn now() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn write_run(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    let id = Sql::Text(run.run_id.clone());
+    b.execute(
+        "DELETE FROM bench_metrics WHERE run_id = ?",
+        std::slice::from_ref(&id),
+    )?;
+    b.execute(
+        "DELETE FROM bench_cells WHERE run_id = ?",
+        std::slice::from_ref(&id),
+    )?;
+    upsert_run_row(b, run)?;
+    for cell in &run.cells {
+        write_cell(b, &run.run_id, cell)?;
+    }
+    Ok(())
+}
+
+fn upsert_run_row(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    let id = Sql::Text(run.run_id.clone());
+    let exists = !b
+        .query(
+            "SELECT 1 FROM bench_runs WHERE run_id = ?",
+            std::slice::from_ref(&id),
+        )?
+        .is_empty();
+    let v = &run.versions;
+    let switches = serde_json::to_string(&run.switches).map_err(|e| e.to_string())?;
+    let telemetry = match &run.telemetry {
+        Some(t) => Sql::Text(serde_json::to_string(t).map_err(|e| e.to_string())?),
+        None => Sql::Null,
+    };
+    let mut values = vec![
+        Sql::Text(run.started_at.clone()),
+        Sql::opt_text(&run.finished_at),
+        Sql::opt_text(&run.commit),
+        Sql::Int(run.git_dirty as i64),
+        Sql::opt_text(&run.branch),
+        Sql::Text(run.hardware_key.clone()),
+        Sql::Text(run.host.clone()),
+        Sql::Text(run.matrix_name.clone()),
+        Sql::Text(v.bench.clone()),
+        Sql::opt_text(&v.libtorch),
+        Sql::opt_text(&v.driver),
+        Sql::opt_text(&v.cuda),
+        Sql::opt_text(&v.rocm),
+        Sql::opt_text(&v.nccl),
+        Sql::opt_text(&v.gpu_model),
+        Sql::Text(switches),
+        telemetry,
+        Sql::Int(run.throttled() as i64),
+        Sql::Text(now()),
+    ];
+    const COLS: &str = "started_at, finished_at, commit_sha, git_dirty, branch, hardware_key, host, matrix_name, bench_version, libtorch, driver, cuda, rocm, nccl, gpu_model, switches, telemetry, throttled, recorded_at";
+    if exists {
+        let set: Vec<String> = COLS.split(", ").map(|c| format!("{c} = ?")).collect();
+        values.push(id);
+        b.execute(
+            &format!("UPDATE bench_runs SET {} WHERE run_id = ?", set.join(", ")),
+            &values,
+        )?;
+    } else {
+        values.insert(0, id);
+        let marks = vec!["?"; values.len()].join(", ");
+        b.execute(
+            &format!("INSERT INTO bench_runs (run_id, {COLS}) VALUES ({marks})"),
+            &values,
+        )?;
+    }
+    Ok(())
+}
+
+fn delete_cell(b: &mut dyn Backend, run_id: &str, cell_id: &str) -> Result<(), String> {
+    let key = [Sql::Text(run_id.into()), Sql::Text(cell_id.into())];
+    b.execute(
+        "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
+        &key,
+    )?;
+    b.execute(
+        "DELETE FROM bench_cells WHERE run_id = ? AND cell_id = ?",
+        &key,
+    )?;
+    Ok(())
+}
+
+fn write_cell(b: &mut dyn Backend, run_id: &str, cell: &CellRecord) -> Result<(), String> {
+    b.execute(
+        "INSERT INTO bench_cells (run_id, cell_id, status, loss_curve) VALUES (?, ?, ?, ?)",
+        &[
+            Sql::Text(run_id.into()),
+            Sql::Text(cell.cell_id.clone()),
+            Sql::Text(cell.status.clone()),
+            Sql::Text(json_floats(&cell.loss_curve)),
+        ],
+    )?;
+    for m in &cell.metrics {
+        b.execute(
+            "INSERT INTO bench_metrics (run_id, cell_id, metric, value, rel_spread, samples) VALUES (?, ?, ?, ?, ?, ?)",
+            &[
+                Sql::Text(run_id.into()),
+                Sql::Text(cell.cell_id.clone()),
+                Sql::Text(m.name.clone()),
+                Sql::Real(m.value),
+                Sql::Real(if m.rel_spread.is_finite() { m.rel_spread } else { 0.0 }),
+                Sql::Text(json_floats(&m.samples)),
+            ],
+        )?;
+    }
+    Ok(())
+}

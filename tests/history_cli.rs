@@ -1,0 +1,176 @@
+//! The history end to end through the built binary, with the deterministic command
+//! workload (tests/fixtures/fake_worker.sh): nights recorded with `bench matrix --history`,
+//! a slower night found suspect, re-run by `--confirm` and failed with the run and commit
+//! it started at; `bench history CELL` shows the trend and its change point; `bench
+//! baseline accept` starts a new segment; `bench history import` back-fills; bad input
+//! exits 2.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("BENCH_HISTORY")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn matrix(dir: &Path, name: &str, step_time: &str) -> String {
+    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
+    let text = format!(
+        "name: hist\naxes:\n  model: [small]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 2\n  timeout: 60s\n  extra: {{step_time: \"{step_time}\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
+        worker.display()
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn night(dir: &Path, matrix: &str, id: &str, history: &str, extra: &[&str]) -> Output {
+    let results = dir.join("results");
+    let baselines = dir.join("baselines");
+    let mut args = vec![
+        "matrix",
+        matrix,
+        "--results-dir",
+        results.to_str().unwrap(),
+        "--run-id",
+        id,
+        "--baselines",
+        baselines.to_str().unwrap(),
+        "--no-progress",
+        "--gpus",
+        "0",
+        "--history",
+        history,
+    ];
+    args.extend(extra);
+    bench(&args)
+}
+
+#[test]
+fn a_slower_night_is_confirmed_named_and_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let db = dir.join("h.sqlite");
+    let db = db.to_str().unwrap();
+    let same = matrix(dir, "same.yaml", "0.5");
+    let slower = matrix(dir, "slower.yaml", "0.55");
+    for i in 0..8 {
+        let o = night(dir, &same, &format!("n{i:02}"), db, &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let run_dir = dir.join("results/n07");
+    assert!(run_dir.join("history.json").exists());
+    // No GPU here: the telemetry is recorded as absent.
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("telemetry.json"))
+            .unwrap()
+            .trim(),
+        "null"
+    );
+
+    let o = night(dir, &slower, "n08", db, &["--confirm"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("re-running 1 suspect cell(s) to confirm: small.1gpu"),
+        "{out}"
+    );
+    let md = std::fs::read_to_string(dir.join("results/n08/history.md")).unwrap();
+    assert!(md.contains("**regressed** `small.1gpu`"), "{md}");
+    assert!(
+        md.contains("-9.1% against the median of the last 8 runs"),
+        "{md}"
+    );
+    assert!(md.contains("since run `n08`"), "{md}");
+    assert!(md.contains("last good run `n07`"), "{md}");
+    assert!(dir.join("results/n08-confirm/results.json").exists());
+
+    // The next slow night is confirmed by the one before it, without a re-run.
+    let o = night(dir, &slower, "n09", db, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+
+    let o = bench(&["history", "small.1gpu", "--history", db]);
+    let trend = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{trend}");
+    assert!(trend.contains("small.1gpu on cpu-"), "{trend}");
+    assert!(trend.contains("▇") || trend.contains("█"), "{trend}");
+    assert!(trend.contains("-9.1%"), "{trend}");
+
+    let o = bench(&[
+        "baseline",
+        "accept",
+        "small.1gpu",
+        "--reason",
+        "slower on purpose",
+        "--history",
+        db,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("from run n09"), "{}", text(&o));
+    // The new segment has one run: too little history, and no baseline file: it passes.
+    let o = night(dir, &slower, "n10", db, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let md = std::fs::read_to_string(dir.join("results/n10/history.md")).unwrap();
+    assert!(md.contains("1 with too little history"), "{md}");
+
+    // Back-fill a second store from the run folders.
+    let db2 = dir.join("h2.sqlite");
+    let o = bench(&[
+        "history",
+        "import",
+        dir.join("results/n00").to_str().unwrap(),
+        dir.join("results/n08").to_str().unwrap(),
+        "--history",
+        db2.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("imported n08 (1 cells"), "{}", text(&o));
+}
+
+#[test]
+fn bad_input_exits_2_with_the_place_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("h.sqlite");
+    let db = db.to_str().unwrap();
+    let o = bench(&[
+        "history",
+        "import",
+        tmp.path().join("nope").to_str().unwrap(),
+        "--history",
+        db,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("nope"), "{}", text(&o));
+    let o = bench(&["history", "no.such.cell", "--history", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no.such.cell"), "{}", text(&o));
+    let o = bench(&["baseline", "accept", "x", "--reason", " ", "--history", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = bench(&[
+        "history",
+        "x",
+        "--history",
+        "postgres://nobody@127.0.0.1:1/none",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("postgres://nobody@127.0.0.1:1/none"),
+        "{}",
+        text(&o)
+    );
+    let o = bench(&["matrix", "matrix/smoke.yaml", "--confirm", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
