@@ -102,6 +102,7 @@ done
 "$BENCH" history study "$OUTD"/results/* > "$OUTD/study.md" 2> "$OUTD/logs/study.err"
 echo "study rc=$?"
 cat "$OUTD/study.md"
-for cell in $(ls "$OUTD"/results/*/results.json | head -1 | xargs python3 -c 'import json,sys; print(" ".join(c["id"] for c in json.load(open(sys.argv[1]))["cells"]))' 2>/dev/null); do
+first=$(find "$OUTD"/results -mindepth 2 -maxdepth 2 -name results.json | sort | head -1)
+for cell in $(python3 -c 'import json,sys; print(" ".join(c["id"] for c in json.load(open(sys.argv[1]))["cells"]))' "$first" 2>/dev/null); do
   "$BENCH" history "$cell" --history "$OUTD/history.sqlite" | tee "$OUTD/trend-$cell.txt" | head -8
 done

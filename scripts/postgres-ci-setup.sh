@@ -36,7 +36,7 @@ LOGFILE="$(dirname "$DATA")/server.log"
 # 1. Packages, only when the server binaries are missing (a second run skips apt).
 pg_bin() {
   # Debian keeps the server tools in /usr/lib/postgresql/<major>/bin, off PATH.
-  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+  find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1
 }
 if [ -z "$(pg_bin)" ] || [ ! -x "$(pg_bin)/pg_ctl" ]; then
   log "installing postgresql"
