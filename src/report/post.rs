@@ -42,7 +42,8 @@ pub fn post_with_env(
             return Ok(verdict);
         }
     };
-    let mut body = super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
+    let mut body =
+        super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
     // The run's verdicts against its history (`bench matrix --history`), when it was judged.
     if let Some(h) = crate::history::gate::GateReport::load(&args.run_dir) {
         body.push('\n');
