@@ -120,6 +120,15 @@ const std::vector<cudaKernel_t>& quant_kernels(at::ScalarType t, at::ScalarType 
                             quantize_fp8_source(t, fp8), names, device);
 }
 
+// The arguments both quantizations share: the format and a one-element fp32 scale beside t.
+void check_format_and_scale(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8) {
+  TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2,
+              "fp8 quantization: the format must be e4m3fn or e5m2");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == 1 &&
+                  scale.device() == t.device(),
+              "fp8 quantization: the scale must be one fp32 number on the tensor's device");
+}
+
 }  // namespace
 
 bool quantize_fp8_supported(const at::Tensor& t) {
@@ -132,11 +141,7 @@ bool quantize_fp8_supported(const at::Tensor& t) {
 at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8) {
   TORCH_CHECK(quantize_fp8_supported(t), "fp8 quantization: the tensor must be contiguous, ",
               "16-byte aligned bf16 or fp32 on a GPU, a whole number of vectors long");
-  TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2,
-              "fp8 quantization: the format must be e4m3fn or e5m2");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == 1 &&
-                  scale.device() == t.device(),
-              "fp8 quantization: the scale must be one fp32 number on the tensor's device");
+  check_format_and_scale(t, scale, fp8);
   c10::cuda::CUDAGuard guard(t.device());
   auto q = at::empty(t.sizes(), t.options().dtype(fp8));
   const uint64_t nvec = static_cast<uint64_t>(t.numel() / vec_width(t.scalar_type()));
@@ -164,11 +169,7 @@ std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::
   TORCH_CHECK(quantize_fp8_t_supported(t), "fp8 transposing quantization: the tensor must be ",
               "a contiguous, 16-byte aligned bf16 or fp32 matrix on a GPU, both sides multiples ",
               "of 64");
-  TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2,
-              "fp8 quantization: the format must be e4m3fn or e5m2");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == 1 &&
-                  scale.device() == t.device(),
-              "fp8 quantization: the scale must be one fp32 number on the tensor's device");
+  check_format_and_scale(t, scale, fp8);
   c10::cuda::CUDAGuard guard(t.device());
   const int64_t rows = t.size(0), cols = t.size(1);
   at::Tensor q = want_q ? at::empty({rows, cols}, t.options().dtype(fp8)) : at::Tensor();

@@ -87,18 +87,10 @@ pub fn sparkline(values: &[f64]) -> String {
         .collect()
 }
 
-/// A value with four significant digits and a K/M/G suffix (`487.0K`).
+/// A value with four significant digits and an SI suffix (`487.0K`): a trend's steps are
+/// often below the three digits the reports show.
 pub fn human(v: f64) -> String {
-    let a = v.abs();
-    let (x, s) = if a >= 1e9 {
-        (v / 1e9, "G")
-    } else if a >= 1e6 {
-        (v / 1e6, "M")
-    } else if a >= 1e3 {
-        (v / 1e3, "K")
-    } else {
-        (v, "")
-    };
+    let (x, s) = crate::report::text::si_scaled(v);
     let digits = if x.abs() >= 100.0 {
         1
     } else if x.abs() >= 10.0 {

@@ -8,8 +8,15 @@ use crate::results::RunResults;
 
 /// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
 pub fn si(v: f64) -> String {
+    let (scaled, suffix) = si_scaled(v);
+    format!("{}{suffix}", three_digits(scaled))
+}
+
+/// `v` scaled to below a thousand, with the SI suffix that undoes it (`K`, `M`, `G`, `T`;
+/// none below a thousand).
+pub fn si_scaled(v: f64) -> (f64, &'static str) {
     let a = v.abs();
-    let (scaled, suffix) = if a >= 1e12 {
+    if a >= 1e12 {
         (v / 1e12, "T")
     } else if a >= 1e9 {
         (v / 1e9, "G")
@@ -19,8 +26,7 @@ pub fn si(v: f64) -> String {
         (v / 1e3, "K")
     } else {
         (v, "")
-    };
-    format!("{}{suffix}", three_digits(scaled))
+    }
 }
 
 /// Three significant digits, no exponent: `1.23`, `12.3`, `123`.
