@@ -98,13 +98,13 @@ pub fn best_split(xs: &[f64], settings: &Settings) -> Option<(usize, f64)> {
     if n < 2 * min {
         return None;
     }
-    let d = |i: usize, j: usize| (xs[i] - xs[j]).abs().powf(settings.alpha_exponent);
+    let d = |a: f64, b: f64| (a - b).abs().powf(settings.alpha_exponent);
     // Sum over all pairs i < j, and for each point its distance sum to the points before.
     let mut to_before = vec![0.0; n];
     let mut to_after = vec![0.0; n];
-    for j in 0..n {
-        for i in 0..j {
-            let v = d(i, j);
+    for (j, &xj) in xs.iter().enumerate() {
+        for (i, &xi) in xs[..j].iter().enumerate() {
+            let v = d(xi, xj);
             to_before[j] += v;
             to_after[i] += v;
         }

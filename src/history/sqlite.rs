@@ -85,6 +85,9 @@ impl Backend for SqliteBackend {
                     .collect::<Result<Vec<Sql>, _>>()
             })
             .map_err(|e| e.to_string())?;
+        // Bound to a local so that `rows`, which borrows `stmt`, is dropped before `stmt`
+        // (a tail expression's temporaries outlive the block's locals in edition 2021).
+        #[allow(clippy::let_and_return)]
         let out = rows
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string());
