@@ -291,24 +291,26 @@ fn resume_checks_the_nodes_hardware_key_not_the_submitting_hosts() {
     }
     let _turn = common::slurm_turn();
     let tmp = tempfile::tempdir().unwrap();
-    let h100 = fake_gpu_bin(&tmp.path().join("h100-bin"), H100);
-    let h200 = fake_gpu_bin(&tmp.path().join("h200-bin"), H200);
-    let export = |bin: &Path| vec![format!("--export=ALL,PATH={}", path_with(bin))];
+    // A resume must use the matrix its run started from (issue 13: the same contents), so
+    // what changes between sessions lives outside the matrix: the script `later` runs, and
+    // the nodes' (stand-in) nvidia-smi.
+    let gpu_bin = fake_gpu_bin(&tmp.path().join("gpu-bin"), H100);
+    let export = vec![format!("--export=ALL,PATH={}", path_with(&gpu_bin))];
+    let later_script = tmp.path().join("later.sh");
     // First sessions: `later` says it is unsupported here (skipped, so a resume runs it).
-    let cases_then = [
+    std::fs::write(&later_script, "exit 3\n").unwrap();
+    let cases = [
         ("done", workload(&["ok"], &[])),
-        ("later", workload(&["exit", "3"], &[])),
+        (
+            "later",
+            format!(
+                "{{kind: command, argv: [{}, {}]}}",
+                q("sh"),
+                q(&later_script.display().to_string())
+            ),
+        ),
     ];
-    let cases_now = [
-        ("done", workload(&["ok"], &[])),
-        ("later", workload(&["ok"], &[])),
-    ];
-    let first = write_matrix(
-        &tmp.path().join("m1.yaml"),
-        &cases_then,
-        &[1],
-        &export(&h100),
-    );
+    let first = write_matrix(&tmp.path().join("m1.yaml"), &cases, &[1], &export);
     for id in ["r1", "r2"] {
         let (code, stderr) = run(tmp.path(), &first, &["--run-id", id]);
         assert_eq!(code, Some(0), "{stderr}");
@@ -322,14 +324,13 @@ fn resume_checks_the_nodes_hardware_key_not_the_submitting_hosts() {
 
     // Resumed from the same (CPU) submitting host onto H100 nodes again: accepted, though
     // this host's own key is not the run's.
-    let same = write_matrix(
-        &tmp.path().join("m2.yaml"),
-        &cases_now,
-        &[1],
-        &export(&h100),
-    );
+    std::fs::write(
+        &later_script,
+        format!("exec sh '{}' ok\n", worker().replace('\'', "'\\''")),
+    )
+    .unwrap();
     let r1 = tmp.path().join("results/r1");
-    let (code, stderr) = run(tmp.path(), &same, &["--resume", r1.to_str().unwrap()]);
+    let (code, stderr) = run(tmp.path(), &first, &["--resume", r1.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
     let r = RunResults::load(&r1).unwrap();
     assert_eq!(r.environment.hardware_key, "h100-sxm-80gb");
@@ -346,12 +347,8 @@ fn resume_checks_the_nodes_hardware_key_not_the_submitting_hosts() {
 
     // Resumed onto H200 nodes: refused as a local resume on other hardware is (exit 2),
     // and nothing measured there is kept.
-    let moved = write_matrix(
-        &tmp.path().join("m3.yaml"),
-        &cases_now,
-        &[1],
-        &export(&h200),
-    );
+    fake_gpu_bin(&gpu_bin, H200);
+    let moved = first.clone();
     let r2 = tmp.path().join("results/r2");
     let (code, stderr) = run(tmp.path(), &moved, &["--resume", r2.to_str().unwrap()]);
     assert_eq!(code, Some(2), "{stderr}");
