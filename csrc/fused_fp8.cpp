@@ -37,6 +37,27 @@ __device__ __forceinline__ unsigned short to_fp8x2(float lo, float hi) {
   return r;
 }
 
+// The T::N values of one 16-byte vector times s, as fp8 bytes in order, four to a word.
+__device__ __forceinline__ void quantize_vec(const Vec& x, float s, u32* w) {
+  float f[T::N];
+  T::unpack(x, f);
+#pragma unroll
+  for (int k = 0; k < T::N / 4; ++k) {
+    const u32 lo = to_fp8x2(f[4 * k] * s, f[4 * k + 1] * s);
+    const u32 hi = to_fp8x2(f[4 * k + 2] * s, f[4 * k + 3] * s);
+    w[k] = lo | (hi << 16);
+  }
+}
+
+// Stores the T::N fp8 bytes of quantize_vec at dst (aligned to their size).
+__device__ __forceinline__ void store_fp8(unsigned char* dst, const u32* w) {
+  if (T::N == 8) {
+    *(uint2*)dst = make_uint2(w[0], w[T::N / 4 - 1]);
+  } else {
+    *(u32*)dst = w[0];
+  }
+}
+
 // q = fp8(x * scale[0]) over nvec 16-byte vectors of x.
 extern "C" __global__ void __launch_bounds__(256)
 quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned char* __restrict__ q,
@@ -45,20 +66,9 @@ quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned cha
   const Vec* xv = (const Vec*)x;
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < nvec;
        i += (u64)gridDim.x * blockDim.x) {
-    float f[T::N];
-    T::unpack(xv[i], f);
     u32 w[T::N / 4];
-#pragma unroll
-    for (int k = 0; k < T::N / 4; ++k) {
-      const u32 lo = to_fp8x2(f[4 * k] * s, f[4 * k + 1] * s);
-      const u32 hi = to_fp8x2(f[4 * k + 2] * s, f[4 * k + 3] * s);
-      w[k] = lo | (hi << 16);
-    }
-    if (T::N == 8) {
-      ((uint2*)q)[i] = make_uint2(w[0], w[T::N / 4 - 1]);
-    } else {
-      ((u32*)q)[i] = w[0];
-    }
+    quantize_vec(xv[i], s, w);
+    store_fp8(q + i * T::N, w);
   }
 }
 
@@ -79,23 +89,11 @@ quant_fp8_t(const E* __restrict__ x, const float* __restrict__ scale, unsigned c
   for (int i = threadIdx.x; i < 64 * vpr; i += blockDim.x) {
     const int r = i / vpr, v = i % vpr;
     const u64 at = (r0 + r) * cols + c0 + (u64)v * T::N;
-    float f[T::N];
-    T::unpack(*(const Vec*)(x + at), f);
     u32 w[T::N / 4];
+    quantize_vec(*(const Vec*)(x + at), s, w);
 #pragma unroll
-    for (int k = 0; k < T::N / 4; ++k) {
-      const u32 lo = to_fp8x2(f[4 * k] * s, f[4 * k + 1] * s);
-      const u32 hi = to_fp8x2(f[4 * k + 2] * s, f[4 * k + 3] * s);
-      w[k] = lo | (hi << 16);
-      tile[r][v * (T::N / 4) + k] = w[k];
-    }
-    if (q != 0) {
-      if (T::N == 8) {
-        *(uint2*)(q + at) = make_uint2(w[0], w[T::N / 4 - 1]);
-      } else {
-        *(u32*)(q + at) = w[0];
-      }
-    }
+    for (int k = 0; k < T::N / 4; ++k) tile[r][v * (T::N / 4) + k] = w[k];
+    if (q != 0) store_fp8(q + at, w);
   }
   __syncthreads();
   const unsigned char* tb = (const unsigned char*)&tile[0][0];
