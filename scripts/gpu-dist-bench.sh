@@ -67,7 +67,7 @@ out, counts = sys.argv[1], [int(c) for c in sys.argv[2:]]
 rows = {}
 for path in sorted(glob.glob(f"{out}/results/dist/logs/*.log")):
     name = os.path.basename(path)
-    m = re.match(r"(.+?)\.bf16\.(\d+)gpu\.(ddp|fsdp)\.", name)
+    m = re.match(r"(.+?)\.bf16\.(\d+)gpu\.(single|ddp|fsdp)\.", name)
     if not m:
         continue
     model, n, kind = m.group(1), int(m.group(2)), m.group(3)
@@ -88,26 +88,30 @@ for kind in ("ddp", "fsdp"):
             kv = {f[i]: f[i + 1] for i in range(2, len(f) - 1, 2)}
             rows[("gpt2-1.5b", kind, "peer", n)] = (float(kv["tok_s_per_gpu"]), float(kv["mfu_per_gpu"]),
                                                     [float(kv["peak_gib_per_rank"])])
-print("| model | parallel | side | GPUs | tok/s per GPU | MFU | weak scaling | peak GiB per rank | bench / peer |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | parallel | side | GPUs | tok/s per GPU | MFU | weak scaling | vs single | peak GiB per rank | bench / peer |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for model in ("gpt2-1.5b", "llama-3.1-8b-proxy"):
-    for kind in ("ddp", "fsdp"):
+    single = rows.get((model, "single", "bench", 1), (None,))[0]
+    for kind in ("single", "ddp", "fsdp"):
         for side in ("bench", "peer"):
-            if model != "gpt2-1.5b" and side == "peer":
+            if (model != "gpt2-1.5b" or kind == "single") and side == "peer":
                 continue
             base = rows.get((model, kind, side, 1), (None,))[0]
             for n in counts:
                 r = rows.get((model, kind, side, n))
                 if not r or r[0] is None:
-                    print(f"| {model} | {kind} | {side} | {n} | failed | | | | |")
+                    if kind != "single" or n == 1:
+                        print(f"| {model} | {kind} | {side} | {n} | failed | | | | | |")
                     continue
                 tok, mfu, mem = r
                 eff = f"{tok / base * 100:.1f}%" if base and n > 1 else ""
                 mfu_s = f"{mfu * 100:.1f}%" if mfu else ""
                 mem_s = " / ".join(f"{x:.1f}" for x in mem)
+                # The yardstick: per-GPU throughput against the plain loop on one GPU.
+                vs_single = f"{tok / single:.3f}" if single and side == "bench" and kind != "single" else ""
                 vs = ""
                 peer = rows.get((model, kind, "peer", n))
                 if side == "bench" and peer and peer[0]:
                     vs = f"{tok / peer[0]:.3f}"
-                print(f"| {model} | {kind} | {side} | {n} | {tok:,.0f} | {mfu_s} | {eff} | {mem_s} | {vs} |")
+                print(f"| {model} | {kind} | {side} | {n} | {tok:,.0f} | {mfu_s} | {eff} | {vs_single} | {mem_s} | {vs} |")
 PY

@@ -5,7 +5,7 @@
 //! fp8 too; DDP and FSDP over one rank on one GPU equal to the plain loop; and a rank that
 //! dies brings the other down with the distributed exit code instead of leaving it in a
 //! collective. On hosts with fewer than two CUDA devices every test is skipped (CI has no
-//! GPU), unless `BENCH_GPU_TESTS=1` says the host has them, when it fails (tests/gpu_gate);
+//! GPU) but the one-rank check, which needs one, unless `BENCH_GPU_TESTS=1` says the host has them, when it fails (tests/gpu_gate);
 //! scripts/gpu-dist-bench.sh runs this binary.
 
 use std::io::{BufRead, BufReader};
@@ -243,10 +243,13 @@ fn check_against_one_gpu(parallel: &str, extra: &[&str], tol: f64) {
 }
 
 /// DDP and FSDP over one rank (local copies for collectives) on one GPU train as the plain
-/// loop: under FSDP the caching allocator's memory comes and goes under the weights.
+/// loop: under FSDP the caching allocator's memory comes and goes under the weights. Both
+/// sides update with the master-weight kernel (DDP/FSDP over their slices), with and
+/// without gradient accumulation (the kernel's fp32 sums over the reduced slices). Needs
+/// one GPU only.
 #[test]
 fn one_rank_matches_the_plain_loop_on_one_gpu() {
-    if !two_gpus() {
+    if !gpu_gate::cuda_devices(1, "the one-rank DDP/FSDP check") {
         return;
     }
     let run = |extra: &[&str]| {
@@ -260,14 +263,28 @@ fn one_rank_matches_the_plain_loop_on_one_gpu() {
         );
         out
     };
-    let a = losses(&events(&run(&[])));
-    assert!(a[7] < a[0] * 0.98, "{a:?}");
-    for parallel in ["ddp", "fsdp"] {
-        let b = losses(&events(&run(&["--parallel", parallel])));
-        println!("plain {a:?}\n {parallel} {b:?}");
-        assert_eq!(b.len(), a.len());
-        for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() <= 1e-2 * x.abs(), "{parallel}: {x} vs {y}");
+    for accum in [&[][..], &["--grad-accum", "2"][..]] {
+        let plain = run(accum);
+        let a = losses(&events(&plain));
+        assert!(a[7] < a[0] * 0.98, "{a:?}");
+        let cs = checksum(&plain);
+        for parallel in ["ddp", "fsdp"] {
+            let out = run(&[&["--parallel", parallel][..], accum].concat());
+            let b = losses(&events(&out));
+            println!("accum {accum:?} plain {a:?}\n {parallel} {b:?}");
+            assert_eq!(b.len(), a.len());
+            for (x, y) in a.iter().zip(&b) {
+                assert!((x - y).abs() <= 1e-2 * x.abs(), "{parallel}: {x} vs {y}");
+            }
+            // The same kernel from the same gradients: the masters agree closely.
+            let c = checksum(&out);
+            println!("checksums plain {cs:?} {parallel} {c:?}");
+            assert!(
+                (c.1 - cs.1).abs() <= 1e-3 * cs.1.abs(),
+                "{parallel} {accum:?}: sum of squares {} vs {}",
+                c.1,
+                cs.1
+            );
         }
     }
 }

@@ -16,15 +16,18 @@
 //!
 //! Working parameters: the model's parameters are re-pointed (`set_data`) at views of
 //! their unit's full flat buffer in the compute dtype, so the model code runs unchanged and
-//! casts nothing. Under DDP those buffers live for the whole run and are refreshed from the
-//! masters after each optimizer step. Under FSDP they are all-gathered from every rank's
+//! casts nothing. Under DDP those buffers are views of one flat buffer that lives for the
+//! whole run and is refreshed from the masters after each optimizer step (by the
+//! master-weight kernel itself, [`Update::Kernel`]). Under FSDP they are all-gathered from every rank's
 //! compute-dtype slice before each use, and between uses the memory behind them is handed
 //! back to the caching allocator while the storage object stays
 //! ([`ffi::storage_release`]): the autograd graph keeps its references to the weights,
-//! which see the re-gathered memory again before the backward needs them. Gradients work
-//! the same way in both: each parameter's `.grad` is a view of the unit's flat gradient
-//! buffer, which exists from just before the unit's backward until its collective has read
-//! it.
+//! which see the re-gathered memory again before the backward needs them. Gradients are
+//! the backward's own: each parameter gets a fresh one, as in the plain loop, and right
+//! after the unit's backward they are copied into one flat buffer and dropped. That
+//! buffer is this rank's region of the reduced-gradient buffer where the reduction can
+//! happen in place (DDP's all-reduce, one rank), else a full-size buffer that exists only
+//! until FSDP's reduce-scatter has read it.
 //!
 //! Schedule, per micro-batch: the forward and the backward are driven block by block from
 //! Rust, each block its own autograd segment (the technique of [`super::sac`], which also
@@ -36,8 +39,8 @@
 //! block's kernels (one unit of prefetch, forward and backward). CUDA events order the two
 //! streams; memory first used on the compute stream and then by a collective is recorded
 //! on the communication stream before it is released (the caching allocator's
-//! `recordStream`). At the end of a micro-batch the reduced slices are added into the
-//! fp32 gradients.
+//! `recordStream`). At the end of a micro-batch the optimizer reads the reduced slices
+//! ([`Update`]).
 //!
 //! With one rank (`--parallel ddp|fsdp` without WORLD_SIZE > 1) the same code runs with
 //! local copies for collectives, on any device, so a one-GPU cell measures the same code
@@ -54,6 +57,7 @@ use tch::{Device, Kind, Tensor};
 use super::ffi::{self, CudaEvent};
 use super::group::{nccl_dtype, Group};
 use super::models::{Model, Param, Place};
+use super::optim::{AdamW, AdamWConfig, Slices};
 use super::precision::Ctx;
 use super::{sac, WorkerError};
 use crate::dist::nccl::{DataType, RedOp};
@@ -119,6 +123,24 @@ impl UnitLayout {
         }
     }
 
+    /// The padding of the flat buffer: between the parameters and after the last.
+    pub fn gaps(&self) -> Vec<Range<usize>> {
+        let mut slots: Vec<&Slot> = self.slots.iter().collect();
+        slots.sort_by_key(|s| s.offset);
+        let mut out = Vec::new();
+        let mut end = 0;
+        for s in slots {
+            if s.offset > end {
+                out.push(end..s.offset);
+            }
+            end = s.offset + s.numel;
+        }
+        if self.padded > end {
+            out.push(end..self.padded);
+        }
+        out
+    }
+
     /// The parts of rank `rank`'s slice, relative to the slice's start, with whether AdamW
     /// decays them: at most one decayed and one undecayed range, empty ones left out.
     pub fn pieces(&self, rank: usize) -> Vec<(Range<usize>, bool)> {
@@ -143,6 +165,22 @@ pub enum Sharding {
     /// FSDP: every rank keeps a slice; parameters are all-gathered before each use and
     /// gradients reduce-scattered.
     Sharded,
+}
+
+/// How the optimizer updates the rank's fp32 slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// libtorch's AdamW (fused on a GPU) over the fp32 slices, whose fp32 gradients every
+    /// micro-batch's reduced slices are added into; then a copy into the compute dtype.
+    /// Any device and compute dtype.
+    Separate,
+    /// The shim's master-weight AdamW kernel ([`AdamW::over_slices`]) reads the reduced
+    /// bf16 gradient slices directly and writes the bf16 copy in the same pass, as the
+    /// single-GPU path's [`AdamW::with_masters`] does: no fp32 gradient buffer, no fill, no
+    /// add and no separate refresh copy (about 22 of the 50 bytes a parameter the separate
+    /// update moves each step). `accumulate` keeps an fp32 sum across micro-batches.
+    /// CUDA and bf16 compute (bf16 or fp8) only.
+    Kernel { accumulate: bool },
 }
 
 /// How the collectives are carried out.
@@ -173,10 +211,14 @@ struct Unit {
     shard_off: usize,
     /// The full parameters (compute dtype); the model's parameters are views of it.
     full: Tensor,
-    /// The full gradients (compute dtype); the parameters' `.grad` are views of it.
+    /// The model's parameters of this unit, in the order of `layout.slots`.
+    params: Vec<Tensor>,
+    /// The padding between and after the parameters in the flat buffers.
+    gaps: Vec<Range<usize>>,
+    /// The full gradients (compute dtype) for FSDP's reduce-scatter across ranks; its
+    /// memory exists only from the unit's backward until the collective has read it.
     grad: Tensor,
     state: Cell<State>,
-    grad_live: Cell<bool>,
     /// Recorded on the communication stream after this unit's all-gather.
     gathered: Option<CudaEvent>,
 }
@@ -190,15 +232,22 @@ pub struct DataParallel<'a> {
     kind: Kind,
     /// Blocks `0..layers`, then the embedding unit, then the head unit.
     units: Vec<Unit>,
+    update: Update,
     /// This rank's slices of every unit (under DDP: every unit whole), one after the
-    /// other: fp32 masters, their fp32 gradients, the masters in the compute dtype (the
-    /// all-gathers' input; empty under DDP) and the reduced gradients.
+    /// other: fp32 masters, their fp32 gradients (only for [`Update::Separate`] and for
+    /// the kernel's sums under accumulation), the masters in the compute dtype and the
+    /// reduced gradients. The compute-dtype copy is what FSDP's all-gathers send; under
+    /// DDP the units' working parameters are views of it.
     shard32: Tensor,
-    grad32: Tensor,
-    shard_lp: Tensor,
+    grad32: Option<Tensor>,
+    work: Tensor,
     rs_out: Tensor,
-    /// The optimizer's view of the slices (fp32, `.grad` set), with their decay flags.
+    /// The optimizer's view of the slices, with their decay flags: fp32 views of the
+    /// masters with fp32 gradients ([`Update::Separate`]), or compute-dtype views of
+    /// `work` whose `.grad` are fixed views of `rs_out` ([`Update::Kernel`]).
     pieces: Vec<Param>,
+    /// Where each piece starts in the flat slice buffers.
+    piece_offsets: Vec<i64>,
     /// Reused to make the communication stream wait for the compute stream.
     compute_ready: Option<CudaEvent>,
     device_index: i64,
@@ -216,11 +265,18 @@ impl<'a> DataParallel<'a> {
     pub fn new(
         comms: Comms<'a>,
         sharding: Sharding,
+        update: Update,
         params: &[Param],
         layers: usize,
         kind: Kind,
         device: Device,
     ) -> Result<DataParallel<'a>, WorkerError> {
+        if matches!(update, Update::Kernel { .. }) && (kind != Kind::BFloat16 || !device.is_cuda())
+        {
+            return Err(internal(format!(
+                "the master-weight kernel needs bf16 compute on a CUDA device, not {kind:?} on {device:?}"
+            )));
+        }
         let (rank, world) = match &comms {
             Comms::Local => (0, 1),
             Comms::Nccl { group, .. } => {
@@ -265,7 +321,16 @@ impl<'a> DataParallel<'a> {
         let total: usize = layouts.iter().map(|l| l.shard).sum();
         let f32opt = (Kind::Float, device);
         let shard32 = Tensor::zeros([total as i64], f32opt);
-        let grad32 = Tensor::zeros([total as i64], f32opt);
+        let grad32 = match update {
+            Update::Separate | Update::Kernel { accumulate: true } => {
+                Some(Tensor::zeros([total as i64], f32opt))
+            }
+            Update::Kernel { accumulate: false } => None,
+        };
+        // Under DDP the units' working parameters are views of this one buffer, so a
+        // single pass refreshes them all; under FSDP it is the all-gathers' input and is
+        // filled from the masters once they are complete.
+        let work = Tensor::zeros([total as i64], (kind, device));
         let cuda = device.is_cuda();
         let mut units = Vec::with_capacity(layouts.len());
         let mut shard_off = 0;
@@ -287,9 +352,17 @@ impl<'a> DataParallel<'a> {
                         (slice_rank * layout.shard) as i64,
                         layout.shard as i64,
                     ));
-                let full = full32.to_kind(kind);
+                let full = match sharding {
+                    Sharding::Sharded => full32.to_kind(kind),
+                    Sharding::Replicated => {
+                        let full = work.narrow(0, shard_off as i64, n);
+                        let _ = full.shallow_clone().copy_(&full32);
+                        full
+                    }
+                };
                 drop(full32);
                 let grad = Tensor::zeros([n], (kind, device));
+                let mut unit_params = Vec::with_capacity(layout.slots.len());
                 for s in &layout.slots {
                     let p = &params[s.param];
                     let shape = p.tensor.size();
@@ -299,10 +372,7 @@ impl<'a> DataParallel<'a> {
                             .narrow(0, s.offset as i64, s.numel as i64)
                             .view(shape.as_slice()),
                     );
-                    let g = grad
-                        .narrow(0, s.offset as i64, s.numel as i64)
-                        .view(shape.as_slice());
-                    ffi::set_grad(&mut t, &g).map_err(internal)?;
+                    unit_params.push(t);
                 }
                 // SAFETY: nothing reads the buffers until they are allocated again. DDP's
                 // working parameters stay for the whole run.
@@ -315,12 +385,13 @@ impl<'a> DataParallel<'a> {
                 units.push(Unit {
                     shard_off,
                     full,
+                    params: unit_params,
+                    gaps: layout.gaps(),
                     grad,
                     state: Cell::new(match sharding {
                         Sharding::Sharded => State::Sharded,
                         Sharding::Replicated => State::Gathered,
                     }),
-                    grad_live: Cell::new(false),
                     gathered: if cuda && world > 1 && sharding == Sharding::Sharded {
                         Some(CudaEvent::new().map_err(internal)?)
                     } else {
@@ -332,20 +403,21 @@ impl<'a> DataParallel<'a> {
             }
             Ok(())
         })?;
-        let shard_lp = match sharding {
-            Sharding::Sharded => shard32.to_kind(kind),
-            Sharding::Replicated => Tensor::zeros([0], (kind, device)),
-        };
+        if sharding == Sharding::Sharded {
+            tch::no_grad(|| work.shallow_clone().copy_(&shard32));
+        }
         let rs_out = Tensor::zeros([total as i64], (kind, device));
-        let mut pieces = Vec::new();
+        let (mut pieces, mut piece_offsets) = (Vec::new(), Vec::new());
         for (u, unit) in units.iter().enumerate() {
             for (range, decay) in unit.layout.pieces(slice_rank) {
                 let (start, len) = ((unit.shard_off + range.start) as i64, range.len() as i64);
-                let mut t = shard32
-                    .narrow(0, start, len)
-                    .detach()
-                    .set_requires_grad(true);
-                ffi::set_grad(&mut t, &grad32.narrow(0, start, len)).map_err(internal)?;
+                let (value, grad) = match (update, &grad32) {
+                    (Update::Separate, Some(g32)) => (&shard32, g32),
+                    _ => (&work, &rs_out),
+                };
+                let mut t = value.narrow(0, start, len).detach().set_requires_grad(true);
+                ffi::set_grad(&mut t, &grad.narrow(0, start, len)).map_err(internal)?;
+                piece_offsets.push(start);
                 pieces.push(Param {
                     name: format!("unit{u}.{}", if decay { "decay" } else { "no_decay" }),
                     tensor: t,
@@ -370,11 +442,13 @@ impl<'a> DataParallel<'a> {
             world,
             kind,
             units,
+            update,
             shard32,
             grad32,
-            shard_lp,
+            work,
             rs_out,
             pieces,
+            piece_offsets,
             compute_ready,
             device_index,
         })
@@ -388,9 +462,28 @@ impl<'a> DataParallel<'a> {
         self.world as u32
     }
 
-    /// What the optimizer updates: this rank's fp32 slices, with their gradients.
+    /// What the optimizer updates: this rank's slices, with their gradients (see
+    /// [`DataParallel::optimizer`]).
     pub fn optim_params(&self) -> &[Param] {
         &self.pieces
+    }
+
+    /// The optimizer over this rank's slices, in the layout `update` chose.
+    pub fn optimizer(&self, cfg: AdamWConfig) -> Result<AdamW, WorkerError> {
+        match self.update {
+            Update::Separate => Ok(AdamW::new(&self.pieces, cfg, self.work.device().is_cuda())),
+            Update::Kernel { .. } => AdamW::over_slices(
+                &self.pieces,
+                self.piece_offsets.clone(),
+                Slices {
+                    master: self.shard32.shallow_clone(),
+                    work: self.work.shallow_clone(),
+                    acc: self.grad32.as_ref().map(Tensor::shallow_clone),
+                },
+                cfg,
+            )
+            .map_err(internal),
+        }
     }
 
     fn compute_stream(&self) -> Result<*mut c_void, WorkerError> {
@@ -427,7 +520,7 @@ impl<'a> DataParallel<'a> {
         match &self.comms {
             Comms::Local => {
                 tch::no_grad(|| {
-                    unit.full.shallow_clone().copy_(&self.shard_lp.narrow(
+                    unit.full.shallow_clone().copy_(&self.work.narrow(
                         0,
                         unit.shard_off as i64,
                         l.shard as i64,
@@ -440,8 +533,8 @@ impl<'a> DataParallel<'a> {
                 // now; the all-gather writing it must come after that work.
                 self.comm_after_compute(*stream)?;
                 let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
-                let send = (self.shard_lp.data_ptr() as usize + unit.shard_off * self.elt())
-                    as *const c_void;
+                let send =
+                    (self.work.data_ptr() as usize + unit.shard_off * self.elt()) as *const c_void;
                 // SAFETY: `send` is this rank's `shard` elements of the slice buffer and
                 // `full` has `shard x world` elements, both live on this device; the
                 // compute stream waits for `gathered` before reading `full`, and releases
@@ -492,64 +585,78 @@ impl<'a> DataParallel<'a> {
         Ok(())
     }
 
-    /// Gives unit `u` a zeroed full gradient buffer for its backward to accumulate into.
-    fn grads_ready(&self, u: usize) -> Result<(), WorkerError> {
+    /// Gathers unit `u`'s gradients into one flat buffer (padding zeroed) and drops them,
+    /// so the next backward hands each parameter a fresh gradient again, as the plain
+    /// loop's does: one copy instead of zeroing a buffer of views before the backward and
+    /// adding into it (12 bytes a bf16 parameter then, 4 now). The buffer is this rank's
+    /// region of `rs_out` where the reduction happens in place (one rank, or DDP's
+    /// all-reduce), else the unit's full gradient buffer for FSDP's reduce-scatter.
+    fn flatten_grads(&self, u: usize) -> Result<Tensor, WorkerError> {
         let unit = &self.units[u];
-        if unit.grad_live.get() {
-            return Ok(());
+        let l = &unit.layout;
+        let in_place = self.sharding == Sharding::Replicated || matches!(self.comms, Comms::Local);
+        let flat = if in_place {
+            // One rank or DDP: the slice is the whole unit (`shard == padded`).
+            self.rs_out
+                .narrow(0, unit.shard_off as i64, l.padded as i64)
+        } else {
+            ffi::storage_allocate(&unit.grad, l.padded * self.elt())
+                .map_err(WorkerError::from_device)?;
+            unit.grad.shallow_clone()
+        };
+        tch::no_grad(|| {
+            for (slot, p) in l.slots.iter().zip(&unit.params) {
+                let mut dst = flat.narrow(0, slot.offset as i64, slot.numel as i64);
+                let g = p.grad();
+                if g.defined() {
+                    dst.copy_(&g.reshape([-1]));
+                } else {
+                    // A parameter the loss does not reach gets no gradient.
+                    let _ = dst.zero_();
+                }
+            }
+            for gap in &unit.gaps {
+                let _ = flat.narrow(0, gap.start as i64, gap.len() as i64).zero_();
+            }
+        });
+        for p in &unit.params {
+            ffi::set_grad_none(&mut p.shallow_clone()).map_err(internal)?;
         }
-        ffi::storage_allocate(&unit.grad, unit.layout.padded * self.elt())
-            .map_err(WorkerError::from_device)?;
-        let _ = unit.grad.shallow_clone().zero_();
-        unit.grad_live.set(true);
-        Ok(())
+        Ok(flat)
     }
 
     /// Queues the average of unit `u`'s gradients over the ranks into this rank's slice of
-    /// `rs_out` (an all-reduce under DDP, a reduce-scatter under FSDP), then releases the
-    /// full gradient buffer.
+    /// `rs_out` (an all-reduce in place under DDP, a reduce-scatter under FSDP, which
+    /// then releases the full gradient buffer). With one rank the flattened gradients are
+    /// the average already.
     fn reduce(&self, u: usize) -> Result<(), WorkerError> {
-        let unit = &self.units[u];
-        if !unit.grad_live.get() {
-            return Err(internal(format!("unit {u} has no gradients to reduce")));
-        }
-        let l = &unit.layout;
-        let release_on = match &self.comms {
-            Comms::Local => {
-                tch::no_grad(|| {
-                    self.rs_out
-                        .narrow(0, unit.shard_off as i64, l.shard as i64)
-                        .copy_(&unit.grad)
-                });
-                std::ptr::null_mut()
-            }
-            Comms::Nccl { group, stream } => {
-                self.comm_after_compute(*stream)?;
-                let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
-                let recv =
-                    (self.rs_out.data_ptr() as usize + unit.shard_off * self.elt()) as *mut c_void;
-                let send = unit.grad.data_ptr();
-                // SAFETY: `grad` holds `padded` elements and `recv` this rank's `shard`
-                // elements of `rs_out` (`padded` under DDP), both live; `grad` is recorded
-                // on the communication stream before release, and `rs_out` is read only
-                // after the compute stream waited for the communication stream.
-                group.with_comm(|c| unsafe {
-                    match self.sharding {
-                        Sharding::Sharded => {
-                            c.reduce_scatter(send, recv, l.shard, dt, RedOp::Avg, *stream)
-                        }
-                        Sharding::Replicated => {
-                            c.all_reduce(send, recv, l.padded, dt, RedOp::Avg, *stream)
-                        }
-                    }
-                })?;
-                *stream
-            }
+        let flat = self.flatten_grads(u)?;
+        let Comms::Nccl { group, stream } = &self.comms else {
+            return Ok(());
         };
-        // SAFETY: no parameter's `.grad` is read again before `grads_ready` allocates it.
-        unsafe { ffi::storage_release(&unit.grad, release_on) }
-            .map_err(WorkerError::from_device)?;
-        unit.grad_live.set(false);
+        let unit = &self.units[u];
+        let l = &unit.layout;
+        self.comm_after_compute(*stream)?;
+        let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
+        let recv = (self.rs_out.data_ptr() as usize + unit.shard_off * self.elt()) as *mut c_void;
+        let send = flat.data_ptr();
+        // SAFETY: `flat` holds `padded` elements and `recv` this rank's `shard` elements of
+        // `rs_out` (`padded` under DDP, where they are the same memory: NCCL reduces in
+        // place), both live; the full buffer is recorded on the communication stream
+        // before release, and `rs_out` is read only after the compute stream waited for
+        // the communication stream.
+        group.with_comm(|c| unsafe {
+            match self.sharding {
+                Sharding::Sharded => c.reduce_scatter(send, recv, l.shard, dt, RedOp::Avg, *stream),
+                Sharding::Replicated => c.all_reduce(send, recv, l.padded, dt, RedOp::Avg, *stream),
+            }
+        })?;
+        if self.sharding == Sharding::Sharded {
+            // SAFETY: nothing reads the full gradient buffer again before
+            // `flatten_grads` allocates it for the next backward.
+            unsafe { ffi::storage_release(&unit.grad, *stream) }
+                .map_err(WorkerError::from_device)?;
+        }
         Ok(())
     }
 
@@ -560,31 +667,30 @@ impl<'a> DataParallel<'a> {
             // SAFETY: both are live streams of this device.
             unsafe { ffi::cuda_stream_wait(cur, *stream) }.map_err(WorkerError::from_device)?;
         }
-        tch::no_grad(|| {
-            let _ = self.grad32.shallow_clone().g_add_(&self.rs_out);
-        });
+        // The kernel reads the reduced slices itself (and sums them under accumulation).
+        if let (Update::Separate, Some(g32)) = (self.update, &self.grad32) {
+            tch::no_grad(|| {
+                let _ = g32.shallow_clone().g_add_(&self.rs_out);
+            });
+        }
         Ok(())
     }
 
-    /// Zeroes this rank's fp32 gradient slices (once per optimizer step).
+    /// Zeroes this rank's fp32 gradient slices (once per optimizer step); the kernel's
+    /// first micro-batch overwrites its sums instead.
     pub fn zero_grads(&self) {
-        let _ = self.grad32.shallow_clone().zero_();
+        if let (Update::Separate, Some(g32)) = (self.update, &self.grad32) {
+            let _ = g32.shallow_clone().zero_();
+        }
     }
 
     /// After the optimizer step: refreshes the compute-dtype copy of the masters, which
-    /// the next all-gathers send (FSDP) or which are the working parameters (DDP).
+    /// the next all-gathers send (FSDP) or which are the working parameters (DDP). The
+    /// kernel has written it already.
     pub fn after_step(&self) {
-        tch::no_grad(|| match self.sharding {
-            Sharding::Sharded => self.shard_lp.shallow_clone().copy_(&self.shard32),
-            Sharding::Replicated => {
-                for u in &self.units {
-                    let master = self
-                        .shard32
-                        .narrow(0, u.shard_off as i64, u.layout.padded as i64);
-                    u.full.shallow_clone().copy_(&master);
-                }
-            }
-        });
+        if self.update == Update::Separate {
+            tch::no_grad(|| self.work.shallow_clone().copy_(&self.shard32));
+        }
     }
 
     /// Forward and backward of one micro-batch, block by block, with the loss scaled by
@@ -610,7 +716,6 @@ impl<'a> DataParallel<'a> {
         self.unshard(if layers > 0 { 0 } else { head })?;
         self.gathered(embed)?;
         // The embedding's gradients (and a tied head's) accumulate until the very end.
-        self.grads_ready(embed)?;
         let emb = model.embed(ctx, x);
         let mut cur = emb.shallow_clone();
         let mut saved = Vec::with_capacity(layers);
@@ -632,7 +737,6 @@ impl<'a> DataParallel<'a> {
         let head_in = cur.detach().set_requires_grad(true);
         drop(cur);
         self.gathered(head)?;
-        self.grads_ready(head)?;
         let loss = model.head_loss(ctx, &head_in, y);
         if layers > 0 {
             // Prefetch the last block for the backward while the head's runs.
@@ -648,7 +752,6 @@ impl<'a> DataParallel<'a> {
                 self.unshard(i - 1)?;
             }
             self.gathered(i)?;
-            self.grads_ready(i)?;
             grad = match saved.pop() {
                 Some(Saved::Kept { input, output }) => {
                     ffi::backward_with(&output, &grad).map_err(WorkerError::from_device)?;
@@ -745,7 +848,6 @@ pub fn param_checksum(params: &[Param]) -> (f64, f64) {
 mod tests {
     use super::*;
     use crate::workload::models::{self, presets};
-    use crate::workload::optim::{AdamW, AdamWConfig};
     use crate::workload::precision::Precision;
 
     #[test]
@@ -801,6 +903,17 @@ mod tests {
     }
 
     #[test]
+    fn gaps_are_the_padding_between_and_after_the_parameters() {
+        // 10 decayed elements at 0, 3 undecayed at 64; padded to a multiple of 4 x 64.
+        let l = UnitLayout::new(&[(0, 10, true), (1, 3, false)], 4);
+        assert_eq!(l.padded, 256);
+        assert_eq!(l.gaps(), vec![10..64, 67..256]);
+        // A parameter filling its aligned slot leaves no gap before the next.
+        let l = UnitLayout::new(&[(0, 64, true), (1, 64, true)], 1);
+        assert_eq!(l.gaps(), Vec::<Range<usize>>::new());
+    }
+
+    #[test]
     fn a_unit_without_decayed_params_is_all_undecayed() {
         let l = UnitLayout::new(&[(0, 5, false)], 2);
         assert_eq!(l.decay_end, 0);
@@ -852,6 +965,7 @@ mod tests {
             let f = DataParallel::new(
                 Comms::Local,
                 sharding,
+                Update::Separate,
                 sharded.params(),
                 3,
                 Kind::Float,
@@ -876,13 +990,26 @@ mod tests {
                 for u in &f.units {
                     assert_eq!(released(&u.full), sharding == Sharding::Sharded);
                     assert!(released(&u.grad));
+                    // The backward's own gradients were copied out and dropped.
+                    assert!(u.params.iter().all(|p| !p.grad().defined()));
+                    // The padding stays zero, so the masters' padding does too.
+                    for gap in &u.gaps {
+                        let g = f.grad32.as_ref().unwrap().narrow(
+                            0,
+                            (u.shard_off + gap.start) as i64,
+                            gap.len() as i64,
+                        );
+                        assert_eq!(g.abs().sum(Kind::Double).double_value(&[]), 0.0);
+                    }
                 }
                 // Scatter the fp32 gradient slices back to parameter order and compare.
                 for (unit, _) in f.units.iter().zip(0..) {
                     for s in &unit.layout.slots {
-                        let got =
-                            f.grad32
-                                .narrow(0, (unit.shard_off + s.offset) as i64, s.numel as i64);
+                        let got = f.grad32.as_ref().unwrap().narrow(
+                            0,
+                            (unit.shard_off + s.offset) as i64,
+                            s.numel as i64,
+                        );
                         let w = want[s.param].reshape([-1]);
                         let diff = (&got - &w).abs().max().double_value(&[]);
                         let scale = w.abs().max().double_value(&[]).max(1e-12);
@@ -914,6 +1041,7 @@ mod tests {
         let f = DataParallel::new(
             Comms::Local,
             sharding,
+            Update::Separate,
             sharded.params(),
             2,
             Kind::Float,
@@ -921,7 +1049,7 @@ mod tests {
         )
         .unwrap();
         let mut opt_plain = AdamW::new(plain.params(), AdamWConfig::new(1e-2), false);
-        let mut opt_sharded = AdamW::new(f.optim_params(), AdamWConfig::new(1e-2), false);
+        let mut opt_sharded = f.optimizer(AdamWConfig::new(1e-2)).unwrap();
         for step in 0..3 {
             let x = Tensor::randint(cfg.vocab, [2, 16], (Kind::Int64, Device::Cpu));
             opt_plain.zero_grad(true).unwrap();

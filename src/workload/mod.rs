@@ -265,14 +265,14 @@ fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
     }
 }
 
-/// Whether the plain loop keeps its fp32 masters in flat buffers behind bf16 working
-/// parameters and updates them with the shim's kernel ([`optim::AdamW::with_masters`]):
-/// on a GPU, computing in bf16 (bf16 or fp8), unless `BENCH_FUSED_ADAMW=0` asks for the
-/// per-parameter layout with libtorch's fused AdamW (for A/B runs). DDP and FSDP keep
-/// their own flat buffers.
-fn master_weights(s: &Settings, dev: &DeviceInfo, parallel: &train::Parallel) -> bool {
-    matches!(parallel, train::Parallel::Single)
-        && dev.is_cuda()
+/// Whether the fp32 masters live in flat buffers updated by the shim's master-weight
+/// AdamW kernel, which writes the bf16 working copy in the same pass: on a GPU, computing
+/// in bf16 (bf16 or fp8), unless `BENCH_FUSED_ADAMW=0` asks for libtorch's fused AdamW over
+/// fp32 parameters (for A/B runs). The plain loop moves its parameters into such buffers
+/// ([`optim::AdamW::with_masters`]); DDP and FSDP run the kernel over their own slices
+/// ([`dp::Update::Kernel`]).
+fn master_weights(s: &Settings, dev: &DeviceInfo) -> bool {
+    dev.is_cuda()
         && s.precision.compute_kind() == tch::Kind::BFloat16
         && std::env::var("BENCH_FUSED_ADAMW").map_or(true, |v| v != "0")
 }
@@ -365,9 +365,17 @@ fn train_on(
                 Parallel::Fsdp => dp::Sharding::Sharded,
                 _ => dp::Sharding::Replicated,
             };
+            let update = if master_weights(s, dev) {
+                dp::Update::Kernel {
+                    accumulate: s.grad_accum > 1,
+                }
+            } else {
+                dp::Update::Separate
+            };
             let d = dp_state.insert(dp::DataParallel::new(
                 comms,
                 sharding,
+                update,
                 model.params(),
                 s.cfg.layers as usize,
                 s.precision.compute_kind(),
@@ -399,20 +407,18 @@ fn train_on(
         s.sac_every,
         cuda_graph
     );
-    let opt_params = match parallel {
-        train::Parallel::Data(d) => d.optim_params(),
-        _ => model.params(),
-    };
     let cfg = optim::AdamWConfig::new(args.lr);
-    let opt = if master_weights(s, dev, &parallel) {
-        let opt = optim::AdamW::with_masters(opt_params, cfg, s.grad_accum > 1)
-            .map_err(WorkerError::from_device)?;
-        // As under DDP and FSDP: the fp32 model existed whole only until it was copied
-        // into the flat buffers.
-        dev.reset_peak_memory()?;
-        opt
-    } else {
-        optim::AdamW::new(opt_params, cfg, dev.is_cuda())
+    let opt = match parallel {
+        train::Parallel::Data(d) => d.optimizer(cfg)?,
+        train::Parallel::Single if master_weights(s, dev) => {
+            let opt = optim::AdamW::with_masters(model.params(), cfg, s.grad_accum > 1)
+                .map_err(WorkerError::from_device)?;
+            // As under DDP and FSDP: the fp32 model existed whole only until it was copied
+            // into the flat buffers.
+            dev.reset_peak_memory()?;
+            opt
+        }
+        train::Parallel::Single => optim::AdamW::new(model.params(), cfg, dev.is_cuda()),
     };
     // Global: every rank processes micro_batch x grad_accum sequences per step.
     let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64 * world as u64;

@@ -63,11 +63,27 @@ pub struct AdamW {
     masters: Option<Masters>,
 }
 
+/// The flat buffers DDP and FSDP already keep for a rank's slices, for
+/// [`AdamW::over_slices`].
+pub struct Slices {
+    /// The rank's fp32 masters.
+    pub master: Tensor,
+    /// Their bf16 copy (FSDP's all-gather source, DDP's working parameters), which the
+    /// kernel writes in the same pass as the masters.
+    pub work: Tensor,
+    /// fp32 gradient sums across micro-batches, when the step accumulates.
+    pub acc: Option<Tensor>,
+}
+
 /// fp32 masters, moments and (with accumulation) gradient sums in flat buffers, behind the
 /// model's bf16 working parameters.
 struct Masters {
     /// The model's parameters, now bf16 views of `work`.
     params: Vec<Tensor>,
+    /// Whether the parameters' `.grad` are fixed views that the caller refills (DDP's and
+    /// FSDP's reduced slices), so they stay attached after each accumulation instead of
+    /// being handed back for the next backward to allocate afresh.
+    fixed_grads: bool,
     offsets: Vec<i64>,
     numels: Vec<i64>,
     weight_decays: Vec<f64>,
@@ -198,12 +214,56 @@ impl AdamW {
             steps: 0,
             masters: Some(Masters {
                 params: views,
+                fixed_grads: false,
                 offsets,
                 numels,
                 weight_decays,
                 exp_avg: Tensor::zeros([total], f32opt),
                 exp_avg_sq: Tensor::zeros([total], f32opt),
                 acc: accumulate.then(|| Tensor::zeros([total], f32opt)),
+                step: Tensor::zeros([], f32opt),
+                master,
+                work,
+                accumulated: Cell::new(0),
+            }),
+        })
+    }
+
+    /// The kernel's layout over buffers DDP or FSDP already own: entry i is `pieces[i]`, a
+    /// bf16 view of `slices.work` starting at `offsets[i]` whose `.grad` is a fixed bf16
+    /// view of the reduced gradients. Only the moments (and the step count) are new.
+    pub fn over_slices(
+        pieces: &[Param],
+        offsets: Vec<i64>,
+        slices: Slices,
+        cfg: AdamWConfig,
+    ) -> Result<AdamW, String> {
+        let Slices { master, work, acc } = slices;
+        if pieces.len() != offsets.len() {
+            return Err("master AdamW: one offset per slice piece is needed".into());
+        }
+        if !master.device().is_cuda() || work.kind() != Kind::BFloat16 {
+            return Err("master AdamW: the kernel needs CUDA masters and a bf16 copy".into());
+        }
+        let f32opt = (Kind::Float, master.device());
+        let total = master.numel() as i64;
+        Ok(AdamW {
+            cfg,
+            groups: Vec::new(),
+            fused: true,
+            steps: 0,
+            masters: Some(Masters {
+                params: pieces.iter().map(|p| p.tensor.shallow_clone()).collect(),
+                fixed_grads: true,
+                numels: pieces.iter().map(|p| p.tensor.numel() as i64).collect(),
+                weight_decays: pieces
+                    .iter()
+                    .map(|p| if p.decay { cfg.weight_decay } else { 0.0 })
+                    .collect(),
+                offsets,
+                exp_avg: Tensor::zeros([total], f32opt),
+                exp_avg_sq: Tensor::zeros([total], f32opt),
+                acc,
                 step: Tensor::zeros([], f32opt),
                 master,
                 work,
@@ -240,8 +300,10 @@ impl AdamW {
             mode,
         )?;
         drop(grads);
-        for p in &m.params {
-            ffi::set_grad_none(&mut p.shallow_clone())?;
+        if !m.fixed_grads {
+            for p in &m.params {
+                ffi::set_grad_none(&mut p.shallow_clone())?;
+            }
         }
         m.accumulated.set(m.accumulated.get() + 1);
         Ok(())
@@ -340,6 +402,11 @@ impl AdamW {
     /// them in place, keeping the buffers at fixed addresses as CUDA graphs need.
     pub fn zero_grad(&mut self, set_to_none: bool) -> Result<(), String> {
         let params = match &mut self.masters {
+            // The caller owns fixed gradient views and refills them every micro-batch.
+            Some(m) if m.fixed_grads => {
+                m.accumulated.set(0);
+                return Ok(());
+            }
             Some(m) => {
                 m.accumulated.set(0);
                 m.params.iter_mut().collect::<Vec<_>>()

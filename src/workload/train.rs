@@ -96,7 +96,10 @@ impl Loop<'_> {
                     loss.detach()
                 }
             };
-            if matches!(self.parallel, Parallel::Single) && self.grad_accum > 1 {
+            // The master-weight kernel sums each micro-batch's bf16 gradients in fp32 (under
+            // DDP/FSDP the reduced slices, which the next micro-batch overwrites); the other
+            // layouts accumulate in their fp32 gradients and this does nothing.
+            if self.grad_accum > 1 {
                 self.opt.accumulate().map_err(WorkerError::from_device)?;
             }
             let part = loss * scale;
