@@ -25,10 +25,12 @@ pub(crate) mod slurm;
 
 use std::sync::Arc;
 
-pub use config::{Launch, RunConfig, RunOutcome, SlurmLaunch, DEFAULT_GRACE};
+pub use config::{
+    check_run_id, Launch, LauncherRequest, MatrixSettings, RunConfig, RunOutcome, SlurmLaunch,
+    DEFAULT_GRACE,
+};
 pub use error::RunError;
 
-use crate::cli::MatrixArgs;
 use crate::env::GpuInventory;
 use crate::error::CliError;
 use crate::exit::bench as exit;
@@ -38,10 +40,15 @@ use launcher::{Launcher, Local, Slurm};
 
 /// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
 /// progress on stderr.
-pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome, CliError> {
-    let mut config = RunConfig::from_args(args)?;
-    if args.launcher == crate::cli::Launcher::Slurm {
-        config.launcher = Launch::Slurm(slurm_launch(args, &expansion)?);
+pub fn run_matrix(settings: &MatrixSettings, expansion: Expansion) -> Result<RunOutcome, CliError> {
+    let mut config = settings.config.clone();
+    if let LauncherRequest::Slurm { partition, account } = &settings.launcher {
+        config.launcher = Launch::Slurm(slurm_launch(
+            partition.as_deref(),
+            account.as_deref(),
+            config.gpus,
+            &expansion,
+        )?);
     }
     let mut reporter = progress::for_stderr(config.no_progress);
     run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
@@ -49,15 +56,18 @@ pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome,
 
 /// The Slurm settings of a run: the matrix's `slurm:` block, the environment and the
 /// flags merged; GPUs are requested when the partition has them, unless `--gpus 0`.
-fn slurm_launch(args: &MatrixArgs, expansion: &Expansion) -> Result<config::SlurmLaunch, CliError> {
-    let settings = crate::slurm::Settings::resolve(
-        expansion.spec.slurm.as_ref(),
-        args.partition.as_deref(),
-        args.account.as_deref(),
-        |k| std::env::var(k).ok(),
-    )?;
+fn slurm_launch(
+    partition: Option<&str>,
+    account: Option<&str>,
+    gpus: Option<u32>,
+    expansion: &Expansion,
+) -> Result<config::SlurmLaunch, CliError> {
+    let settings =
+        crate::slurm::Settings::resolve(expansion.spec.slurm.as_ref(), partition, account, |k| {
+            std::env::var(k).ok()
+        })?;
     let poll = slurm::poll_from_env().map_err(|e| CliError::bad_input(miette::miette!("{e}")))?;
-    let use_gpus = match args.gpus {
+    let use_gpus = match gpus {
         Some(0) => false,
         _ => crate::slurm::partition_has_gpus(settings.partition.as_deref())?,
     };
@@ -102,9 +112,9 @@ pub fn run_with(
 ///
 /// Exit code: 130 when interrupted (the reports of the finished cells are still written);
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
-pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
+pub fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
-    let expansion = crate::matrix::cmd::load(args)?;
+    let expansion = crate::matrix::cmd::load(&args.source)?;
     // Before the first cell: a malformed baseline file found after the run would leave
     // no reports for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;
