@@ -259,3 +259,131 @@ pub fn worker(args: &WorkerArgs) -> WorkerSettings {
         list_models: args.list_models,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use indexmap::IndexMap;
+
+    use super::*;
+    use crate::axes::{Device, Dtype, Parallel};
+    use crate::cell::{Cell, CellId, Params};
+    use crate::cli::{Cli, Command, HistoryCommand, ReportCommand};
+
+    fn parse(argv: &[&str]) -> Command {
+        Cli::try_parse_from(["bench"].iter().chain(argv))
+            .expect("valid arguments")
+            .command
+    }
+
+    fn matrix_args(extra: &[&str]) -> MatrixArgs {
+        match parse(&[&["matrix", "m.yaml"][..], extra].concat()) {
+            Command::Matrix(a) => a,
+            other => panic!("not a matrix command: {other:?}"),
+        }
+    }
+
+    fn bad_input(e: CliError) -> String {
+        assert_eq!(e.exit_code(), crate::exit::bench::BAD_INPUT, "{e:?}");
+        format!("{:#}", e.report())
+    }
+
+    /// One default per axis: a worker started without `--dtype`, `--parallel` or
+    /// `--device` runs what a cell without those axes would ask for.
+    #[test]
+    fn worker_defaults_are_the_cells() {
+        let Command::Worker(args) = parse(&["worker"]) else {
+            panic!("not a worker command")
+        };
+        let w = worker(&args);
+        let values = IndexMap::new();
+        let cell = Cell {
+            id: CellId::from_values(&values),
+            values,
+            params: Params::default(),
+        };
+        assert_eq!(w.dtype, Dtype::default());
+        assert_eq!(w.dtype, cell.dtype());
+        assert_eq!(w.dtype, Dtype::Bf16);
+        assert_eq!(w.parallel, Parallel::default());
+        assert_eq!(w.parallel, cell.parallel());
+        assert_eq!(w.device, Device::default());
+    }
+
+    #[test]
+    fn matrix_settings_carry_the_flags() {
+        let s = matrix(&matrix_args(&[
+            "--launcher",
+            "slurm",
+            "--partition",
+            "h100",
+            "--jobs",
+            "3",
+            "--kill-grace",
+            "2.5",
+            "-f",
+            "gpus=1",
+            "--run-id",
+            "nightly.1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.launcher,
+            LauncherRequest::Slurm {
+                partition: Some("h100".into()),
+                account: None,
+            }
+        );
+        assert_eq!(s.config.launcher, Launch::Local);
+        assert_eq!(s.config.jobs, Some(3));
+        assert_eq!(s.config.grace, Duration::from_millis(2500));
+        assert_eq!(s.source.filters, ["gpus=1"]);
+        assert_eq!(s.config.filters, s.source.filters);
+        assert_eq!(s.config.matrix, s.source.file);
+        assert_eq!(s.config.run_id.as_deref(), Some("nightly.1"));
+    }
+
+    #[test]
+    fn single_values_are_checked_as_bad_input() {
+        for (flags, says) in [
+            (&["--kill-grace=-1"][..], "--kill-grace -1"),
+            (&["--kill-grace", "NaN"][..], "--kill-grace NaN"),
+            (&["--jobs", "0"][..], "--jobs 0"),
+            (&["--run-id", "../x"][..], "--run-id \"../x\""),
+        ] {
+            let msg = bad_input(matrix(&matrix_args(flags)).unwrap_err());
+            assert!(msg.contains(says), "{flags:?}: {msg}");
+        }
+        let Command::Report(r) = parse(&["report", "post", "results/x", "--timeout", "0"]) else {
+            panic!("not a report command")
+        };
+        let Some(ReportCommand::Post(p)) = &r.command else {
+            panic!("not a post command")
+        };
+        assert!(bad_input(post(p).unwrap_err()).contains("--timeout 0"));
+    }
+
+    /// A command that has subcommands takes its own operand as optional; without either
+    /// it is bad input, not a clap error.
+    #[test]
+    fn a_missing_operand_is_bad_input() {
+        let Command::Report(r) = parse(&["report"]) else {
+            panic!("not a report command")
+        };
+        assert!(bad_input(report(&r).unwrap_err()).contains("needs a run folder"));
+        let Command::History(h) = parse(&["history"]) else {
+            panic!("not a history command")
+        };
+        assert!(h.command.is_none());
+        assert!(bad_input(show(&h).unwrap_err()).contains("needs a cell id"));
+        let Command::History(h) = parse(&["history", "import", "r1", "--branch", "main"]) else {
+            panic!("not a history command")
+        };
+        let Some(HistoryCommand::Import(i)) = &h.command else {
+            panic!("not an import command")
+        };
+        let s = import(i);
+        assert_eq!(s.branch.as_deref(), Some("main"));
+        assert_eq!(s.run_dirs, [std::path::PathBuf::from("r1")]);
+    }
+}

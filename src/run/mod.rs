@@ -2,14 +2,15 @@
 //! `results/<run-id>/results.json` after every cell.
 //!
 //! Layers, each importing only the ones below it (scripts/module-graph.sh draws and checks
-//! this): this entry point resolves the command's settings ([`config`]) and picks the
-//! launcher; [`dispatch`] decides which cell runs when, judges attempts, resumes runs and
-//! keeps the results; [`launcher`] is the seam that starts one attempt of a cell (the
-//! [`launcher::Local`] and [`launcher::Slurm`] implementations); [`executor`] runs a plan's
-//! processes, [`slurm`] one Slurm job, and [`launch`] turns a cell into command lines (no
-//! shell). [`events`] is what the runner tells reporters and [`progress`] holds the
-//! reporters (a bar on a terminal, plain lines in CI). The comparison with baselines and
-//! the report formats come after this stage.
+//! this): this entry point takes the command's resolved settings ([`MatrixSettings`], built
+//! by the CLI stage; [`config`] defines them), resolves the Slurm launch once the matrix is
+//! loaded and picks the launcher; [`dispatch`] decides which cell runs when, judges
+//! attempts, resumes runs and keeps the results; [`launcher`] is the seam that starts one
+//! attempt of a cell (the [`launcher::Local`] and [`launcher::Slurm`] implementations);
+//! [`executor`] runs a plan's processes, [`slurm`] one Slurm job, and [`launch`] turns a
+//! cell into command lines (no shell). [`events`] is what the runner tells reporters and
+//! [`progress`] holds the reporters (a bar on a terminal, plain lines in CI). The
+//! comparison with baselines and the report formats come after this stage.
 
 // Public: what tests/ and reporters use. The rest is the runner's own (crate-visible, so
 // the compiler reports what nothing uses).
