@@ -6,6 +6,10 @@
 # from a lower layer into a higher one, or between the dispatcher and a launcher the wrong
 # way round ("an arrow back up"), fails the check.
 #
+# It also checks the CLI seam: only src/cli/ and src/main.rs may name `crate::cli`. The
+# clap types and their resolution live there; every other module takes its own plain
+# settings struct, so the domain never depends on the command line (test modules may).
+#
 # Usage: scripts/module-graph.sh [--dot]   (--dot prints a Graphviz graph instead)
 #
 # It reads `use crate::run::X`, `crate::run::X::` paths and `super::X` imports in each file
@@ -107,5 +111,22 @@ while read -r a b; do
 done <<<"$edges"
 if ((status == 0)); then
   echo "ok: dispatch -> launcher -> executor, no arrow back up"
+fi
+
+# The CLI seam: code outside src/cli/ and src/main.rs (above its `#[cfg(test)]`, comments
+# aside) must not name the clap types, neither as `crate::cli::X` nor in a grouped
+# `use crate::{.., cli, ..}`.
+cli_status=0
+for f in $(find src -name '*.rs' ! -path 'src/cli/*' ! -path src/main.rs | sort); do
+  body=$(sed '/^#\[cfg(test)\]/,$d' "$f" | grep -vE '^\s*//' || true)
+  if grep -qE 'crate::cli\b|crate::\{[^}]*\bcli\b' <<<"$body"; then
+    echo "$f imports crate::cli: the domain takes settings structs; resolve the clap arguments in src/cli/resolve.rs instead" >&2
+    cli_status=1
+  fi
+done
+if ((cli_status == 0)); then
+  echo "ok: only src/cli/ and src/main.rs import crate::cli"
+else
+  status=1
 fi
 exit $status

@@ -14,7 +14,8 @@ npm ci --no-audit --no-fund --silent
 export BENCH_CHROMIUM="${BENCH_CHROMIUM:-/usr/bin/chromium}"
 # The CI templates, Dockerfiles and shipped matrices against real validators.
 scripts/check-ci-templates.sh "$VENV"
-# The runner wing reads dispatcher -> launcher -> executor with no import back up.
+# The runner wing reads dispatcher -> launcher -> executor with no import back up, and only
+# src/cli/ (and main.rs) names the clap types.
 scripts/module-graph.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings

@@ -300,7 +300,8 @@ impl Cell {
     /// The `bench worker` arguments for this cell (without the program name).
     ///
     /// This is the contract between the runner and the built-in workload: every flag here
-    /// is accepted by `cli::WorkerArgs`.
+    /// is accepted by `cli::WorkerArgs`, whose defaults for the axes are the same
+    /// `axes` defaults a cell falls back to.
     pub fn worker_args(&self) -> Vec<String> {
         let p = &self.params;
         let mut args = vec![

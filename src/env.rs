@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::cli::{EnvArgs, Format};
 use crate::error::CliError;
+use crate::report::Format;
 use crate::results::Environment;
 
 /// Which GPU stack a host has; it decides the device-selection variable for workers.
@@ -451,8 +451,15 @@ pub fn speed_switches(
     found.into_iter().collect()
 }
 
+/// Resolved settings of `bench env`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EnvSettings {
+    /// Terminal output format.
+    pub format: Format,
+}
+
 /// `bench env [--format json]`.
-pub fn cmd(args: &EnvArgs) -> Result<i32, CliError> {
+pub fn cmd(args: &EnvSettings) -> Result<i32, CliError> {
     let env = capture(&GpuInventory::detect());
     match args.format {
         Format::Json => {

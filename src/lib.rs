@@ -5,7 +5,9 @@
 //! [`run`] (schedule, execute workers, collect [`events`]) -> [`results`] ->
 //! [`baseline`] (compare) -> [`report`] (human, JSON, JUnit, Markdown, PR comment).
 //! The built-in training workload lives in [`workload`]; FLOPs, MFU and statistics in
-//! [`metrics`]. Worker text passes through [`sanitize`] before it is kept.
+//! [`metrics`]. Worker text passes through [`sanitize`] before it is kept. [`cli`] parses
+//! the command line and resolves it into each stage's settings struct; no other module
+//! sees clap's types.
 
 pub mod atomic;
 pub mod axes;

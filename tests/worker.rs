@@ -6,10 +6,19 @@ use assert_cmd::Command;
 use bench::events::{ErrorKind, Event};
 use bench::exit::worker as exit;
 
+/// A worker on the CPU in fp32 unless `args` names a dtype: the worker's own default is
+/// the cells' (bf16), but these checks compare losses with fp32 tolerances (clap refuses a
+/// flag given twice, so the default is added only here).
 fn worker(args: &[&str]) -> Output {
+    let dtype: &[&str] = if args.contains(&"--dtype") {
+        &[]
+    } else {
+        &["--dtype", "fp32"]
+    };
     Command::new(env!("CARGO_BIN_EXE_bench"))
         .arg("worker")
         .args(["--device", "cpu"])
+        .args(dtype)
         .args(args)
         // One intra-op thread: tiny models gain nothing from more, and on a loaded two-core
         // CI machine a thread pool that waits on descheduled threads is ten times slower.
@@ -300,7 +309,7 @@ fn lists_models() {
 fn dist_worker(parallel: &str, env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
     c.arg("worker")
-        .args(["--device", "cpu", "--parallel", parallel])
+        .args(["--device", "cpu", "--dtype", "fp32", "--parallel", parallel])
         .args(["--steps", "2", "--warmup", "1", "--seq-len", "16"])
         .env("OMP_NUM_THREADS", "1");
     for v in bench::dist::rendezvous::ENV_VARS {
@@ -371,7 +380,7 @@ fn data_parallel_with_one_rank_trains_like_the_plain_loop() {
     let run = |extra: &[&str]| -> Output {
         Command::new(env!("CARGO_BIN_EXE_bench"))
             .arg("worker")
-            .args(["--device", "cpu"])
+            .args(["--device", "cpu", "--dtype", "fp32"])
             .args(base)
             .args(extra)
             .env("OMP_NUM_THREADS", "1")

@@ -2,11 +2,11 @@
 //! writes a finished run's measurements into `baselines/<hardware-key>.yaml`.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use crate::baseline::compare::{compare, CellStatus};
 use crate::baseline::store::{merge_run, Baselines};
 use crate::cell::Cell;
-use crate::cli::BaselineUpdateArgs;
 use crate::error::CliError;
 use crate::exit::bench as exit;
 use crate::matrix::filter::Vocabulary;
@@ -34,8 +34,21 @@ pub fn cell_selector(filters: &[String], results: &RunResults) -> Result<CellSel
     }))
 }
 
+/// Resolved settings of `bench baseline update`.
+#[derive(Debug, Clone)]
+pub struct UpdateSettings {
+    /// The run folder.
+    pub run_dir: PathBuf,
+    /// Only update cells matching these filter expressions (combined with `and`).
+    pub filters: Vec<String>,
+    /// Only raise baselines where the run improved on them (and add new cells).
+    pub only_improvements: bool,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+}
+
 /// Runs `bench baseline update`.
-pub fn update(args: &BaselineUpdateArgs) -> Result<i32, CliError> {
+pub fn update(args: &UpdateSettings) -> Result<i32, CliError> {
     let results = RunResults::load(&args.run_dir)?;
     let selected = cell_selector(&args.filters, &results)?;
     let key = &results.environment.hardware_key;

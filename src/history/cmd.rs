@@ -4,12 +4,10 @@
 //! shift starts a new segment).
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use indexmap::IndexMap;
 
-use crate::cli::{
-    BaselineAcceptArgs, HistoryArgs, HistoryCommand, HistoryImportArgs, HistoryStudyArgs,
-};
 use crate::error::CliError;
 use crate::exit::bench as exit;
 use crate::results::{Outcome, RunResults};
@@ -26,22 +24,65 @@ fn print(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
-/// `bench history ...`.
-pub fn command(args: &HistoryArgs) -> Result<i32, CliError> {
-    match &args.command {
-        Some(HistoryCommand::Import(a)) => import(a),
-        Some(HistoryCommand::Study(a)) => study(a),
-        None => match &args.cell {
-            Some(cell) => show(args, cell),
-            None => Err(CliError::bad_input(miette::miette!(
-                "bench history needs a cell id (`bench history gpt2-125m.bf16.1gpu.single.compile`) or a subcommand (import, study)"
-            ))),
-        },
-    }
+/// Resolved settings of `bench history CELL`.
+#[derive(Debug, Clone)]
+pub struct ShowSettings {
+    /// The cell whose trend is shown.
+    pub cell: String,
+    /// The history store (a SQLite file or a postgres:// URL).
+    pub history: String,
+    /// Only this hardware key; `None`: every key the cell has history on.
+    pub hardware: Option<String>,
+    /// The metric to show.
+    pub metric: String,
+}
+
+/// Resolved settings of `bench history import`.
+#[derive(Debug, Clone)]
+pub struct ImportSettings {
+    /// Run folders, imported in this order.
+    pub run_dirs: Vec<PathBuf>,
+    /// The history store (a SQLite file or a postgres:// URL).
+    pub history: String,
+    /// The branch the runs measured (results do not record it).
+    pub branch: Option<String>,
+}
+
+/// Resolved settings of `bench history study`.
+#[derive(Debug, Clone)]
+pub struct StudySettings {
+    /// Run folders of the study (clean runs have no BENCH_FUSED_* switch set).
+    pub run_dirs: Vec<PathBuf>,
+    pub metric: String,
+    /// Repeats per simulated run (one row each).
+    pub repeats: Vec<usize>,
+    pub detect_trials: usize,
+    pub alarm_trials: usize,
+    /// Band half-width in robust sigmas; `None`: the policy's.
+    pub sigmas: Option<f64>,
+    /// Relative floor of the band; `None`: the policy's.
+    pub floor: Option<f64>,
+    /// Runs of lookback; `None`: the policy's.
+    pub lookback: Option<usize>,
+}
+
+/// Resolved settings of `bench baseline accept`.
+#[derive(Debug, Clone)]
+pub struct AcceptSettings {
+    /// The cell id.
+    pub cell: String,
+    /// Why the shift is intended.
+    pub reason: String,
+    /// The history store (a SQLite file or a postgres:// URL).
+    pub history: String,
+    /// Hardware key; needed when the cell has history on several.
+    pub hardware: Option<String>,
+    /// The first run of the new segment; `None`: the cell's latest run.
+    pub run: Option<String>,
 }
 
 /// `bench history import RUN_DIR...`: each run in its own transaction, in the order given.
-pub fn import(args: &HistoryImportArgs) -> Result<i32, CliError> {
+pub fn import(args: &ImportSettings) -> Result<i32, CliError> {
     if args.run_dirs.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
             "bench history import needs at least one run folder"
@@ -201,7 +242,8 @@ pub fn render_trend(
 }
 
 /// `bench history CELL`.
-fn show(args: &HistoryArgs, cell: &str) -> Result<i32, CliError> {
+pub fn show(args: &ShowSettings) -> Result<i32, CliError> {
+    let cell = args.cell.as_str();
     let mut store = super::open(&args.history)?;
     let keys = match &args.hardware {
         Some(k) => vec![k.clone()],
@@ -223,7 +265,7 @@ fn show(args: &HistoryArgs, cell: &str) -> Result<i32, CliError> {
 }
 
 /// `bench baseline accept CELL --reason ...`.
-pub fn accept(args: &BaselineAcceptArgs) -> Result<i32, CliError> {
+pub fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     if args.reason.trim().is_empty() {
         return Err(CliError::bad_input(miette::miette!(
             "--reason: say why the shift is intended (it is kept with the segment)"
@@ -323,7 +365,7 @@ pub fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
 }
 
 /// `bench history study RUN_DIR...`.
-fn study(args: &HistoryStudyArgs) -> Result<i32, CliError> {
+pub fn study(args: &StudySettings) -> Result<i32, CliError> {
     let mut runs = Vec::new();
     for d in &args.run_dirs {
         runs.push(RunResults::load(d)?);

@@ -370,20 +370,23 @@ pub fn after_run(
 /// Re-runs suspect cells as a second pass of the matrix command: the same matrix and
 /// settings, only those cells, into the run folder `<run-id>-confirm`.
 pub struct MatrixConfirm<'a> {
-    pub args: &'a crate::cli::MatrixArgs,
+    pub settings: &'a crate::run::MatrixSettings,
     pub run_id: String,
 }
 
 impl ConfirmRunner for MatrixConfirm<'_> {
     fn rerun(&mut self, cell_ids: &[String]) -> Result<RunResults, crate::error::CliError> {
-        let mut expansion = crate::matrix::cmd::load(self.args)?;
+        let mut expansion = crate::matrix::cmd::load(&self.settings.source)?;
         expansion
             .cells
             .retain(|c| cell_ids.iter().any(|id| id == c.id.as_str()));
-        let mut args = self.args.clone();
-        args.run_id = Some(format!("{}-confirm", self.run_id));
-        args.resume = None;
-        let outcome = crate::run::run_matrix(&args, expansion)?;
+        let mut settings = self.settings.clone();
+        let run_id = format!("{}-confirm", self.run_id);
+        // The suffix can push a valid id past the limit; it is checked like `--run-id`.
+        crate::run::check_run_id(&run_id)?;
+        settings.config.run_id = Some(run_id);
+        settings.config.resume = None;
+        let outcome = crate::run::run_matrix(&settings, expansion)?;
         Ok(outcome.results)
     }
 }
@@ -392,13 +395,13 @@ impl ConfirmRunner for MatrixConfirm<'_> {
 /// cells judged (suspects re-run under `--confirm`), the run recorded, the history's lines
 /// appended to the CI job summary.
 pub fn with_history(
-    args: &crate::cli::MatrixArgs,
+    args: &crate::run::MatrixSettings,
     location: &str,
     outcome: &crate::run::RunOutcome,
     sampler: Option<super::telemetry::Sampler>,
 ) -> Result<GateReport, crate::error::CliError> {
     let mut confirm = MatrixConfirm {
-        args,
+        settings: args,
         run_id: outcome.results.run_id.clone(),
     };
     let runner: Option<&mut dyn ConfirmRunner> = if args.confirm {

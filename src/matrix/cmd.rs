@@ -2,14 +2,15 @@
 //! and `bench schema`.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use indexmap::IndexMap;
 use serde::Serialize;
 
 use super::{Expansion, MatrixError};
 use crate::cell::{Params, Value};
-use crate::cli::{Format, MatrixArgs};
 use crate::error::CliError;
+use crate::report::Format;
 use crate::results::FILTER_DROP_PREFIX;
 
 impl From<MatrixError> for CliError {
@@ -23,12 +24,33 @@ impl From<MatrixError> for CliError {
     }
 }
 
-/// Loads the matrix named by `args` and prints its warnings to stderr.
-pub fn load(args: &MatrixArgs) -> Result<Expansion, CliError> {
+/// Which matrix a command reads, the filters it applies and the budget it expands within.
+#[derive(Debug, Clone)]
+pub struct MatrixSource {
+    /// The matrix file.
+    pub file: PathBuf,
+    /// Filter expressions (combined with `and`).
+    pub filters: Vec<String>,
+    /// Refuse a matrix that expands to more cells than this before rules and filters.
+    pub max_cells: u64,
+}
+
+/// Resolved settings of `bench matrix --dry-run`.
+#[derive(Debug, Clone)]
+pub struct DryRunSettings {
+    pub source: MatrixSource,
+    /// Output format of the listing.
+    pub format: Format,
+    /// List every dropped cell's id under its rule, not only the counts.
+    pub verbose: bool,
+}
+
+/// Loads the matrix `source` names and prints its warnings to stderr.
+pub fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
     let budget = super::budget::Budget {
-        max_cells: args.max_cells,
+        max_cells: source.max_cells,
     };
-    let exp = super::load_within(&args.file, &args.filters, budget)?;
+    let exp = super::load_within(&source.file, &source.filters, budget)?;
     for w in &exp.warnings {
         eprintln!("warning: {w}");
     }
@@ -36,8 +58,8 @@ pub fn load(args: &MatrixArgs) -> Result<Expansion, CliError> {
 }
 
 /// `bench matrix --dry-run`.
-pub fn dry_run(args: &MatrixArgs) -> Result<i32, CliError> {
-    let exp = load(args)?;
+pub fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
+    let exp = load(&args.source)?;
     let mut out = std::io::stdout().lock();
     let written = match args.format {
         Format::Json => {

@@ -473,29 +473,23 @@ pub fn write_page(out: &Path, data: &HtmlData) -> Result<(), ReportError> {
     })
 }
 
-/// Arguments of `bench report html` (kept beside the command, so that the CLI's argument
-/// types stay a list of subcommands).
-#[derive(Debug, clap::Args)]
-pub struct HtmlArgs {
-    /// One or more run folders, e.g. results/20261122T101500Z.
-    #[arg(required = true, num_args = 1..)]
+/// Resolved settings of `bench report html`.
+#[derive(Debug, Clone)]
+pub struct HtmlSettings {
+    /// One or more run folders.
     pub run_dirs: Vec<PathBuf>,
-    /// Trends of earlier runs to draw (JSON: `{"series": [{"cell", "metric", "points":
-    /// [{"time", "commit", "value", "change_point"}]}]}`).
-    #[arg(long, value_name = "FILE")]
+    /// Trends of earlier runs to draw (a JSON file, see [`Trends::load`]).
     pub history: Option<PathBuf>,
     /// Folder of baseline files.
-    #[arg(long, default_value = "baselines", value_name = "DIR")]
     pub baselines: PathBuf,
-    /// Where to write the page (default: report.html in the run folder, or in the current
-    /// folder for several runs).
-    #[arg(long, short = 'o', value_name = "FILE")]
+    /// Where to write the page; `None`: report.html in the run folder, or in the current
+    /// folder for several runs.
     pub output: Option<PathBuf>,
 }
 
 /// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
 /// each compared with the baselines of its own hardware key. Prints the page's path.
-pub fn html_command(args: &HtmlArgs) -> Result<i32, CliError> {
+pub fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
     let trends = match &args.history {
         Some(path) => {
             Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)

@@ -22,11 +22,33 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::baseline::{compare, Baselines, Comparison};
-use crate::cli::{Format, ReportArgs};
 use crate::error::CliError;
 use crate::results::RunResults;
 
 pub use markdown::render_markdown;
+
+/// What a command prints on the terminal: the human summary or JSON. It derives clap's
+/// `ValueEnum` (as the axes types do) so the command line parses straight into it, and
+/// the reports never see a clap struct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Human,
+    Json,
+}
+
+/// Resolved settings of `bench report RUN_DIR`.
+#[derive(Debug, Clone)]
+pub struct ReportSettings {
+    /// The run folder (or its `results.json`).
+    pub run_dir: PathBuf,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    pub format: Format,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    pub gpu_hour_price: Option<f64>,
+}
 
 /// What every sink renders: a run and its comparison with the baselines.
 #[derive(Debug, Clone, Copy)]
@@ -155,13 +177,9 @@ pub fn finish_run(
 
 /// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
 /// a finished run again from its `results.json`, against the baselines as they are now.
-pub fn report_command(args: &ReportArgs) -> Result<i32, CliError> {
-    crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
-    let Some(run_dir) = &args.run_dir else {
-        return Err(CliError::bad_input(miette::miette!(
-            "bench report needs a run folder, e.g. `bench report results/20261122T101500Z`"
-        )));
-    };
+pub fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
+    crate::external::compare::set_gpu_hour_price(settings.gpu_hour_price);
+    let run_dir = &settings.run_dir;
     let results = RunResults::load(run_dir)?;
     let dir = if run_dir.is_dir() {
         run_dir.clone()
@@ -171,7 +189,7 @@ pub fn report_command(args: &ReportArgs) -> Result<i32, CliError> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."))
     };
-    finish_run(&dir, &results, &args.baselines, args.format)
+    finish_run(&dir, &results, &settings.baselines, settings.format)
 }
 
 /// Seconds from the run's start to its end, when both are known.

@@ -7,35 +7,46 @@
 //! depends on the forge's API being up.
 
 use crate::baseline::{compare::compare, Baselines};
-use crate::cli::PostArgs;
+use std::path::PathBuf;
+use std::time::Duration;
+
 use crate::error::CliError;
-use crate::publish::{self, CommitStatus, Marker, PostOptions, StatusState};
+use crate::publish::{self, CommitStatus, Marker, PostOptions, StatusState, TargetFlags};
 use crate::results::RunResults;
 
+/// Resolved settings of `bench report post`.
+#[derive(Debug, Clone)]
+pub struct PostSettings {
+    /// The run folder.
+    pub run_dir: PathBuf,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Where to post, as the flags said it; the CI environment fills in the rest
+    /// ([`publish::resolve_target`]).
+    pub target: TargetFlags,
+    /// Post nothing when no cell regressed, improved or is new.
+    pub only_on_change: bool,
+    /// Also set a commit status carrying the verdict.
+    pub commit_status: bool,
+    /// The whole time posting may take (connecting, answers, retries); positive.
+    pub deadline: Duration,
+}
+
 /// Runs `bench report post`.
-pub fn post_command(args: &PostArgs) -> Result<i32, CliError> {
-    post_with_env(args, &|k| std::env::var(k).ok())
+pub fn post_command(settings: &PostSettings) -> Result<i32, CliError> {
+    post_with_env(settings, &|k| std::env::var(k).ok())
 }
 
 /// [`post_command`] with an injectable environment (tests).
 pub fn post_with_env(
-    args: &PostArgs,
+    args: &PostSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<i32, CliError> {
-    let deadline = std::time::Duration::try_from_secs_f64(args.timeout)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            CliError::bad_input(miette::Report::msg(format!(
-                "--timeout {}: expected a positive number of seconds",
-                args.timeout
-            )))
-        })?;
     let results = RunResults::load(&args.run_dir)?;
     let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
     let comparison = compare(&results, &baselines);
     let verdict = comparison.exit_code();
-    let target = match publish::resolve_target(&args.target_flags(), env) {
+    let target = match publish::resolve_target(&args.target, env) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("warning: not posting the report: {e}");
@@ -68,7 +79,7 @@ pub fn post_with_env(
     let opts = PostOptions {
         only_on_change: args.only_on_change,
         commit_status,
-        deadline,
+        deadline: args.deadline,
         ..PostOptions::default()
     };
     match publish::post(&target, &body, &marker, comparison.has_changes(), &opts) {

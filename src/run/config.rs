@@ -1,12 +1,14 @@
 //! The resolved settings of a run and what a run produced: the types the entry point
-//! ([`super::run_with`]) and the dispatcher share.
+//! ([`super::run_with`]) and the dispatcher share, and [`MatrixSettings`], everything
+//! `bench matrix` was asked to do (the CLI stage builds it from its arguments).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::MatrixArgs;
 use crate::error::CliError;
 use crate::exit::bench as exit;
+use crate::matrix::cmd::MatrixSource;
+use crate::report::Format;
 use crate::results::{Outcome, RunResults};
 use crate::slurm::Settings;
 
@@ -32,6 +34,42 @@ impl Launch {
     }
 }
 
+/// The launcher `bench matrix` asked for, before the matrix is loaded: the Slurm settings
+/// merge the matrix's `slurm:` block with the environment and these flags, so they can
+/// only be resolved into a [`Launch`] once the matrix is at hand.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum LauncherRequest {
+    /// Worker processes on this host.
+    #[default]
+    Local,
+    /// One Slurm job per attempt, with the `--partition` and `--account` flags.
+    Slurm {
+        partition: Option<String>,
+        account: Option<String>,
+    },
+}
+
+/// Resolved settings of `bench matrix` without `--dry-run`: the matrix, the run, and what
+/// happens after it (reports, the history gate).
+#[derive(Debug, Clone)]
+pub struct MatrixSettings {
+    pub source: MatrixSource,
+    /// The run's settings, with [`Launch::Local`]: [`super::run_matrix`] turns
+    /// [`Self::launcher`] into the launch once the matrix is loaded.
+    pub config: RunConfig,
+    pub launcher: LauncherRequest,
+    /// Folder of baseline files (one per hardware key).
+    pub baselines: PathBuf,
+    /// Output format of the terminal summary.
+    pub format: Format,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    pub gpu_hour_price: Option<f64>,
+    /// The history store to record the run in and judge its cells against.
+    pub history: Option<String>,
+    /// Re-run the cells the history finds suspect once before failing them.
+    pub confirm: bool,
+}
+
 /// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -54,45 +92,6 @@ pub struct RunConfig {
     /// `--jobs N`: at most N cells in flight; `None`: as many as fit the GPU slots
     /// locally, [`crate::run::slurm::DEFAULT_JOBS`] under Slurm.
     pub jobs: Option<usize>,
-}
-
-impl RunConfig {
-    /// Resolves `bench matrix` arguments (with the local launcher; [`run_matrix`] sets up
-    /// Slurm); a grace period that is not a finite, non-negative number of seconds is bad
-    /// input.
-    pub fn from_args(args: &MatrixArgs) -> Result<RunConfig, CliError> {
-        let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
-            CliError::bad_input(miette::miette!(
-                "--kill-grace {}: expected a non-negative number of seconds",
-                args.kill_grace
-            ))
-        })?;
-        if let Some(id) = &args.run_id {
-            check_run_id(id)?;
-        }
-        Ok(RunConfig {
-            results_dir: args.results_dir.clone(),
-            run_id: args.run_id.clone(),
-            resume: args.resume.clone(),
-            fail_fast: args.fail_fast,
-            max_fail: args.max_fail,
-            gpus: args.gpus,
-            grace,
-            matrix: args.file.clone(),
-            filters: args.filters.clone(),
-            no_progress: args.no_progress,
-            bench_exe: None,
-            launcher: Launch::Local,
-            jobs: match args.jobs {
-                Some(0) => {
-                    return Err(CliError::bad_input(miette::miette!(
-                        "--jobs 0: at least one cell must be able to run"
-                    )))
-                }
-                j => j.map(|j| j as usize),
-            },
-        })
-    }
 }
 
 /// A run id names one folder directly under `--results-dir`: letters, digits, `.`, `_`

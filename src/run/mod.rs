@@ -2,14 +2,15 @@
 //! `results/<run-id>/results.json` after every cell.
 //!
 //! Layers, each importing only the ones below it (scripts/module-graph.sh draws and checks
-//! this): this entry point resolves the command's settings ([`config`]) and picks the
-//! launcher; [`dispatch`] decides which cell runs when, judges attempts, resumes runs and
-//! keeps the results; [`launcher`] is the seam that starts one attempt of a cell (the
-//! [`launcher::Local`] and [`launcher::Slurm`] implementations); [`executor`] runs a plan's
-//! processes, [`slurm`] one Slurm job, and [`launch`] turns a cell into command lines (no
-//! shell). [`events`] is what the runner tells reporters and [`progress`] holds the
-//! reporters (a bar on a terminal, plain lines in CI). The comparison with baselines and
-//! the report formats come after this stage.
+//! this): this entry point takes the command's resolved settings ([`MatrixSettings`], built
+//! by the CLI stage; [`config`] defines them), resolves the Slurm launch once the matrix is
+//! loaded and picks the launcher; [`dispatch`] decides which cell runs when, judges
+//! attempts, resumes runs and keeps the results; [`launcher`] is the seam that starts one
+//! attempt of a cell (the [`launcher::Local`] and [`launcher::Slurm`] implementations);
+//! [`executor`] runs a plan's processes, [`slurm`] one Slurm job, and [`launch`] turns a
+//! cell into command lines (no shell). [`events`] is what the runner tells reporters and
+//! [`progress`] holds the reporters (a bar on a terminal, plain lines in CI). The
+//! comparison with baselines and the report formats come after this stage.
 
 // Public: what tests/ and reporters use. The rest is the runner's own (crate-visible, so
 // the compiler reports what nothing uses).
@@ -25,10 +26,12 @@ pub(crate) mod slurm;
 
 use std::sync::Arc;
 
-pub use config::{Launch, RunConfig, RunOutcome, SlurmLaunch, DEFAULT_GRACE};
+pub use config::{
+    check_run_id, Launch, LauncherRequest, MatrixSettings, RunConfig, RunOutcome, SlurmLaunch,
+    DEFAULT_GRACE,
+};
 pub use error::RunError;
 
-use crate::cli::MatrixArgs;
 use crate::env::GpuInventory;
 use crate::error::CliError;
 use crate::exit::bench as exit;
@@ -38,10 +41,15 @@ use launcher::{Launcher, Local, Slurm};
 
 /// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
 /// progress on stderr.
-pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome, CliError> {
-    let mut config = RunConfig::from_args(args)?;
-    if args.launcher == crate::cli::Launcher::Slurm {
-        config.launcher = Launch::Slurm(slurm_launch(args, &expansion)?);
+pub fn run_matrix(settings: &MatrixSettings, expansion: Expansion) -> Result<RunOutcome, CliError> {
+    let mut config = settings.config.clone();
+    if let LauncherRequest::Slurm { partition, account } = &settings.launcher {
+        config.launcher = Launch::Slurm(slurm_launch(
+            partition.as_deref(),
+            account.as_deref(),
+            config.gpus,
+            &expansion,
+        )?);
     }
     let mut reporter = progress::for_stderr(config.no_progress);
     run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
@@ -49,15 +57,18 @@ pub fn run_matrix(args: &MatrixArgs, expansion: Expansion) -> Result<RunOutcome,
 
 /// The Slurm settings of a run: the matrix's `slurm:` block, the environment and the
 /// flags merged; GPUs are requested when the partition has them, unless `--gpus 0`.
-fn slurm_launch(args: &MatrixArgs, expansion: &Expansion) -> Result<config::SlurmLaunch, CliError> {
-    let settings = crate::slurm::Settings::resolve(
-        expansion.spec.slurm.as_ref(),
-        args.partition.as_deref(),
-        args.account.as_deref(),
-        |k| std::env::var(k).ok(),
-    )?;
+fn slurm_launch(
+    partition: Option<&str>,
+    account: Option<&str>,
+    gpus: Option<u32>,
+    expansion: &Expansion,
+) -> Result<config::SlurmLaunch, CliError> {
+    let settings =
+        crate::slurm::Settings::resolve(expansion.spec.slurm.as_ref(), partition, account, |k| {
+            std::env::var(k).ok()
+        })?;
     let poll = slurm::poll_from_env().map_err(|e| CliError::bad_input(miette::miette!("{e}")))?;
-    let use_gpus = match args.gpus {
+    let use_gpus = match gpus {
         Some(0) => false,
         _ => crate::slurm::partition_has_gpus(settings.partition.as_deref())?,
     };
@@ -102,9 +113,9 @@ pub fn run_with(
 ///
 /// Exit code: 130 when interrupted (the reports of the finished cells are still written);
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
-pub fn cmd(args: &MatrixArgs) -> Result<i32, CliError> {
+pub fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
-    let expansion = crate::matrix::cmd::load(args)?;
+    let expansion = crate::matrix::cmd::load(&args.source)?;
     // Before the first cell: a malformed baseline file found after the run would leave
     // no reports for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;

@@ -1,7 +1,7 @@
 //! The built-in training workload (`bench worker`): decoder-only models on libtorch through
 //! tch, trained on synthetic or file tokens, measured and reported as worker events.
 //!
-//! Stages: resolve the arguments ([`Settings`]), pick the device ([`device`]), build the
+//! Stages: check the requested [`WorkerSettings`] ([`Settings`]), pick the device ([`device`]), build the
 //! model ([`models`]) and data ([`data`]), run the loop ([`train`], with [`sac`],
 //! [`precision`] and [`optim`]), and summarise ([`measure`], formulas in
 //! [`crate::metrics::flops`]). Every failure becomes one error event and a distinct exit
@@ -24,8 +24,9 @@ use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use crate::axes::{Device, Parallel};
-use crate::cli::WorkerArgs;
+use std::path::PathBuf;
+
+use crate::axes::{Device, Dtype, Parallel};
 use crate::events::{ErrorKind, Event};
 use crate::metrics::flops;
 
@@ -90,7 +91,39 @@ fn first_line(msg: &str) -> String {
 /// Features the worker knows.
 const FEATURES: [&str; 2] = ["compile", "sac"];
 
-/// The arguments, checked and resolved.
+/// What `bench worker` was asked to run, typed but not yet checked (the CLI stage builds it
+/// from `cli::WorkerArgs`; [`Settings::resolve`] checks it against the presets).
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// The cell id, echoed in events and logs.
+    pub cell_id: String,
+    /// Model preset name.
+    pub model: String,
+    /// The dtype the matmuls run in; [`Dtype::default`] unless asked otherwise, as in cells.
+    pub dtype: Dtype,
+    pub parallel: Parallel,
+    /// Feature flags (compile, sac).
+    pub features: Vec<String>,
+    pub steps: u32,
+    pub warmup: u32,
+    pub seq_len: u32,
+    pub micro_batch: u32,
+    pub grad_accum: u32,
+    pub sac_every: u32,
+    pub seed: u64,
+    pub lr: f64,
+    /// Token file; synthetic tokens when absent.
+    pub data: Option<PathBuf>,
+    /// Synthetic tokens when no `data`: `random` or `pattern`.
+    pub synthetic: String,
+    /// Element width of the token file: 2 (uint16) or 4 (uint32).
+    pub data_bytes: u8,
+    pub device: Device,
+    /// List the model presets instead of training.
+    pub list_models: bool,
+}
+
+/// The worker's settings, checked and resolved.
 pub struct Settings {
     pub cfg: presets::ModelConfig,
     pub precision: Precision,
@@ -107,7 +140,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(a: &WorkerArgs) -> Result<Settings, WorkerError> {
+    pub fn resolve(a: &WorkerSettings) -> Result<Settings, WorkerError> {
         let cfg = presets::get(&a.model).ok_or_else(|| {
             let names: Vec<_> = presets::all().iter().map(|c| c.name).collect();
             WorkerError::BadInput(format!(
@@ -177,7 +210,7 @@ fn emit(e: Event) {
 }
 
 /// Runs one worker and returns its exit code (see `exit::worker`).
-pub fn run_worker(args: &WorkerArgs) -> i32 {
+pub fn run_worker(args: &WorkerSettings) -> i32 {
     let started = Instant::now();
     if args.list_models {
         for c in presets::all() {
@@ -229,7 +262,7 @@ fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
     Ok(env.filter(|e| e.world_size > 1))
 }
 
-fn run(args: &WorkerArgs, started: Instant) -> Result<(), WorkerError> {
+fn run(args: &WorkerSettings, started: Instant) -> Result<(), WorkerError> {
     let s = Settings::resolve(args)?;
     let denv = dist_env(&s)?;
     // A rank uses the GPU at LOCAL_RANK among those the launcher made visible.
@@ -278,7 +311,7 @@ fn master_weights(s: &Settings, dev: &DeviceInfo) -> bool {
 }
 
 fn train_on(
-    args: &WorkerArgs,
+    args: &WorkerSettings,
     s: &Settings,
     dev: &DeviceInfo,
     group: Option<&group::Group>,

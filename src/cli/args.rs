@@ -1,14 +1,15 @@
-//! Raw command-line arguments (clap derive types only).
+//! Raw command-line arguments: the clap derive types and nothing else.
 //!
-//! Nothing here is interpreted: each stage resolves the raw arguments it needs into its
-//! own settings (as ripgrep separates low-level args from resolved ones), so validation
-//! and defaults live beside the code that uses them.
+//! Nothing here is interpreted. [`super::resolve`] turns these values into each stage's
+//! own settings (as ripgrep separates its low-level args from the resolved `HiArgs`), so
+//! no module outside `cli` ever sees a clap struct.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::axes::{Device, Dtype, Parallel};
+use crate::report::Format;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,13 +50,6 @@ pub struct AdaptArgs {
     /// The cell, as JSON.
     #[arg(long)]
     pub cell: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum Format {
-    #[default]
-    Human,
-    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -163,7 +157,7 @@ pub enum ReportCommand {
     /// Post (or update in place) the Markdown report as a pull-request / merge-request comment.
     Post(PostArgs),
     /// Write one self-contained HTML page with charts of one or more runs.
-    Html(crate::report::html::HtmlArgs),
+    Html(HtmlArgs),
 }
 
 #[derive(Debug, Args)]
@@ -207,24 +201,6 @@ pub struct PostArgs {
 pub enum Provider {
     Github,
     Gitlab,
-}
-
-impl PostArgs {
-    /// The flags that say where to post, for [`crate::publish::resolve_target`] (the
-    /// publisher never sees clap's types).
-    pub fn target_flags(&self) -> crate::publish::TargetFlags {
-        crate::publish::TargetFlags {
-            provider: self.provider.map(|p| match p {
-                Provider::Github => crate::publish::Provider::GitHub,
-                Provider::Gitlab => crate::publish::Provider::GitLab,
-            }),
-            api_url: self.api_url.clone(),
-            repo: self.repo.clone(),
-            pr: self.pr,
-            artifacts_url: self.artifacts_url.clone(),
-            sha: self.sha.clone(),
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -344,6 +320,7 @@ pub struct EnvArgs {
 }
 
 /// Arguments of `bench worker`. `cell::Cell::worker_args` produces them; keep both in step.
+/// [`super::resolve`] turns them into [`crate::workload::WorkerSettings`].
 #[derive(Debug, Clone, Args)]
 pub struct WorkerArgs {
     /// The cell id, echoed in events and logs.
@@ -352,10 +329,10 @@ pub struct WorkerArgs {
     /// Model preset (see `bench worker --list-models`).
     #[arg(long, default_value = "gpt2-tiny")]
     pub model: String,
-    /// The dtype the matmuls run in. The runner always passes the cell's dtype (whose
-    /// default is `Dtype::default()`, bf16); a worker started by hand defaults to fp32
-    /// because it most often runs on a CPU, where fp32 is the fast and exact choice.
-    #[arg(long, value_enum, default_value_t = Dtype::Fp32)]
+    /// The dtype the matmuls run in. It defaults to `Dtype::default()` (bf16), the same
+    /// default a cell without a `dtype` axis gets, so that a worker started by hand
+    /// measures what the runner would; pass `--dtype fp32` for an exact run on a CPU.
+    #[arg(long, value_enum, default_value_t)]
     pub dtype: Dtype,
     #[arg(long, value_enum, default_value_t)]
     pub parallel: Parallel,
@@ -394,4 +371,23 @@ pub struct WorkerArgs {
     /// List the model presets and exit.
     #[arg(long)]
     pub list_models: bool,
+}
+
+/// Arguments of `bench report html`.
+#[derive(Debug, Args)]
+pub struct HtmlArgs {
+    /// One or more run folders, e.g. results/20261122T101500Z.
+    #[arg(required = true, num_args = 1..)]
+    pub run_dirs: Vec<PathBuf>,
+    /// Trends of earlier runs to draw (JSON: `{"series": [{"cell", "metric", "points":
+    /// [{"time", "commit", "value", "change_point"}]}]}`).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// Folder of baseline files.
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// Where to write the page (default: report.html in the run folder, or in the current
+    /// folder for several runs).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }

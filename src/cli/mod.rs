@@ -1,0 +1,43 @@
+//! The CLI stage: the raw clap types ([`args`]), their resolution into each stage's own
+//! settings ([`resolve`]), and [`dispatch`], which hands one parsed command to its stage.
+//!
+//! This is the only module that knows clap's structs. Every domain module takes a plain
+//! settings struct (`run::MatrixSettings`, `report::ReportSettings`, ...), so it can be
+//! called from tests or another front end without building command-line arguments, and
+//! `scripts/module-graph.sh` fails when a file outside `src/cli/` and `src/main.rs`
+//! imports `crate::cli`.
+
+pub mod args;
+pub mod resolve;
+
+pub use args::*;
+
+use crate::error::CliError;
+
+/// Runs one parsed command and returns its exit code (see `exit::bench`).
+pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    match cli.command {
+        Command::Matrix(args) if args.dry_run => {
+            crate::matrix::cmd::dry_run(&resolve::dry_run(&args))
+        }
+        Command::Matrix(args) => crate::run::cmd(&resolve::matrix(&args)?),
+        Command::Schema => crate::matrix::cmd::schema(),
+        Command::Worker(args) => Ok(crate::workload::run_worker(&resolve::worker(&args))),
+        Command::Baseline(args) => match &args.command {
+            BaselineCommand::Update(u) => crate::baseline::cmd::update(&resolve::update(u)),
+            BaselineCommand::Accept(a) => crate::history::cmd::accept(&resolve::accept(a)),
+        },
+        Command::Report(args) => match &args.command {
+            Some(ReportCommand::Post(p)) => crate::report::post::post_command(&resolve::post(p)?),
+            Some(ReportCommand::Html(h)) => crate::report::html::html_command(&resolve::html(h)),
+            None => crate::report::report_command(&resolve::report(&args)?),
+        },
+        Command::Env(args) => crate::env::cmd(&resolve::env(&args)),
+        Command::Adapt(args) => Ok(crate::external::run::main(&args.cell)),
+        Command::History(args) => match &args.command {
+            Some(HistoryCommand::Import(a)) => crate::history::cmd::import(&resolve::import(a)),
+            Some(HistoryCommand::Study(a)) => crate::history::cmd::study(&resolve::study(a)),
+            None => crate::history::cmd::show(&resolve::show(&args)?),
+        },
+    }
+}

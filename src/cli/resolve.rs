@@ -1,0 +1,389 @@
+//! Resolution: raw arguments ([`super::args`]) into the settings each stage defines.
+//!
+//! Defaults that clap cannot express and checks of single values live here (a grace
+//! period that is not a number of seconds, `--jobs 0`, a run id that would name a folder
+//! outside `--results-dir`), failing as bad input (exit 2) before any stage starts.
+//! Environment fallbacks declared on the arguments (`BENCH_MAX_CELLS`, `BENCH_HISTORY`,
+//! `BENCH_GPU_HOUR_PRICE`) are already applied by clap when these functions run; settings
+//! that merge the matrix file with the environment (Slurm) are resolved by their stage once
+//! the matrix is loaded.
+
+use std::time::Duration;
+
+use super::args::{
+    BaselineAcceptArgs, BaselineUpdateArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
+    HistoryStudyArgs, HtmlArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs, WorkerArgs,
+};
+use crate::baseline::cmd::UpdateSettings;
+use crate::env::EnvSettings;
+use crate::error::CliError;
+use crate::history::cmd::{AcceptSettings, ImportSettings, ShowSettings, StudySettings};
+use crate::matrix::cmd::{DryRunSettings, MatrixSource};
+use crate::publish::TargetFlags;
+use crate::report::html::HtmlSettings;
+use crate::report::post::PostSettings;
+use crate::report::ReportSettings;
+use crate::run::{check_run_id, Launch, LauncherRequest, MatrixSettings, RunConfig};
+use crate::workload::WorkerSettings;
+
+/// The matrix a `bench matrix` command reads.
+fn source(args: &MatrixArgs) -> MatrixSource {
+    MatrixSource {
+        file: args.file.clone(),
+        filters: args.filters.clone(),
+        max_cells: args.max_cells,
+    }
+}
+
+/// `bench matrix --dry-run`.
+pub fn dry_run(args: &MatrixArgs) -> DryRunSettings {
+    DryRunSettings {
+        source: source(args),
+        format: args.format,
+        verbose: args.verbose,
+    }
+}
+
+/// `bench matrix` without `--dry-run`. The run's settings use the local launcher; a
+/// `--launcher slurm` request is resolved by `run::run_matrix` once the matrix's `slurm:`
+/// block is known.
+pub fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
+    Ok(MatrixSettings {
+        source: source(args),
+        config: run_config(args)?,
+        launcher: match args.launcher {
+            Launcher::Local => LauncherRequest::Local,
+            Launcher::Slurm => LauncherRequest::Slurm {
+                partition: args.partition.clone(),
+                account: args.account.clone(),
+            },
+        },
+        baselines: args.baselines.clone(),
+        format: args.format,
+        gpu_hour_price: args.gpu_hour_price,
+        history: args.history.clone(),
+        confirm: args.confirm,
+    })
+}
+
+/// The run's own settings: a grace period that is not a finite, non-negative number of
+/// seconds, `--jobs 0` and a run id that does not name one folder are bad input.
+fn run_config(args: &MatrixArgs) -> Result<RunConfig, CliError> {
+    let grace = Duration::try_from_secs_f64(args.kill_grace).map_err(|_| {
+        CliError::bad_input(miette::miette!(
+            "--kill-grace {}: expected a non-negative number of seconds",
+            args.kill_grace
+        ))
+    })?;
+    if let Some(id) = &args.run_id {
+        check_run_id(id)?;
+    }
+    let jobs = match args.jobs {
+        Some(0) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "--jobs 0: at least one cell must be able to run"
+            )))
+        }
+        j => j.map(|j| j as usize),
+    };
+    Ok(RunConfig {
+        results_dir: args.results_dir.clone(),
+        run_id: args.run_id.clone(),
+        resume: args.resume.clone(),
+        fail_fast: args.fail_fast,
+        max_fail: args.max_fail,
+        gpus: args.gpus,
+        grace,
+        matrix: args.file.clone(),
+        filters: args.filters.clone(),
+        no_progress: args.no_progress,
+        bench_exe: None,
+        launcher: Launch::Local,
+        jobs,
+    })
+}
+
+/// `bench report RUN_DIR`: the run folder is optional to clap only because the command
+/// also has subcommands; without one it is bad input.
+pub fn report(args: &ReportArgs) -> Result<ReportSettings, CliError> {
+    let Some(run_dir) = &args.run_dir else {
+        return Err(CliError::bad_input(miette::miette!(
+            "bench report needs a run folder, e.g. `bench report results/20261122T101500Z`"
+        )));
+    };
+    Ok(ReportSettings {
+        run_dir: run_dir.clone(),
+        baselines: args.baselines.clone(),
+        format: args.format,
+        gpu_hour_price: args.gpu_hour_price,
+    })
+}
+
+impl PostArgs {
+    /// The flags that say where to post, for [`crate::publish::resolve_target`] (the
+    /// publisher never sees clap's types).
+    pub fn target_flags(&self) -> TargetFlags {
+        TargetFlags {
+            provider: self.provider.map(|p| match p {
+                Provider::Github => crate::publish::Provider::GitHub,
+                Provider::Gitlab => crate::publish::Provider::GitLab,
+            }),
+            api_url: self.api_url.clone(),
+            repo: self.repo.clone(),
+            pr: self.pr,
+            artifacts_url: self.artifacts_url.clone(),
+            sha: self.sha.clone(),
+        }
+    }
+}
+
+/// `bench report post`: `--timeout` must be a positive number of seconds.
+pub fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
+    let deadline = Duration::try_from_secs_f64(args.timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            CliError::bad_input(miette::Report::msg(format!(
+                "--timeout {}: expected a positive number of seconds",
+                args.timeout
+            )))
+        })?;
+    Ok(PostSettings {
+        run_dir: args.run_dir.clone(),
+        baselines: args.baselines.clone(),
+        target: args.target_flags(),
+        only_on_change: args.only_on_change,
+        commit_status: args.commit_status,
+        deadline,
+    })
+}
+
+/// `bench report html`.
+pub fn html(args: &HtmlArgs) -> HtmlSettings {
+    HtmlSettings {
+        run_dirs: args.run_dirs.clone(),
+        history: args.history.clone(),
+        baselines: args.baselines.clone(),
+        output: args.output.clone(),
+    }
+}
+
+/// `bench env`.
+pub fn env(args: &EnvArgs) -> EnvSettings {
+    EnvSettings {
+        format: args.format,
+    }
+}
+
+/// `bench baseline update`.
+pub fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
+    UpdateSettings {
+        run_dir: args.run_dir.clone(),
+        filters: args.filters.clone(),
+        only_improvements: args.only_improvements,
+        baselines: args.baselines.clone(),
+    }
+}
+
+/// `bench baseline accept`.
+pub fn accept(args: &BaselineAcceptArgs) -> AcceptSettings {
+    AcceptSettings {
+        cell: args.cell.clone(),
+        reason: args.reason.clone(),
+        history: args.history.clone(),
+        hardware: args.hardware.clone(),
+        run: args.run.clone(),
+    }
+}
+
+/// `bench history CELL`: the cell is optional to clap only because the command also has
+/// subcommands; without either it is bad input.
+pub fn show(args: &HistoryArgs) -> Result<ShowSettings, CliError> {
+    let Some(cell) = &args.cell else {
+        return Err(CliError::bad_input(miette::miette!(
+            "bench history needs a cell id (`bench history gpt2-125m.bf16.1gpu.single.compile`) or a subcommand (import, study)"
+        )));
+    };
+    Ok(ShowSettings {
+        cell: cell.clone(),
+        history: args.history.clone(),
+        hardware: args.hardware.clone(),
+        metric: args.metric.clone(),
+    })
+}
+
+/// `bench history import`.
+pub fn import(args: &HistoryImportArgs) -> ImportSettings {
+    ImportSettings {
+        run_dirs: args.run_dirs.clone(),
+        history: args.history.clone(),
+        branch: args.branch.clone(),
+    }
+}
+
+/// `bench history study`.
+pub fn study(args: &HistoryStudyArgs) -> StudySettings {
+    StudySettings {
+        run_dirs: args.run_dirs.clone(),
+        metric: args.metric.clone(),
+        repeats: args.repeats.clone(),
+        detect_trials: args.detect_trials,
+        alarm_trials: args.alarm_trials,
+        sigmas: args.sigmas,
+        floor: args.floor,
+        lookback: args.lookback,
+    }
+}
+
+/// `bench worker`: the axes arrive typed (clap parsed them through `axes`), so this only
+/// copies; the worker checks the values against its presets ([`crate::workload::Settings`]).
+pub fn worker(args: &WorkerArgs) -> WorkerSettings {
+    WorkerSettings {
+        cell_id: args.cell_id.clone(),
+        model: args.model.clone(),
+        dtype: args.dtype,
+        parallel: args.parallel,
+        features: args.features.clone(),
+        steps: args.steps,
+        warmup: args.warmup,
+        seq_len: args.seq_len,
+        micro_batch: args.micro_batch,
+        grad_accum: args.grad_accum,
+        sac_every: args.sac_every,
+        seed: args.seed,
+        lr: args.lr,
+        data: args.data.clone(),
+        synthetic: args.synthetic.clone(),
+        data_bytes: args.data_bytes,
+        device: args.device,
+        list_models: args.list_models,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use indexmap::IndexMap;
+
+    use super::*;
+    use crate::axes::{Device, Dtype, Parallel};
+    use crate::cell::{Cell, CellId, Params};
+    use crate::cli::{Cli, Command, HistoryCommand, ReportCommand};
+
+    fn parse(argv: &[&str]) -> Command {
+        Cli::try_parse_from(["bench"].iter().chain(argv))
+            .expect("valid arguments")
+            .command
+    }
+
+    fn matrix_args(extra: &[&str]) -> MatrixArgs {
+        match parse(&[&["matrix", "m.yaml"][..], extra].concat()) {
+            Command::Matrix(a) => a,
+            other => panic!("not a matrix command: {other:?}"),
+        }
+    }
+
+    fn bad_input(e: CliError) -> String {
+        assert_eq!(e.exit_code(), crate::exit::bench::BAD_INPUT, "{e:?}");
+        format!("{:#}", e.report())
+    }
+
+    /// One default per axis: a worker started without `--dtype`, `--parallel` or
+    /// `--device` runs what a cell without those axes would ask for.
+    #[test]
+    fn worker_defaults_are_the_cells() {
+        let Command::Worker(args) = parse(&["worker"]) else {
+            panic!("not a worker command")
+        };
+        let w = worker(&args);
+        let values = IndexMap::new();
+        let cell = Cell {
+            id: CellId::from_values(&values),
+            values,
+            params: Params::default(),
+        };
+        assert_eq!(w.dtype, Dtype::default());
+        assert_eq!(w.dtype, cell.dtype());
+        assert_eq!(w.dtype, Dtype::Bf16);
+        assert_eq!(w.parallel, Parallel::default());
+        assert_eq!(w.parallel, cell.parallel());
+        assert_eq!(w.device, Device::default());
+    }
+
+    #[test]
+    fn matrix_settings_carry_the_flags() {
+        let s = matrix(&matrix_args(&[
+            "--launcher",
+            "slurm",
+            "--partition",
+            "h100",
+            "--jobs",
+            "3",
+            "--kill-grace",
+            "2.5",
+            "-f",
+            "gpus=1",
+            "--run-id",
+            "nightly.1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            s.launcher,
+            LauncherRequest::Slurm {
+                partition: Some("h100".into()),
+                account: None,
+            }
+        );
+        assert_eq!(s.config.launcher, Launch::Local);
+        assert_eq!(s.config.jobs, Some(3));
+        assert_eq!(s.config.grace, Duration::from_millis(2500));
+        assert_eq!(s.source.filters, ["gpus=1"]);
+        assert_eq!(s.config.filters, s.source.filters);
+        assert_eq!(s.config.matrix, s.source.file);
+        assert_eq!(s.config.run_id.as_deref(), Some("nightly.1"));
+    }
+
+    #[test]
+    fn single_values_are_checked_as_bad_input() {
+        for (flags, says) in [
+            (&["--kill-grace=-1"][..], "--kill-grace -1"),
+            (&["--kill-grace", "NaN"][..], "--kill-grace NaN"),
+            (&["--jobs", "0"][..], "--jobs 0"),
+            (&["--run-id", "../x"][..], "--run-id \"../x\""),
+        ] {
+            let msg = bad_input(matrix(&matrix_args(flags)).unwrap_err());
+            assert!(msg.contains(says), "{flags:?}: {msg}");
+        }
+        let Command::Report(r) = parse(&["report", "post", "results/x", "--timeout", "0"]) else {
+            panic!("not a report command")
+        };
+        let Some(ReportCommand::Post(p)) = &r.command else {
+            panic!("not a post command")
+        };
+        assert!(bad_input(post(p).unwrap_err()).contains("--timeout 0"));
+    }
+
+    /// A command that has subcommands takes its own operand as optional; without either
+    /// it is bad input, not a clap error.
+    #[test]
+    fn a_missing_operand_is_bad_input() {
+        let Command::Report(r) = parse(&["report"]) else {
+            panic!("not a report command")
+        };
+        assert!(bad_input(report(&r).unwrap_err()).contains("needs a run folder"));
+        let Command::History(h) = parse(&["history"]) else {
+            panic!("not a history command")
+        };
+        assert!(h.command.is_none());
+        assert!(bad_input(show(&h).unwrap_err()).contains("needs a cell id"));
+        let Command::History(h) = parse(&["history", "import", "r1", "--branch", "main"]) else {
+            panic!("not a history command")
+        };
+        let Some(HistoryCommand::Import(i)) = &h.command else {
+            panic!("not an import command")
+        };
+        let s = import(i);
+        assert_eq!(s.branch.as_deref(), Some("main"));
+        assert_eq!(s.run_dirs, [std::path::PathBuf::from("r1")]);
+    }
+}
