@@ -356,7 +356,7 @@ impl<'a> DataParallel<'a> {
                     Sharding::Sharded => full32.to_kind(kind),
                     Sharding::Replicated => {
                         let full = work.narrow(0, shard_off as i64, n);
-                        let _ = full.shallow_clone().copy_(&full32);
+                        full.shallow_clone().copy_(&full32);
                         full
                     }
                 };
