@@ -413,11 +413,12 @@ pub fn capture(inv: &GpuInventory) -> Environment {
 }
 
 /// Environment variables that change how fast a training step runs, recorded in every run:
-/// the workload's kernel switches (`BENCH_FUSED_*`, `BENCH_CPU_THREADS`), NCCL's tuning
+/// the workload's kernel and fp8 switches (`BENCH_FUSED_*`, `BENCH_FP8_*`, `BENCH_CPU_THREADS`), NCCL's tuning
 /// (`NCCL_*`), the CUDA caching allocator and launch settings, TF32 overrides and the CPU
 /// thread count. Prefixes end in `_`; other entries are whole names.
 pub const SPEED_SWITCHES: &[&str] = &[
     "BENCH_FUSED_",
+    "BENCH_FP8_",
     "BENCH_CPU_THREADS",
     "NCCL_",
     "CUDA_LAUNCH_BLOCKING",

@@ -182,7 +182,7 @@ impl Model for Gpt2 {
 
     fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {
         let h = layer_norm(ctx, h, &self.lnf_w, &self.lnf_b, self.cfg.norm_eps);
-        let logits = ctx.linear_hp(&h, &self.wte, None);
+        let logits = ctx.linear_head(&h, &self.wte);
         cross_entropy(&logits, y, self.cfg.vocab)
     }
 }

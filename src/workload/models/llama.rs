@@ -185,7 +185,7 @@ impl Model for Llama {
 
     fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {
         let h = rms_norm(ctx, h, &self.norm, self.cfg.norm_eps);
-        let logits = ctx.linear_hp(&h, &self.head, None);
+        let logits = ctx.linear_head(&h, &self.head);
         cross_entropy(&logits, y, self.cfg.vocab)
     }
 }

@@ -4,7 +4,9 @@
 //! to bf16 inside the autograd graph, so gradients arrive in the fp32 parameters' `.grad`
 //! exactly as autocast would deliver them, and recomputation (sac) repeats the casts. Under
 //! fp8 the block linears' matmuls additionally run through `_scaled_mm` (see [`fp8`]);
-//! embeddings, norms, attention and the output head stay bf16.
+//! embeddings, norms and attention stay bf16, and so does the output head unless
+//! `BENCH_FP8_HEAD=1` (the head is the widest GEMM of a large-vocabulary model, and the
+//! one torchao and torchtitan leave in bf16 by default for the loss's sake).
 
 pub mod fp8;
 
@@ -29,13 +31,17 @@ impl Precision {
 pub struct Ctx {
     pub kind: Kind,
     pub fp8: bool,
+    /// The output head's matmul in fp8 too (`BENCH_FP8_HEAD=1`, fp8 only).
+    pub fp8_head: bool,
 }
 
 impl Ctx {
     pub fn new(p: Precision) -> Ctx {
+        let fp8 = p == Precision::Fp8;
         Ctx {
             kind: p.compute_kind(),
-            fp8: p == Precision::Fp8,
+            fp8,
+            fp8_head: fp8 && std::env::var("BENCH_FP8_HEAD").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -63,7 +69,16 @@ impl Ctx {
         }
     }
 
-    /// A linear layer that never runs in fp8 (the output head).
+    /// The output head: in fp8 only when asked for ([`Ctx::fp8_head`]).
+    pub fn linear_head(&self, x: &Tensor, w: &Tensor) -> Tensor {
+        if self.fp8_head {
+            fp8::linear(x, w)
+        } else {
+            self.linear_hp(x, w, None)
+        }
+    }
+
+    /// A linear layer that never runs in fp8.
     pub fn linear_hp(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
         x.linear(&self.cast(w), b.map(|b| self.cast(b)))
     }
