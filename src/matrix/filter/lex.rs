@@ -27,12 +27,7 @@ pub(super) fn is_word_char(c: char) -> bool {
 
 impl<'a> Lexer<'a> {
     pub(super) fn err(&self, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
-        FilterError {
-            expr: self.src.to_string(),
-            offset,
-            len,
-            message: message.into(),
-        }
+        FilterError::at(self.src, offset, len, message)
     }
 
     pub(super) fn tokens(mut self) -> Result<Vec<(usize, usize, Tok)>, FilterError> {

@@ -105,6 +105,16 @@ pub struct FilterError {
 }
 
 impl FilterError {
+    /// The error `message` about `len` bytes at byte `offset` of the expression `expr`.
+    fn at(expr: &str, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
+        FilterError {
+            expr: expr.to_string(),
+            offset,
+            len,
+            message: message.into(),
+        }
+    }
+
     /// The expression with a caret line under the fault, indented by `indent` spaces.
     /// A long expression (a generated one, or a hostile one) is shown as a window of
     /// [`CARET_WINDOW`] characters either side of the fault, so the message stays readable.

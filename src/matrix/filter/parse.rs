@@ -21,12 +21,7 @@ pub(super) struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     pub(super) fn err(&self, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
-        FilterError {
-            expr: self.src.to_string(),
-            offset,
-            len,
-            message: message.into(),
-        }
+        FilterError::at(self.src, offset, len, message)
     }
     pub(super) fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.i).map(|t| &t.2)
