@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::wire::*;
+use super::wire::{
+    failed_payload, parse_failed, read_msg, u64_payload, write_msg, T_BARRIER, T_DONE, T_FAILED,
+    T_HEARTBEAT, T_RELEASE,
+};
 use super::{Config, FailureHook, OnFailure, RankFailure};
 use crate::events::{ErrorKind, Event};
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use self::channel::{lock, Peer, Shared, State};
 use self::join::{connect, serve};
-use self::wire::*;
+use self::wire::{failed_payload, T_BARRIER, T_DONE, T_FAILED};
 
 mod channel;
 mod env;
@@ -431,6 +431,7 @@ impl Drop for Rendezvous {
 
 #[cfg(test)]
 mod tests {
+    use super::wire::parse_failed;
     use super::*;
     use std::collections::HashMap;
 
