@@ -1,60 +1,25 @@
-//! `--launcher slurm` against real Slurm daemons (slurmctld + slurmd on this host).
+//! One Slurm job's life against real Slurm daemons (slurmctld + slurmd on this host),
+//! through the path a run takes: the built binary's `bench matrix FILE --launcher slurm`,
+//! whose job loop (src/run/slurm) submits, watches, stops and reads back each job.
 //!
 //! These run only when `BENCH_SLURM_TESTS=1`, which CI sets after
 //! `scripts/slurm-ci-setup.sh` has started the cluster; with the variable set, a Slurm
-//! that does not work fails the tests loudly. Cells are CPU cells running a command
-//! workload, a small shell script printing worker events.
+//! that does not work fails the tests loudly. Each matrix has one CPU cell running a
+//! command workload, a small shell script printing worker events. tests/slurm_run.rs
+//! covers the run around the jobs (repeats, retries, resume, fail-fast); this file covers
+//! what one job carries: arguments and variables byte for byte, the rank contract, each
+//! rank's events and log, a failing rank's own status, and the stops.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use bench::cell::{Cell, CellId, Params, Value, Workload};
-use bench::dist::launch::Program;
-use bench::events::Event;
-use bench::slurm::{self, JobState, Outcome, Settings};
-use indexmap::IndexMap;
+use bench::results::{CellResult, Outcome, RunResults};
 
 mod common;
-
-fn cell(name: &str, ranks: i64, argv: &[String], env: BTreeMap<String, String>) -> Cell {
-    let mut values = IndexMap::new();
-    values.insert("model".to_string(), Value::Str(name.into()));
-    values.insert("gpus".to_string(), Value::Int(ranks));
-    Cell {
-        id: CellId::from_values(&values),
-        values,
-        params: Params {
-            timeout_s: 300,
-            workload: Workload::Command {
-                argv: argv.to_vec(),
-                env,
-            },
-            ..Params::default()
-        },
-    }
-}
-
-fn program(c: &Cell) -> Program {
-    match &c.params.workload {
-        Workload::Command { argv, env } => Program::Command {
-            argv: argv.clone(),
-            env: env.clone(),
-        },
-        _ => unreachable!("these tests use command cells"),
-    }
-}
-
-fn settings() -> Settings {
-    let mut s = Settings::resolve(None, None, None, |k| std::env::var(k).ok()).unwrap();
-    // Let the test jobs share the CI host's few CPUs.
-    s.sbatch_args.push("--oversubscribe".into());
-    s
-}
 
 const WORKER: &str = r#"#!/bin/sh
 # A command workload: records what it was given, prints worker events and a log line.
@@ -73,120 +38,68 @@ echo "log line from rank $RANK" >&2
 if [ "$RANK" = "$FAIL_RANK" ]; then exit 6; fi
 "#;
 
-#[test]
-fn a_two_rank_cpu_cell_runs_and_its_events_come_back() {
-    if !common::slurm_enabled() {
-        return;
-    }
-    let _turn = common::slurm_turn();
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("worker.sh");
-    std::fs::write(&script, WORKER).unwrap();
-    let hostile = "a b 'q' \"d\" $(touch pwned) `id` ; rm -rf x\nline2 $HOME *";
-    let argv = vec![
-        "/bin/sh".to_string(),
-        script.display().to_string(),
-        hostile.to_string(),
-        dir.path().display().to_string(),
-    ];
-    let env: BTreeMap<_, _> = [("BENCH_TEST_NOTE".to_string(), hostile.to_string())].into();
-    let c = cell("slurm-ok", 2, &argv, env);
-    let plan = slurm::plan(
-        &c,
-        &program(&c),
-        &settings(),
-        false,
-        &dir.path().join("job"),
-    )
-    .unwrap();
-    let job = slurm::submit(&plan).unwrap();
-    let outcome = job
-        .wait(
-            Duration::from_secs(120),
-            Duration::from_millis(500),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-    let out = job.collect().unwrap();
-    match &outcome {
-        Outcome::Finished(JobState::Finished {
-            state, exit_code, ..
-        }) => {
-            assert_eq!(state, "COMPLETED", "{out:#?}");
-            assert_eq!(*exit_code, Some(0));
-        }
-        other => panic!("job {}: {other:?}\n{out:#?}", job.id),
-    }
-    for rank in 0..2u32 {
-        let ev = out.events_of(rank);
-        let steps = ev.iter().filter(|e| matches!(e, Event::Step(_))).count();
-        assert_eq!(steps, 3, "rank {rank}: {ev:?}");
-        assert!(matches!(ev.last(), Some(Event::Summary(s)) if s.world_size == Some(2)));
-        match ev.first() {
-            Some(Event::Notice { message }) => {
-                assert!(
-                    message.starts_with(&format!(
-                        "rank={rank} world=2 local={rank} lws=2 nvls=0 port="
-                    )),
-                    "{message}"
-                );
-            }
-            other => panic!("rank {rank}: expected a notice, got {other:?}"),
-        }
-        assert!(out
-            .log_of(rank)
-            .contains(&format!("log line from rank {rank}")));
-        // The hostile value arrived as one argument and one variable, byte for byte.
-        let arg = std::fs::read_to_string(dir.path().join(format!("arg-{rank}"))).unwrap();
-        assert_eq!(arg, hostile);
-        let envv = std::fs::read_to_string(dir.path().join(format!("env-{rank}"))).unwrap();
-        assert_eq!(envv, hostile);
-    }
-    assert_eq!(out.rank_exit_codes(), [(0, 0), (1, 0)].into());
-    assert!(!dir.path().join("job/pwned").exists() && !Path::new("pwned").exists());
+/// A YAML scalar holding `s` exactly (JSON strings are YAML's double-quoted scalars, which
+/// keep newlines, quotes and dollars as they are).
+fn y(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
 }
 
-#[test]
-fn a_failing_rank_fails_the_job_with_its_own_exit_code() {
-    if !common::slurm_enabled() {
-        return;
-    }
-    let _turn = common::slurm_turn();
-    let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("worker.sh");
-    std::fs::write(&script, WORKER).unwrap();
-    let argv = vec![
-        "/bin/sh".to_string(),
-        script.display().to_string(),
-        "x".to_string(),
-        dir.path().display().to_string(),
-    ];
-    let env: BTreeMap<_, _> = [("FAIL_RANK".to_string(), "1".to_string())].into();
-    let c = cell("slurm-fail", 2, &argv, env);
-    let plan = slurm::plan(
-        &c,
-        &program(&c),
-        &settings(),
-        false,
-        &dir.path().join("job"),
-    )
-    .unwrap();
-    let job = slurm::submit(&plan).unwrap();
-    let outcome = job
-        .wait(
-            Duration::from_secs(120),
-            Duration::from_millis(500),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-    let out = job.collect().unwrap();
-    match &outcome {
-        Outcome::Finished(JobState::Finished { state, .. }) => {
-            assert_eq!(state, "FAILED", "{out:#?}")
-        }
-        other => panic!("job {}: {other:?}\n{out:#?}", job.id),
-    }
-    assert_eq!(out.first_failure(), Some((1, 6)), "{out:#?}");
+/// A matrix of one cell, `case x ranks`, running `argv` with `env` as its workload.
+fn write_matrix(
+    dir: &Path,
+    case: &str,
+    ranks: u32,
+    timeout: &str,
+    argv: &[String],
+    env: &BTreeMap<&str, &str>,
+) -> PathBuf {
+    let argv: Vec<String> = argv.iter().map(|a| y(a)).collect();
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}: {}", y(v))).collect();
+    let text = format!(
+        "name: slurm-real\naxes:\n  case: [{case}]\n  gpus: [{ranks}]\ndefaults:\n  steps: 3\n  warmup: 1\n  retries: 0\n  timeout: {timeout}\n  workload: {{kind: command, argv: [{}], env: {{{}}}}}\nslurm:\n  partition: debug\n  sbatch_args: [\"--oversubscribe\"]\n",
+        argv.join(", "),
+        env.join(", "),
+    );
+    let path = dir.join("matrix.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `bench matrix MATRIX --launcher slurm` writing run `r1` under `dir`.
+fn bench(dir: &Path, matrix: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("BENCH_SLURM_PARTITION")
+        .env_remove("BENCH_SLURM_ACCOUNT")
+        // Poll the queue often: these jobs take seconds.
+        .env("BENCH_SLURM_POLL_S", "0.3")
+        .arg("matrix")
+        .arg(matrix)
+        .args(["--launcher", "slurm", "--no-progress", "--kill-grace", "2"])
+        .args(["--run-id", "r1"])
+        .arg("--baselines")
+        .arg(dir.join("baselines"))
+        .arg("--results-dir")
+        .arg(dir.join("results"));
+    c
+}
+
+/// The run's only cell and the text of its output, for failure messages.
+fn only_cell(dir: &Path, out: &Output) -> (CellResult, String) {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let r = RunResults::load(&dir.join("results/r1"))
+        .unwrap_or_else(|e| panic!("no results ({e}): {stderr}"));
+    assert_eq!(r.cells.len(), 1, "{stderr}");
+    (r.cells[0].clone(), stderr)
+}
+
+/// The Slurm job of the cell's first attempt.
+fn job_id(c: &CellResult) -> String {
+    c.attempts[0]
+        .slurm_job_id
+        .clone()
+        .unwrap_or_else(|| panic!("no Slurm job: {:?}", c.attempts))
 }
 
 fn squeue_lists(id: &str) -> bool {
@@ -198,63 +111,194 @@ fn squeue_lists(id: &str) -> bool {
     t.lines().any(|l| !l.trim().is_empty())
 }
 
+/// Slurm's state of a job it still remembers (MinJobAge keeps finished jobs for minutes).
+fn job_state(id: &str) -> String {
+    let o = Command::new("scontrol")
+        .args(["show", "job", "-o", id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("JobState="))
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// The worker script in `dir`, and the command line that runs it with `arg`, leaving what
+/// it was given in `dir`.
+fn worker_argv(dir: &Path, arg: &str) -> Vec<String> {
+    let script = dir.join("worker.sh");
+    std::fs::write(&script, WORKER).unwrap();
+    vec![
+        "/bin/sh".to_string(),
+        script.display().to_string(),
+        arg.to_string(),
+        dir.display().to_string(),
+    ]
+}
+
 #[test]
-fn sleeping_jobs_are_cancelled_on_timeout_and_on_the_cancel_flag() {
+fn a_two_rank_cpu_cell_runs_and_its_events_come_back() {
     if !common::slurm_enabled() {
         return;
     }
     let _turn = common::slurm_turn();
-    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hostile = "a b 'q' \"d\" $(touch pwned) `id` ; rm -rf x\nline2 $HOME *";
+    let argv = worker_argv(dir, hostile);
+    let env = [("BENCH_TEST_NOTE", hostile)].into();
+    let m = write_matrix(dir, "slurm-ok", 2, "120s", &argv, &env);
+    let out = bench(dir, &m).current_dir(dir).output().unwrap();
+    let (c, stderr) = only_cell(dir, &out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(c.outcome, Outcome::Passed, "{c:#?}");
+    let id = job_id(&c);
+    assert_eq!(job_state(&id), "COMPLETED", "job {id}");
+    assert_eq!(c.attempts[0].exit_code, Some(0));
+    let rep = &c.repeats[0];
+    // Every rank's steps come back, each marked with its rank.
+    for rank in 0..2u32 {
+        let steps = rep.steps.iter().filter(|s| s.rank == Some(rank)).count();
+        assert!(steps >= 2, "rank {rank}: {:?}", rep.steps);
+    }
+    assert_eq!(rep.summary.world_size, Some(2), "{:?}", rep.summary);
+    // The rank contract: each task is told its rank, the world, its place on the node.
+    for rank in 0..2u32 {
+        let want = format!("rank={rank} world=2 local={rank} lws=2 nvls=0 port=");
+        assert!(
+            rep.notices.iter().any(|n| n.starts_with(&want)),
+            "rank {rank}: {:?}",
+            rep.notices
+        );
+        // Each rank's own log holds its text, as a local cell's does.
+        let log = dir.join(format!("results/r1/logs/{}.r0.rank{rank}.log", c.id));
+        let log = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log:?}: {e}"));
+        assert!(log.contains(&format!("log line from rank {rank}")), "{log}");
+        assert!(
+            log.contains(&format!("bench: rank {rank} exited with status 0")),
+            "{log}"
+        );
+        // The hostile value arrived as one argument and one variable, byte for byte.
+        let arg = std::fs::read_to_string(dir.join(format!("arg-{rank}"))).unwrap();
+        assert_eq!(arg, hostile);
+        let envv = std::fs::read_to_string(dir.join(format!("env-{rank}"))).unwrap();
+        assert_eq!(envv, hostile);
+    }
+    // No shell ever saw the value: nothing was touched, here or where the job ran.
+    let job_dir = dir.join("results/r1/slurm");
+    assert!(!dir.join("pwned").exists() && !Path::new("pwned").exists());
+    assert!(!walk(&job_dir).iter().any(|p| p.ends_with("pwned")));
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_failing_rank_fails_the_job_with_its_own_exit_code() {
+    if !common::slurm_enabled() {
+        return;
+    }
+    let _turn = common::slurm_turn();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let argv = worker_argv(dir, "x");
+    let env = [("FAIL_RANK", "1")].into();
+    let m = write_matrix(dir, "slurm-fail", 2, "120s", &argv, &env);
+    let out = bench(dir, &m).output().unwrap();
+    let (c, stderr) = only_cell(dir, &out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(matches!(c.outcome, Outcome::Failed { .. }), "{c:#?}");
+    let id = job_id(&c);
+    assert_eq!(job_state(&id), "FAILED", "job {id}");
+    // The cause is rank 1's own status, not the batch script's or a killed rank's.
+    assert_eq!(c.attempts[0].exit_code, Some(6), "{:?}", c.attempts);
+    let log = dir.join(format!("results/r1/logs/{}.r0.rank1.log", c.id));
+    let log = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{log:?}: {e}"));
+    assert!(log.contains("bench: rank 1 exited with status 6"), "{log}");
+}
+
+/// Starts `bench`, returning it and a channel of its stderr lines.
+fn spawn_bench(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+#[test]
+fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
+    if !common::slurm_enabled() {
+        return;
+    }
+    let _turn = common::slurm_turn();
     let argv = vec!["sleep".to_string(), "300".to_string()];
 
-    // Timeout: wait gives up, scancels, and the job leaves the queue.
-    let c = cell("slurm-sleep-a", 1, &argv, BTreeMap::new());
-    let plan = slurm::plan(&c, &program(&c), &settings(), false, &dir.path().join("a")).unwrap();
-    let job = slurm::submit(&plan).unwrap();
-    let outcome = job
-        .wait(
-            Duration::from_secs(3),
-            Duration::from_millis(200),
-            &AtomicBool::new(false),
-        )
-        .unwrap();
-    assert_eq!(outcome, Outcome::TimedOut);
+    // Timeout: the runner gives up, scancels, and the job leaves the queue.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let m = write_matrix(dir, "slurm-sleep-a", 1, "3s", &argv, &BTreeMap::new());
+    let started = Instant::now();
+    let out = bench(dir, &m).output().unwrap();
+    let (c, stderr) = only_cell(dir, &out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        !squeue_lists(&job.id),
-        "job {} still queued after cancel",
-        job.id
+        started.elapsed() < Duration::from_secs(90),
+        "the job sleeps 300 s: only the timeout can end the run this soon"
     );
+    assert!(matches!(c.outcome, Outcome::TimedOut { .. }), "{c:#?}");
+    let id = job_id(&c);
+    assert!(!squeue_lists(&id), "job {id} still queued after cancel");
+    assert_eq!(job_state(&id), "CANCELLED", "job {id}");
 
-    // Ctrl-C: another thread raises the flag while wait polls.
-    let c = cell("slurm-sleep-b", 1, &argv, BTreeMap::new());
-    let plan = slurm::plan(&c, &program(&c), &settings(), false, &dir.path().join("b")).unwrap();
-    let job = slurm::submit(&plan).unwrap();
-    let flag = Arc::new(AtomicBool::new(false));
-    let f2 = Arc::clone(&flag);
-    let raiser = thread::spawn(move || {
-        thread::sleep(Duration::from_secs(1));
-        f2.store(true, Ordering::SeqCst);
-    });
-    let outcome = job
-        .wait(Duration::from_secs(120), Duration::from_millis(200), &flag)
-        .unwrap();
-    raiser.join().unwrap();
-    assert_eq!(outcome, Outcome::Cancelled);
-    assert!(
-        !squeue_lists(&job.id),
-        "job {} still queued after cancel",
-        job.id
-    );
-    match job.state().unwrap() {
-        JobState::Finished { state, .. } => assert_eq!(state, "CANCELLED"),
-        other => panic!("{other:?}"),
+    // Ctrl-C while the job runs: the job is cancelled and leaves the queue.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let m = write_matrix(dir, "slurm-sleep-b", 1, "120s", &argv, &BTreeMap::new());
+    let mut cmd = bench(dir, &m);
+    cmd.process_group(0);
+    let (mut child, lines) = spawn_bench(&mut cmd);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !seen.iter().any(|l: &String| l.starts_with("RUNNING")) && Instant::now() < deadline {
+        if let Ok(l) = lines.recv_timeout(Duration::from_millis(200)) {
+            seen.push(l);
+        }
     }
-
-    // An explicit cancel of a job that is running.
-    let c = cell("slurm-sleep-c", 1, &argv, BTreeMap::new());
-    let plan = slurm::plan(&c, &program(&c), &settings(), false, &dir.path().join("c")).unwrap();
-    let job = slurm::submit(&plan).unwrap();
-    job.cancel().unwrap();
-    assert!(job.wait_gone(Duration::from_secs(30), Duration::from_millis(200)));
-    assert!(!squeue_lists(&job.id));
+    let id = seen
+        .iter()
+        .find(|l| l.starts_with("SUBMIT"))
+        .and_then(|l| l.split("Slurm job ").nth(1))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| panic!("the job never got going: {seen:#?}"));
+    assert!(squeue_lists(&id), "job {id} not running: {seen:#?}");
+    // As a terminal's Ctrl-C does: SIGINT to bench's whole process group.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    seen.extend(lines.try_iter());
+    assert_eq!(status.code(), Some(130), "{seen:#?}");
+    assert!(!squeue_lists(&id), "job {id} still queued after Ctrl-C");
+    assert_eq!(job_state(&id), "CANCELLED", "job {id}");
 }

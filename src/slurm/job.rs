@@ -1,20 +1,18 @@
-//! A submitted Slurm job: submit, poll, wait (with timeout and cancel flag), cancel, and
-//! read its output back.
+//! A submitted Slurm job and the Slurm client commands about it: submit, list (many jobs
+//! in one `squeue` call), ask for a job's state, cancel, kill; and the output file's lines
+//! split into rank and text. Every call is blocking and stateless: the runner's job loop
+//! (`run::slurm`) decides when to call them and what their answers mean.
 //!
 //! States come from `squeue` while the job is known to the queue, then from
 //! `scontrol show job` (the controller keeps finished jobs for `MinJobAge`), then from
 //! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use super::script::JobPlan;
 use super::SlurmError;
-use crate::events::Event;
 
 /// A job in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,24 +40,12 @@ pub enum JobState {
     Unknown,
 }
 
-/// How [`SlurmJob::wait`] ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Finished(JobState),
-    /// The timeout passed; the job was cancelled.
-    TimedOut,
-    /// The cancel flag was raised (Ctrl-C); the job was cancelled.
-    Cancelled,
-}
-
 /// One line of the job's output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskLine {
     /// The rank that printed it (from srun's label); `None` for lines of the batch script.
     pub rank: Option<u32>,
     pub text: String,
-    /// The worker event on the line, if it is one.
-    pub event: Option<Event>,
 }
 
 /// The job's output, read back.
@@ -77,34 +63,11 @@ impl JobOutput {
                 let (rank, rest) = split_label(l);
                 TaskLine {
                     rank,
-                    event: Event::parse_line(rest),
                     text: rest.to_string(),
                 }
             })
             .collect();
         JobOutput { lines }
-    }
-
-    /// The events printed by `rank`, in order.
-    pub fn events_of(&self, rank: u32) -> Vec<&Event> {
-        self.lines
-            .iter()
-            .filter(|l| l.rank == Some(rank))
-            .filter_map(|l| l.event.as_ref())
-            .collect()
-    }
-
-    /// Each rank's exit status, as the job script's task wrapper reports it; ranks
-    /// killed before they could report are absent.
-    pub fn rank_exit_codes(&self) -> std::collections::BTreeMap<u32, i32> {
-        self.lines
-            .iter()
-            .filter_map(|l| {
-                let rest = l.text.strip_prefix("bench: rank ")?;
-                let (rank, code) = rest.split_once(" exited with status ")?;
-                Some((rank.parse().ok()?, code.trim().parse().ok()?))
-            })
-            .collect()
     }
 
     /// The first rank (in output order) that exited with a nonzero status, and that
@@ -116,16 +79,6 @@ impl JobOutput {
             let code: i32 = code.trim().parse().ok()?;
             (code != 0).then_some((rank.parse().ok()?, code))
         })
-    }
-
-    /// All the text printed by `rank` (its log).
-    pub fn log_of(&self, rank: u32) -> String {
-        let mut s = String::new();
-        for l in self.lines.iter().filter(|l| l.rank == Some(rank)) {
-            s.push_str(&l.text);
-            s.push('\n');
-        }
-        s
     }
 }
 
@@ -231,15 +184,6 @@ fn parse_exit(v: &str) -> (Option<i32>, Option<i32>) {
 }
 
 impl SlurmJob {
-    /// Re-attaches to a job by id (e.g. after a restart), with its known output file.
-    pub fn attach(id: &str, cell_id: &str, output: &Path) -> SlurmJob {
-        SlurmJob {
-            id: id.to_string(),
-            cell_id: cell_id.to_string(),
-            output: output.to_path_buf(),
-        }
-    }
-
     /// The job's state now.
     pub fn state(&self) -> Result<JobState, SlurmError> {
         let q = run("squeue", &["-h", "-j", &self.id, "-o", "%T"])?;
@@ -314,73 +258,6 @@ impl SlurmJob {
         Some(classify(state, parse_exit(exit)))
     }
 
-    /// Waits until the job finishes, `timeout` passes, or `cancel` is raised (checked
-    /// every `poll`); in the last two cases the job is cancelled and its end awaited
-    /// briefly so its output file is complete.
-    pub fn wait(
-        &self,
-        timeout: Duration,
-        poll: Duration,
-        cancel: &AtomicBool,
-    ) -> Result<Outcome, SlurmError> {
-        let deadline = Instant::now() + timeout;
-        let mut query_failures = 0;
-        loop {
-            // A busy controller may miss a query now and then; give up only when it keeps
-            // failing, and still cancel on the way out.
-            let state = match self.state() {
-                Ok(s) => {
-                    query_failures = 0;
-                    s
-                }
-                Err(e) => {
-                    query_failures += 1;
-                    if query_failures >= 5 {
-                        let _ = self.cancel();
-                        return Err(e);
-                    }
-                    JobState::Active(String::from("UNKNOWN"))
-                }
-            };
-            if !matches!(state, JobState::Active(_)) {
-                return Ok(Outcome::Finished(state));
-            }
-            let outcome = if cancel.load(Ordering::SeqCst) {
-                Some(Outcome::Cancelled)
-            } else if Instant::now() >= deadline {
-                Some(Outcome::TimedOut)
-            } else {
-                None
-            };
-            if let Some(o) = outcome {
-                self.cancel()?;
-                self.wait_gone(Duration::from_secs(30), poll);
-                return Ok(o);
-            }
-            // Sleep in small slices so a Ctrl-C is acted on quickly.
-            let until =
-                Instant::now() + poll.min(deadline.saturating_duration_since(Instant::now()));
-            while Instant::now() < until && !cancel.load(Ordering::SeqCst) {
-                thread::sleep(Duration::from_millis(50).min(poll));
-            }
-        }
-    }
-
-    /// Waits up to `limit` until the queue no longer shows the job as active.
-    pub fn wait_gone(&self, limit: Duration, poll: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.state() {
-                Ok(JobState::Active(_)) => {}
-                _ => return true,
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            thread::sleep(poll.min(Duration::from_millis(500)));
-        }
-    }
-
     /// `scancel`s the job (all its steps and tasks). Cancelling a finished job is not an
     /// error.
     pub fn cancel(&self) -> Result<(), SlurmError> {
@@ -406,19 +283,6 @@ impl SlurmJob {
         // and the plain cancel below covers a job that had not started a step yet.
         let _ = run("scancel", &["--signal=KILL", "--full", &self.id])?;
         self.cancel()
-    }
-
-    /// Reads the job's output file (an absent file is an empty output: the job may have
-    /// been cancelled before it started).
-    pub fn collect(&self) -> Result<JobOutput, SlurmError> {
-        match std::fs::read(&self.output) {
-            Ok(b) => Ok(JobOutput::parse(&String::from_utf8_lossy(&b))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(JobOutput::default()),
-            Err(source) => Err(SlurmError::Io {
-                path: self.output.display().to_string(),
-                source,
-            }),
-        }
     }
 }
 
@@ -534,7 +398,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn labelled_lines_split_into_rank_and_event() {
+    fn labelled_lines_split_into_rank_and_text() {
         let text = concat!(
             "0: {\"event\":\"step\",\"step\":0,\"step_time_s\":0.5,\"tokens\":8,\"loss\":2.0}\n",
             " 1: plain log text: with a colon\n",
@@ -547,19 +411,13 @@ mod tests {
         let o = JobOutput::parse(text);
         assert_eq!(o.lines.len(), 7);
         assert_eq!(o.first_failure(), Some((1, 6)));
-        assert_eq!(o.rank_exit_codes().len(), 2);
         assert_eq!(o.lines[0].rank, Some(0));
-        assert!(matches!(o.events_of(0)[..], [Event::Step(_)]));
+        assert!(o.lines[0].text.starts_with("{\"event\":\"step\""));
         assert_eq!(o.lines[1].rank, Some(1));
         assert_eq!(o.lines[1].text, "plain log text: with a colon");
-        assert!(o.lines[1].event.is_none());
-        assert!(matches!(o.events_of(10)[..], [Event::Summary(_)]));
+        assert_eq!(o.lines[2].rank, Some(10));
         assert_eq!(o.lines[3].rank, None);
         assert_eq!(o.lines[4].rank, Some(3));
-        assert_eq!(
-            o.log_of(1),
-            "plain log text: with a colon\nbench: rank 1 exited with status 6\n"
-        );
     }
 
     #[test]

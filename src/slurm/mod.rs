@@ -2,16 +2,17 @@
 //!
 //! [`Settings::resolve`] merges the matrix's `slurm:` block with the environment and the
 //! flags; [`script::plan`] renders the job of a cell; [`job::submit`] submits it, and the
-//! returned [`job::SlurmJob`] is polled, waited on with a timeout and a cancel flag
-//! (Ctrl-C), cancelled, and its output file read back as per-rank lines and worker events.
-//! The runner drives these calls; this module never decides what a result means.
+//! returned [`job::SlurmJob`] is asked for its state, cancelled or killed; [`job::list`]
+//! lists many jobs in one `squeue` call, and [`job::JobOutput`] splits the output file's
+//! lines by rank. The runner (`run::slurm`) drives these calls: its job loop decides when,
+//! with the timeout and Ctrl-C; this module never decides what a result means.
 
 pub mod job;
 pub mod script;
 
 use crate::matrix::spec::SlurmSpec;
 
-pub use job::{submit, JobOutput, JobState, Outcome, SlurmJob, TaskLine};
+pub use job::{submit, JobState, SlurmJob};
 pub use script::{plan, quote, JobPlan};
 
 /// Environment variable overriding the matrix's partition (a flag overrides both).

@@ -2,6 +2,11 @@
 //! autograd Functions, the fused AdamW kernel, CUDA graphs and CUDA device queries. Every call returns the shim's
 //! error text on failure; none of them may be made on a host without a CUDA device (the
 //! callers check `tch::Cuda::is_available()` first).
+//!
+//! Why one file of this size: it is the Rust side of one C interface, the `extern "C"`
+//! declarations mirroring csrc/shim.cpp's exports and a safe wrapper for each. Kept in one
+//! file, a change to the shim's signatures is checked against one list, in one place;
+//! split by kernel, the unsafe declarations would scatter while the C side stays one file.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 

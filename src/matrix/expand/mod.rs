@@ -14,8 +14,13 @@
 //!
 //! Filters are applied afterwards by the caller.
 //!
-//! Why one file of this size: the steps above are one algorithm whose order is the contract
-//! (docs/matrix.md); split across files, the order would have to be read from several places.
+//! The order lives in one place, [`expand_within`]; the steps' own rules live beside it:
+//! [`validate`] checks axes and overrides, [`rules`] compiles and matches `rules:`, and
+//! [`params`] resolves each cell's parameters.
+
+mod params;
+mod rules;
+mod validate;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -23,15 +28,16 @@ use indexmap::IndexMap;
 use itertools::Itertools;
 
 use super::budget::Budget;
-use super::filter::{Filter, Vocabulary};
+use super::filter::Vocabulary;
 use super::parse::Source;
-use super::spec::{
-    set_param, AxisSpec, Explicit, MatchValue, MatrixSpec, Rule, Selector, PARAM_NAMES,
-};
+use super::spec::{MatrixSpec, PARAM_NAMES};
 use super::{Dropped, MatrixError};
-use crate::axes::{Dtype, Parallel};
-use crate::cell::{Cell, CellId, Params, Value};
-use clap::ValueEnum;
+use crate::cell::{Cell, Value};
+
+use self::params::ParamBuilder;
+use self::rules::{compile_rules, rule_label, CompiledRule};
+pub use self::validate::MAX_GPUS;
+use self::validate::{check_cell_values, unknown_axis, validate_axes, validate_overrides};
 
 /// A surviving combination before parameters: its values, and parameters set by include.
 type Draft = (IndexMap<String, Value>, Vec<(String, Value)>);
@@ -55,25 +61,6 @@ struct Axis {
     name: String,
     values: Vec<Value>,
     is_set: bool,
-}
-
-/// A compiled rule.
-enum Matcher {
-    Exclude(Vec<(String, MatchValue)>),
-    When(Filter),
-    Incompatible(Vec<String>),
-    Requires(Box<Sel>, Box<Sel>),
-}
-
-enum Sel {
-    Expr(Filter),
-    Match(Vec<(String, MatchValue)>),
-}
-
-struct CompiledRule<'a> {
-    rule: &'a Rule,
-    index: usize,
-    matcher: Matcher,
 }
 
 /// Numeric values compare as numbers (so `8` equals `8.0`), everything else exactly.
@@ -115,52 +102,6 @@ impl<'a> ValueKey<'a> {
     }
 }
 
-fn match_value(actual: Option<&Value>, want: &MatchValue, is_set_axis: bool) -> bool {
-    let Some(actual) = actual else {
-        return false;
-    };
-    match want {
-        // On a scalar axis a list of strings is a list of alternatives.
-        MatchValue::One(Value::Set(alts)) if !is_set_axis => alts.contains(&actual.id_fragment()),
-        MatchValue::One(v) => value_eq(actual, v),
-        MatchValue::AnyOf(vs) => vs.iter().any(|v| value_eq(actual, v)),
-    }
-}
-
-fn partial_match(cell: &Cell, pairs: &[(String, MatchValue)], set_axes: &HashSet<String>) -> bool {
-    pairs
-        .iter()
-        .all(|(k, v)| match_value(cell.values.get(k), v, set_axes.contains(k)))
-}
-
-fn has_flag(cell: &Cell, flag: &str) -> bool {
-    cell.values.values().any(|v| match v {
-        Value::Set(s) => s.contains(flag),
-        other => other.id_fragment() == flag,
-    })
-}
-
-impl Matcher {
-    fn matches(&self, cell: &Cell, set_axes: &HashSet<String>) -> bool {
-        match self {
-            Matcher::Exclude(pairs) => partial_match(cell, pairs, set_axes),
-            Matcher::When(f) => f.matches(cell),
-            Matcher::Incompatible(flags) => flags.iter().all(|f| has_flag(cell, f)),
-            Matcher::Requires(if_, then) => {
-                sel_matches(if_, cell, set_axes) && !sel_matches(then, cell, set_axes)
-            }
-        }
-    }
-}
-
-fn sel_matches(sel: &Sel, cell: &Cell, set_axes: &HashSet<String>) -> bool {
-    match sel {
-        Sel::Expr(f) => f.matches(cell),
-        Sel::Match(pairs) => partial_match(cell, pairs, set_axes),
-    }
-}
-
-/// Expands `spec` (read from `src`) into cells, within the default budget.
 pub fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, MatrixError> {
     expand_within(spec, src, Budget::default())
 }
@@ -264,173 +205,6 @@ pub fn expand_within(
     })
 }
 
-fn rule_label(r: &CompiledRule) -> String {
-    match &r.rule.name {
-        Some(n) => format!("rules[{}] {} ({n})", r.index, r.rule.kind()),
-        None => format!("rules[{}] {}", r.index, r.rule.kind()),
-    }
-}
-
-fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixError> {
-    if spec.axes.is_empty() {
-        return Err(src.error_at("axes", "`axes` is empty: a matrix needs at least one axis"));
-    }
-    let mut out = Vec::new();
-    for (name, axis) in &spec.axes {
-        let path = format!("axes.{name}");
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(src.error_at(
-                &path,
-                format!("axis name `{name}` must be letters, digits, `_` or `-`"),
-            ));
-        }
-        let (values, is_set) = match axis {
-            AxisSpec::Values(v) => {
-                let sets = v.iter().filter(|x| matches!(x, Value::Set(_))).count();
-                if sets != 0 && sets != v.len() {
-                    return Err(src.error_at(
-                        &path,
-                        format!("axis `{name}` mixes flag sets and scalars; use one kind"),
-                    ));
-                }
-                (v.clone(), sets != 0)
-            }
-            AxisSpec::Subsets(s) => {
-                let mut seen = HashSet::new();
-                for (i, f) in s.subsets_of.iter().enumerate() {
-                    if !seen.insert(f) {
-                        return Err(src.error_at(
-                            &format!("{path}.subsets_of[{i}]"),
-                            format!("duplicate flag `{f}` in axis `{name}`"),
-                        ));
-                    }
-                }
-                let subsets = s
-                    .subsets_of
-                    .iter()
-                    .cloned()
-                    .powerset()
-                    .map(|set| Value::Set(set.into_iter().collect()))
-                    .collect();
-                (subsets, true)
-            }
-        };
-        if values.is_empty() {
-            return Err(src.error_at(&path, format!("axis `{name}` has no values")));
-        }
-        // A hash of each value's identity under `value_eq` keeps this linear: an axis of
-        // 200,000 values was quadratic (44 s) with pairwise comparison.
-        let mut seen: HashSet<ValueKey> = HashSet::with_capacity(values.len());
-        for (i, v) in values.iter().enumerate() {
-            if !seen.insert(ValueKey::of(v)) {
-                return Err(src.error_at(
-                    &format!("{path}[{i}]"),
-                    format!("duplicate value `{}` in axis `{name}`", v.id_fragment()),
-                ));
-            }
-        }
-        check_well_known(name, &values, is_set, &path, src)?;
-        out.push(Axis {
-            name: name.clone(),
-            values,
-            is_set,
-        });
-    }
-    Ok(out)
-}
-
-/// The most GPUs a cell may ask for: more than any cluster has, and far inside the
-/// integer types world sizes and batch products are computed in.
-pub const MAX_GPUS: i64 = 1 << 20;
-
-/// Type checks for the axes the built-in workload interprets.
-fn check_well_known(
-    name: &str,
-    values: &[Value],
-    is_set: bool,
-    path: &str,
-    src: &Source,
-) -> Result<(), MatrixError> {
-    for (i, v) in values.iter().enumerate() {
-        let at = format!("{path}[{i}]");
-        let want = match name {
-            "gpus" if !matches!(v, Value::Int(n) if (0..=MAX_GPUS).contains(n)) => {
-                Some("an integer from 0 to 1048576".to_string())
-            }
-            "model" if v.as_str().is_none() => Some("a string".to_string()),
-            "dtype" => typed_problem::<Dtype>(v),
-            "parallel" => typed_problem::<Parallel>(v),
-            _ => None,
-        };
-        if let Some(want) = want {
-            return Err(src.error_at(
-                &at,
-                format!("`{name}` value `{}` must be {want}", v.id_fragment()),
-            ));
-        }
-    }
-    if name == "features" && !is_set {
-        return Err(src.error_at(
-            path,
-            "`features` is a set-valued axis: give lists of flags (`[[], [compile]]`) or `{subsets_of: [compile, sac]}`",
-        ));
-    }
-    Ok(())
-}
-
-/// What is wrong with `v` as a value of a typed axis: None when it names a variant of `T`.
-fn typed_problem<T: ValueEnum + std::str::FromStr>(v: &Value) -> Option<String> {
-    if v.as_str().is_some_and(|s| s.parse::<T>().is_ok()) {
-        return None;
-    }
-    let names: Vec<String> = T::value_variants()
-        .iter()
-        .filter_map(|t| t.to_possible_value().map(|p| p.get_name().to_string()))
-        .collect();
-    Some(format!("one of {}", names.join(", ")))
-}
-
-/// Refuses a `dtype` or `parallel` value that `include` added outside the typed values
-/// (axis values were checked with their index in [`check_well_known`]), so that a cell that
-/// could only fail when it runs is refused before anything runs.
-fn check_cell_values(cell: &Cell, axes: &[Axis], src: &Source) -> Result<(), MatrixError> {
-    for (name, problem) in [
-        (
-            "dtype",
-            typed_problem::<Dtype> as fn(&Value) -> Option<String>,
-        ),
-        ("parallel", typed_problem::<Parallel>),
-    ] {
-        if let Some(v) = cell.values.get(name) {
-            if let Some(want) = problem(v) {
-                return Err(src.error_at(
-                    &value_path(axes, name, v),
-                    format!(
-                        "cell `{}`: `{name}` value `{}` must be {want}",
-                        cell.id,
-                        v.id_fragment()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Where a cell's value of axis `name` came from: its place in the axis, else the
-/// `include` that added it.
-fn value_path(axes: &[Axis], name: &str, v: &Value) -> String {
-    axes.iter()
-        .find(|a| a.name == name)
-        .and_then(|a| a.values.iter().position(|w| value_eq(v, w)))
-        .map_or_else(|| "include".to_string(), |i| format!("axes.{name}[{i}]"))
-}
-
-/// The product's dimensions: each a list of (axis index, value index) tuples.
 fn dimensions(
     spec: &MatrixSpec,
     src: &Source,
@@ -495,43 +269,6 @@ fn dimensions(
     Ok(dims)
 }
 
-fn unknown_axis(name: &str, axes: &[Axis]) -> String {
-    let names: Vec<&str> = axes.iter().map(|a| a.name.as_str()).collect();
-    format!("unknown axis `{name}` (axes: {})", names.join(", "))
-}
-
-fn validate_overrides(
-    spec: &MatrixSpec,
-    src: &Source,
-    axes: &[Axis],
-    axis_index: &HashMap<&str, usize>,
-) -> Result<(), MatrixError> {
-    for (axis, per_value) in &spec.overrides {
-        let path = format!("overrides.{axis}");
-        let Some(&a) = axis_index.get(axis.as_str()) else {
-            return Err(src.error_at(&path, unknown_axis(axis, axes)));
-        };
-        for (value, patch) in per_value {
-            let vpath = format!("{path}.{value}");
-            if !axes[a].values.iter().any(|v| v.id_fragment() == *value) {
-                let known: Vec<String> = axes[a].values.iter().map(Value::id_fragment).collect();
-                return Err(src.error_at(
-                    &vpath,
-                    format!(
-                        "axis `{axis}` has no value `{value}` (values: {})",
-                        known.join(", ")
-                    ),
-                ));
-            }
-            let mut scratch = Params::default();
-            patch
-                .apply(&mut scratch, &mut Explicit::default())
-                .map_err(|(k, m)| src.error_at(&format!("{vpath}.{k}"), m))?;
-        }
-    }
-    Ok(())
-}
-
 fn vocabulary(spec: &MatrixSpec, axes: &[Axis]) -> Vocabulary {
     let mut params: Vec<String> = PARAM_NAMES.iter().map(|s| s.to_string()).collect();
     params.extend(spec.defaults.extra.keys().cloned());
@@ -578,171 +315,6 @@ fn filter_vocabulary(
         }
     }
     vocab
-}
-
-fn check_pairs(
-    pairs: &IndexMap<String, MatchValue>,
-    path: &str,
-    src: &Source,
-    axes: &[Axis],
-    axis_index: &HashMap<&str, usize>,
-) -> Result<Vec<(String, MatchValue)>, MatrixError> {
-    if pairs.is_empty() {
-        return Err(src.error_at(
-            path,
-            "an empty match would select every cell; name at least one axis",
-        ));
-    }
-    for (k, want) in pairs {
-        let kpath = format!("{path}.{k}");
-        let Some(&a) = axis_index.get(k.as_str()) else {
-            return Err(src.error_at(&kpath, unknown_axis(k, axes)));
-        };
-        let axis = &axes[a];
-        let candidates: Vec<Value> = match want {
-            MatchValue::One(Value::Set(alts)) if !axis.is_set => {
-                alts.iter().map(|s| Value::Str(s.clone())).collect()
-            }
-            MatchValue::One(v) => vec![v.clone()],
-            MatchValue::AnyOf(vs) => vs.clone(),
-        };
-        for c in candidates {
-            let known = axis
-                .values
-                .iter()
-                .any(|v| value_eq(v, &c) || (!axis.is_set && v.id_fragment() == c.id_fragment()));
-            if !known {
-                let shown: Vec<String> = axis.values.iter().map(Value::id_fragment).collect();
-                return Err(src.error_at(
-                    &kpath,
-                    format!(
-                        "axis `{k}` has no value `{}` (values: {})",
-                        c.id_fragment(),
-                        shown.join(", ")
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(pairs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-}
-
-fn compile_selector(
-    sel: &Selector,
-    path: &str,
-    src: &Source,
-    axes: &[Axis],
-    axis_index: &HashMap<&str, usize>,
-    vocab: &Vocabulary,
-) -> Result<Sel, MatrixError> {
-    Ok(match sel {
-        Selector::Expr(e) => Sel::Expr(
-            Filter::parse(e, vocab)
-                .map_err(|fe| src.error_in_value(path, fe.offset, fe.len, fe.message))?,
-        ),
-        Selector::Match(m) => Sel::Match(check_pairs(m, path, src, axes, axis_index)?),
-    })
-}
-
-fn compile_rules<'a>(
-    spec: &'a MatrixSpec,
-    src: &Source,
-    axes: &[Axis],
-    axis_index: &HashMap<&str, usize>,
-    vocab: &Vocabulary,
-) -> Result<Vec<CompiledRule<'a>>, MatrixError> {
-    let known_flags: BTreeSet<String> = axes
-        .iter()
-        .flat_map(|a| a.values.iter())
-        .flat_map(|v| match v {
-            Value::Set(s) => s.iter().cloned().collect::<Vec<_>>(),
-            other => vec![other.id_fragment()],
-        })
-        .collect();
-    let mut out = Vec::new();
-    for (i, rule) in spec.rules.iter().enumerate() {
-        let path = format!("rules[{i}]");
-        let kinds = [
-            rule.exclude.is_some(),
-            rule.when.is_some(),
-            rule.incompatible.is_some(),
-            rule.requires.is_some(),
-        ]
-        .iter()
-        .filter(|b| **b)
-        .count();
-        if kinds != 1 {
-            return Err(src.error_at(
-                &path,
-                "a rule needs exactly one of `exclude`, `when`, `incompatible`, `requires`",
-            ));
-        }
-        if rule.reason.trim().is_empty() {
-            return Err(src.error_at(
-                &format!("{path}.reason"),
-                "`reason` must say why the cells are dropped",
-            ));
-        }
-        let matcher = if let Some(pairs) = &rule.exclude {
-            Matcher::Exclude(check_pairs(
-                pairs,
-                &format!("{path}.exclude"),
-                src,
-                axes,
-                axis_index,
-            )?)
-        } else if let Some(expr) = &rule.when {
-            let p = format!("{path}.when");
-            Matcher::When(
-                Filter::parse(expr, vocab)
-                    .map_err(|fe| src.error_in_value(&p, fe.offset, fe.len, fe.message))?,
-            )
-        } else if let Some(flags) = &rule.incompatible {
-            let p = format!("{path}.incompatible");
-            if flags.len() < 2 {
-                return Err(src.error_at(&p, "`incompatible` needs at least two flags"));
-            }
-            for (j, f) in flags.iter().enumerate() {
-                if !known_flags.contains(f) {
-                    return Err(src.error_at(
-                        &format!("{p}[{j}]"),
-                        format!(
-                            "unknown flag `{f}`: it is neither in a set-valued axis nor the value of any axis"
-                        ),
-                    ));
-                }
-            }
-            Matcher::Incompatible(flags.clone())
-        } else if let Some(req) = &rule.requires {
-            let p = format!("{path}.requires");
-            Matcher::Requires(
-                Box::new(compile_selector(
-                    &req.if_,
-                    &format!("{p}.if"),
-                    src,
-                    axes,
-                    axis_index,
-                    vocab,
-                )?),
-                Box::new(compile_selector(
-                    &req.then,
-                    &format!("{p}.then"),
-                    src,
-                    axes,
-                    axis_index,
-                    vocab,
-                )?),
-            )
-        } else {
-            unreachable!("exactly one rule kind was checked above")
-        };
-        out.push(CompiledRule {
-            rule,
-            index: i,
-            matcher,
-        });
-    }
-    Ok(out)
 }
 
 /// GitHub Actions `include`: extend matching original cells without overwriting original
@@ -817,149 +389,6 @@ fn check_unique_ids(cells: &[Cell], src: &Source) -> Result<(), MatrixError> {
         }
     }
     Ok(())
-}
-
-/// Resolves parameters for a cell: defaults, overrides in axis order, axis values named
-/// like parameters, include parameters, then derived values.
-struct ParamBuilder<'a> {
-    spec: &'a MatrixSpec,
-    src: &'a Source,
-    base: Params,
-    base_explicit: Explicit,
-}
-
-impl<'a> ParamBuilder<'a> {
-    fn new(spec: &'a MatrixSpec, src: &'a Source) -> Result<Self, MatrixError> {
-        let mut base = Params::default();
-        let mut base_explicit = Explicit::default();
-        spec.defaults
-            .apply(&mut base, &mut base_explicit)
-            .map_err(|(k, m)| src.error_at(&format!("defaults.{k}"), m))?;
-        Ok(ParamBuilder {
-            spec,
-            src,
-            base,
-            base_explicit,
-        })
-    }
-
-    fn lenient(&self, values: IndexMap<String, Value>) -> Cell {
-        Cell {
-            id: CellId::from_values(&values),
-            values,
-            params: self.base.clone(),
-        }
-    }
-
-    fn cell(
-        &self,
-        values: IndexMap<String, Value>,
-        include_params: &[(String, Value)],
-    ) -> Result<Cell, MatrixError> {
-        let mut p = self.base.clone();
-        let mut explicit = self.base_explicit;
-        for (axis, per_value) in &self.spec.overrides {
-            let Some(v) = values.get(axis) else { continue };
-            if let Some(patch) = per_value.get(&v.id_fragment()) {
-                // Validated in validate_overrides, so this cannot fail.
-                let _ = patch.apply(&mut p, &mut explicit);
-            }
-        }
-        let id = CellId::from_values(&values);
-        for (name, v) in &values {
-            if PARAM_NAMES.contains(&name.as_str()) {
-                set_param(&mut p, &mut explicit, name, v)
-                    .map_err(|m| self.src.error_at(&format!("axes.{name}"), m))?;
-            }
-        }
-        for (name, v) in include_params {
-            set_param(&mut p, &mut explicit, name, v)
-                .map_err(|m| self.src.error_at("include", format!("cell `{id}`: {m}")))?;
-        }
-        let cell = Cell {
-            id,
-            values,
-            params: p,
-        };
-        derive(cell, explicit, self.src)
-    }
-}
-
-/// global_batch = gpus x micro_batch x grad_accum unless set; when it is set and grad_accum
-/// is not, grad_accum follows from it.
-fn derive(mut cell: Cell, explicit: Explicit, src: &Source) -> Result<Cell, MatrixError> {
-    // An `include` entry may set `gpus` too, so the range is checked here for every cell
-    // (`Cell::gpus` would saturate 4294967296 to 4294967295).
-    if let Some(g) = cell.values.get("gpus") {
-        if !matches!(g, Value::Int(n) if (0..=MAX_GPUS).contains(n)) {
-            return Err(src.error_at(
-                "axes.gpus",
-                format!(
-                    "cell `{}`: `gpus` value `{g}` must be an integer from 0 to {MAX_GPUS}",
-                    cell.id
-                ),
-            ));
-        }
-    }
-    let gpus = cell.gpus();
-    let p = &mut cell.params;
-    if p.micro_batch == 0 || p.grad_accum == 0 || p.seq_len == 0 || p.steps == 0 {
-        return Err(src.error_at(
-            "defaults",
-            format!(
-                "cell `{}`: steps, seq_len, micro_batch and grad_accum must be at least 1",
-                cell.id
-            ),
-        ));
-    }
-    if p.warmup >= p.steps {
-        return Err(src.error_at(
-            "defaults.warmup",
-            format!(
-                "cell `{}`: warmup ({}) must be less than steps ({}) so that some steps are measured",
-                cell.id, p.warmup, p.steps
-            ),
-        ));
-    }
-    // Checked: `gpus: 65536` with `micro_batch: 65536` wrapped to a global batch of 0.
-    let product = |what: &str, a: u32, b: u32| {
-        a.checked_mul(b).ok_or_else(|| {
-            src.error_at(
-                "defaults",
-                format!(
-                    "cell `{}`: {what} = {a} x {b} does not fit in a batch size (at most {})",
-                    cell.id,
-                    u32::MAX
-                ),
-            )
-        })
-    };
-    let per_step = product("gpus x micro_batch", gpus, p.micro_batch)?;
-    if !explicit.global_batch {
-        p.global_batch = product("gpus x micro_batch x grad_accum", per_step, p.grad_accum)?;
-    } else if !explicit.grad_accum {
-        if !p.global_batch.is_multiple_of(per_step) || p.global_batch == 0 {
-            return Err(src.error_at(
-                "defaults.global_batch",
-                format!(
-                    "cell `{}`: global_batch {} is not a multiple of gpus x micro_batch = {per_step}",
-                    cell.id, p.global_batch
-                ),
-            ));
-        }
-        p.grad_accum = p.global_batch / per_step;
-    } else if u64::from(p.global_batch) != u64::from(per_step) * u64::from(p.grad_accum) {
-        return Err(src.error_at(
-            "defaults.global_batch",
-            format!(
-                "cell `{}`: global_batch {} != gpus x micro_batch x grad_accum = {}",
-                cell.id,
-                p.global_batch,
-                u64::from(per_step) * u64::from(p.grad_accum)
-            ),
-        ));
-    }
-    Ok(cell)
 }
 
 #[cfg(test)]

@@ -6,7 +6,15 @@
 //! Every write of a run is a single transaction that first deletes any earlier copy of the
 //! same run id (so importing a run folder twice is harmless): a writer killed in the middle
 //! (`kill -9`) leaves the store exactly as it was before that run.
+//!
+//! The schema's migrations are in [`migrations`], the writing of a run in [`write`]; the
+//! queries stay here, beside the rows they read.
 
+mod migrations;
+mod write;
+
+pub use self::migrations::{schema_version_known, MIGRATIONS};
+use self::write::{delete_cell, upsert_run_row, write_cell, write_run};
 use super::record::{CellRecord, RunRecord};
 use super::HistoryError;
 
@@ -59,75 +67,6 @@ pub trait Backend {
     fn begin(&self) -> &'static str {
         "BEGIN"
     }
-}
-
-/// The schema, one migration per version, applied in order, each in its own transaction
-/// together with its row in `bench_schema_migrations`. Never edit a released migration:
-/// add the next one.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (
-        1,
-        "runs, cells and metrics",
-        "CREATE TABLE bench_runs (
-            run_id TEXT PRIMARY KEY,
-            started_at TEXT NOT NULL,
-            finished_at TEXT,
-            commit_sha TEXT,
-            git_dirty BIGINT NOT NULL,
-            branch TEXT,
-            hardware_key TEXT NOT NULL,
-            host TEXT NOT NULL,
-            matrix_name TEXT NOT NULL,
-            bench_version TEXT NOT NULL,
-            libtorch TEXT,
-            driver TEXT,
-            cuda TEXT,
-            rocm TEXT,
-            nccl TEXT,
-            gpu_model TEXT,
-            switches TEXT NOT NULL,
-            telemetry TEXT,
-            throttled BIGINT NOT NULL,
-            recorded_at TEXT NOT NULL
-        );
-        CREATE INDEX bench_runs_key_time ON bench_runs (hardware_key, started_at);
-        CREATE TABLE bench_cells (
-            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
-            cell_id TEXT NOT NULL,
-            status TEXT NOT NULL,
-            loss_curve TEXT NOT NULL,
-            PRIMARY KEY (run_id, cell_id)
-        );
-        CREATE TABLE bench_metrics (
-            run_id TEXT NOT NULL,
-            cell_id TEXT NOT NULL,
-            metric TEXT NOT NULL,
-            value DOUBLE PRECISION NOT NULL,
-            rel_spread DOUBLE PRECISION NOT NULL,
-            samples TEXT NOT NULL,
-            PRIMARY KEY (run_id, cell_id, metric),
-            FOREIGN KEY (run_id, cell_id) REFERENCES bench_cells (run_id, cell_id)
-        );
-        CREATE INDEX bench_metrics_cell ON bench_metrics (cell_id, metric);",
-    ),
-    (
-        2,
-        "segments started by `bench baseline accept`",
-        "CREATE TABLE bench_segments (
-            cell_id TEXT NOT NULL,
-            hardware_key TEXT NOT NULL,
-            starts_at TEXT NOT NULL,
-            first_run_id TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            accepted_at TEXT NOT NULL,
-            PRIMARY KEY (cell_id, hardware_key, starts_at)
-        );",
-    ),
-];
-
-/// The newest schema version this bench writes.
-pub fn schema_version_known() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.0)
 }
 
 /// An open history store.
@@ -517,114 +456,4 @@ pub fn now() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
-}
-
-fn write_run(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
-    let id = Sql::Text(run.run_id.clone());
-    b.execute(
-        "DELETE FROM bench_metrics WHERE run_id = ?",
-        std::slice::from_ref(&id),
-    )?;
-    b.execute(
-        "DELETE FROM bench_cells WHERE run_id = ?",
-        std::slice::from_ref(&id),
-    )?;
-    upsert_run_row(b, run)?;
-    for cell in &run.cells {
-        write_cell(b, &run.run_id, cell)?;
-    }
-    Ok(())
-}
-
-fn upsert_run_row(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
-    let id = Sql::Text(run.run_id.clone());
-    let exists = !b
-        .query(
-            "SELECT 1 FROM bench_runs WHERE run_id = ?",
-            std::slice::from_ref(&id),
-        )?
-        .is_empty();
-    let v = &run.versions;
-    let switches = serde_json::to_string(&run.switches).map_err(|e| e.to_string())?;
-    let telemetry = match &run.telemetry {
-        Some(t) => Sql::Text(serde_json::to_string(t).map_err(|e| e.to_string())?),
-        None => Sql::Null,
-    };
-    let mut values = vec![
-        Sql::Text(run.started_at.clone()),
-        Sql::opt_text(&run.finished_at),
-        Sql::opt_text(&run.commit),
-        Sql::Int(run.git_dirty as i64),
-        Sql::opt_text(&run.branch),
-        Sql::Text(run.hardware_key.clone()),
-        Sql::Text(run.host.clone()),
-        Sql::Text(run.matrix_name.clone()),
-        Sql::Text(v.bench.clone()),
-        Sql::opt_text(&v.libtorch),
-        Sql::opt_text(&v.driver),
-        Sql::opt_text(&v.cuda),
-        Sql::opt_text(&v.rocm),
-        Sql::opt_text(&v.nccl),
-        Sql::opt_text(&v.gpu_model),
-        Sql::Text(switches),
-        telemetry,
-        Sql::Int(run.throttled() as i64),
-        Sql::Text(now()),
-    ];
-    const COLS: &str = "started_at, finished_at, commit_sha, git_dirty, branch, hardware_key, host, matrix_name, bench_version, libtorch, driver, cuda, rocm, nccl, gpu_model, switches, telemetry, throttled, recorded_at";
-    if exists {
-        let set: Vec<String> = COLS.split(", ").map(|c| format!("{c} = ?")).collect();
-        values.push(id);
-        b.execute(
-            &format!("UPDATE bench_runs SET {} WHERE run_id = ?", set.join(", ")),
-            &values,
-        )?;
-    } else {
-        values.insert(0, id);
-        let marks = vec!["?"; values.len()].join(", ");
-        b.execute(
-            &format!("INSERT INTO bench_runs (run_id, {COLS}) VALUES ({marks})"),
-            &values,
-        )?;
-    }
-    Ok(())
-}
-
-fn delete_cell(b: &mut dyn Backend, run_id: &str, cell_id: &str) -> Result<(), String> {
-    let key = [Sql::Text(run_id.into()), Sql::Text(cell_id.into())];
-    b.execute(
-        "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
-        &key,
-    )?;
-    b.execute(
-        "DELETE FROM bench_cells WHERE run_id = ? AND cell_id = ?",
-        &key,
-    )?;
-    Ok(())
-}
-
-fn write_cell(b: &mut dyn Backend, run_id: &str, cell: &CellRecord) -> Result<(), String> {
-    b.execute(
-        "INSERT INTO bench_cells (run_id, cell_id, status, loss_curve) VALUES (?, ?, ?, ?)",
-        &[
-            Sql::Text(run_id.into()),
-            Sql::Text(cell.cell_id.clone()),
-            Sql::Text(cell.status.clone()),
-            Sql::Text(json_floats(&cell.loss_curve)),
-        ],
-    )?;
-    for m in &cell.metrics {
-        b.execute(
-            "INSERT INTO bench_metrics (run_id, cell_id, metric, value, rel_spread, samples) VALUES (?, ?, ?, ?, ?, ?)",
-            &[
-                Sql::Text(run_id.into()),
-                Sql::Text(cell.cell_id.clone()),
-                Sql::Text(m.name.clone()),
-                Sql::Real(m.value),
-                Sql::Real(if m.rel_spread.is_finite() { m.rel_spread } else { 0.0 }),
-                Sql::Text(json_floats(&m.samples)),
-            ],
-        )?;
-    }
-    Ok(())
 }

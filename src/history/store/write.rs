@@ -1,0 +1,119 @@
+//! Writing one run: inside the transaction [`super::History`] opens, any earlier copy of
+//! the run is deleted, then its row, cells and metrics are written.
+
+use super::{json_floats, now, Backend, Sql};
+use crate::history::record::{CellRecord, RunRecord};
+
+pub(super) fn write_run(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    let id = Sql::Text(run.run_id.clone());
+    b.execute(
+        "DELETE FROM bench_metrics WHERE run_id = ?",
+        std::slice::from_ref(&id),
+    )?;
+    b.execute(
+        "DELETE FROM bench_cells WHERE run_id = ?",
+        std::slice::from_ref(&id),
+    )?;
+    upsert_run_row(b, run)?;
+    for cell in &run.cells {
+        write_cell(b, &run.run_id, cell)?;
+    }
+    Ok(())
+}
+
+pub(super) fn upsert_run_row(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    let id = Sql::Text(run.run_id.clone());
+    let exists = !b
+        .query(
+            "SELECT 1 FROM bench_runs WHERE run_id = ?",
+            std::slice::from_ref(&id),
+        )?
+        .is_empty();
+    let v = &run.versions;
+    let switches = serde_json::to_string(&run.switches).map_err(|e| e.to_string())?;
+    let telemetry = match &run.telemetry {
+        Some(t) => Sql::Text(serde_json::to_string(t).map_err(|e| e.to_string())?),
+        None => Sql::Null,
+    };
+    let mut values = vec![
+        Sql::Text(run.started_at.clone()),
+        Sql::opt_text(&run.finished_at),
+        Sql::opt_text(&run.commit),
+        Sql::Int(run.git_dirty as i64),
+        Sql::opt_text(&run.branch),
+        Sql::Text(run.hardware_key.clone()),
+        Sql::Text(run.host.clone()),
+        Sql::Text(run.matrix_name.clone()),
+        Sql::Text(v.bench.clone()),
+        Sql::opt_text(&v.libtorch),
+        Sql::opt_text(&v.driver),
+        Sql::opt_text(&v.cuda),
+        Sql::opt_text(&v.rocm),
+        Sql::opt_text(&v.nccl),
+        Sql::opt_text(&v.gpu_model),
+        Sql::Text(switches),
+        telemetry,
+        Sql::Int(run.throttled() as i64),
+        Sql::Text(now()),
+    ];
+    const COLS: &str = "started_at, finished_at, commit_sha, git_dirty, branch, hardware_key, host, matrix_name, bench_version, libtorch, driver, cuda, rocm, nccl, gpu_model, switches, telemetry, throttled, recorded_at";
+    if exists {
+        let set: Vec<String> = COLS.split(", ").map(|c| format!("{c} = ?")).collect();
+        values.push(id);
+        b.execute(
+            &format!("UPDATE bench_runs SET {} WHERE run_id = ?", set.join(", ")),
+            &values,
+        )?;
+    } else {
+        values.insert(0, id);
+        let marks = vec!["?"; values.len()].join(", ");
+        b.execute(
+            &format!("INSERT INTO bench_runs (run_id, {COLS}) VALUES ({marks})"),
+            &values,
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn delete_cell(b: &mut dyn Backend, run_id: &str, cell_id: &str) -> Result<(), String> {
+    let key = [Sql::Text(run_id.into()), Sql::Text(cell_id.into())];
+    b.execute(
+        "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
+        &key,
+    )?;
+    b.execute(
+        "DELETE FROM bench_cells WHERE run_id = ? AND cell_id = ?",
+        &key,
+    )?;
+    Ok(())
+}
+
+pub(super) fn write_cell(
+    b: &mut dyn Backend,
+    run_id: &str,
+    cell: &CellRecord,
+) -> Result<(), String> {
+    b.execute(
+        "INSERT INTO bench_cells (run_id, cell_id, status, loss_curve) VALUES (?, ?, ?, ?)",
+        &[
+            Sql::Text(run_id.into()),
+            Sql::Text(cell.cell_id.clone()),
+            Sql::Text(cell.status.clone()),
+            Sql::Text(json_floats(&cell.loss_curve)),
+        ],
+    )?;
+    for m in &cell.metrics {
+        b.execute(
+            "INSERT INTO bench_metrics (run_id, cell_id, metric, value, rel_spread, samples) VALUES (?, ?, ?, ?, ?, ?)",
+            &[
+                Sql::Text(run_id.into()),
+                Sql::Text(cell.cell_id.clone()),
+                Sql::Text(m.name.clone()),
+                Sql::Real(m.value),
+                Sql::Real(if m.rel_spread.is_finite() { m.rel_spread } else { 0.0 }),
+                Sql::Text(json_floats(&m.samples)),
+            ],
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,426 @@
+//! The filter language of `--filter` and of `when:` rules.
+//!
+//! Grammar (lowest precedence first; keywords are case-insensitive):
+//!
+//! ```text
+//! expr    := or
+//! or      := and (("or" | "||") and)*
+//! and     := unary (("and" | "&&") unary)*
+//! unary   := ("not" | "!") unary | atom
+//! atom    := "(" expr ")" | "has(" word ")" | name op value | word
+//! op      := "=" | "==" | "!=" | "~" | ">" | ">=" | "<" | "<="
+//! value   := word | quoted string | /regex/
+//! ```
+//!
+//! A bare word matches a cell when it equals any axis value (or any flag of a set-valued
+//! axis) or is a substring of the cell id, so `--filter fsdp` and `--filter gpt2` do what a
+//! user expects. `name` is an axis, or a parameter such as `seq_len` when no axis has that
+//! name. `=` compares numerically when both sides are numbers, else as text; for set-valued
+//! axes the value is a `+`-joined set (`features=compile+sac`, `features=base` for the empty
+//! set). `~` is a substring test, `=/re/` a regular-expression search (unanchored, as grep).
+//! Errors carry the byte offset of the fault so the CLI can put a caret under it.
+//!
+//! Hostile input cannot exhaust the stack: `and`/`or` chains are kept flat (one node with
+//! a list of terms, however many terms), a run of `not`s collapses to its parity while it
+//! is read, and parentheses may nest at most [`MAX_NESTING`] deep, so parsing, evaluating
+//! and dropping a filter recurse a bounded number of times whatever its length.
+//!
+//! This file holds the language's types and errors; [`lex`], [`parse`] and [`eval`] are its
+//! three stages (the byte offsets the lexer records are what the parser's errors point at).
+
+mod eval;
+mod lex;
+mod parse;
+
+use std::fmt;
+
+use regex::Regex;
+
+use self::eval::eval;
+use self::lex::Lexer;
+use self::parse::Parser;
+
+use crate::cell::{Cell, Value};
+
+/// A parsed, validated filter expression.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    source: String,
+    expr: Expr,
+}
+
+/// How deep parentheses may nest. Every level costs a few stack frames in the parser and
+/// the evaluator; 100 is far beyond any filter a person writes, and keeps the deepest
+/// recursion well inside the smallest thread stack Rust gives (2 MiB), debug builds
+/// included.
+pub const MAX_NESTING: usize = 100;
+
+/// The most memory a compiled `/regex/` may take. The regex crate's default (10 MiB) lets
+/// `/a{99999}/` take seconds to compile (found by tests/fuzz.rs); a filter's regex matches
+/// short axis values, and 256 KiB is far more than any of those needs.
+const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+
+#[derive(Debug, Clone)]
+enum Expr {
+    /// At least two terms, any of which must hold (flat, so a long chain is not deep).
+    Or(Vec<Expr>),
+    /// At least two terms, all of which must hold.
+    And(Vec<Expr>),
+    Not(Box<Expr>),
+    Word(String),
+    Has(String),
+    Cmp {
+        name: String,
+        op: Op,
+        value: Operand,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Eq,
+    Ne,
+    Contains,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+#[derive(Debug, Clone)]
+enum Operand {
+    Text(String),
+    Regex(Regex),
+}
+
+/// A filter that failed to parse or to validate, with the span of the fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct FilterError {
+    pub expr: String,
+    /// Byte offset of the fault in `source`.
+    pub offset: usize,
+    /// Length of the fault (at least 1 for the caret).
+    pub len: usize,
+    pub message: String,
+}
+
+impl FilterError {
+    /// The error `message` about `len` bytes at byte `offset` of the expression `expr`.
+    fn at(expr: &str, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
+        FilterError {
+            expr: expr.to_string(),
+            offset,
+            len,
+            message: message.into(),
+        }
+    }
+
+    /// The expression with a caret line under the fault, indented by `indent` spaces.
+    /// A long expression (a generated one, or a hostile one) is shown as a window of
+    /// [`CARET_WINDOW`] characters either side of the fault, so the message stays readable.
+    pub fn caret(&self, indent: usize) -> String {
+        let offset = self.offset.min(self.expr.len());
+        let before: Vec<char> = self.expr[..offset].chars().collect();
+        let after: Vec<char> = self.expr[offset..].chars().collect();
+        let skip = before.len().saturating_sub(CARET_WINDOW);
+        let lead = if skip > 0 { "…" } else { "" };
+        let shown_before: String = before[skip..].iter().collect();
+        let shown_after: String = after.iter().take(CARET_WINDOW).collect();
+        let tail = if after.len() > CARET_WINDOW {
+            "…"
+        } else {
+            ""
+        };
+        let col = lead.chars().count() + before.len() - skip;
+        let width = self.len.max(1).min(after.len().max(1)).min(CARET_WINDOW);
+        format!(
+            "{pad}{lead}{shown_before}{shown_after}{tail}\n{pad}{}{}",
+            " ".repeat(col),
+            "^".repeat(width),
+            pad = " ".repeat(indent)
+        )
+    }
+}
+
+/// Characters of context shown either side of a fault in a long expression.
+const CARET_WINDOW: usize = 60;
+
+impl fmt::Display for FilterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}\n{}", self.message, self.caret(4))
+    }
+}
+
+/// What a filter may refer to: the axes of the matrix with their values, and parameter
+/// names. Used to reject typos (`gpu=8`, `model=gtp2`) at parse time.
+#[derive(Debug, Clone, Default)]
+pub struct Vocabulary {
+    /// Axis name -> every value the axis can take (declared values plus include values).
+    pub axes: Vec<(String, Vec<Value>)>,
+    /// Axes whose values are sets of flags.
+    pub set_axes: Vec<String>,
+    /// Other names that may be compared (parameters, keys added by `include`).
+    pub params: Vec<String>,
+}
+
+impl Vocabulary {
+    /// The vocabulary of a set of cells that were already expanded (e.g. the cells of a
+    /// results document): every axis they use with every value seen, plus the parameters.
+    pub fn from_cells<'a>(
+        cells: impl IntoIterator<Item = &'a indexmap::IndexMap<String, Value>>,
+    ) -> Vocabulary {
+        let mut v = Vocabulary {
+            params: crate::matrix::spec::PARAM_NAMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..Vocabulary::default()
+        };
+        // Values seen per axis, by their JSON form (which tells values apart as `==` does),
+        // so that many cells cost linear time, not a scan of every value seen per cell.
+        let mut seen: std::collections::HashSet<(String, String)> = Default::default();
+        for values in cells {
+            for (axis, value) in values {
+                let key = serde_json::to_string(value).unwrap_or_default();
+                if !seen.insert((axis.clone(), key)) {
+                    continue;
+                }
+                if matches!(value, Value::Set(_)) && !v.set_axes.contains(axis) {
+                    v.set_axes.push(axis.clone());
+                }
+                match v.axes.iter_mut().find(|(n, _)| n == axis) {
+                    Some((_, vals)) => vals.push(value.clone()),
+                    None => v.axes.push((axis.clone(), vec![value.clone()])),
+                }
+            }
+        }
+        v
+    }
+
+    fn axis(&self, name: &str) -> Option<&[Value]> {
+        self.axes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+    fn flags(&self) -> impl Iterator<Item = &String> {
+        self.axes
+            .iter()
+            .filter(|(n, _)| self.set_axes.contains(n))
+            .flat_map(|(_, vals)| vals.iter().filter_map(Value::as_set).flatten())
+    }
+}
+
+impl Filter {
+    /// Parses `source` and checks every name and value against `vocab`. An empty
+    /// vocabulary accepts any name (used where the matrix is not known).
+    pub fn parse(source: &str, vocab: &Vocabulary) -> Result<Filter, FilterError> {
+        let toks = Lexer {
+            src: source,
+            pos: 0,
+        }
+        .tokens()?;
+        if toks.is_empty() {
+            return Err(FilterError {
+                expr: source.to_string(),
+                offset: 0,
+                len: 1,
+                message: "empty filter expression".into(),
+            });
+        }
+        let mut p = Parser {
+            src: source,
+            toks,
+            i: 0,
+            vocab,
+            depth: 0,
+        };
+        let expr = p.or()?;
+        if p.i < p.toks.len() {
+            let (o, l) = p.here();
+            return Err(p.err(o, l, "unexpected token: join terms with `and` / `or`"));
+        }
+        Ok(Filter {
+            source: source.to_string(),
+            expr,
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether `cell` passes the filter.
+    pub fn matches(&self, cell: &Cell) -> bool {
+        eval(&self.expr, cell)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::{CellId, Params};
+    use indexmap::IndexMap;
+
+    fn cell(model: &str, gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
+        let mut v = IndexMap::new();
+        v.insert("model".to_string(), Value::Str(model.into()));
+        v.insert("gpus".to_string(), Value::Int(gpus));
+        v.insert("parallel".to_string(), Value::Str(parallel.into()));
+        v.insert(
+            "features".to_string(),
+            Value::Set(feats.iter().map(|s| s.to_string()).collect()),
+        );
+        Cell {
+            id: CellId::from_values(&v),
+            values: v,
+            params: Params::default(),
+        }
+    }
+
+    fn vocab() -> Vocabulary {
+        Vocabulary {
+            axes: vec![
+                (
+                    "model".into(),
+                    vec![
+                        Value::Str("gpt2-125m".into()),
+                        Value::Str("llama-3.1-8b".into()),
+                    ],
+                ),
+                ("gpus".into(), vec![Value::Int(1), Value::Int(8)]),
+                (
+                    "parallel".into(),
+                    vec![Value::Str("single".into()), Value::Str("fsdp".into())],
+                ),
+                (
+                    "features".into(),
+                    vec![
+                        Value::Set(Default::default()),
+                        Value::Set(["compile".to_string()].into()),
+                        Value::Set(["compile".to_string(), "sac".to_string()].into()),
+                    ],
+                ),
+            ],
+            set_axes: vec!["features".into()],
+            params: vec!["seq_len".into()],
+        }
+    }
+
+    fn m(expr: &str, c: &Cell) -> bool {
+        Filter::parse(expr, &vocab()).unwrap().matches(c)
+    }
+
+    #[test]
+    fn bare_word_matches_values_and_id_fragments() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile"]);
+        assert!(m("fsdp", &c));
+        assert!(m("gpt2", &c));
+        assert!(m("compile", &c));
+        assert!(!m("llama", &c));
+    }
+
+    #[test]
+    fn comparisons() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile", "sac"]);
+        assert!(m("gpus>=8", &c));
+        assert!(!m("gpus>8", &c));
+        assert!(m("gpus = 8", &c));
+        assert!(m("model!=llama-3.1-8b", &c));
+        assert!(m("model~125", &c));
+        assert!(m("model=/^gpt2-\\d+m$/", &c));
+        assert!(m("features=compile+sac", &c));
+        assert!(m("features=sac+compile", &c));
+        assert!(!m("features=compile", &c));
+        assert!(m("has(sac)", &c));
+        assert!(m("seq_len=1024", &c));
+    }
+
+    #[test]
+    fn precedence_not_over_and_over_or() {
+        let c = cell("gpt2-125m", 1, "single", &[]);
+        // `or` binds looser than `and`: true or (false and false) = true.
+        assert!(m("single or fsdp and llama", &c));
+        // Parentheses override it: (true or false) and false = false.
+        assert!(!m("(single or fsdp) and llama", &c));
+        // `not` binds tighter than `and`.
+        assert!(m("not fsdp and single", &c));
+        assert!(!m("not (fsdp or single)", &c));
+        assert!(m("!has(compile) && gpus<2 || llama", &c));
+    }
+
+    #[test]
+    fn errors_point_at_the_fault() {
+        let e = Filter::parse("gpus>= and fsdp", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 7);
+        assert!(e.to_string().contains("expected a value"), "{e}");
+        let e = Filter::parse("gpu=8", &vocab()).unwrap_err();
+        assert_eq!((e.offset, e.len), (0, 3));
+        assert!(e.message.contains("unknown axis"));
+        let e = Filter::parse("model=gtp2", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 6);
+        assert!(e.message.contains("no value `gtp2`"));
+        let e = Filter::parse("(fsdp", &vocab()).unwrap_err();
+        assert!(e.message.contains("missing `)`"));
+        let e = Filter::parse("model>3", &vocab()).unwrap_err();
+        assert!(e.message.contains("not numeric"));
+        let e = Filter::parse("has(fp9)", &vocab()).unwrap_err();
+        assert!(e.message.contains("unknown flag"));
+        let e = Filter::parse("model=/(/", &vocab()).unwrap_err();
+        assert!(e.message.contains("bad regular expression"));
+        // Found by the filter fuzzer: a long unknown value made the message as long.
+        let e = Filter::parse(&format!("model=\"{}\"", "!".repeat(5000)), &vocab()).unwrap_err();
+        assert!(e.to_string().len() < 600, "{e}");
+        // Found by the filter fuzzer: a huge repetition took seconds to compile.
+        let t = std::time::Instant::now();
+        let e = Filter::parse("model=/a{99999}/", &vocab()).unwrap_err();
+        assert!(e.message.contains("size limit"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
+        let e = Filter::parse("fsdp single", &vocab()).unwrap_err();
+        assert_eq!(e.offset, 5);
+        let e = Filter::parse("", &vocab()).unwrap_err();
+        assert!(e.message.contains("empty"));
+        let caret = Filter::parse("gpus>=8 y", &vocab()).unwrap_err().caret(0);
+        assert_eq!(caret, "gpus>=8 y\n        ^");
+    }
+
+    /// The shapes that used to overflow the stack (issue 13): each either parses and
+    /// evaluates or is refused with a located error, on a test thread's 2 MiB stack.
+    #[test]
+    fn hostile_nesting_is_bounded() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile"]);
+        // 100,000 negations: an even run is the plain term.
+        let nots = format!("{}fsdp", "!".repeat(100_000));
+        assert!(m(&nots, &c));
+        let odd = format!("{}fsdp", "not ".repeat(99_999));
+        assert!(!m(&odd, &c));
+        // 40,000 `||` terms and as many `&&` terms stay flat.
+        let ors = vec!["llama"; 40_000].join(" || ") + " || fsdp";
+        assert!(m(&ors, &c));
+        let ands = vec!["fsdp"; 40_000].join(" && ") + " && llama";
+        assert!(!m(&ands, &c));
+        // Parentheses up to the limit parse; one more is refused at the `(` that is too deep.
+        let ok = format!("{}fsdp{}", "(".repeat(MAX_NESTING), ")".repeat(MAX_NESTING));
+        assert!(m(&ok, &c));
+        let deep = format!("{}fsdp{}", "(".repeat(4_500), ")".repeat(4_500));
+        let e = Filter::parse(&deep, &vocab()).unwrap_err();
+        assert_eq!((e.offset, e.len), (MAX_NESTING, 1));
+        assert!(e.message.contains("nest more than 100 deep"), "{e}");
+        // The message shows a window around the fault, not 9,000 characters.
+        assert!(e.to_string().len() < 400, "{}", e.to_string().len());
+        let mixed = "!(".repeat(4_500) + "fsdp" + &")".repeat(4_500);
+        assert!(Filter::parse(&mixed, &vocab()).is_err());
+    }
+
+    #[test]
+    fn caret_window_points_at_the_fault_in_a_long_expression() {
+        let expr = format!("{} and gpu=8", vec!["fsdp"; 100].join(" or "));
+        let e = Filter::parse(&expr, &vocab()).unwrap_err();
+        let caret = e.caret(0);
+        let (line, marks) = caret.split_once('\n').unwrap();
+        assert!(line.starts_with('…'), "{line}");
+        let col = marks.find('^').unwrap();
+        let shown: String = line.chars().skip(col).take(3).collect();
+        assert_eq!(shown, "gpu");
+    }
+}

@@ -1,0 +1,201 @@
+//! How a finished Slurm job becomes the attempt's record: Slurm's final state and the
+//! ranks' own exit statuses as a [`Termination`] the dispatcher judges as it would a local
+//! attempt's, and the failure message taken from the rank that failed first.
+
+use std::collections::HashMap;
+
+use crate::events::ErrorKind;
+use crate::exit::worker as exit;
+use crate::run::executor::{AttemptOutput, Collector, Termination};
+use crate::slurm::JobState;
+
+/// How a finished job ended, as a [`Termination`], plus an error to record when the
+/// workers said nothing themselves. `first_failure` is the first rank that exited
+/// nonzero and its status, from the task wrapper's lines.
+fn termination(
+    state: &JobState,
+    first_failure: Option<(u32, i32)>,
+) -> (Termination, Option<(ErrorKind, String)>) {
+    if let Some((_, code)) = first_failure {
+        // The task wrapper is a shell: 128 + N is death by signal N.
+        return match code {
+            129..=192 => (Termination::Signaled(code - 128), None),
+            c => (Termination::Exited(c), None),
+        };
+    }
+    match state {
+        JobState::Finished {
+            state, exit_code, ..
+        } => match state.as_str() {
+            "COMPLETED" => (Termination::Exited(exit_code.unwrap_or(0)), None),
+            "TIMEOUT" => (Termination::TimedOut, None),
+            "OUT_OF_MEMORY" => (
+                Termination::Exited(exit::OOM),
+                Some((
+                    ErrorKind::Oom,
+                    "Slurm ended the job OUT_OF_MEMORY (host memory limit of the allocation)"
+                        .into(),
+                )),
+            ),
+            // The batch script failed before any rank reported (srun could not start
+            // the step, a node could not run the program): a crash before the first step.
+            "FAILED" => (Termination::Exited(exit_code.unwrap_or(1).max(1)), None),
+            other => (
+                Termination::Lost(format!(
+                    "the job ended as {other}, which is the cluster's doing, not the cell's"
+                )),
+                None,
+            ),
+        },
+        JobState::Active(s) => (
+            Termination::Lost(format!("the job was still {s} when bench stopped waiting")),
+            None,
+        ),
+        JobState::Unknown => (
+            Termination::Lost(
+                "Slurm no longer knows the job (it ended without a record; MinJobAge too short and no accounting?)"
+                    .into(),
+            ),
+            None,
+        ),
+    }
+}
+
+/// Slurm's final word on a job, for its logs: e.g. `FAILED (exit 6:0)`.
+pub(super) fn describe(state: &JobState) -> String {
+    match state {
+        JobState::Finished {
+            state,
+            exit_code,
+            signal,
+        } => format!(
+            "{state} (exit {}:{})",
+            exit_code.map_or("?".into(), |c| c.to_string()),
+            signal.map_or("?".into(), |c| c.to_string())
+        ),
+        JobState::Active(s) => s.clone(),
+        JobState::Unknown => "unknown".into(),
+    }
+}
+
+/// Everything known at a job's end that decides its attempt's record.
+pub(super) struct JobEnd {
+    pub final_state: JobState,
+    /// The first rank that exited nonzero and its status, in output order.
+    pub first_failure: Option<(u32, i32)>,
+    /// What every rank's lines said.
+    pub collector: Collector,
+    /// Each rank's own lines, for the failure message of the rank that failed first.
+    pub tails: HashMap<u32, Collector>,
+    /// The batch script's own lines (Slurm's, e.g. a cancellation notice).
+    pub job_lines: Vec<String>,
+    /// Why Slurm would never have started the job, when it said so.
+    pub refused: Option<String>,
+    /// Why the runner stopped the job, when it did.
+    pub stopped_by: Option<Termination>,
+    /// The runner's stop withdrew the job while it was still queued.
+    pub withdrawn: bool,
+}
+
+impl JobEnd {
+    /// Fills the attempt's record: events, failure message and termination.
+    pub(super) fn record(self, out: &mut AttemptOutput) {
+        let JobEnd {
+            final_state,
+            first_failure,
+            collector,
+            mut tails,
+            job_lines,
+            refused,
+            stopped_by,
+            withdrawn,
+        } = self;
+        let (term, error) = termination(&final_state, first_failure);
+        collector.fill(out);
+        // The failure message quotes the rank that failed first, not the ranks srun killed
+        // after it; Slurm's own words (a cancellation, a step that could not start) come
+        // last.
+        if let Some((rank, _)) = first_failure {
+            if let Some(t) = tails.remove(&rank) {
+                let mut o = out.clone();
+                t.fill(&mut o);
+                if o.error.is_some() {
+                    out.error = o.error;
+                }
+                if !o.tail.is_empty() {
+                    out.tail = o.tail;
+                }
+            }
+        } else if !job_lines.is_empty() && out.error.is_none() {
+            out.tail
+                .extend(job_lines.iter().rev().take(2).rev().cloned());
+        }
+        if error.is_some() && out.error.is_none() {
+            out.error = error;
+        }
+        if let Some(why) = refused {
+            out.error = Some((ErrorKind::BadInput, why));
+        }
+        out.termination = match stopped_by {
+            Some(t) if withdrawn && t == Termination::Cancelled => Termination::Withdrawn,
+            Some(t) => t,
+            None => term,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(state: &str, exit_code: Option<i32>) -> JobState {
+        JobState::Finished {
+            state: state.into(),
+            exit_code,
+            signal: Some(0),
+        }
+    }
+
+    #[test]
+    fn job_ends_map_to_the_terminations_of_local_attempts() {
+        // The first failing rank's own status decides, whatever Slurm says of the job.
+        let (t, e) = termination(&finished("FAILED", Some(143)), Some((1, 5)));
+        assert_eq!((t, e), (Termination::Exited(5), None));
+        assert_eq!(
+            termination(&finished("FAILED", Some(137)), Some((0, 137))).0,
+            Termination::Signaled(9)
+        );
+        assert_eq!(
+            termination(&finished("COMPLETED", Some(0)), None).0,
+            Termination::Exited(0)
+        );
+        // Slurm's own time limit is a timeout; its memory limit an out-of-memory failure.
+        assert_eq!(
+            termination(&finished("TIMEOUT", None), None).0,
+            Termination::TimedOut
+        );
+        let (t, e) = termination(&finished("OUT_OF_MEMORY", Some(0)), None);
+        assert_eq!(t, Termination::Exited(exit::OOM));
+        assert_eq!(e.map(|(k, _)| k), Some(ErrorKind::Oom));
+        // The batch script failing before any rank reported: a crash (retried if no step).
+        assert_eq!(
+            termination(&finished("FAILED", Some(1)), None).0,
+            Termination::Exited(1)
+        );
+        assert_eq!(
+            termination(&finished("FAILED", Some(0)), None).0,
+            Termination::Exited(1)
+        );
+        // The cluster's doing: infrastructure, retried.
+        for state in ["NODE_FAIL", "PREEMPTED", "CANCELLED", "BOOT_FAIL"] {
+            assert!(
+                matches!(termination(&finished(state, None), None).0, Termination::Lost(m) if m.contains(state)),
+                "{state}"
+            );
+        }
+        assert!(matches!(
+            termination(&JobState::Unknown, None).0,
+            Termination::Lost(_)
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! One attempt of a cell as one Slurm job (`--launcher slurm`): the runner's side of
+//! [`crate::slurm`].
+//!
+//! The attempt is submitted with `sbatch`, watched through a [`Queue`] shared by every job
+//! in flight (one `squeue` call per poll interval for all of them, not one per job), and
+//! its output file is read as it grows: each rank's lines go to that rank's log under
+//! `logs/` and through the same [`Collector`](crate::run::executor::Collector) a local
+//! attempt uses, so reporters see the same step events and the results hold the same
+//! records. The cell's timeout counts from the moment the job leaves the queue (time spent
+//! pending is the cluster's, not the cell's); when it passes, or on Ctrl-C, the job is
+//! `scancel`led (SIGTERM to its tasks), and killed with SIGKILL if it is still there after
+//! the grace period. How the job ended becomes a [`Termination`], judged by the dispatcher
+//! as a local attempt's would be.
+//!
+//! Shaped as the dispatcher is: this file submits the job and hands it to
+//! [`job_loop`], where one value holds the job's state and each thing the loop hears of
+//! (a queue listing, a failed query, a stop to send) is one small method; [`queue`] shares
+//! the `squeue` calls, [`output`] reads the job's output file into logs and events, and
+//! [`end`] turns the job's final state into the attempt's record.
+
+mod end;
+mod job_loop;
+mod output;
+mod queue;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::events::Event;
+use crate::results::Environment;
+use crate::run::executor::{AttemptOutput, Cancel, Termination};
+use crate::slurm::{JobPlan, SlurmError};
+
+pub use queue::Queue;
+
+/// How often the queue is asked about the jobs in flight by default.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(2);
+/// Environment variable that sets the poll interval in seconds (e.g. `10` on a busy
+/// controller).
+pub const ENV_POLL: &str = "BENCH_SLURM_POLL_S";
+/// Jobs in flight at once when `--jobs` does not say.
+pub const DEFAULT_JOBS: usize = 32;
+
+/// The poll interval from [`ENV_POLL`], else [`DEFAULT_POLL`].
+pub fn poll_from_env() -> Result<Duration, String> {
+    parse_poll(std::env::var(ENV_POLL).ok().as_deref())
+}
+
+/// The poll interval a value of [`ENV_POLL`] asks for (unset or empty: the default).
+fn parse_poll(v: Option<&str>) -> Result<Duration, String> {
+    match v.map(str::trim) {
+        Some(t) if !t.is_empty() => t
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| format!("${ENV_POLL}={t:?}: expected a positive number of seconds")),
+        _ => Ok(DEFAULT_POLL),
+    }
+}
+
+/// Runs a blocking Slurm call off the runtime's thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SlurmError> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+}
+
+/// Settings of one Slurm attempt.
+pub struct JobSpec<'a> {
+    pub plan: JobPlan,
+    /// Counted from the job's start (not its submission).
+    pub timeout: Duration,
+    pub grace: Duration,
+    /// The log files' common stem, as for a local attempt.
+    pub log_stem: &'a Path,
+}
+
+/// What a Slurm attempt produced, beyond what a local one does.
+pub struct JobAttempt {
+    pub out: AttemptOutput,
+    pub job_id: Option<String>,
+    pub nodes: Option<String>,
+    /// The environment the job script captured on the job's first node, when it did.
+    pub node_env: Option<Environment>,
+}
+
+impl JobAttempt {
+    /// An attempt that never got a job (cancelled before it was submitted, or refused by
+    /// `sbatch`).
+    fn without_job(out: AttemptOutput) -> JobAttempt {
+        JobAttempt {
+            out,
+            job_id: None,
+            nodes: None,
+            node_env: None,
+        }
+    }
+}
+
+/// What the launcher hears about a job while it runs.
+pub enum JobNews<'a> {
+    Submitted(&'a str),
+    Running {
+        job_id: &'a str,
+        nodes: &'a str,
+    },
+    Event(&'a Event),
+    /// The job's first node reported its environment (once per job, as soon as it is read).
+    NodeEnv {
+        job_id: &'a str,
+        env: &'a Environment,
+    },
+}
+
+/// Runs one attempt as a Slurm job to its end. `pending_only` stops the attempt only while
+/// its job has not started (a `--fail-fast` stop withdraws queued jobs, running ones
+/// finish); `cancel` stops it in any state (Ctrl-C).
+pub async fn execute<F: FnMut(JobNews<'_>)>(
+    spec: JobSpec<'_>,
+    queue: &Queue,
+    cancel: watch::Receiver<Cancel>,
+    pending_only: watch::Receiver<bool>,
+    mut news: F,
+) -> JobAttempt {
+    let started = Instant::now();
+    let mut out = AttemptOutput {
+        termination: Termination::Exited(0),
+        steps: vec![],
+        summary: None,
+        notices: vec![],
+        error: None,
+        tail: vec![],
+        duration: Duration::ZERO,
+        escalated: false,
+        logs: vec![],
+    };
+    let mut logs = output::JobLogs::open(spec.log_stem, spec.plan.ranks);
+    out.logs = logs.paths.clone();
+    if *cancel.borrow() != Cancel::None {
+        out.termination = Termination::Cancelled;
+        return JobAttempt::without_job(out);
+    }
+    let plan = spec.plan.clone();
+    let submitted = {
+        let _turn = queue.submitting.lock().await;
+        // Ctrl-C may have come while this attempt waited for its turn.
+        if *cancel.borrow() != Cancel::None {
+            out.termination = Termination::Cancelled;
+            return JobAttempt::without_job(out);
+        }
+        blocking(move || crate::slurm::submit(&plan)).await
+    };
+    let job = match submitted {
+        Ok(j) => j,
+        Err(e) => {
+            logs.all(&format!("bench: sbatch failed: {e}"));
+            out.termination = Termination::SpawnFailed(format!("sbatch: {e}"));
+            out.duration = started.elapsed();
+            return JobAttempt::without_job(out);
+        }
+    };
+    queue.watch(&job.id);
+    news(JobNews::Submitted(&job.id));
+    logs.all(&format!(
+        "bench: Slurm job {} ({} task(s) on {} node(s)); its output: {}; script: {}",
+        job.id,
+        spec.plan.ranks,
+        spec.plan.nodes,
+        job.output.display(),
+        spec.plan.script_path.display()
+    ));
+    let reader = output::Reader::new(logs, &mut news);
+    job_loop::JobLoop::new(
+        &spec,
+        queue,
+        job,
+        reader,
+        (cancel, pending_only),
+        out,
+        started,
+    )
+    .run()
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_intervals_parse() {
+        assert_eq!(parse_poll(None), Ok(DEFAULT_POLL));
+        assert_eq!(parse_poll(Some(" ")), Ok(DEFAULT_POLL));
+        assert_eq!(parse_poll(Some("0.5")), Ok(Duration::from_millis(500)));
+        for bad in ["0", "-1", "soon", "inf", "NaN"] {
+            assert!(parse_poll(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
