@@ -165,6 +165,8 @@ ablate llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_FP8T=0 mine llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
+# The output head's matmul in fp8 too (off by default, as torchao's and torchtitan's recipes).
+BENCH_FP8_HEAD=1 mine llama8p.fp8.compile.fp8-head "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_FP8=0 ablate llama8p.fp8.compile.unfused-quant "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_ADAMW=0 ablate llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
 fi
@@ -217,7 +219,11 @@ print("| fp8 run | bf16 run | fp8/bf16 tok/s |")
 print("|---|---|---|")
 for r in rows:
     if ".fp8" in r[0]:
-        b = r[0].replace(".fp8", ".bf16").replace(".unfused-transpose", "").replace(".unfused-quant", "")
+        # Switch suffixes first: ".fp8-head" must not become ".bf16-head".
+        b = r[0]
+        for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head"):
+            b = b.replace(suffix, "")
+        b = b.replace(".fp8", ".bf16")
         t, u = tok(r[0]), tok(b)
         print("| %s | %s | %s |" % (r[0], b, "%.2fx" % (t / u) if t and u else ""))
 PY

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory (so the
 /// rename stays on one file system), flushed and synced, then renamed over `path`.
-pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -47,7 +47,7 @@ pub enum Parallel {
 }
 
 impl Dtype {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Dtype::Fp32 => "fp32",
             Dtype::Bf16 => "bf16",
@@ -57,7 +57,7 @@ impl Dtype {
 }
 
 impl Parallel {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Parallel::Single => "single",
             Parallel::Ddp => "ddp",
@@ -66,7 +66,7 @@ impl Parallel {
     }
 
     /// Whether the built-in workload runs one rank per GPU of the cell (DDP, FSDP).
-    pub fn is_multi_rank(self) -> bool {
+    pub(crate) fn is_multi_rank(self) -> bool {
         self != Parallel::Single
     }
 }

@@ -54,14 +54,14 @@ impl Value {
         }
     }
 
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
             _ => None,
         }
     }
 
-    pub fn as_set(&self) -> Option<&BTreeSet<String>> {
+    pub(crate) fn as_set(&self) -> Option<&BTreeSet<String>> {
         match self {
             Value::Set(s) => Some(s),
             _ => None,
@@ -121,7 +121,7 @@ impl fmt::Display for CellId {
 }
 
 /// Replaces every character outside `[A-Za-z0-9._+-]` with `_`; an empty fragment becomes `_`.
-pub fn sanitize(s: &str) -> String {
+pub(crate) fn sanitize(s: &str) -> String {
     let out: String = s
         .chars()
         .map(|c| {
@@ -163,7 +163,7 @@ pub enum Workload {
 
 impl Workload {
     /// The workload's kind as written in matrix files (`builtin`, `command`, `hf`, ...).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Workload::Builtin => "builtin",
             Workload::Command { .. } => "command",
@@ -257,14 +257,14 @@ impl Cell {
     }
 
     /// The model preset; `gpt2-125m` when the matrix has no `model` axis.
-    pub fn model(&self) -> &str {
+    pub(crate) fn model(&self) -> &str {
         self.str_axis("model").unwrap_or("gpt2-125m")
     }
 
     /// The dtype the matmuls run in; [`Dtype::default`] when the matrix has no `dtype` axis.
     /// Expansion refused values outside [`Dtype`], so the fallback only serves cells read
     /// back from results written before that check.
-    pub fn dtype(&self) -> Dtype {
+    pub(crate) fn dtype(&self) -> Dtype {
         self.str_axis("dtype")
             .and_then(|s| s.parse().ok())
             .unwrap_or_default()
@@ -282,14 +282,14 @@ impl Cell {
 
     /// How the ranks share the work; [`Parallel::default`] when the matrix has no
     /// `parallel` axis (expansion refused values outside [`Parallel`]).
-    pub fn parallel(&self) -> Parallel {
+    pub(crate) fn parallel(&self) -> Parallel {
         self.str_axis("parallel")
             .and_then(|s| s.parse().ok())
             .unwrap_or_default()
     }
 
     /// The feature flags of the cell (empty when the matrix has no `features` axis).
-    pub fn features(&self) -> BTreeSet<String> {
+    pub(crate) fn features(&self) -> BTreeSet<String> {
         self.values
             .get("features")
             .and_then(Value::as_set)
@@ -302,7 +302,7 @@ impl Cell {
     /// This is the contract between the runner and the built-in workload: every flag here
     /// is accepted by `cli::WorkerArgs`, whose defaults for the axes are the same
     /// `axes` defaults a cell falls back to.
-    pub fn worker_args(&self) -> Vec<String> {
+    pub(crate) fn worker_args(&self) -> Vec<String> {
         let p = &self.params;
         let mut args = vec![
             "--cell-id".to_string(),

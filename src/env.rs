@@ -15,14 +15,14 @@ use crate::results::Environment;
 
 /// Which GPU stack a host has; it decides the device-selection variable for workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Vendor {
+pub(crate) enum Vendor {
     Nvidia,
     Amd,
 }
 
 impl Vendor {
     /// The variable that restricts a worker to its GPU slots.
-    pub fn visible_devices_var(self) -> &'static str {
+    pub(crate) fn visible_devices_var(self) -> &'static str {
         match self {
             Vendor::Nvidia => "CUDA_VISIBLE_DEVICES",
             Vendor::Amd => "HIP_VISIBLE_DEVICES",
@@ -32,7 +32,7 @@ impl Vendor {
 
 /// One GPU as the vendor tool reports it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub name: String,
     pub memory_mib: Option<u64>,
     pub driver: Option<String>,
@@ -40,7 +40,7 @@ pub struct Gpu {
 
 /// The GPUs this host offers to the runner.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct GpuInventory {
+pub(crate) struct GpuInventory {
     pub vendor: Option<Vendor>,
     pub gpus: Vec<Gpu>,
     /// Device ids workers may use, in the numbering of the visible-devices variable
@@ -53,7 +53,7 @@ pub struct GpuInventory {
 impl GpuInventory {
     /// Probes `nvidia-smi`, then `rocm-smi`; an empty inventory when neither answers.
     /// A visible-devices variable already set for `bench` narrows the ids to its list.
-    pub fn detect() -> GpuInventory {
+    pub(crate) fn detect() -> GpuInventory {
         let mut inv = if let Some(out) = run_tool(
             "nvidia-smi",
             &[
@@ -102,7 +102,7 @@ impl GpuInventory {
 
     /// The inventory restricted to (or, on a host whose tools do not answer, forced to)
     /// `n` GPUs, as `--gpus N` asks.
-    pub fn with_count(mut self, n: u32) -> GpuInventory {
+    pub(crate) fn with_count(mut self, n: u32) -> GpuInventory {
         let n = n as usize;
         if n == 0 {
             self.ids.clear();
@@ -130,7 +130,7 @@ fn run_tool(program: &str, args: &[&str]) -> Option<String> {
 }
 
 /// Parses `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits`.
-pub fn parse_nvidia_query(out: &str) -> Vec<Gpu> {
+pub(crate) fn parse_nvidia_query(out: &str) -> Vec<Gpu> {
     out.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -145,7 +145,7 @@ pub fn parse_nvidia_query(out: &str) -> Vec<Gpu> {
 }
 
 /// Parses the `CUDA Version: 12.4` field of the plain `nvidia-smi` header.
-pub fn parse_cuda_header(out: &str) -> Option<String> {
+pub(crate) fn parse_cuda_header(out: &str) -> Option<String> {
     let i = out.find("CUDA Version:")?;
     out[i + "CUDA Version:".len()..]
         .split_whitespace()
@@ -155,7 +155,7 @@ pub fn parse_cuda_header(out: &str) -> Option<String> {
 
 /// Parses `rocm-smi --showproductname --showmeminfo vram --csv`: a header row naming the
 /// columns, then one row per card.
-pub fn parse_rocm_csv(out: &str) -> Vec<Gpu> {
+pub(crate) fn parse_rocm_csv(out: &str) -> Vec<Gpu> {
     let mut lines = out
         .lines()
         .filter(|l| l.starts_with("device") || l.starts_with("card"));
@@ -190,7 +190,7 @@ pub fn parse_rocm_csv(out: &str) -> Vec<Gpu> {
 /// Memory comes from an `NNGB` token in the name when there is one (the marketed size);
 /// otherwise it is the reported MiB rounded up to whole GiB, which gives the marketed
 /// figure for the HBM parts this tool targets (80, 141, 192).
-pub fn gpu_hardware_key(name: &str, memory_mib: Option<u64>) -> String {
+pub(crate) fn gpu_hardware_key(name: &str, memory_mib: Option<u64>) -> String {
     let lower = name.to_ascii_lowercase();
     let tokens: Vec<&str> = lower
         .split(|c: char| !c.is_ascii_alphanumeric())
@@ -237,7 +237,7 @@ pub fn gpu_hardware_key(name: &str, memory_mib: Option<u64>) -> String {
 }
 
 /// The hardware key of a host: its first GPU's key, or `cpu-<arch>` without GPUs.
-pub fn hardware_key(inv: &GpuInventory) -> String {
+pub(crate) fn hardware_key(inv: &GpuInventory) -> String {
     match inv.gpus.first() {
         Some(g) if !inv.ids.is_empty() => gpu_hardware_key(&g.name, g.memory_mib),
         _ => format!("cpu-{}", std::env::consts::ARCH),
@@ -246,7 +246,7 @@ pub fn hardware_key(inv: &GpuInventory) -> String {
 
 /// Versions of the libtorch this process loaded, read from the torch wheel it came from.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct TorchVersions {
+pub(crate) struct TorchVersions {
     pub torch: Option<String>,
     pub cuda: Option<String>,
     pub hip: Option<String>,
@@ -256,7 +256,7 @@ pub struct TorchVersions {
 /// Finds the loaded `libtorch_cpu.so` in /proc/self/maps (so the answer is the library
 /// actually in use, wherever it came from) and reads the wheel's `torch/version.py` (or a
 /// standalone archive's `build-version`) and the NCCL wheel's metadata beside it.
-pub fn torch_versions() -> TorchVersions {
+pub(crate) fn torch_versions() -> TorchVersions {
     let Some(lib) = loaded_library("libtorch_cpu") else {
         return TorchVersions::default();
     };
@@ -293,7 +293,7 @@ fn loaded_library(stem: &str) -> Option<PathBuf> {
 }
 
 /// Parses `__version__ = '2.11.0+cu128'`, `cuda = '12.8'`, `hip = None` from version.py.
-pub fn parse_torch_version_py(text: &str) -> TorchVersions {
+pub(crate) fn parse_torch_version_py(text: &str) -> TorchVersions {
     let field = |key: &str| {
         text.lines().find_map(|l| {
             let (k, v) = l.split_once('=')?;
@@ -358,7 +358,7 @@ fn os_description() -> String {
 }
 
 /// The commit of the git work tree at `dir` and whether it has uncommitted changes.
-pub fn git_state(dir: &Path) -> (Option<String>, bool) {
+pub(crate) fn git_state(dir: &Path) -> (Option<String>, bool) {
     let git = |args: &[&str]| {
         Command::new("git")
             .arg("-C")
@@ -376,7 +376,7 @@ pub fn git_state(dir: &Path) -> (Option<String>, bool) {
 }
 
 /// Captures the environment of this host, with `inv` as the GPUs the run uses.
-pub fn capture(inv: &GpuInventory) -> Environment {
+pub(crate) fn capture(inv: &GpuInventory) -> Environment {
     let torch = torch_versions();
     let first = inv.gpus.first().filter(|_| !inv.ids.is_empty());
     let (git_commit, git_dirty) = git_state(Path::new("."));
@@ -416,7 +416,7 @@ pub fn capture(inv: &GpuInventory) -> Environment {
 /// the workload's kernel and fp8 switches (`BENCH_FUSED_*`, `BENCH_FP8_*`, `BENCH_CPU_THREADS`), NCCL's tuning
 /// (`NCCL_*`), the CUDA caching allocator and launch settings, TF32 overrides and the CPU
 /// thread count. Prefixes end in `_`; other entries are whole names.
-pub const SPEED_SWITCHES: &[&str] = &[
+pub(crate) const SPEED_SWITCHES: &[&str] = &[
     "BENCH_FUSED_",
     "BENCH_FP8_",
     "BENCH_CPU_THREADS",
@@ -434,7 +434,7 @@ pub const SPEED_SWITCHES: &[&str] = &[
 
 /// The speed-changing variables among `vars` (see [`SPEED_SWITCHES`]), sorted by name so
 /// two runs with the same settings record the same map.
-pub fn speed_switches(
+pub(crate) fn speed_switches(
     vars: impl Iterator<Item = (String, String)>,
 ) -> indexmap::IndexMap<String, String> {
     let mut found: Vec<(String, String)> = vars
@@ -454,13 +454,13 @@ pub fn speed_switches(
 
 /// Resolved settings of `bench env`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct EnvSettings {
+pub(crate) struct EnvSettings {
     /// Terminal output format.
     pub format: Format,
 }
 
 /// `bench env [--format json]`.
-pub fn cmd(args: &EnvSettings) -> Result<i32, CliError> {
+pub(crate) fn cmd(args: &EnvSettings) -> Result<i32, CliError> {
     let env = capture(&GpuInventory::detect());
     match args.format {
         Format::Json => {

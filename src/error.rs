@@ -15,10 +15,10 @@ pub enum CliError {
 }
 
 impl CliError {
-    pub fn bad_input(e: impl Into<miette::Report>) -> Self {
+    pub(crate) fn bad_input(e: impl Into<miette::Report>) -> Self {
         CliError::BadInput(e.into())
     }
-    pub fn internal(e: impl Into<miette::Report>) -> Self {
+    pub(crate) fn internal(e: impl Into<miette::Report>) -> Self {
         CliError::Internal(e.into())
     }
     pub fn exit_code(&self) -> i32 {

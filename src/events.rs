@@ -34,7 +34,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             ErrorKind::Internal => exit::INTERNAL,
             ErrorKind::BadInput => exit::BAD_INPUT,
@@ -140,7 +140,7 @@ pub enum Event {
 
 /// What one line of worker output is.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Line {
+pub(crate) enum Line {
     /// Log text (including JSON that names no event this version knows).
     Text,
     /// A valid event, its text fields sanitized (boxed: a summary is far larger than the
@@ -170,7 +170,7 @@ impl Event {
 
     /// Classifies one output line, checking an event's figures (what can be checked
     /// without the lines before it; [`EventReader`] checks the order of steps).
-    pub fn read_line(line: &str) -> Line {
+    pub(crate) fn read_line(line: &str) -> Line {
         let t = line.trim();
         if !t.starts_with('{') {
             return Line::Text;
@@ -293,7 +293,7 @@ impl Event {
     }
 
     /// The event as one JSON line (no trailing newline).
-    pub fn to_line(&self) -> String {
+    pub(crate) fn to_line(&self) -> String {
         // Serialising these plain structs cannot fail: no maps with non-string keys.
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -410,7 +410,7 @@ impl LineSplitter {
 
 /// A line of worker output as the text the runner keeps: sanitized, without a trailing
 /// carriage return, and marked when it was cut.
-pub fn line_text(bytes: &[u8], cut: bool) -> String {
+pub(crate) fn line_text(bytes: &[u8], cut: bool) -> String {
     let mut text = crate::sanitize::clean_bytes(bytes);
     if cut {
         text.push_str(&format!(" [bench: line cut at {MAX_LINE_BYTES} bytes]"));

@@ -11,13 +11,13 @@
 pub mod bench {
     pub const OK: i32 = 0;
     /// Regressions, failed or timed-out cells.
-    pub const FAILED: i32 = 1;
+    pub(crate) const FAILED: i32 = 1;
     /// Bad input: matrix, filter, baseline file, arguments.
-    pub const BAD_INPUT: i32 = 2;
+    pub(crate) const BAD_INPUT: i32 = 2;
     /// An internal failure of bench itself (I/O, a bug).
-    pub const INTERNAL: i32 = 3;
+    pub(crate) const INTERNAL: i32 = 3;
     /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
-    pub const INTERRUPTED: i32 = 130;
+    pub(crate) const INTERRUPTED: i32 = 130;
 }
 
 /// Exit codes of `bench worker` (and of any command workload that wants its failures
@@ -25,15 +25,15 @@ pub mod bench {
 /// configuration (a skip) from a crash (an infrastructure failure, retried) from a training
 /// failure (out of memory, NaN loss: a failed cell, not retried).
 pub mod worker {
-    pub const OK: i32 = 0;
+    pub(crate) const OK: i32 = 0;
     /// Internal error (a bug or an unexpected libtorch error).
-    pub const INTERNAL: i32 = 1;
+    pub(crate) const INTERNAL: i32 = 1;
     /// Bad arguments or configuration.
     pub const BAD_INPUT: i32 = 2;
     /// The device cannot run this configuration (e.g. fp8 on a GPU without fp8 support).
     pub const UNSUPPORTED: i32 = 3;
     /// Out of device memory.
-    pub const OOM: i32 = 4;
+    pub(crate) const OOM: i32 = 4;
     /// The loss became NaN or infinite.
     pub const NAN_LOSS: i32 = 5;
     /// A collective (NCCL) or rendezvous failure in a multi-rank cell.

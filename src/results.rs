@@ -13,7 +13,7 @@ use crate::cell::{CellId, Params, Value};
 use crate::events::{StepEvent, SummaryEvent};
 
 /// Bumped on any incompatible change to [`RunResults`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// Where and on what a run happened, captured once per run: on the host that runs `bench`,
 /// or under `--launcher slurm` on the first node a job reported from (see
@@ -124,7 +124,7 @@ pub struct MetricValue {
 /// Summary metrics of a cell, keyed by metric name: `tokens_per_s`,
 /// `tokens_per_s_per_gpu`, `step_time_s`, `mfu`, `tflops_per_gpu`, `peak_mem_bytes`
 /// (largest rank), `time_to_1t_tokens_days`.
-pub type Metrics = IndexMap<String, MetricValue>;
+pub(crate) type Metrics = IndexMap<String, MetricValue>;
 
 /// One cell of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,11 +161,11 @@ pub struct DroppedCell {
 
 /// The prefix of [`DroppedCell::by`] for cells the command line's `--filter` removed (as
 /// opposed to the matrix's rules): reports leave those out, since nobody meant to run them.
-pub const FILTER_DROP_PREFIX: &str = "--filter";
+pub(crate) const FILTER_DROP_PREFIX: &str = "--filter";
 
 impl DroppedCell {
     /// True when `--filter` removed the cell, not one of the matrix's rules.
-    pub fn by_filter(&self) -> bool {
+    pub(crate) fn by_filter(&self) -> bool {
         self.by.starts_with(FILTER_DROP_PREFIX)
     }
 }
@@ -207,7 +207,7 @@ pub struct RunResults {
 }
 
 /// The hex SHA-256 of a matrix file's bytes, as [`RunResults::matrix_sha256`] records it.
-pub fn matrix_digest(path: &Path) -> std::io::Result<String> {
+pub(crate) fn matrix_digest(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
     let bytes = std::fs::read(path)?;
     Ok(sha2::Sha256::digest(&bytes)

@@ -46,7 +46,7 @@ fn is_unsafe_char(c: char) -> bool {
 
 /// Worker bytes as safe text: invalid UTF-8 replaced by U+FFFD, escape sequences and
 /// control characters other than `\n` and `\t` removed.
-pub fn clean_bytes(bytes: &[u8]) -> String {
+pub(crate) fn clean_bytes(bytes: &[u8]) -> String {
     clean(&String::from_utf8_lossy(bytes))
 }
 

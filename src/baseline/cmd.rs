@@ -13,12 +13,15 @@ use crate::matrix::filter::Vocabulary;
 use crate::results::{CellResult, RunResults};
 
 /// A predicate over the cells of a run.
-pub type CellSelector = Box<dyn Fn(&CellResult) -> bool>;
+pub(crate) type CellSelector = Box<dyn Fn(&CellResult) -> bool>;
 
 /// Decides which cells `--filter` selects: the matrix filter language, checked against the
 /// axes and values of the run's own cells (so a typo such as `gpu=8` is an error, exit 2,
 /// with a caret under it). Several filters combine with `and`; none selects every cell.
-pub fn cell_selector(filters: &[String], results: &RunResults) -> Result<CellSelector, CliError> {
+pub(crate) fn cell_selector(
+    filters: &[String],
+    results: &RunResults,
+) -> Result<CellSelector, CliError> {
     if filters.is_empty() {
         return Ok(Box::new(|_| true));
     }
@@ -36,7 +39,7 @@ pub fn cell_selector(filters: &[String], results: &RunResults) -> Result<CellSel
 
 /// Resolved settings of `bench baseline update`.
 #[derive(Debug, Clone)]
-pub struct UpdateSettings {
+pub(crate) struct UpdateSettings {
     /// The run folder.
     pub run_dir: PathBuf,
     /// Only update cells matching these filter expressions (combined with `and`).
@@ -48,7 +51,7 @@ pub struct UpdateSettings {
 }
 
 /// Runs `bench baseline update`.
-pub fn update(args: &UpdateSettings) -> Result<i32, CliError> {
+pub(crate) fn update(args: &UpdateSettings) -> Result<i32, CliError> {
     let results = RunResults::load(&args.run_dir)?;
     let selected = cell_selector(&args.filters, &results)?;
     let key = &results.environment.hardware_key;

@@ -73,7 +73,7 @@ pub struct MetricComparison {
 impl MetricComparison {
     /// The change as a factor in the metric's good direction: 1.05 means 5% better
     /// (higher throughput, or 1/1.05 of the time or memory). `None` when not comparable.
-    pub fn speedup(&self) -> Option<f64> {
+    pub(crate) fn speedup(&self) -> Option<f64> {
         let (c, b) = (self.current?, self.baseline?);
         if c <= 0.0 || b <= 0.0 {
             return None;
@@ -86,7 +86,7 @@ impl MetricComparison {
 }
 
 /// Compares one measured metric with its baseline (see the module docs for the method).
-pub fn compare_metric(
+pub(crate) fn compare_metric(
     metric: &str,
     current: &MetricValue,
     base: &MetricBaseline,
@@ -185,7 +185,7 @@ pub enum CellStatus {
 }
 
 impl CellStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CellStatus::Regression => "regression",
             CellStatus::Improvement => "improvement",
@@ -200,7 +200,7 @@ impl CellStatus {
     }
 
     /// Statuses that make the run fail (exit 1).
-    pub fn fails_run(self) -> bool {
+    pub(crate) fn fails_run(self) -> bool {
         matches!(
             self,
             CellStatus::Regression | CellStatus::Failed | CellStatus::TimedOut
@@ -227,7 +227,7 @@ pub struct CellComparison {
 }
 
 impl CellComparison {
-    pub fn metric(&self, name: &str) -> Option<&MetricComparison> {
+    pub(crate) fn metric(&self, name: &str) -> Option<&MetricComparison> {
         self.metrics.iter().find(|m| m.metric == name)
     }
 
@@ -239,7 +239,7 @@ impl CellComparison {
     }
 
     /// The metrics that regressed.
-    pub fn regressions(&self) -> impl Iterator<Item = &MetricComparison> {
+    pub(crate) fn regressions(&self) -> impl Iterator<Item = &MetricComparison> {
         self.metrics
             .iter()
             .filter(|m| m.verdict == Verdict::Regression)
@@ -274,7 +274,7 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    pub fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Counts {
         let mut c = Counts::default();
         for cell in &self.cells {
             c.cells += 1;
@@ -304,7 +304,7 @@ impl Comparison {
     }
 
     /// True when a cell regressed, improved or is new (what a PR comment is worth posting for).
-    pub fn has_changes(&self) -> bool {
+    pub(crate) fn has_changes(&self) -> bool {
         self.cells.iter().any(|c| {
             matches!(
                 c.status,

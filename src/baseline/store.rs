@@ -31,7 +31,7 @@ use serde_saphyr::{MessageFormatter, Spanned, UserMessageFormatter};
 use crate::results::{CellResult, Environment, MetricValue, Outcome, RunResults};
 
 /// Bumped on any incompatible change to the file format.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 pub use crate::metrics::catalog::Direction;
 use crate::metrics::catalog::{self, DEFAULT_THROUGHPUT_TOLERANCE};
@@ -54,7 +54,7 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    pub fn of_run(results: &RunResults) -> Provenance {
+    pub(crate) fn of_run(results: &RunResults) -> Provenance {
         let env = &results.environment;
         Provenance {
             date: results.started_at.clone(),
@@ -68,7 +68,7 @@ impl Provenance {
 }
 
 /// The machine in words: `<n>x <gpu model>` on a GPU host, the CPU model otherwise.
-pub fn hardware_words(env: &Environment) -> String {
+pub(crate) fn hardware_words(env: &Environment) -> String {
     match &env.gpu_model {
         Some(gpu) => format!("{}x {gpu}", env.gpu_count.max(1)),
         None => env.cpu.clone(),
@@ -93,7 +93,7 @@ pub struct MetricBaseline {
 
 impl MetricBaseline {
     /// The tolerance in force: the user's, or the metric's default.
-    pub fn effective_tolerance(&self, metric: &str) -> f64 {
+    pub(crate) fn effective_tolerance(&self, metric: &str) -> f64 {
         self.tolerance.unwrap_or_else(|| catalog::tolerance(metric))
     }
 }
@@ -158,7 +158,7 @@ pub enum BaselineError {
 
 impl BaselineError {
     /// Write failures are bench's (or the disk's) fault; everything else is the file's.
-    pub fn is_bad_input(&self) -> bool {
+    pub(crate) fn is_bad_input(&self) -> bool {
         !matches!(self, BaselineError::Write { .. })
     }
 }
@@ -265,7 +265,7 @@ impl Baselines {
     /// found after every cell has run. Every file, not only this host's: under Slurm the
     /// run's hardware key is the nodes', known only once a job reports. A missing folder
     /// holds no baselines, which is not an error (every cell is new).
-    pub fn check_dir(dir: &Path) -> Result<(), BaselineError> {
+    pub(crate) fn check_dir(dir: &Path) -> Result<(), BaselineError> {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

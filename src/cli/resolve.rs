@@ -36,7 +36,7 @@ fn source(args: &MatrixArgs) -> MatrixSource {
 }
 
 /// `bench matrix --dry-run`.
-pub fn dry_run(args: &MatrixArgs) -> DryRunSettings {
+pub(crate) fn dry_run(args: &MatrixArgs) -> DryRunSettings {
     DryRunSettings {
         source: source(args),
         format: args.format,
@@ -47,7 +47,7 @@ pub fn dry_run(args: &MatrixArgs) -> DryRunSettings {
 /// `bench matrix` without `--dry-run`. The run's settings use the local launcher; a
 /// `--launcher slurm` request is resolved by `run::run_matrix` once the matrix's `slurm:`
 /// block is known.
-pub fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
+pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
     Ok(MatrixSettings {
         source: source(args),
         config: run_config(args)?,
@@ -105,7 +105,7 @@ fn run_config(args: &MatrixArgs) -> Result<RunConfig, CliError> {
 
 /// `bench report RUN_DIR`: the run folder is optional to clap only because the command
 /// also has subcommands; without one it is bad input.
-pub fn report(args: &ReportArgs) -> Result<ReportSettings, CliError> {
+pub(crate) fn report(args: &ReportArgs) -> Result<ReportSettings, CliError> {
     let Some(run_dir) = &args.run_dir else {
         return Err(CliError::bad_input(miette::miette!(
             "bench report needs a run folder, e.g. `bench report results/20261122T101500Z`"
@@ -138,7 +138,7 @@ impl PostArgs {
 }
 
 /// `bench report post`: `--timeout` must be a positive number of seconds.
-pub fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
+pub(crate) fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
     let deadline = Duration::try_from_secs_f64(args.timeout)
         .ok()
         .filter(|d| !d.is_zero())
@@ -159,7 +159,7 @@ pub fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
 }
 
 /// `bench report html`.
-pub fn html(args: &HtmlArgs) -> HtmlSettings {
+pub(crate) fn html(args: &HtmlArgs) -> HtmlSettings {
     HtmlSettings {
         run_dirs: args.run_dirs.clone(),
         history: args.history.clone(),
@@ -169,14 +169,14 @@ pub fn html(args: &HtmlArgs) -> HtmlSettings {
 }
 
 /// `bench env`.
-pub fn env(args: &EnvArgs) -> EnvSettings {
+pub(crate) fn env(args: &EnvArgs) -> EnvSettings {
     EnvSettings {
         format: args.format,
     }
 }
 
 /// `bench baseline update`.
-pub fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
+pub(crate) fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
     UpdateSettings {
         run_dir: args.run_dir.clone(),
         filters: args.filters.clone(),
@@ -186,7 +186,7 @@ pub fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
 }
 
 /// `bench baseline accept`.
-pub fn accept(args: &BaselineAcceptArgs) -> AcceptSettings {
+pub(crate) fn accept(args: &BaselineAcceptArgs) -> AcceptSettings {
     AcceptSettings {
         cell: args.cell.clone(),
         reason: args.reason.clone(),
@@ -198,7 +198,7 @@ pub fn accept(args: &BaselineAcceptArgs) -> AcceptSettings {
 
 /// `bench history CELL`: the cell is optional to clap only because the command also has
 /// subcommands; without either it is bad input.
-pub fn show(args: &HistoryArgs) -> Result<ShowSettings, CliError> {
+pub(crate) fn show(args: &HistoryArgs) -> Result<ShowSettings, CliError> {
     let Some(cell) = &args.cell else {
         return Err(CliError::bad_input(miette::miette!(
             "bench history needs a cell id (`bench history gpt2-125m.bf16.1gpu.single.compile`) or a subcommand (import, study)"
@@ -213,7 +213,7 @@ pub fn show(args: &HistoryArgs) -> Result<ShowSettings, CliError> {
 }
 
 /// `bench history import`.
-pub fn import(args: &HistoryImportArgs) -> ImportSettings {
+pub(crate) fn import(args: &HistoryImportArgs) -> ImportSettings {
     ImportSettings {
         run_dirs: args.run_dirs.clone(),
         history: args.history.clone(),
@@ -222,7 +222,7 @@ pub fn import(args: &HistoryImportArgs) -> ImportSettings {
 }
 
 /// `bench history study`.
-pub fn study(args: &HistoryStudyArgs) -> StudySettings {
+pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
     StudySettings {
         run_dirs: args.run_dirs.clone(),
         metric: args.metric.clone(),
@@ -237,7 +237,7 @@ pub fn study(args: &HistoryStudyArgs) -> StudySettings {
 
 /// `bench worker`: the axes arrive typed (clap parsed them through `axes`), so this only
 /// copies; the worker checks the values against its presets ([`crate::workload::Settings`]).
-pub fn worker(args: &WorkerArgs) -> WorkerSettings {
+pub(crate) fn worker(args: &WorkerArgs) -> WorkerSettings {
     WorkerSettings {
         cell_id: args.cell_id.clone(),
         model: args.model.clone(),

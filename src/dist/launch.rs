@@ -8,14 +8,17 @@
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
+#[cfg(test)]
 use std::path::PathBuf;
 
 use crate::cell::Cell;
 
 /// What each rank runs.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Program {
-    /// The built-in workload: `<exe> worker <cell.worker_args()>`.
+pub(crate) enum Program {
+    /// The built-in workload: `<exe> worker <cell.worker_args()>`, the unit tests'
+    /// shorthand (the Slurm launcher passes that argv as a [`Program::Command`]).
+    #[cfg(test)]
     Builtin { exe: PathBuf },
     /// A command workload: its argv (placeholders already filled by the caller) and
     /// extra environment.
@@ -27,11 +30,12 @@ pub enum Program {
 
 impl Program {
     /// The argv (program first) and extra environment for `cell`.
-    pub fn argv_env(
+    pub(crate) fn argv_env(
         &self,
         cell: &Cell,
     ) -> Result<(Vec<String>, BTreeMap<String, String>), LaunchError> {
         match self {
+            #[cfg(test)]
             Program::Builtin { exe } => {
                 let mut argv = vec![exe.to_string_lossy().into_owned(), "worker".to_string()];
                 argv.extend(cell.worker_args());

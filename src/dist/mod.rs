@@ -22,13 +22,6 @@ pub enum DistError {
     Rendezvous(#[from] RendezvousError),
 }
 
-impl DistError {
-    /// The worker exit code: `exit::worker::DISTRIBUTED`.
-    pub fn exit_code(&self) -> i32 {
-        crate::exit::worker::DISTRIBUTED
-    }
-}
-
 /// Joins the world and shares rank 0's NCCL unique id: what every rank of a DDP/FSDP
 /// worker calls before `Nccl::comm_init_rank(env.world_size, &id, env.rank)`.
 pub fn join_with_nccl(

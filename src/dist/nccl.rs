@@ -20,11 +20,11 @@ use std::fmt;
 use std::sync::Arc;
 
 /// NCCL's soname (the wheel `nvidia-nccl-cu*` ships exactly this file).
-pub const NCCL_SONAME: &str = "libnccl.so.2";
+pub(crate) const NCCL_SONAME: &str = "libnccl.so.2";
 /// RCCL's soname on ROCm.
-pub const RCCL_SONAME: &str = "librccl.so.1";
+pub(crate) const RCCL_SONAME: &str = "librccl.so.1";
 /// Environment variable naming the library (a soname or a path).
-pub const ENV_LIB: &str = "BENCH_NCCL_LIB";
+pub(crate) const ENV_LIB: &str = "BENCH_NCCL_LIB";
 /// Size of `ncclUniqueId` (`NCCL_UNIQUE_ID_BYTES`).
 pub const UNIQUE_ID_BYTES: usize = 128;
 
@@ -54,10 +54,12 @@ pub enum NcclError {
     BadRank { rank: u32, world_size: u32 },
 }
 
-/// `ncclDataType_t` (same numbering in NCCL and RCCL).
+/// `ncclDataType_t` (same numbering in NCCL and RCCL). All of nccl.h's values are named, so
+/// the table reads as the header does, though the workload sends only some of them.
+#[allow(dead_code)]
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataType {
+pub(crate) enum DataType {
     Int8 = 0,
     Uint8 = 1,
     Int32 = 2,
@@ -74,10 +76,11 @@ pub enum DataType {
     Float8E5M2 = 11,
 }
 
-/// `ncclRedOp_t`.
+/// `ncclRedOp_t`, all of nccl.h's values (the workload reduces with some of them).
+#[allow(dead_code)]
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedOp {
+pub(crate) enum RedOp {
     Sum = 0,
     Prod = 1,
     Max = 2,
@@ -97,7 +100,7 @@ pub struct Version {
 impl Version {
     /// Decodes `NCCL_VERSION_CODE`: `major*10000 + minor*100 + patch` since 2.9, and
     /// `major*1000 + minor*100 + patch` before (2.8.4 is 2804, 2.21.5 is 22105).
-    pub fn from_code(code: i32) -> Version {
+    pub(crate) fn from_code(code: i32) -> Version {
         let c = code.max(0) as u32;
         if c >= 10000 {
             Version {
@@ -134,7 +137,7 @@ impl UniqueId {
         &self.internal
     }
 
-    pub fn from_bytes(b: &[u8]) -> Result<UniqueId, NcclError> {
+    pub(crate) fn from_bytes(b: &[u8]) -> Result<UniqueId, NcclError> {
         let internal: [u8; UNIQUE_ID_BYTES] =
             b.try_into().map_err(|_| NcclError::BadUniqueId(b.len()))?;
         Ok(UniqueId { internal })
@@ -152,7 +155,6 @@ type FnGetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
 type FnGetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> c_int;
 type FnCommInitRank = unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> c_int;
 type FnComm = unsafe extern "C" fn(RawComm) -> c_int;
-type FnCommGetAsyncError = unsafe extern "C" fn(RawComm, *mut c_int) -> c_int;
 type FnGetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type FnAllReduce = unsafe extern "C" fn(
     *const c_void,
@@ -184,7 +186,6 @@ pub struct Nccl {
     comm_init_rank: FnCommInitRank,
     comm_destroy: FnComm,
     comm_abort: FnComm,
-    comm_get_async_error: FnCommGetAsyncError,
     get_error_string: FnGetErrorString,
     all_reduce: FnAllReduce,
     reduce_scatter: FnAllReduce,
@@ -205,7 +206,7 @@ impl fmt::Debug for Nccl {
 
 /// The libraries [`Nccl::load`] tries, in order: the argument, else `$BENCH_NCCL_LIB`,
 /// else NCCL's and RCCL's sonames.
-pub fn candidates(arg: Option<&str>, env: Option<&str>) -> Vec<String> {
+pub(crate) fn candidates(arg: Option<&str>, env: Option<&str>) -> Vec<String> {
     match (arg, env) {
         (Some(a), _) if !a.is_empty() => vec![a.to_string()],
         (_, Some(e)) if !e.is_empty() => vec![e.to_string()],
@@ -258,7 +259,6 @@ impl Nccl {
             comm_init_rank: sym(&lib, n, "ncclCommInitRank")?,
             comm_destroy: sym(&lib, n, "ncclCommDestroy")?,
             comm_abort: sym(&lib, n, "ncclCommAbort")?,
-            comm_get_async_error: sym(&lib, n, "ncclCommGetAsyncError")?,
             get_error_string: sym(&lib, n, "ncclGetErrorString")?,
             all_reduce: sym(&lib, n, "ncclAllReduce")?,
             reduce_scatter: sym(&lib, n, "ncclReduceScatter")?,
@@ -277,7 +277,7 @@ impl Nccl {
     }
 
     /// The text NCCL gives for a result code.
-    pub fn error_string(&self, code: i32) -> String {
+    pub(crate) fn error_string(&self, code: i32) -> String {
         // SAFETY: ncclGetErrorString returns a pointer to a static, NUL-terminated string
         // (or null for codes it does not know, which is handled).
         let p = unsafe { (self.get_error_string)(code) };
@@ -324,7 +324,7 @@ impl Nccl {
 
     /// `ncclCommInitRank`: joins the communicator of `world_size` ranks. Blocks until all
     /// ranks have joined; the CUDA device must already be set for this thread.
-    pub fn comm_init_rank(
+    pub(crate) fn comm_init_rank(
         self: &Arc<Self>,
         world_size: u32,
         id: &UniqueId,
@@ -348,13 +348,13 @@ impl Nccl {
     }
 
     /// `ncclGroupStart`: collectives until [`Nccl::group_end`] are fused into one launch.
-    pub fn group_start(&self) -> Result<(), NcclError> {
+    pub(crate) fn group_start(&self) -> Result<(), NcclError> {
         // SAFETY: no arguments.
         self.check("ncclGroupStart", unsafe { (self.group_start)() })
     }
 
     /// `ncclGroupEnd`.
-    pub fn group_end(&self) -> Result<(), NcclError> {
+    pub(crate) fn group_end(&self) -> Result<(), NcclError> {
         // SAFETY: no arguments.
         self.check("ncclGroupEnd", unsafe { (self.group_end)() })
     }
@@ -362,7 +362,7 @@ impl Nccl {
 
 /// A communicator. Dropping it without [`Comm::destroy`] aborts it (`ncclCommAbort`),
 /// which never waits for peers, so an error path cannot hang in the destructor.
-pub struct Comm {
+pub(crate) struct Comm {
     nccl: Arc<Nccl>,
     raw: RawComm,
     rank: u32,
@@ -383,35 +383,8 @@ impl fmt::Debug for Comm {
 }
 
 impl Comm {
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    pub fn world_size(&self) -> u32 {
-        self.world_size
-    }
-
-    /// The raw `ncclComm_t`, for calls this module does not wrap.
-    pub fn as_raw(&self) -> *mut c_void {
-        self.raw
-    }
-
-    /// `ncclCommGetAsyncError`: an error a peer's failure or a network fault raised while
-    /// collectives were in flight. Poll it while waiting on a stream to avoid hanging.
-    pub fn async_error(&self) -> Result<(), NcclError> {
-        let mut e: c_int = 0;
-        // SAFETY: valid communicator, one int written.
-        let rc = unsafe { (self.nccl.comm_get_async_error)(self.raw, &mut e) };
-        self.nccl.check("ncclCommGetAsyncError", rc)?;
-        // ncclInProgress (7) is not an error: a non-blocking operation is still running.
-        if e == 7 {
-            return Ok(());
-        }
-        self.nccl.check("ncclCommGetAsyncError(async)", e)
-    }
-
     /// `ncclCommDestroy`: orderly teardown after all work on the communicator finished.
-    pub fn destroy(mut self) -> Result<(), NcclError> {
+    pub(crate) fn destroy(mut self) -> Result<(), NcclError> {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         // SAFETY: `raw` is a live communicator, nulled above so Drop does not free it again.
         let rc = unsafe { (self.nccl.comm_destroy)(raw) };
@@ -420,7 +393,7 @@ impl Comm {
 
     /// `ncclCommAbort`: tears down at once, cancelling operations still in flight (use it
     /// when a peer failed).
-    pub fn abort(mut self) -> Result<(), NcclError> {
+    pub(crate) fn abort(mut self) -> Result<(), NcclError> {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         // SAFETY: as in `destroy`.
         let rc = unsafe { (self.nccl.comm_abort)(raw) };
@@ -434,7 +407,7 @@ impl Comm {
     /// least `count` elements of `dtype`, valid until the work on `stream` completes;
     /// `stream` must be a stream of this rank's device, or null for the default stream.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn all_reduce(
+    pub(crate) unsafe fn all_reduce(
         &self,
         send: *const c_void,
         recv: *mut c_void,
@@ -460,7 +433,7 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::all_reduce`], with the sizes above.
-    pub unsafe fn reduce_scatter(
+    pub(crate) unsafe fn reduce_scatter(
         &self,
         send: *const c_void,
         recv: *mut c_void,
@@ -486,7 +459,7 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::all_reduce`], with the sizes above.
-    pub unsafe fn all_gather(
+    pub(crate) unsafe fn all_gather(
         &self,
         send: *const c_void,
         recv: *mut c_void,
@@ -502,7 +475,7 @@ impl Comm {
     ///
     /// # Safety
     /// As [`Comm::all_reduce`].
-    pub unsafe fn broadcast(
+    pub(crate) unsafe fn broadcast(
         &self,
         send: *const c_void,
         recv: *mut c_void,

@@ -14,13 +14,13 @@ use crate::metrics::flops;
 use crate::results::{CellResult, Outcome, RunResults};
 
 /// Relative difference past which bench's and a framework's figure are said to disagree.
-pub const DISAGREE: f64 = 0.02;
+pub(crate) const DISAGREE: f64 = 0.02;
 
 static GPU_HOUR_PRICE: OnceLock<Option<f64>> = OnceLock::new();
 
 /// Sets the price per GPU-hour of the run's reports (`--gpu-hour-price`); the first call
 /// wins.
-pub fn set_gpu_hour_price(price: Option<f64>) {
+pub(crate) fn set_gpu_hour_price(price: Option<f64>) {
     let _ = GPU_HOUR_PRICE.set(price);
 }
 
@@ -30,7 +30,7 @@ fn gpu_hour_price() -> Option<f64> {
 
 /// One framework's figures for one model x configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Column {
+pub(crate) struct Column {
     pub tokens_per_s_per_gpu: Option<f64>,
     pub mfu: Option<f64>,
     pub peak_mem_bytes: Option<f64>,
@@ -48,13 +48,13 @@ pub struct Column {
 /// A row: the configuration (every axis value but the framework's) and one column per
 /// framework.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Row {
+pub(crate) struct Row {
     pub config: String,
     pub columns: IndexMap<String, Column>,
 }
 
 /// Which framework ran a cell: its `framework` axis value, else its workload kind.
-pub fn framework_of(c: &CellResult) -> String {
+pub(crate) fn framework_of(c: &CellResult) -> String {
     c.values
         .get("framework")
         .map(|v| v.id_fragment())
@@ -80,7 +80,7 @@ fn metric(c: &CellResult, name: &str) -> Option<f64> {
 
 /// The comparison's rows, in the order their configurations first appear; `price` is per
 /// GPU-hour.
-pub fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
+pub(crate) fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
     let mut out: IndexMap<String, Row> = IndexMap::new();
     for c in &results.cells {
         let config = config_of(&c.values);
@@ -134,7 +134,7 @@ pub fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
 
 /// Where a framework's own figure and bench's differ by more than [`DISAGREE`], one
 /// sentence each.
-pub fn disagreements(results: &RunResults) -> Vec<String> {
+pub(crate) fn disagreements(results: &RunResults) -> Vec<String> {
     let mut out = Vec::new();
     for c in &results.cells {
         let Some(fw) = c.repeats.iter().find_map(|r| r.summary.framework.as_ref()) else {
@@ -183,7 +183,7 @@ fn fmt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 }
 
 /// The comparison as Markdown; `None` when the run has no framework cells.
-pub fn markdown(results: &RunResults, price: Option<f64>) -> Option<String> {
+pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<String> {
     let has_framework = results.cells.iter().any(|c| {
         c.values.contains_key("framework") || crate::external::adapter(&c.params.workload).is_some()
     });
@@ -248,7 +248,7 @@ pub fn markdown(results: &RunResults, price: Option<f64>) -> Option<String> {
 }
 
 /// The `frameworks.md` sink: the comparison table, or a line saying the run has none.
-pub struct FrameworksExporter;
+pub(crate) struct FrameworksExporter;
 
 impl crate::report::Exporter for FrameworksExporter {
     fn file_name(&self) -> &'static str {

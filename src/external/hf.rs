@@ -16,7 +16,7 @@ use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, St
 use super::{AttemptFiles, FrameworkOpts, Prepared};
 use crate::cell::Cell;
 
-pub struct Hf;
+pub(crate) struct Hf;
 
 const NAME: &str = "hf";
 
@@ -148,7 +148,7 @@ static SAMPLES_PER_S: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The Trainer's log with the driver's step lines, as `bench adapt` reads it.
 #[derive(Default)]
-pub struct HfLog {
+pub(crate) struct HfLog {
     steps_expected: u32,
     tokens_per_step: u64,
     seq_len: u32,

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 /// A step as a framework logged it, in bench's terms.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LoggedStep {
+pub(crate) struct LoggedStep {
     /// 1-based step number as the framework counts it.
     pub step: u64,
     /// Seconds the step took, by the framework's clock.
@@ -29,7 +29,7 @@ pub struct LoggedStep {
 
 /// What the driver script says about itself on its first line (`bench-framework: {json}`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct DriverInfo {
+pub(crate) struct DriverInfo {
     pub name: String,
     pub version: String,
     #[serde(default)]
@@ -41,7 +41,7 @@ pub struct DriverInfo {
 
 /// What a parser knows once the log has ended.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogEnd {
+pub(crate) struct LogEnd {
     pub info: DriverInfo,
     /// Peak device memory per rank in bytes (index = rank), when the framework logs it.
     pub peak_mem_bytes: Vec<u64>,
@@ -55,7 +55,7 @@ pub struct LogEnd {
 /// A log line bench cannot read as its framework would mean it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{framework} log line {line_no}: {message}{}", if .line.is_empty() { String::new() } else { format!(": `{}`", .line) })]
-pub struct ParseError {
+pub(crate) struct ParseError {
     pub framework: &'static str,
     /// 1-based line number in the framework's output (0: at the end of the log).
     pub line_no: usize,
@@ -65,7 +65,7 @@ pub struct ParseError {
 }
 
 impl ParseError {
-    pub fn new(
+    pub(crate) fn new(
         framework: &'static str,
         line_no: usize,
         line: &str,
@@ -90,7 +90,7 @@ impl ParseError {
 }
 
 /// A framework's log reader.
-pub trait LogParser: Send {
+pub(crate) trait LogParser: Send {
     /// Takes one output line (1-based `line_no`); returns the steps it completes.
     fn line(&mut self, line_no: usize, line: &str) -> Result<Vec<LoggedStep>, ParseError>;
     /// The log has ended (the framework exited with `exited_ok`); returns the steps still
@@ -105,7 +105,7 @@ static ANSI: LazyLock<Regex> =
 
 /// Splits torchrun's `[rank<N>]:` (or `[default<N>]:`) prefix off a line and removes
 /// terminal colour codes.
-pub fn split_rank(line: &str) -> (Option<u32>, String) {
+pub(crate) fn split_rank(line: &str) -> (Option<u32>, String) {
     let (rank, rest) = match RANK_PREFIX.captures(line) {
         Some(c) => (
             c[1].parse().ok(),
@@ -117,10 +117,10 @@ pub fn split_rank(line: &str) -> (Option<u32>, String) {
 }
 
 /// The prefix of the drivers' version line.
-pub const DRIVER_PREFIX: &str = "bench-framework: ";
+pub(crate) const DRIVER_PREFIX: &str = "bench-framework: ";
 
 /// Parses a driver's version line, `None` when `text` is not one.
-pub fn driver_info(
+pub(crate) fn driver_info(
     framework: &'static str,
     line_no: usize,
     text: &str,
@@ -139,12 +139,12 @@ pub fn driver_info(
 /// Per-rank step order: each rank's steps must come as 1, 2, 3, ... with none missing or
 /// repeated. Lines of several ranks mixed without rank prefixes show up as repeats.
 #[derive(Debug, Default)]
-pub struct StepOrder {
+pub(crate) struct StepOrder {
     last: BTreeMap<Option<u32>, u64>,
 }
 
 impl StepOrder {
-    pub fn check(&mut self, rank: Option<u32>, step: u64) -> Result<(), String> {
+    pub(crate) fn check(&mut self, rank: Option<u32>, step: u64) -> Result<(), String> {
         let last = self.last.get(&rank).copied().unwrap_or(0);
         if step != last + 1 {
             let who = match rank {
@@ -166,13 +166,13 @@ impl StepOrder {
     }
 
     /// The last step of the lowest rank seen (the reporting rank).
-    pub fn last_step(&self) -> u64 {
+    pub(crate) fn last_step(&self) -> u64 {
         self.last.values().next().copied().unwrap_or(0)
     }
 }
 
 /// Checks at the end of a log: the driver said who it is, and every step was logged.
-pub fn check_complete(
+pub(crate) fn check_complete(
     framework: &'static str,
     info: &Option<DriverInfo>,
     last_step: u64,
@@ -201,7 +201,8 @@ pub fn check_complete(
 }
 
 /// Reads a whole log: every line, then the end (the framework exited with `exited_ok`).
-pub fn read_all(
+#[cfg(test)]
+pub(crate) fn read_all(
     parser: &mut dyn LogParser,
     text: &str,
     exited_ok: bool,
@@ -216,7 +217,7 @@ pub fn read_all(
 }
 
 /// A number as frameworks print it (`353,169`, `2.18940`, `nan`).
-pub fn number(s: &str) -> Option<f64> {
+pub(crate) fn number(s: &str) -> Option<f64> {
     let cleaned = s.replace(',', "");
     match cleaned.to_ascii_lowercase().as_str() {
         "nan" => Some(f64::NAN),
@@ -228,7 +229,7 @@ pub fn number(s: &str) -> Option<f64> {
 
 /// Median of the framework's per-step figure over the measured steps (step number above
 /// `warmup`); `None` when a measured step lacks it.
-pub fn measured_median(
+pub(crate) fn measured_median(
     steps: &[LoggedStep],
     warmup: u32,
     figure: impl Fn(&LoggedStep) -> Option<f64>,

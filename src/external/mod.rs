@@ -82,7 +82,7 @@ pub struct FrameworkReport {
 
 /// A framework config file and command line for one attempt.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The file's extension (`toml`, `json`) and text.
     pub config_ext: &'static str,
     pub config_text: String,
@@ -95,7 +95,7 @@ pub struct Prepared {
 
 /// Where an attempt's files go and what the adapter may use.
 #[derive(Debug, Clone)]
-pub struct AttemptFiles {
+pub(crate) struct AttemptFiles {
     /// The attempt's own folder inside the run folder (config, data, framework outputs).
     pub dir: PathBuf,
     /// The folder holding the adapters' Python drivers (`scripts/frameworks`).
@@ -104,7 +104,7 @@ pub struct AttemptFiles {
 }
 
 /// One framework: what it can express, how it is started, how its log reads.
-pub trait Adapter: Sync {
+pub(crate) trait Adapter: Sync {
     /// The workload kind, e.g. `torchtitan`.
     fn name(&self) -> &'static str;
     /// Why the framework cannot run `cell` as bench means it, if it cannot.
@@ -116,7 +116,7 @@ pub trait Adapter: Sync {
 }
 
 /// The adapter of a workload, `None` for built-in and command workloads.
-pub fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
+pub(crate) fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
     match w {
         Workload::Torchtitan(o) => Some((&torchtitan::Torchtitan, o)),
         Workload::Hf(o) => Some((&hf::Hf, o)),
@@ -126,21 +126,21 @@ pub fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
 
 /// `(by, reason)` when `cell` is a framework cell its framework cannot express: the
 /// expansion drops it, as a rule would.
-pub fn unexpressible(cell: &Cell) -> Option<(String, String)> {
+pub(crate) fn unexpressible(cell: &Cell) -> Option<(String, String)> {
     let (a, _) = adapter(&cell.params.workload)?;
     a.unexpressible(cell)
         .map(|why| (format!("workload {}", a.name()), why))
 }
 
 /// The `bench` arguments that run a framework cell (`bench adapt --cell JSON`).
-pub fn adapt_args(cell: &Cell) -> Vec<String> {
+pub(crate) fn adapt_args(cell: &Cell) -> Vec<String> {
     // Serialising a cell cannot fail: its maps have string keys.
     let json = serde_json::to_string(cell).unwrap_or_default();
     vec!["adapt".to_string(), "--cell".to_string(), json]
 }
 
 /// The Llama preset a framework cell trains, or why there is none.
-pub fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, String> {
+pub(crate) fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, String> {
     let name = cell.model();
     let cfg = presets::get(name).ok_or_else(|| {
         format!("model `{name}` is not a bench preset, so {framework} cannot be given its shape")
@@ -154,7 +154,7 @@ pub fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, String>
 }
 
 /// An integer axis such as `tp` or `pp` (1 when the matrix has no such axis).
-pub fn degree(cell: &Cell, axis: &str) -> u32 {
+pub(crate) fn degree(cell: &Cell, axis: &str) -> u32 {
     cell.values
         .get(axis)
         .and_then(Value::as_f64)
@@ -164,7 +164,7 @@ pub fn degree(cell: &Cell, axis: &str) -> u32 {
 
 /// Checks every adapter shares: known features, a warm-up that excludes the first step
 /// (whose time includes start-up), and a global batch the data-parallel ranks divide.
-pub fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> Option<String> {
+pub(crate) fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> Option<String> {
     let p = &cell.params;
     if let Some(f) = cell
         .features()
@@ -220,7 +220,7 @@ pub fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> Option<
 /// The folder of the adapters' Python drivers: `$BENCH_FRAMEWORK_SCRIPTS`, else
 /// `scripts/frameworks` under the current folder, else beside the executable's checkout
 /// (`target/<profile>/bench` -> `scripts/frameworks`).
-pub fn scripts_dir(exe: &Path) -> PathBuf {
+pub(crate) fn scripts_dir(exe: &Path) -> PathBuf {
     if let Some(d) = std::env::var_os("BENCH_FRAMEWORK_SCRIPTS") {
         return PathBuf::from(d);
     }
@@ -235,7 +235,7 @@ pub fn scripts_dir(exe: &Path) -> PathBuf {
 }
 
 /// The interpreter of a framework workload.
-pub fn python(opts: &FrameworkOpts) -> String {
+pub(crate) fn python(opts: &FrameworkOpts) -> String {
     opts.python
         .clone()
         .or_else(|| std::env::var("BENCH_PYTHON").ok())
@@ -244,7 +244,7 @@ pub fn python(opts: &FrameworkOpts) -> String {
 
 /// `python -m torch.distributed.run` for `nproc` ranks on this host, every rank's output
 /// prefixed with `[rank<N>]:` so interleaved lines stay attributable.
-pub fn torchrun(python: &str, nproc: u32) -> Vec<String> {
+pub(crate) fn torchrun(python: &str, nproc: u32) -> Vec<String> {
     [
         python,
         "-m",

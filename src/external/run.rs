@@ -73,7 +73,7 @@ fn pump<R: Read + Send + 'static>(stream: R, tx: mpsc::Sender<String>) {
 }
 
 /// `bench adapt`: returns the process's exit code.
-pub fn main(cell_json: &str) -> i32 {
+pub(crate) fn main(cell_json: &str) -> i32 {
     let cell: Cell = match serde_json::from_str(cell_json) {
         Ok(c) => c,
         Err(e) => return fail(ErrorKind::BadInput, format!("bench adapt: --cell: {e}")),

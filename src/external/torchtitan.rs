@@ -15,7 +15,7 @@ use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, St
 use super::{AttemptFiles, FrameworkOpts, Prepared};
 use crate::cell::Cell;
 
-pub struct Torchtitan;
+pub(crate) struct Torchtitan;
 
 const NAME: &str = "torchtitan";
 
@@ -51,7 +51,7 @@ impl Toml {
 /// The keyword arguments of torchtitan's `TransformerModelArgs` for a preset: FFN width is
 /// given exactly (`multiple_of` = the width, and a multiplier only when torchtitan's
 /// default 8/3 x hidden would exceed it).
-pub fn model_args(cfg: &crate::workload::models::presets::ModelConfig) -> serde_json::Value {
+pub(crate) fn model_args(cfg: &crate::workload::models::presets::ModelConfig) -> serde_json::Value {
     let base = (2 * 4 * cfg.hidden) / 3;
     let multiplier = if base <= cfg.ffn {
         serde_json::Value::Null
@@ -335,7 +335,7 @@ fn millis(ts: &str) -> Option<i64> {
 
 /// torchtitan's log, as `bench adapt` reads it.
 #[derive(Default)]
-pub struct TitanLog {
+pub(crate) struct TitanLog {
     steps_expected: u32,
     info: Option<DriverInfo>,
     order: StepOrder,

@@ -14,7 +14,7 @@
 
 /// Settings of the search.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The exponent `a` in (0, 2); 1 is the paper's and Hunter's choice.
     pub alpha_exponent: f64,
     /// Significance level of the permutation test.
@@ -39,7 +39,7 @@ impl Default for Settings {
 /// One change point: the index of the first value after the shift, the means on either
 /// side (within the enclosing part) and the permutation p-value.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ChangePoint {
+pub(crate) struct ChangePoint {
     pub index: usize,
     pub mean_before: f64,
     pub mean_after: f64,
@@ -48,13 +48,13 @@ pub struct ChangePoint {
 
 impl ChangePoint {
     /// Relative change of the mean across the point.
-    pub fn rel_change(&self) -> f64 {
+    pub(crate) fn rel_change(&self) -> f64 {
         (self.mean_after - self.mean_before) / self.mean_before.abs().max(f64::MIN_POSITIVE)
     }
 }
 
 /// The change points of `xs`, in index order.
-pub fn e_divisive(xs: &[f64], settings: &Settings) -> Vec<ChangePoint> {
+pub(crate) fn e_divisive(xs: &[f64], settings: &Settings) -> Vec<ChangePoint> {
     let mut found = Vec::new();
     let mut rng = SplitMix64(0x5eed_cafe_f00d_d00d);
     let mut parts = vec![(0usize, xs.len())];
@@ -92,7 +92,7 @@ pub fn e_divisive(xs: &[f64], settings: &Settings) -> Vec<ChangePoint> {
 /// The split of `xs` (index of the first value after it) with the largest statistic `Q`,
 /// and that statistic; `None` when `xs` is too short for two parts of `min_size`.
 /// O(n^2): the within-part distance sums are updated as the split moves right.
-pub fn best_split(xs: &[f64], settings: &Settings) -> Option<(usize, f64)> {
+pub(crate) fn best_split(xs: &[f64], settings: &Settings) -> Option<(usize, f64)> {
     let n = xs.len();
     let min = settings.min_size.max(2);
     if n < 2 * min {
@@ -137,10 +137,10 @@ pub fn best_split(xs: &[f64], settings: &Settings) -> Option<(usize, f64)> {
 /// SplitMix64 (Steele, Lea & Flood 2014, "Fast splittable pseudorandom number
 /// generators", OOPSLA): a small, well-mixed generator, enough for permutation tests and
 /// seeded so results repeat.
-pub struct SplitMix64(pub u64);
+pub(crate) struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -149,13 +149,13 @@ impl SplitMix64 {
     }
 
     /// A uniform index below `n` (n > 0); the modulo bias is below 2^-40 for the sizes here.
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
 }
 
 /// Fisher-Yates shuffle in place.
-pub fn shuffle<T>(xs: &mut [T], rng: &mut SplitMix64) {
+pub(crate) fn shuffle<T>(xs: &mut [T], rng: &mut SplitMix64) {
     for i in (1..xs.len()).rev() {
         xs.swap(i, rng.below(i + 1));
     }

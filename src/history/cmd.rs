@@ -26,7 +26,7 @@ fn print(text: &str) {
 
 /// Resolved settings of `bench history CELL`.
 #[derive(Debug, Clone)]
-pub struct ShowSettings {
+pub(crate) struct ShowSettings {
     /// The cell whose trend is shown.
     pub cell: String,
     /// The history store (a SQLite file or a postgres:// URL).
@@ -39,7 +39,7 @@ pub struct ShowSettings {
 
 /// Resolved settings of `bench history import`.
 #[derive(Debug, Clone)]
-pub struct ImportSettings {
+pub(crate) struct ImportSettings {
     /// Run folders, imported in this order.
     pub run_dirs: Vec<PathBuf>,
     /// The history store (a SQLite file or a postgres:// URL).
@@ -50,7 +50,7 @@ pub struct ImportSettings {
 
 /// Resolved settings of `bench history study`.
 #[derive(Debug, Clone)]
-pub struct StudySettings {
+pub(crate) struct StudySettings {
     /// Run folders of the study (clean runs have no BENCH_FUSED_* switch set).
     pub run_dirs: Vec<PathBuf>,
     pub metric: String,
@@ -68,7 +68,7 @@ pub struct StudySettings {
 
 /// Resolved settings of `bench baseline accept`.
 #[derive(Debug, Clone)]
-pub struct AcceptSettings {
+pub(crate) struct AcceptSettings {
     /// The cell id.
     pub cell: String,
     /// Why the shift is intended.
@@ -82,7 +82,7 @@ pub struct AcceptSettings {
 }
 
 /// `bench history import RUN_DIR...`: each run in its own transaction, in the order given.
-pub fn import(args: &ImportSettings) -> Result<i32, CliError> {
+pub(crate) fn import(args: &ImportSettings) -> Result<i32, CliError> {
     if args.run_dirs.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
             "bench history import needs at least one run folder"
@@ -110,7 +110,7 @@ pub fn import(args: &ImportSettings) -> Result<i32, CliError> {
 const SPARKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
 /// A sparkline of `values` scaled between their minimum and maximum (NaN as a space).
-pub fn sparkline(values: &[f64]) -> String {
+pub(crate) fn sparkline(values: &[f64]) -> String {
     let finite = values.iter().copied().filter(|v| v.is_finite());
     let lo = finite.clone().fold(f64::INFINITY, f64::min);
     let hi = finite.fold(f64::NEG_INFINITY, f64::max);
@@ -130,7 +130,7 @@ pub fn sparkline(values: &[f64]) -> String {
 
 /// A value with four significant digits and an SI suffix (`487.0K`): a trend's steps are
 /// often below the three digits the reports show.
-pub fn human(v: f64) -> String {
+pub(crate) fn human(v: f64) -> String {
     let (x, s) = crate::report::text::si_scaled(v);
     let digits = if x.abs() >= 100.0 {
         1
@@ -148,7 +148,7 @@ fn short(c: &Option<String>) -> String {
 }
 
 /// The text of one cell's trend on one hardware key.
-pub fn render_trend(
+pub(crate) fn render_trend(
     cell: &str,
     key: &str,
     metric: &str,
@@ -242,7 +242,7 @@ pub fn render_trend(
 }
 
 /// `bench history CELL`.
-pub fn show(args: &ShowSettings) -> Result<i32, CliError> {
+pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
     let cell = args.cell.as_str();
     let mut store = super::open(&args.history)?;
     let keys = match &args.hardware {
@@ -265,7 +265,7 @@ pub fn show(args: &ShowSettings) -> Result<i32, CliError> {
 }
 
 /// `bench baseline accept CELL --reason ...`.
-pub fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
+pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     if args.reason.trim().is_empty() {
         return Err(CliError::bad_input(miette::miette!(
             "--reason: say why the shift is intended (it is kept with the segment)"
@@ -320,7 +320,7 @@ pub fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
 }
 
 /// Groups the run folders' repeats by cell and by speed switches (none set: clean).
-pub fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
+pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
     let mut cells: IndexMap<String, CellPools> = IndexMap::new();
     for r in runs {
         let mut switch: Vec<String> = r
@@ -365,7 +365,7 @@ pub fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
 }
 
 /// `bench history study RUN_DIR...`.
-pub fn study(args: &StudySettings) -> Result<i32, CliError> {
+pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
     let mut runs = Vec::new();
     for d in &args.run_dirs {
         runs.push(RunResults::load(d)?);

@@ -35,7 +35,7 @@ use crate::metrics::stats::{mad, median};
 
 /// Scale factor that makes the MAD a consistent estimator of a normal standard deviation
 /// (1 / Phi^-1(3/4); Rousseeuw & Croux 1993).
-pub const MAD_TO_SIGMA: f64 = 1.4826;
+pub(crate) const MAD_TO_SIGMA: f64 = 1.4826;
 
 /// The knobs of the rule. [`Policy::default`] is the calibrated choice.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -82,7 +82,7 @@ pub enum HistoryVerdict {
 }
 
 impl HistoryVerdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HistoryVerdict::Regressed => "regressed",
             HistoryVerdict::Improved => "improved",
@@ -94,7 +94,7 @@ impl HistoryVerdict {
     }
 
     /// Whether this verdict fails the job.
-    pub fn fails_run(self) -> bool {
+    pub(crate) fn fails_run(self) -> bool {
         self == HistoryVerdict::Regressed
     }
 }
@@ -115,7 +115,7 @@ pub struct Band {
 impl Band {
     /// Robust standard deviations between `value` and the centre (signed: positive is
     /// above). Infinite when the noise scale is zero and the value differs.
-    pub fn sigmas(&self, value: f64) -> f64 {
+    pub(crate) fn sigmas(&self, value: f64) -> f64 {
         let d = value - self.center;
         if self.sigma > 0.0 {
             d / self.sigma
@@ -130,7 +130,7 @@ impl Band {
 /// Which side of the band a value is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Side {
+pub(crate) enum Side {
     Inside,
     Worse,
     Better,
@@ -139,7 +139,7 @@ pub enum Side {
 /// The band of the last `policy.lookback` values of `history` (oldest first), widened by
 /// the new run's relative repeat spread. `None` when `history` has fewer than
 /// `policy.min_history` finite values.
-pub fn band(history: &[f64], new_rel_spread: f64, policy: &Policy) -> Option<Band> {
+pub(crate) fn band(history: &[f64], new_rel_spread: f64, policy: &Policy) -> Option<Band> {
     let finite: Vec<f64> = history.iter().copied().filter(|v| v.is_finite()).collect();
     if finite.len() < policy.min_history.max(1) {
         return None;
@@ -160,7 +160,7 @@ pub fn band(history: &[f64], new_rel_spread: f64, policy: &Policy) -> Option<Ban
 }
 
 /// The side of `band` that `value` falls on, for a metric of `direction`.
-pub fn side(band: &Band, value: f64, direction: Direction) -> Side {
+pub(crate) fn side(band: &Band, value: f64, direction: Direction) -> Side {
     let d = value - band.center;
     if d.abs() <= band.half_width {
         return Side::Inside;
@@ -172,7 +172,12 @@ pub fn side(band: &Band, value: f64, direction: Direction) -> Side {
 }
 
 /// The old rule: `value` against one stored number with a relative tolerance.
-pub fn baseline_side(baseline: f64, tolerance: f64, value: f64, direction: Direction) -> Side {
+pub(crate) fn baseline_side(
+    baseline: f64,
+    tolerance: f64,
+    value: f64,
+    direction: Direction,
+) -> Side {
     let rel = (value - baseline) / baseline.abs().max(f64::MIN_POSITIVE);
     if rel.abs() <= tolerance {
         return Side::Inside;
@@ -185,7 +190,7 @@ pub fn baseline_side(baseline: f64, tolerance: f64, value: f64, direction: Direc
 
 /// Everything [`judge`] looks at for one measurement.
 #[derive(Debug, Clone, Copy)]
-pub struct Observation<'a> {
+pub(crate) struct Observation<'a> {
     /// The segment's earlier values, oldest first (this run excluded).
     pub history: &'a [f64],
     /// This run's value (median over its repeats) and relative repeat spread.
@@ -214,7 +219,7 @@ pub struct Judgement {
 }
 
 /// Judges `obs` for a metric of `direction` under `policy` (see the module docs).
-pub fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy) -> Judgement {
+pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy) -> Judgement {
     let Some(b) = band(obs.history, obs.rel_spread, policy) else {
         // Too little history: the stored baseline decides, as the old gate did.
         let rel_change = obs
@@ -308,7 +313,7 @@ pub enum NumericsVerdict {
 /// larger of twice their full range (the run-to-run nondeterminism the history shows,
 /// e.g. from atomics in reductions) and `floor_rel` of the median. Steps beyond the
 /// shortest curve are not judged.
-pub fn judge_loss(
+pub(crate) fn judge_loss(
     history: &[Vec<f64>],
     new: &[f64],
     min_history: usize,

@@ -26,10 +26,10 @@ use super::telemetry::{reason_names, Telemetry};
 use super::HistoryError;
 
 /// The metric whose history decides a cell's speed verdict.
-pub const METRIC: &str = "tokens_per_s";
+pub(crate) const METRIC: &str = "tokens_per_s";
 
 /// Relative floor of the loss band (see `detect::judge_loss`).
-pub const LOSS_FLOOR_REL: f64 = 1e-3;
+pub(crate) const LOSS_FLOOR_REL: f64 = 1e-3;
 
 /// Where a shift began and the last run before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,7 +66,7 @@ impl CellJudgement {
 
     /// Whether this cell fails the job: a confirmed regression, changed numerics, or a
     /// baseline regression where the history is too short to judge.
-    pub fn fails_run(&self) -> bool {
+    pub(crate) fn fails_run(&self) -> bool {
         self.verdict().fails_run()
             || matches!(self.numerics, NumericsVerdict::Changed { .. })
             || (self.verdict() == HistoryVerdict::InsufficientHistory && self.baseline_regressed)
@@ -87,7 +87,7 @@ pub struct GateReport {
 
 impl GateReport {
     /// The file in a run folder.
-    pub const FILE: &'static str = "history.json";
+    pub(crate) const FILE: &'static str = "history.json";
 
     /// 1 when a cell fails the job, else 0.
     pub fn exit_code(&self) -> i32 {
@@ -99,7 +99,7 @@ impl GateReport {
     }
 
     /// Reads `history.json` from a run folder; `None` when the run was not judged.
-    pub fn load(run_dir: &Path) -> Option<GateReport> {
+    pub(crate) fn load(run_dir: &Path) -> Option<GateReport> {
         let text = std::fs::read_to_string(run_dir.join(Self::FILE)).ok()?;
         serde_json::from_str(&text).ok()
     }
@@ -114,7 +114,7 @@ impl GateReport {
 }
 
 /// Re-runs cells by id and returns the run's results (the seam `--confirm` goes through).
-pub trait ConfirmRunner {
+pub(crate) trait ConfirmRunner {
     fn rerun(&mut self, cell_ids: &[String]) -> Result<RunResults, crate::error::CliError>;
 }
 
@@ -308,7 +308,7 @@ pub fn record(
 /// The whole `--history` step of `bench matrix`: judge, confirm the suspects through
 /// `runner` when given, stop the telemetry `sampler`, record, and write `history.json`
 /// and `history.md` into the run folder. Returns the report.
-pub fn after_run(
+pub(crate) fn after_run(
     location: &str,
     run_dir: &Path,
     results: &RunResults,
@@ -369,7 +369,7 @@ pub fn after_run(
 
 /// Re-runs suspect cells as a second pass of the matrix command: the same matrix and
 /// settings, only those cells, into the run folder `<run-id>-confirm`.
-pub struct MatrixConfirm<'a> {
+pub(crate) struct MatrixConfirm<'a> {
     pub settings: &'a crate::run::MatrixSettings,
     pub run_id: String,
 }
@@ -394,7 +394,7 @@ impl ConfirmRunner for MatrixConfirm<'_> {
 /// The `--history` step of `bench matrix` after the reports are written: telemetry saved,
 /// cells judged (suspects re-run under `--confirm`), the run recorded, the history's lines
 /// appended to the CI job summary.
-pub fn with_history(
+pub(crate) fn with_history(
     args: &crate::run::MatrixSettings,
     location: &str,
     outcome: &crate::run::RunOutcome,

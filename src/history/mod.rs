@@ -29,7 +29,7 @@ pub mod telemetry;
 pub use store::{open, History};
 
 /// The default history file of the `bench history` commands (also `$BENCH_HISTORY`).
-pub const DEFAULT_LOCATION: &str = "bench-history.sqlite";
+pub(crate) const DEFAULT_LOCATION: &str = "bench-history.sqlite";
 
 /// Errors of the history stage; each names the store (file or URL without password).
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum HistoryError {
 
 impl HistoryError {
     /// Whether the user's input is at fault (exit 2) rather than the store (internal).
-    pub fn is_bad_input(&self) -> bool {
+    pub(crate) fn is_bad_input(&self) -> bool {
         matches!(
             self,
             HistoryError::Input { .. } | HistoryError::Open { .. } | HistoryError::Newer { .. }

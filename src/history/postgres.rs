@@ -8,7 +8,7 @@ use postgres::{Client, NoTls};
 
 use super::store::{Backend, Sql};
 
-pub struct PgBackend {
+pub(crate) struct PgBackend {
     client: Client,
     /// Prepared statements by their SQL: an import repeats the same few thousands of times,
     /// and preparing costs a round trip to the server.
@@ -16,7 +16,7 @@ pub struct PgBackend {
 }
 
 impl PgBackend {
-    pub fn connect(url: &str) -> Result<PgBackend, String> {
+    pub(crate) fn connect(url: &str) -> Result<PgBackend, String> {
         let client = Client::connect(url, NoTls).map_err(|e| e.to_string())?;
         Ok(PgBackend {
             client,
@@ -26,7 +26,7 @@ impl PgBackend {
 }
 
 /// The URL without its password, for messages and reports.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -41,7 +41,7 @@ pub fn redact(url: &str) -> String {
 
 /// `?` placeholders numbered as PostgreSQL wants them (`$1`, `$2`, ...). Our statements
 /// have no `?` inside string literals.
-pub fn number_placeholders(sql: &str) -> String {
+pub(crate) fn number_placeholders(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
     let mut n = 0;
     for ch in sql.chars() {

@@ -97,13 +97,13 @@ impl RunRecord {
         }
     }
 
-    pub fn throttled(&self) -> bool {
+    pub(crate) fn throttled(&self) -> bool {
         self.telemetry.as_ref().is_some_and(|t| t.throttled)
     }
 }
 
 impl CellRecord {
-    pub fn from_result(cell: &CellResult) -> CellRecord {
+    pub(crate) fn from_result(cell: &CellResult) -> CellRecord {
         let status = match &cell.outcome {
             Outcome::Passed => "passed",
             Outcome::Failed { .. } => "failed",
@@ -141,7 +141,7 @@ impl CellRecord {
 
 /// The branch a run measured, from the CI's variables (a pull request's head branch first),
 /// else from git; `None` when neither knows (a detached checkout outside CI).
-pub fn current_branch() -> Option<String> {
+pub(crate) fn current_branch() -> Option<String> {
     for var in [
         "GITHUB_HEAD_REF",
         "GITHUB_REF_NAME",

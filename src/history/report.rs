@@ -16,7 +16,7 @@ fn short(commit: &Option<String>) -> String {
 }
 
 /// One line about one cell, or `None` when it is unremarkable.
-pub fn cell_line(c: &CellJudgement) -> Option<String> {
+pub(crate) fn cell_line(c: &CellJudgement) -> Option<String> {
     let verdict = c.verdict();
     let numerics = matches!(c.numerics, NumericsVerdict::Changed { .. });
     let speed_news = matches!(

@@ -10,13 +10,13 @@ use rusqlite::Connection;
 
 use super::store::{Backend, Sql};
 
-pub struct SqliteBackend {
+pub(crate) struct SqliteBackend {
     conn: Connection,
 }
 
 impl SqliteBackend {
     /// Opens (or creates) the file, with its parent folders.
-    pub fn open(path: &Path) -> Result<SqliteBackend, String> {
+    pub(crate) fn open(path: &Path) -> Result<SqliteBackend, String> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         }

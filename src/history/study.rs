@@ -33,11 +33,11 @@ use super::changepoint::SplitMix64;
 use super::detect::{self, HistoryVerdict, Observation, Policy};
 
 /// The old rule's fixed tolerance.
-pub const OLD_TOLERANCE: f64 = 0.03;
+pub(crate) const OLD_TOLERANCE: f64 = 0.03;
 
 /// Clean and slowed-down repeat pools of one cell.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CellPools {
+pub(crate) struct CellPools {
     pub cell: String,
     pub clean: Vec<f64>,
     /// Clean runs the pool came from.
@@ -55,7 +55,7 @@ fn sim_run(pool: &[f64], r: usize, rng: &mut SplitMix64) -> (f64, f64) {
 /// Rates of one rule over `trials` new runs drawn from `pool` (clean for false alarms,
 /// slowed for detection), with histories and baselines drawn from `clean`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rates {
+pub(crate) struct Rates {
     pub old: f64,
     /// Before confirmation (a single breach, i.e. suspect or regressed).
     pub new_single: f64,
@@ -65,7 +65,7 @@ pub struct Rates {
 }
 
 /// Simulates `trials` verdicts of both rules (see the module docs).
-pub fn simulate(
+pub(crate) fn simulate(
     clean: &[f64],
     pool: &[f64],
     repeats: usize,
@@ -126,7 +126,7 @@ pub fn simulate(
 }
 
 /// A rate as a percentage, or `< 3/trials` when no trial had the event.
-pub fn pct(rate: f64, trials: usize) -> String {
+pub(crate) fn pct(rate: f64, trials: usize) -> String {
     if rate == 0.0 {
         format!("< {:.3}%", 300.0 / trials.max(1) as f64)
     } else {
@@ -137,7 +137,7 @@ pub fn pct(rate: f64, trials: usize) -> String {
 /// The study's Markdown table for `cells` under `policy`, with `repeat_counts` repeats per
 /// simulated run, `detect_trials` trials per detection rate and `alarm_trials` per
 /// false-alarm rate.
-pub fn table(
+pub(crate) fn table(
     cells: &[CellPools],
     policy: &Policy,
     repeat_counts: &[usize],

@@ -14,20 +14,20 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The `nvidia-smi` fields queried, in this order.
-pub const QUERY: &str = "index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active";
+pub(crate) const QUERY: &str = "index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active";
 
 /// Throttle-reason bits that slow a GPU below what the code would get (NVML's
 /// `nvmlClocksThrottleReason*`): SW power cap 0x4, HW slowdown 0x8, SW thermal slowdown 0x20,
 /// HW thermal slowdown 0x40, HW power brake 0x80. Idle (0x1), application-clock setting
 /// (0x2), sync boost (0x10) and display clock (0x100) are not slowdowns of a busy GPU.
-pub const SLOWDOWN_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+pub(crate) const SLOWDOWN_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 
 /// Seconds between samples.
-pub const INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(2);
 
 /// One reading of one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub gpu: u32,
     pub sm_clock_mhz: Option<f64>,
     pub max_sm_clock_mhz: Option<f64>,
@@ -63,7 +63,7 @@ pub struct GpuSummary {
 /// Parses `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits` output; fields the
 /// driver does not support (`[N/A]`, `[Not Supported]`) are `None`, lines that do not
 /// parse are skipped.
-pub fn parse(text: &str) -> Vec<Sample> {
+pub(crate) fn parse(text: &str) -> Vec<Sample> {
     text.lines()
         .filter_map(|line| {
             let f: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -88,7 +88,7 @@ pub fn parse(text: &str) -> Vec<Sample> {
 }
 
 /// Summarizes samples (several per GPU); `None` when there are none.
-pub fn summarize(samples: &[Sample]) -> Option<Telemetry> {
+pub(crate) fn summarize(samples: &[Sample]) -> Option<Telemetry> {
     if samples.is_empty() {
         return None;
     }
@@ -137,7 +137,7 @@ pub fn summarize(samples: &[Sample]) -> Option<Telemetry> {
 }
 
 /// Names of the slowdown reasons in `bits`, for reports.
-pub fn reason_names(bits: u64) -> Vec<&'static str> {
+pub(crate) fn reason_names(bits: u64) -> Vec<&'static str> {
     [
         (0x4, "SW power cap"),
         (0x8, "HW slowdown"),
@@ -152,7 +152,7 @@ pub fn reason_names(bits: u64) -> Vec<&'static str> {
 }
 
 /// A background sampler; [`Sampler::finish`] stops it and summarizes.
-pub struct Sampler {
+pub(crate) struct Sampler {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -160,7 +160,7 @@ pub struct Sampler {
 
 impl Sampler {
     /// Starts sampling when `nvidia-smi` answers the query; `None` otherwise (CPU host).
-    pub fn start() -> Option<Sampler> {
+    pub(crate) fn start() -> Option<Sampler> {
         let first = query()?;
         let samples = Arc::new(Mutex::new(first));
         let stop = Arc::new(AtomicBool::new(false));
@@ -187,7 +187,7 @@ impl Sampler {
     }
 
     /// Stops the thread and summarizes what it saw.
-    pub fn finish(mut self) -> Option<Telemetry> {
+    pub(crate) fn finish(mut self) -> Option<Telemetry> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -213,17 +213,17 @@ fn query() -> Option<Vec<Sample>> {
 }
 
 /// The file in a run folder.
-pub const FILE: &str = "telemetry.json";
+pub(crate) const FILE: &str = "telemetry.json";
 
 /// Writes the telemetry of a run into its folder (atomically); `None` is written as
 /// `null`, which records that the host had no GPU telemetry.
-pub fn save(run_dir: &Path, t: &Option<Telemetry>) -> std::io::Result<()> {
+pub(crate) fn save(run_dir: &Path, t: &Option<Telemetry>) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(t).map_err(std::io::Error::other)?;
     crate::atomic::write(&run_dir.join(FILE), &json)
 }
 
 /// Reads a run folder's telemetry: `None` when the file is absent or says `null`.
-pub fn load(run_dir: &Path) -> Result<Option<Telemetry>, String> {
+pub(crate) fn load(run_dir: &Path) -> Result<Option<Telemetry>, String> {
     let path = run_dir.join(FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text)

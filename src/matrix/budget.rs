@@ -21,12 +21,12 @@ use crate::cell::Value;
 /// The default cell limit: far above the largest matrix a CI job can run (a nightly
 /// matrix of a few hundred cells at minutes each is a day of GPU time), far below what
 /// exhausts memory.
-pub const DEFAULT_MAX_CELLS: u64 = 100_000;
+pub(crate) const DEFAULT_MAX_CELLS: u64 = 100_000;
 
 /// The bytes of expanded cells allowed per cell of the limit: a cell of the shipped
 /// matrices takes well under 1 KiB; 16 KiB leaves room for long command templates and
 /// values while keeping the default budget (about 1.6 GB) inside a CI machine's memory.
-pub const BYTES_PER_CELL: u64 = 16 * 1024;
+pub(crate) const BYTES_PER_CELL: u64 = 16 * 1024;
 
 /// What a cell costs besides its values: the id, the parameters, map overhead.
 const CELL_OVERHEAD_BYTES: u64 = 512;
@@ -50,7 +50,7 @@ impl Default for Budget {
 
 impl Budget {
     /// The size budget that goes with the cell limit.
-    pub fn max_bytes(&self) -> u128 {
+    pub(crate) fn max_bytes(&self) -> u128 {
         u128::from(self.max_cells) * u128::from(BYTES_PER_CELL)
     }
 }
@@ -128,7 +128,7 @@ fn dims(spec: &MatrixSpec) -> Vec<Dim<'_>> {
 
 /// Checks `spec` against `budget` before expansion; returns the number of cells the
 /// product and `include` may give.
-pub fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u128, MatrixError> {
+pub(crate) fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u128, MatrixError> {
     let dims = dims(spec);
     let include = spec.include.len() as u128;
     let cells = dims
@@ -190,7 +190,7 @@ fn human_bytes(b: u128) -> String {
 }
 
 /// The matrix's `name`, or its file stem (as [`super::Expansion::name`]).
-pub fn matrix_name(spec: &MatrixSpec, src: &Source) -> String {
+pub(crate) fn matrix_name(spec: &MatrixSpec, src: &Source) -> String {
     spec.name.clone().unwrap_or_else(|| {
         src.path
             .file_stem()

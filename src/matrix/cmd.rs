@@ -37,7 +37,7 @@ pub struct MatrixSource {
 
 /// Resolved settings of `bench matrix --dry-run`.
 #[derive(Debug, Clone)]
-pub struct DryRunSettings {
+pub(crate) struct DryRunSettings {
     pub source: MatrixSource,
     /// Output format of the listing.
     pub format: Format,
@@ -46,7 +46,7 @@ pub struct DryRunSettings {
 }
 
 /// Loads the matrix `source` names and prints its warnings to stderr.
-pub fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
+pub(crate) fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
     let budget = super::budget::Budget {
         max_cells: source.max_cells,
     };
@@ -58,7 +58,7 @@ pub fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
 }
 
 /// `bench matrix --dry-run`.
-pub fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
+pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
     let exp = load(&args.source)?;
     let mut out = std::io::stdout().lock();
     let written = match args.format {
@@ -80,7 +80,7 @@ pub fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
 }
 
 /// `bench schema`.
-pub fn schema() -> Result<i32, CliError> {
+pub(crate) fn schema() -> Result<i32, CliError> {
     print!("{}", super::spec::schema_json());
     Ok(crate::exit::bench::OK)
 }

@@ -94,13 +94,6 @@ impl fmt::Display for Located {
     }
 }
 
-/// Loads `path`, expands it within the default [`budget::Budget`] and applies `filters`
-/// (combined with `and`), refusing cells that could only fail when they run (see
-/// [`check_models`]).
-pub fn load(path: &Path, filters: &[String]) -> Result<Expansion, MatrixError> {
-    load_within(path, filters, budget::Budget::default())
-}
-
 /// Refuses a cell to run on the built-in workload whose `model` has no preset, located at
 /// the axis value (or the `include` that added it), so that `--dry-run` says so instead of
 /// every such cell failing at run time. A `command` workload's models are its own, and
@@ -141,7 +134,7 @@ fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError>
 }
 
 /// [`load`] within `budget`.
-pub fn load_within(
+pub(crate) fn load_within(
     path: &Path,
     filters: &[String],
     budget: budget::Budget,
@@ -200,7 +193,10 @@ pub fn from_spec_within(
 
 /// Parses filter expressions against a known vocabulary (e.g. one rebuilt from results),
 /// for stages that select cells after the run (`bench baseline update --filter`).
-pub fn parse_filters(filters: &[String], vocab: &Vocabulary) -> Result<Vec<Filter>, MatrixError> {
+pub(crate) fn parse_filters(
+    filters: &[String],
+    vocab: &Vocabulary,
+) -> Result<Vec<Filter>, MatrixError> {
     filters
         .iter()
         .map(|f| Filter::parse(f, vocab).map_err(MatrixError::Filter))

@@ -18,7 +18,7 @@ use super::MatrixError;
 
 /// Position of a node: 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pos {
+pub(crate) struct Pos {
     pub line: usize,
     pub column: usize,
 }
@@ -35,24 +35,24 @@ pub struct Source {
 
 impl Source {
     /// Where the key of `path` is written (or its value, for sequence elements).
-    pub fn key_pos(&self, path: &str) -> Option<Pos> {
+    pub(crate) fn key_pos(&self, path: &str) -> Option<Pos> {
         self.index.get(path).map(|(k, v)| k.unwrap_or(*v))
     }
 
     /// Where the value of `path` starts.
-    pub fn value_pos(&self, path: &str) -> Option<Pos> {
+    pub(crate) fn value_pos(&self, path: &str) -> Option<Pos> {
         self.index.get(path).map(|(_, v)| *v)
     }
 
     /// An error at the key of `path` (falling back to the nearest located ancestor).
-    pub fn error_at(&self, path: &str, message: impl Into<String>) -> MatrixError {
+    pub(crate) fn error_at(&self, path: &str, message: impl Into<String>) -> MatrixError {
         let pos = self.nearest(path, false);
         self.error_pos(Some(path), pos, 1, message)
     }
 
     /// An error at the value of `path`, `offset` characters in, `len` wide (for carets
     /// inside a `when:` expression).
-    pub fn error_in_value(
+    pub(crate) fn error_in_value(
         &self,
         path: &str,
         offset: usize,
@@ -94,7 +94,7 @@ impl Source {
         }
     }
 
-    pub fn error_pos(
+    pub(crate) fn error_pos(
         &self,
         key_path: Option<&str>,
         pos: Option<Pos>,
@@ -125,7 +125,7 @@ impl Source {
 }
 
 /// Reads and parses a matrix file.
-pub fn parse_file(path: &Path) -> Result<(MatrixSpec, Source), MatrixError> {
+pub(crate) fn parse_file(path: &Path) -> Result<(MatrixSpec, Source), MatrixError> {
     let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
         path: path.to_path_buf(),
         source,
@@ -163,7 +163,7 @@ pub fn parse_str(path: &Path, text: String) -> Result<(MatrixSpec, Source), Matr
 /// (`overrides.model.a.workload.env`); 24 leaves room for nested `extra` values. Each level
 /// costs the deserializer tens of KiB of stack in a debug build: serde-saphyr's default of
 /// 64 overflowed a 2 MiB thread's stack (found by tests/fuzz.rs).
-pub const MAX_YAML_DEPTH: usize = 24;
+pub(crate) const MAX_YAML_DEPTH: usize = 24;
 
 /// YAML 1.2 booleans only: a value such as `y`, `on` or `no` (a plausible model or axis
 /// value) stays a string instead of silently becoming a boolean, as YAML 1.1 would have it.

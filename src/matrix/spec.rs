@@ -78,7 +78,7 @@ pub enum DurationSpec {
 }
 
 impl DurationSpec {
-    pub fn seconds(&self) -> Result<u64, String> {
+    pub(crate) fn seconds(&self) -> Result<u64, String> {
         match self {
             DurationSpec::Seconds(s) => Ok(*s),
             DurationSpec::Text(t) => humantime::parse_duration(t)
@@ -142,7 +142,7 @@ pub struct ParamsPatch {
 }
 
 /// Names of the parameters that axes and include entries may set.
-pub const PARAM_NAMES: &[&str] = &[
+pub(crate) const PARAM_NAMES: &[&str] = &[
     "steps",
     "warmup",
     "seq_len",
@@ -161,14 +161,18 @@ pub const PARAM_NAMES: &[&str] = &[
 
 /// What the builder knows about how a cell's params were produced, for derived values.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Explicit {
+pub(crate) struct Explicit {
     pub global_batch: bool,
     pub grad_accum: bool,
 }
 
 impl ParamsPatch {
     /// Applies this patch on top of `p`; errors name the offending key.
-    pub fn apply(&self, p: &mut Params, explicit: &mut Explicit) -> Result<(), (String, String)> {
+    pub(crate) fn apply(
+        &self,
+        p: &mut Params,
+        explicit: &mut Explicit,
+    ) -> Result<(), (String, String)> {
         macro_rules! set {
             ($($f:ident),*) => {$(
                 if let Some(v) = &self.$f { p.$f = v.clone(); }
@@ -219,7 +223,7 @@ impl ParamsPatch {
 }
 
 /// Sets parameter `name` from an axis or include value.
-pub fn set_param(
+pub(crate) fn set_param(
     p: &mut Params,
     explicit: &mut Explicit,
     name: &str,
@@ -291,7 +295,7 @@ pub fn set_param(
 }
 
 /// The value of a parameter by name, for filters and rules (`seq_len>=4096`).
-pub fn param_value(p: &Params, name: &str) -> Option<Value> {
+pub(crate) fn param_value(p: &Params, name: &str) -> Option<Value> {
     let v = match name {
         "steps" => Value::Int(p.steps.into()),
         "warmup" => Value::Int(p.warmup.into()),
@@ -351,7 +355,7 @@ pub struct Rule {
 
 impl Rule {
     /// The kind keyword, for messages.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match (
             &self.exclude,
             &self.when,
@@ -410,7 +414,7 @@ pub struct SlurmSpec {
 }
 
 /// The JSON Schema of matrix files, pretty-printed with a trailing newline.
-pub fn schema_json() -> String {
+pub(crate) fn schema_json() -> String {
     let schema = schemars::schema_for!(MatrixSpec);
     let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
     s.push('\n');

@@ -17,18 +17,11 @@ pub enum Direction {
     Lower,
 }
 
-impl Direction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Direction::Higher => "higher",
-            Direction::Lower => "lower",
-        }
-    }
-}
+impl Direction {}
 
 /// The unit a metric's value is in; reports format values by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     TokensPerSecond,
     /// A fraction 0..1, shown as a percentage.
     Fraction,
@@ -40,7 +33,7 @@ pub enum Unit {
 
 /// How the ranks of a multi-rank repeat give one figure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverRanks {
+pub(crate) enum OverRanks {
     /// A step takes as long as its slowest rank: the largest time per step index.
     SlowestStep,
     /// The largest rank's value (peak memory: the rank that runs out first).
@@ -51,14 +44,14 @@ pub enum OverRanks {
 
 /// How a cell's repeats give its value (the spread of the repeats is its noise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverRepeats {
+pub(crate) enum OverRepeats {
     /// The median of the repeats, with half the range over the median as the spread.
     Median,
 }
 
 /// One metric's facts.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Metric {
+pub(crate) struct Metric {
     /// The key in results and baseline files.
     pub name: &'static str,
     /// The short label of tables.
@@ -83,15 +76,15 @@ pub struct Metric {
 /// each other, two hosts of the same kind are 1.6-1.7% apart. Since CI jobs land on any
 /// runner of a pool, host-to-host variation is the noise floor a gate must tolerate: 3% does
 /// not flag a 2% difference between two runners, and a 5% drop on one runner is flagged.
-pub const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.03;
+pub(crate) const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.03;
 
 /// Default relative tolerance of peak memory: allocator caching and fragmentation move peak
 /// memory by a few percent between otherwise identical runs, and a memory change matters
 /// when it approaches the device's capacity, not at the last percent.
-pub const DEFAULT_MEMORY_TOLERANCE: f64 = 0.10;
+pub(crate) const DEFAULT_MEMORY_TOLERANCE: f64 = 0.10;
 
 /// Default relative tolerance of a metric outside the catalog.
-pub const DEFAULT_OTHER_TOLERANCE: f64 = 0.05;
+pub(crate) const DEFAULT_OTHER_TOLERANCE: f64 = 0.05;
 
 /// A throughput or time metric that follows from the step time.
 const fn timing(
@@ -116,7 +109,7 @@ const fn timing(
 }
 
 /// Every metric, in the order results, baselines and reports list them.
-pub const CATALOG: [Metric; 7] = [
+pub(crate) const CATALOG: [Metric; 7] = [
     timing(
         "tokens_per_s",
         "tokens/s",
@@ -179,33 +172,33 @@ pub const CATALOG: [Metric; 7] = [
 ];
 
 /// The catalog's row for `name`.
-pub fn get(name: &str) -> Option<&'static Metric> {
+pub(crate) fn get(name: &str) -> Option<&'static Metric> {
     CATALOG.iter().find(|m| m.name == name)
 }
 
 /// The better direction of `name`; `None` for a metric outside the catalog, whose baseline
 /// must then say its direction.
-pub fn direction(name: &str) -> Option<Direction> {
+pub(crate) fn direction(name: &str) -> Option<Direction> {
     get(name).map(|m| m.direction)
 }
 
 /// The tolerance `name` gets when its baseline sets none.
-pub fn tolerance(name: &str) -> f64 {
+pub(crate) fn tolerance(name: &str) -> f64 {
     get(name).map_or(DEFAULT_OTHER_TOLERANCE, |m| m.tolerance)
 }
 
 /// The short label of `name` in tables (the name itself outside the catalog).
-pub fn label(name: &str) -> &str {
+pub(crate) fn label(name: &str) -> &str {
     get(name).map_or(name, |m| m.label)
 }
 
 /// Whether `name` belongs to the step-time family (see [`Metric::step_time_family`]).
-pub fn in_step_time_family(name: &str) -> bool {
+pub(crate) fn in_step_time_family(name: &str) -> bool {
     get(name).is_some_and(|m| m.step_time_family)
 }
 
 /// The metrics that say how fast a cell is, in order of preference.
-pub fn speed_metrics() -> impl Iterator<Item = &'static str> {
+pub(crate) fn speed_metrics() -> impl Iterator<Item = &'static str> {
     CATALOG.iter().filter(|m| m.speed).map(|m| m.name)
 }
 

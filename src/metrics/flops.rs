@@ -6,7 +6,8 @@ use crate::axes::Dtype;
 
 /// The shape of a dense decoder-only transformer, as far as FLOPs are concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DenseShape {
+#[cfg(test)]
+pub(crate) struct DenseShape {
     pub layers: u64,
     pub hidden: u64,
     pub heads: u64,
@@ -20,14 +21,15 @@ pub struct DenseShape {
 
 /// Model FLOPs per token in the DESIGN.md form: `6 * N_matmul + 12 * layers * hidden * seq`
 /// (forward and backward, causal mask not discounted, recomputation not counted).
-pub fn flops_per_token(n_matmul_params: u64, layers: u64, hidden: u64, seq_len: u64) -> f64 {
+pub(crate) fn flops_per_token(n_matmul_params: u64, layers: u64, hidden: u64, seq_len: u64) -> f64 {
     6.0 * n_matmul_params as f64 + 12.0 * (layers * hidden * seq_len) as f64
 }
 
 /// Model FLOPs per token in the per-layer form of the published recipes (Megatron-LM's
 /// `num_floating_point_operations`): `12 L h^2 (1 + kv_heads/heads + seq/h)` for attention,
 /// `18 L ffn h` (gated) or `12 L ffn h` (plain MLP), and `6 vocab h` for the output head.
-pub fn recipe_flops_per_token(s: &DenseShape, seq_len: u64) -> f64 {
+#[cfg(test)]
+pub(crate) fn recipe_flops_per_token(s: &DenseShape, seq_len: u64) -> f64 {
     let (l, h) = (s.layers as f64, s.hidden as f64);
     let attn = 12.0 * l * h * h * (1.0 + s.kv_heads as f64 / s.heads as f64 + seq_len as f64 / h);
     let mlp_mult = if s.gated_mlp { 18.0 } else { 12.0 };
@@ -38,7 +40,7 @@ pub fn recipe_flops_per_token(s: &DenseShape, seq_len: u64) -> f64 {
 
 /// A peak dense FLOP/s figure and the words that name it in reports.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Peak {
+pub(crate) struct Peak {
     pub tflops: f64,
     /// E.g. "H100 SXM bf16 dense 989.4 TFLOP/s".
     pub policy: String,
@@ -51,7 +53,7 @@ pub struct Peak {
 /// Sources: NVIDIA H100 and H200 datasheets (SXM, dense: bf16 989.4, fp8 1978.9), A100
 /// datasheet (bf16 312), AMD MI300X (bf16 1307.4, fp8 2614.9) and MI250X (bf16 383 per
 /// module) product pages.
-pub fn peak_tflops(device_name: &str, dtype: Dtype) -> Option<Peak> {
+pub(crate) fn peak_tflops(device_name: &str, dtype: Dtype) -> Option<Peak> {
     let n = device_name.to_ascii_uppercase();
     let (label, bf16, fp8): (&str, f64, Option<f64>) = if n.contains("H100") {
         ("H100 SXM", 989.4, Some(1978.9))
@@ -78,17 +80,17 @@ pub fn peak_tflops(device_name: &str, dtype: Dtype) -> Option<Peak> {
 }
 
 /// Tokens per second of a step: `seq_len * global_batch / step_time`.
-pub fn tokens_per_s(tokens_per_step: u64, step_time_s: f64) -> f64 {
+pub(crate) fn tokens_per_s(tokens_per_step: u64, step_time_s: f64) -> f64 {
     tokens_per_step as f64 / step_time_s
 }
 
 /// Achieved model TFLOP/s per GPU.
-pub fn tflops_per_gpu(tokens_per_s_per_gpu: f64, flops_per_token: f64) -> f64 {
+pub(crate) fn tflops_per_gpu(tokens_per_s_per_gpu: f64, flops_per_token: f64) -> f64 {
     tokens_per_s_per_gpu * flops_per_token / 1e12
 }
 
 /// Days to train on 1e12 tokens at a throughput.
-pub fn days_per_1t_tokens(tokens_per_s: f64) -> f64 {
+pub(crate) fn days_per_1t_tokens(tokens_per_s: f64) -> f64 {
     1e12 / tokens_per_s / 86_400.0
 }
 
@@ -96,7 +98,7 @@ pub fn days_per_1t_tokens(tokens_per_s: f64) -> f64 {
 /// worker for its own summary and by the runner for a cell's metrics, from the same inputs
 /// by the same formulas, so that tokens/s, TFLOP/s and MFU of one cell cannot disagree.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Throughput {
+pub(crate) struct Throughput {
     pub tokens_per_s: f64,
     pub tokens_per_s_per_gpu: f64,
     /// Known when the FLOPs of a token are.
@@ -108,7 +110,7 @@ pub struct Throughput {
 
 /// [`Throughput`] of `tokens_per_s` over `world_size` GPUs, with `flops_per_token` and the
 /// peak TFLOP/s of one GPU when known.
-pub fn throughput(
+pub(crate) fn throughput(
     tokens_per_s: f64,
     world_size: u32,
     flops_per_token: Option<f64>,

@@ -19,12 +19,12 @@ use crate::events::StepEvent;
 use crate::results::{MetricValue, Metrics, Repeat};
 
 /// The median of `xs`; `None` when empty or when a value is NaN.
-pub fn median(xs: &[f64]) -> Option<f64> {
+pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     finite_data(xs).map(|mut d| d.median())
 }
 
 /// The arithmetic mean of `xs`; `None` when empty.
-pub fn mean(xs: &[f64]) -> Option<f64> {
+pub(crate) fn mean(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {
         None
     } else {
@@ -33,19 +33,19 @@ pub fn mean(xs: &[f64]) -> Option<f64> {
 }
 
 /// The `q`-quantile (0..=1) of `xs`, Hyndman & Fan definition 8; `None` when empty.
-pub fn quantile(xs: &[f64], q: f64) -> Option<f64> {
+pub(crate) fn quantile(xs: &[f64], q: f64) -> Option<f64> {
     finite_data(xs).map(|mut d| d.quantile(q))
 }
 
 /// The median absolute deviation from the median (unscaled); `None` when empty.
-pub fn mad(xs: &[f64]) -> Option<f64> {
+pub(crate) fn mad(xs: &[f64]) -> Option<f64> {
     let m = median(xs)?;
     let dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
     median(&dev)
 }
 
 /// Half the min..max range over the median; 0 for fewer than two values or a zero median.
-pub fn rel_spread(xs: &[f64]) -> f64 {
+pub(crate) fn rel_spread(xs: &[f64]) -> f64 {
     let Some(m) = median(xs) else { return 0.0 };
     if xs.len() < 2 || m == 0.0 {
         return 0.0;
@@ -64,7 +64,7 @@ fn finite_data(xs: &[f64]) -> Option<Data<Vec<f64>>> {
 
 /// Statistics of the measured step times of one repeat.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StepStats {
+pub(crate) struct StepStats {
     /// Measured steps (warm-up excluded).
     pub n: usize,
     pub median: f64,
@@ -80,7 +80,7 @@ pub struct StepStats {
 
 /// Whether a step is warm-up: the worker's own flag when it gives one, otherwise the
 /// first `warmup` steps by index.
-pub fn is_warmup(step: &StepEvent, warmup: u32) -> bool {
+pub(crate) fn is_warmup(step: &StepEvent, warmup: u32) -> bool {
     step.warmup.unwrap_or(step.step < u64::from(warmup))
 }
 
@@ -89,7 +89,7 @@ pub fn is_warmup(step: &StepEvent, warmup: u32) -> bool {
 /// In a multi-rank cell several ranks may report the same step; the step takes as long
 /// as its slowest rank, so the largest time per index is kept (tokens are the global
 /// count and agree between ranks).
-pub fn measured_steps(steps: &[StepEvent], warmup: u32) -> Vec<(f64, f64)> {
+pub(crate) fn measured_steps(steps: &[StepEvent], warmup: u32) -> Vec<(f64, f64)> {
     let mut by_index: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
     for s in steps.iter().filter(|s| !is_warmup(s, warmup)) {
         let e = by_index
@@ -103,7 +103,7 @@ pub fn measured_steps(steps: &[StepEvent], warmup: u32) -> Vec<(f64, f64)> {
 }
 
 /// Step statistics of one repeat; `None` when it has no measured step.
-pub fn step_stats(steps: &[StepEvent], warmup: u32) -> Option<StepStats> {
+pub(crate) fn step_stats(steps: &[StepEvent], warmup: u32) -> Option<StepStats> {
     let measured = measured_steps(steps, warmup);
     let times: Vec<f64> = measured.iter().map(|m| m.0).collect();
     let tokens: Vec<f64> = measured.iter().map(|m| m.1).collect();
@@ -199,7 +199,7 @@ fn repeat_figures(params: &Params, gpus: u32, r: &Repeat) -> Vec<(&'static str, 
 /// value is the median and `rel_spread` half the range over the median. A metric is
 /// present only when every repeat reported it, so that a value is never a median of a
 /// subset of repeats.
-pub fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
+pub(crate) fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
     let per_repeat: Vec<Vec<(&str, f64)>> = repeats
         .iter()
         .map(|r| repeat_figures(params, gpus, r))
@@ -236,7 +236,11 @@ pub fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Metrics {
 /// measured its speed (a step time or a throughput), so that a worker whose steps are all
 /// warm-up, or that reported nothing usable, fails with why instead of passing with no
 /// metrics (which no baseline comparison can catch).
-pub fn measured_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Result<Metrics, String> {
+pub(crate) fn measured_metrics(
+    params: &Params,
+    gpus: u32,
+    repeats: &[Repeat],
+) -> Result<Metrics, String> {
     if repeats.is_empty() {
         return Err("no repeat was measured".into());
     }

@@ -21,7 +21,7 @@ pub(crate) struct PullRequest {
 }
 
 impl PullRequest {
-    pub fn new(target: &Target) -> Result<Self, PublishError> {
+    pub(crate) fn new(target: &Target) -> Result<Self, PublishError> {
         let (owner, name) = split_repo(&target.repo)?;
         Ok(PullRequest {
             owner,

@@ -17,7 +17,7 @@ pub(crate) struct MergeRequest {
 }
 
 impl MergeRequest {
-    pub fn new(target: &Target) -> Result<Self, PublishError> {
+    pub(crate) fn new(target: &Target) -> Result<Self, PublishError> {
         if target.repo.trim().is_empty() {
             return Err(PublishError::BadValue {
                 source_name: "--repo".into(),

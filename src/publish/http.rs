@@ -81,7 +81,7 @@ pub(crate) struct Response {
 }
 
 impl Response {
-    pub fn json(&self, method: &Method) -> Result<serde_json::Value, PublishError> {
+    pub(crate) fn json(&self, method: &Method) -> Result<serde_json::Value, PublishError> {
         serde_json::from_str(&self.body).map_err(|e| PublishError::Response {
             method: method.to_string(),
             path: self.url.path().to_string(),
@@ -89,7 +89,7 @@ impl Response {
         })
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
@@ -111,7 +111,7 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    pub fn new(target: &Target, opts: &PostOptions) -> Result<Self, PublishError> {
+    pub(crate) fn new(target: &Target, opts: &PostOptions) -> Result<Self, PublishError> {
         let base = Url::parse(&target.api_url).map_err(|e| PublishError::BadValue {
             source_name: "--api-url".into(),
             message: format!("`{}` is not a URL: {e}", target.api_url),
@@ -189,7 +189,7 @@ impl Api {
 
     /// The API root joined with path segments; each segment is percent-encoded whole, so a
     /// GitLab project path `group/project` becomes `group%2Fproject` as the API wants.
-    pub fn url(&self, segments: &[&str]) -> Url {
+    pub(crate) fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
@@ -199,7 +199,7 @@ impl Api {
 
     /// A pagination link from a response, accepted only on the API's own origin so the
     /// token is never sent elsewhere.
-    pub fn same_origin(&self, link: &str, method: &Method) -> Result<Url, PublishError> {
+    pub(crate) fn same_origin(&self, link: &str, method: &Method) -> Result<Url, PublishError> {
         let bad = |message: String| PublishError::Response {
             method: method.to_string(),
             path: self.base.path().to_string(),
@@ -215,13 +215,13 @@ impl Api {
         Ok(url)
     }
 
-    pub fn take_retries(&mut self) -> Vec<Retry> {
+    pub(crate) fn take_retries(&mut self) -> Vec<Retry> {
         std::mem::take(&mut self.retries)
     }
 
     /// Sends one request, retrying as the policy and `replay` allow; returns the 2xx answer
     /// or the error the last answer amounts to.
-    pub fn send(
+    pub(crate) fn send(
         &mut self,
         method: Method,
         url: &Url,

@@ -59,7 +59,7 @@ impl Marker {
     }
 
     /// The marker line, e.g. `<!-- bench-report matrix=nightly-h100 hardware=h100-sxm-80gb -->`.
-    pub fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         format!(
             "<!-- bench-report matrix={} hardware={} -->",
             self.matrix, self.hardware
@@ -68,12 +68,12 @@ impl Marker {
 
     /// Whether a comment body is ours for this matrix and hardware. Only a body that starts
     /// with the marker counts, so a human quoting our comment (`> <!-- ...`) is left alone.
-    pub fn matches(&self, body: &str) -> bool {
+    pub(crate) fn matches(&self, body: &str) -> bool {
         body.trim_start().starts_with(&self.line())
     }
 
     /// Context name of the commit status: one per matrix and hardware, like the comment.
-    pub fn status_context(&self) -> String {
+    pub(crate) fn status_context(&self) -> String {
         format!("bench/{}/{}", self.matrix, self.hardware)
     }
 }
@@ -109,7 +109,7 @@ pub struct CommitStatus {
 /// The default of [`PostOptions::deadline`] (and of `bench report post --timeout`): a
 /// comment and a status take a few requests of well under a second each, and a rate limit
 /// worth waiting for asks for less than [`RetryPolicy::max_wait`].
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How to post; [`Default`] is what the CLI uses.
 #[derive(Debug, Clone)]

@@ -36,7 +36,7 @@ impl fmt::Display for Provider {
 pub struct Secret(String);
 
 impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
+    pub(crate) fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
 
@@ -47,7 +47,7 @@ impl Secret {
     /// `text` with every occurrence of the secret replaced by `***`. Applied to every text
     /// that comes from outside (error messages of the HTTP stack, response bodies) before
     /// it is put into an error, in case a server or proxy echoes the token back.
-    pub fn scrub(&self, text: &str) -> String {
+    pub(crate) fn scrub(&self, text: &str) -> String {
         if self.0.is_empty() {
             text.to_string()
         } else {

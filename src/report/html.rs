@@ -433,7 +433,7 @@ fn esc(s: &str) -> String {
 }
 
 /// The page: the template with the data, the script, uPlot and the styles inlined.
-pub fn render_page(data: &HtmlData) -> Result<String, ReportError> {
+pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
     let json = serde_json::to_string(data).map_err(|e| ReportError::Render {
         format: "report.html",
         message: e.to_string(),
@@ -465,7 +465,7 @@ pub fn embedded_data(page: &str) -> Option<serde_json::Value> {
 }
 
 /// Writes the page of several runs to `out`.
-pub fn write_page(out: &Path, data: &HtmlData) -> Result<(), ReportError> {
+pub(crate) fn write_page(out: &Path, data: &HtmlData) -> Result<(), ReportError> {
     let page = render_page(data)?;
     crate::atomic::write(out, page.as_bytes()).map_err(|source| ReportError::Write {
         path: out.to_path_buf(),
@@ -475,7 +475,7 @@ pub fn write_page(out: &Path, data: &HtmlData) -> Result<(), ReportError> {
 
 /// Resolved settings of `bench report html`.
 #[derive(Debug, Clone)]
-pub struct HtmlSettings {
+pub(crate) struct HtmlSettings {
     /// One or more run folders.
     pub run_dirs: Vec<PathBuf>,
     /// Trends of earlier runs to draw (a JSON file, see [`Trends::load`]).
@@ -489,7 +489,7 @@ pub struct HtmlSettings {
 
 /// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
 /// each compared with the baselines of its own hardware key. Prints the page's path.
-pub fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
+pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
     let trends = match &args.history {
         Some(path) => {
             Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)

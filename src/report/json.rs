@@ -8,7 +8,7 @@ use crate::baseline::store::hardware_words;
 use crate::report::{Exporter, ReportError, ReportInput};
 
 /// Bumped on any incompatible change to the JSON report.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Serialize)]
 struct JsonReport<'a> {

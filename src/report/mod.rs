@@ -39,7 +39,7 @@ pub enum Format {
 
 /// Resolved settings of `bench report RUN_DIR`.
 #[derive(Debug, Clone)]
-pub struct ReportSettings {
+pub(crate) struct ReportSettings {
     /// The run folder (or its `results.json`).
     pub run_dir: PathBuf,
     /// Folder of baseline files.
@@ -89,7 +89,7 @@ impl From<ReportError> for CliError {
 }
 
 /// The sinks that write files into the run directory.
-pub fn file_exporters() -> Vec<Box<dyn Exporter>> {
+pub(crate) fn file_exporters() -> Vec<Box<dyn Exporter>> {
     vec![
         Box::new(junit::JunitExporter),
         Box::new(markdown::MarkdownExporter),
@@ -101,7 +101,10 @@ pub fn file_exporters() -> Vec<Box<dyn Exporter>> {
 }
 
 /// Renders every file report and writes each atomically into `run_dir`; returns the paths.
-pub fn write_reports(run_dir: &Path, input: &ReportInput<'_>) -> Result<Vec<PathBuf>, ReportError> {
+pub(crate) fn write_reports(
+    run_dir: &Path,
+    input: &ReportInput<'_>,
+) -> Result<Vec<PathBuf>, ReportError> {
     let mut written = Vec::new();
     for exporter in file_exporters() {
         let text = exporter.render(input)?;
@@ -147,7 +150,7 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
 ///
 /// A malformed baseline file is bad input (exit 2); the reports are then not written, since
 /// they would call every cell new.
-pub fn finish_run(
+pub(crate) fn finish_run(
     run_dir: &Path,
     results: &RunResults,
     baselines_dir: &Path,
@@ -177,7 +180,7 @@ pub fn finish_run(
 
 /// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
 /// a finished run again from its `results.json`, against the baselines as they are now.
-pub fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
+pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(settings.gpu_hour_price);
     let run_dir = &settings.run_dir;
     let results = RunResults::load(run_dir)?;
@@ -193,7 +196,7 @@ pub fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
 }
 
 /// Seconds from the run's start to its end, when both are known.
-pub fn run_duration_s(results: &RunResults) -> Option<f64> {
+pub(crate) fn run_duration_s(results: &RunResults) -> Option<f64> {
     use time::format_description::well_known::Rfc3339;
     let start = time::OffsetDateTime::parse(&results.started_at, &Rfc3339).ok()?;
     let end = time::OffsetDateTime::parse(results.finished_at.as_deref()?, &Rfc3339).ok()?;
@@ -201,7 +204,7 @@ pub fn run_duration_s(results: &RunResults) -> Option<f64> {
 }
 
 /// The MFU policies the cells' workers reported (which peak MFU is against), deduplicated.
-pub fn mfu_policies(results: &RunResults) -> Vec<String> {
+pub(crate) fn mfu_policies(results: &RunResults) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for cell in &results.cells {
         for r in &cell.repeats {

@@ -16,7 +16,7 @@ use crate::results::RunResults;
 
 /// Resolved settings of `bench report post`.
 #[derive(Debug, Clone)]
-pub struct PostSettings {
+pub(crate) struct PostSettings {
     /// The run folder.
     pub run_dir: PathBuf,
     /// Folder of baseline files.
@@ -33,12 +33,12 @@ pub struct PostSettings {
 }
 
 /// Runs `bench report post`.
-pub fn post_command(settings: &PostSettings) -> Result<i32, CliError> {
+pub(crate) fn post_command(settings: &PostSettings) -> Result<i32, CliError> {
     post_with_env(settings, &|k| std::env::var(k).ok())
 }
 
 /// [`post_command`] with an injectable environment (tests).
-pub fn post_with_env(
+pub(crate) fn post_with_env(
     args: &PostSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<i32, CliError> {

@@ -7,14 +7,14 @@ use crate::metrics::catalog;
 use crate::results::RunResults;
 
 /// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
-pub fn si(v: f64) -> String {
+pub(crate) fn si(v: f64) -> String {
     let (scaled, suffix) = si_scaled(v);
     format!("{}{suffix}", three_digits(scaled))
 }
 
 /// `v` scaled to below a thousand, with the SI suffix that undoes it (`K`, `M`, `G`, `T`;
 /// none below a thousand).
-pub fn si_scaled(v: f64) -> (f64, &'static str) {
+pub(crate) fn si_scaled(v: f64) -> (f64, &'static str) {
     let a = v.abs();
     if a >= 1e12 {
         (v / 1e12, "T")
@@ -30,7 +30,7 @@ pub fn si_scaled(v: f64) -> (f64, &'static str) {
 }
 
 /// Three significant digits, no exponent: `1.23`, `12.3`, `123`.
-pub fn three_digits(v: f64) -> String {
+pub(crate) fn three_digits(v: f64) -> String {
     let a = v.abs();
     if a >= 100.0 || a == 0.0 {
         format!("{v:.0}")
@@ -44,17 +44,17 @@ pub fn three_digits(v: f64) -> String {
 }
 
 /// A relative change as a signed percentage: `+1.2%`, `-5.0%`.
-pub fn pct_change(change: f64) -> String {
+pub(crate) fn pct_change(change: f64) -> String {
     format!("{:+.1}%", change * 100.0)
 }
 
 /// A fraction as a percentage: `0.43` -> `43.0%`.
-pub fn pct(v: f64) -> String {
+pub(crate) fn pct(v: f64) -> String {
     format!("{:.1}%", v * 100.0)
 }
 
 /// Bytes in binary units: `1.50 GiB`.
-pub fn bytes(v: f64) -> String {
+pub(crate) fn bytes(v: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut x = v;
     let mut unit = 0;
@@ -70,7 +70,7 @@ pub fn bytes(v: f64) -> String {
 }
 
 /// Seconds as a short duration: `850 ms`, `12.3 s`, `2m 05s`, `1h 02m`.
-pub fn duration(secs: f64) -> String {
+pub(crate) fn duration(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
         return "-".into();
     }
@@ -88,7 +88,7 @@ pub fn duration(secs: f64) -> String {
 }
 
 /// A metric's value in its unit (from the catalog), for people.
-pub fn metric_value(metric: &str, v: f64) -> String {
+pub(crate) fn metric_value(metric: &str, v: f64) -> String {
     use crate::metrics::catalog::Unit;
     match catalog::get(metric).map(|m| m.unit) {
         Some(Unit::TokensPerSecond) => format!("{} tok/s", si(v)),
@@ -102,12 +102,12 @@ pub fn metric_value(metric: &str, v: f64) -> String {
 }
 
 /// A metric's short label for tables.
-pub fn metric_label(metric: &str) -> &str {
+pub(crate) fn metric_label(metric: &str) -> &str {
     catalog::label(metric)
 }
 
 /// A speed-up factor as hyperfine words it: `1.06x faster`, `1.06x slower`.
-pub fn speedup(factor: f64) -> String {
+pub(crate) fn speedup(factor: f64) -> String {
     // Within half a percent the two-decimal factor would read "1.00x faster": say "same".
     if (factor - 1.0).abs() < 0.005 {
         "same speed".to_string()
@@ -120,7 +120,7 @@ pub fn speedup(factor: f64) -> String {
 
 /// One line on a metric that changed: `tokens/s 9.40K tok/s vs 10.0K tok/s (-6.0%;
 /// tolerance 3.0%, noise 1.0%)`.
-pub fn metric_change(m: &MetricComparison) -> String {
+pub(crate) fn metric_change(m: &MetricComparison) -> String {
     let label = metric_label(&m.metric);
     let now = m.current.map(|v| metric_value(&m.metric, v));
     let then = m.baseline.map(|v| metric_value(&m.metric, v));
@@ -156,7 +156,7 @@ pub fn metric_change(m: &MetricComparison) -> String {
 
 /// The change of the cell's headline throughput against its baseline: `-6.0% (1.06x
 /// slower)`, or the status when there is nothing to compare.
-pub fn cell_change(cell: &CellComparison) -> String {
+pub(crate) fn cell_change(cell: &CellComparison) -> String {
     let headline = ["tokens_per_s_per_gpu", "tokens_per_s", "step_time_s"]
         .iter()
         .find_map(|name| cell.metric(name).filter(|m| m.change.is_some()));
@@ -176,7 +176,7 @@ pub fn cell_change(cell: &CellComparison) -> String {
 
 /// Groups metrics for display: the first metric of the step-time family
 /// ([`catalog::Metric::step_time_family`]) stands for the others of the family present (returned as labels); any other metric stands alone.
-pub fn grouped<'a>(
+pub(crate) fn grouped<'a>(
     metrics: impl Iterator<Item = &'a MetricComparison>,
 ) -> Vec<(&'a MetricComparison, Vec<&'a str>)> {
     let mut out: Vec<(&MetricComparison, Vec<&str>)> = Vec::new();
@@ -195,7 +195,7 @@ pub fn grouped<'a>(
 }
 
 /// `metric_change` of a group's head, followed by the metrics it stands for.
-pub fn group_change(head: &MetricComparison, also: &[&str]) -> String {
+pub(crate) fn group_change(head: &MetricComparison, also: &[&str]) -> String {
     let mut s = metric_change(head);
     if !also.is_empty() {
         s.push_str(&format!("; also {}", also.join(", ")));
@@ -204,13 +204,13 @@ pub fn group_change(head: &MetricComparison, also: &[&str]) -> String {
 }
 
 /// Text on one line (reasons and messages can hold newlines from worker output).
-pub fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The cells one matrix rule dropped, for the reports' one-line-per-rule summaries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleDrops<'a> {
+pub(crate) struct RuleDrops<'a> {
     /// The rule, e.g. `rules[1] (fp8-single-only)`.
     pub by: &'a str,
     pub reason: &'a str,
@@ -220,7 +220,7 @@ pub struct RuleDrops<'a> {
 /// The run's cells dropped by the matrix's rules, grouped by rule and reason in order of
 /// first appearance. Cells `--filter` removed are left out: nobody meant to run them, and
 /// on a filtered nightly they outnumber every other line of a report.
-pub fn rule_drops(results: &RunResults) -> Vec<RuleDrops<'_>> {
+pub(crate) fn rule_drops(results: &RunResults) -> Vec<RuleDrops<'_>> {
     let mut out: Vec<RuleDrops<'_>> = Vec::new();
     for d in results.dropped.iter().filter(|d| !d.by_filter()) {
         match out
@@ -239,7 +239,7 @@ pub fn rule_drops(results: &RunResults) -> Vec<RuleDrops<'_>> {
 }
 
 /// How many cells `--filter` removed.
-pub fn filtered_out(results: &RunResults) -> usize {
+pub(crate) fn filtered_out(results: &RunResults) -> usize {
     results.dropped.iter().filter(|d| d.by_filter()).count()
 }
 

@@ -46,7 +46,7 @@ pub struct Trends {
 
 /// Errors reading a trend file, each naming the file (and line and column when malformed).
 #[derive(Debug, thiserror::Error)]
-pub enum TrendError {
+pub(crate) enum TrendError {
     #[error("{path}: cannot read history: {source}")]
     Read {
         path: PathBuf,
@@ -63,14 +63,14 @@ pub enum TrendError {
 
 impl Trends {
     /// The series of `metric` of `cell`, when there is one with at least one point.
-    pub fn get(&self, cell: &str, metric: &str) -> Option<&TrendSeries> {
+    pub(crate) fn get(&self, cell: &str, metric: &str) -> Option<&TrendSeries> {
         self.series
             .iter()
             .find(|s| s.cell == cell && s.metric == metric && !s.points.is_empty())
     }
 
     /// Reads a trend file (the JSON form in the module docs).
-    pub fn load(path: &Path) -> Result<Trends, TrendError> {
+    pub(crate) fn load(path: &Path) -> Result<Trends, TrendError> {
         let text = std::fs::read_to_string(path).map_err(|source| TrendError::Read {
             path: path.to_path_buf(),
             source,

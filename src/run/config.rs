@@ -24,15 +24,7 @@ pub enum Launch {
     Slurm(SlurmLaunch),
 }
 
-impl Launch {
-    /// The name recorded in the results (`launcher`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Launch::Local => "local",
-            Launch::Slurm(_) => "slurm",
-        }
-    }
-}
+impl Launch {}
 
 /// The launcher `bench matrix` asked for, before the matrix is loaded: the Slurm settings
 /// merge the matrix's `slurm:` block with the environment and these flags, so they can
@@ -149,7 +141,7 @@ pub struct SlurmLaunch {
 
 impl SlurmLaunch {
     /// A one-line description for the progress output.
-    pub fn describe(&self, jobs: usize) -> String {
+    pub(crate) fn describe(&self, jobs: usize) -> String {
         let mut parts = vec![match &self.settings.partition {
             Some(p) => format!("partition {p}"),
             None => "default partition".to_string(),

@@ -35,7 +35,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// A request to stop running attempts, sent by the dispatcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Cancel {
+pub(crate) enum Cancel {
     None,
     /// SIGTERM, then SIGKILL after the grace period (first Ctrl-C).
     Graceful,
@@ -45,7 +45,7 @@ pub enum Cancel {
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Termination {
+pub(crate) enum Termination {
     /// Every process exited with this code (the first failing rank's code when not 0).
     Exited(i32),
     /// A process died of this signal (not sent by the runner).
@@ -66,7 +66,7 @@ pub enum Termination {
 
 /// Everything an attempt produced.
 #[derive(Debug, Clone)]
-pub struct AttemptOutput {
+pub(crate) struct AttemptOutput {
     pub termination: Termination,
     pub steps: Vec<StepEvent>,
     pub summary: Option<SummaryEvent>,
@@ -82,6 +82,24 @@ pub struct AttemptOutput {
     pub logs: Vec<PathBuf>,
 }
 
+impl AttemptOutput {
+    /// An attempt's record before anything has happened: a clean exit until the
+    /// processes or the job say otherwise. Both launchers' executors start from it.
+    pub(crate) fn before_start() -> AttemptOutput {
+        AttemptOutput {
+            termination: Termination::Exited(0),
+            steps: vec![],
+            summary: None,
+            notices: vec![],
+            error: None,
+            tail: vec![],
+            duration: Duration::ZERO,
+            escalated: false,
+            logs: vec![],
+        }
+    }
+}
+
 /// Reads the output lines of one attempt's ranks by one set of rules, whichever launcher
 /// ran them: events go into the attempt's record, other text into the failure tail.
 ///
@@ -90,7 +108,7 @@ pub struct AttemptOutput {
 /// other ranks print summaries of their own adds their memory figures after rank 0's,
 /// in rank order, whatever order the lines arrived in.
 #[derive(Debug, Default)]
-pub struct Collector {
+pub(crate) struct Collector {
     steps: Vec<StepEvent>,
     summaries: BTreeMap<u32, SummaryEvent>,
     notices: Vec<String>,
@@ -102,7 +120,7 @@ pub struct Collector {
 
 impl Collector {
     /// Takes one line printed by `rank`; returns the event on it, if it is one.
-    pub fn line(&mut self, rank: u32, line: &str) -> Option<Event> {
+    pub(crate) fn line(&mut self, rank: u32, line: &str) -> Option<Event> {
         let Some(ev) = self.reader.line(rank, line) else {
             if !line.trim().is_empty() {
                 if self.tail.len() == TAIL_LINES {
@@ -125,7 +143,7 @@ impl Collector {
     }
 
     /// The attempt's summary: the lowest reporting rank's, with the others' memory added.
-    pub fn summary(&self) -> Option<SummaryEvent> {
+    pub(crate) fn summary(&self) -> Option<SummaryEvent> {
         let mut it = self.summaries.values();
         let mut first = it.next()?.clone();
         for other in it {
@@ -137,7 +155,7 @@ impl Collector {
     }
 
     /// Moves what was gathered into `out` (its termination and timing are the caller's).
-    pub fn fill(self, out: &mut AttemptOutput) {
+    pub(crate) fn fill(self, out: &mut AttemptOutput) {
         out.summary = self.summary();
         out.steps = self.steps;
         out.notices = self.notices;
@@ -152,7 +170,7 @@ impl Collector {
 
 /// Settings of one attempt.
 #[derive(Debug, Clone)]
-pub struct AttemptSpec<'a> {
+pub(crate) struct AttemptSpec<'a> {
     pub plan: &'a LaunchPlan,
     pub timeout: Duration,
     pub grace: Duration,
@@ -182,7 +200,7 @@ fn signal_groups(pgids: &[Pid], sig: Signal) {
 /// (`setsid`, a double fork) and outlives its parent is re-parented to bench instead of to
 /// PID 1, where [`reap_orphans`] finds it when the cell ends. Called once when a run
 /// starts; failure (another OS) leaves such processes to the group kill alone.
-pub fn become_subreaper() {
+pub(crate) fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
@@ -270,24 +288,14 @@ fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
 }
 
 /// Runs one attempt to its end. `on_event` sees each worker event as it is printed.
-pub async fn execute(
+pub(crate) async fn execute(
     spec: AttemptSpec<'_>,
     mut cancel: watch::Receiver<Cancel>,
     mut on_event: impl FnMut(&Event),
 ) -> AttemptOutput {
     let started = Instant::now();
     let n = spec.plan.procs.len();
-    let mut out = AttemptOutput {
-        termination: Termination::Exited(0),
-        steps: vec![],
-        summary: None,
-        notices: vec![],
-        error: None,
-        tail: vec![],
-        duration: Duration::ZERO,
-        escalated: false,
-        logs: vec![],
-    };
+    let mut out = AttemptOutput::before_start();
     let mut logs: Vec<Option<LineWriter<File>>> = Vec::with_capacity(n);
     for p in &spec.plan.procs {
         let path = log_path(spec.log_stem, p.rank, n);

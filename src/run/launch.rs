@@ -69,7 +69,7 @@ pub enum LaunchError {
 /// The values a `command` template may name: the cell's axes, its parameters, its extra
 /// parameters, and `cell_id`, `gpus`, `features` (comma-separated), `model`, `dtype`,
 /// `parallel` (with the same defaults the built-in workload uses).
-pub fn placeholders(cell: &Cell) -> BTreeMap<String, String> {
+pub(crate) fn placeholders(cell: &Cell) -> BTreeMap<String, String> {
     let p = &cell.params;
     let mut vars = BTreeMap::new();
     // Parameters first, so that an axis of the same name (e.g. a `seq_len` axis) wins:
@@ -193,7 +193,11 @@ fn runner_env(cell: &Cell, ctx: &AttemptCtx) -> Vec<(String, String)> {
 /// The one process of `cell` (placeholders filled, the runner's variables set, rank 0)
 /// before any rank contract is added: what [`plan`] starts on this host, and what the
 /// Slurm launcher hands to `srun` once per task.
-pub fn command(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<ProcSpec, LaunchError> {
+pub(crate) fn command(
+    cell: &Cell,
+    ctx: &AttemptCtx,
+    bench_exe: &Path,
+) -> Result<ProcSpec, LaunchError> {
     let mut env = runner_env(cell, ctx);
     let (program, args) = match &cell.params.workload {
         Workload::Builtin => {
@@ -279,7 +283,7 @@ pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPla
 /// How many processes a cell starts: one per GPU for a built-in data- or
 /// fully-sharded-parallel cell; one otherwise (a command starts its own ranks, e.g. through
 /// torchrun, and a single-device cell has one).
-pub fn ranks(cell: &Cell) -> u32 {
+pub(crate) fn ranks(cell: &Cell) -> u32 {
     match (&cell.params.workload, cell.parallel()) {
         (Workload::Builtin, p) if p.is_multi_rank() => cell.gpus().max(1),
         _ => 1,
@@ -287,7 +291,7 @@ pub fn ranks(cell: &Cell) -> u32 {
 }
 
 /// A TCP port free on the loopback interface now, for a multi-rank cell's rendezvous.
-pub fn free_port() -> std::io::Result<u16> {
+pub(crate) fn free_port() -> std::io::Result<u16> {
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())
 }

@@ -113,7 +113,7 @@ pub fn run_with(
 ///
 /// Exit code: 130 when interrupted (the reports of the finished cells are still written);
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
-pub fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
+pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
     let expansion = crate::matrix::cmd::load(&args.source)?;
     // Before the first cell: a malformed baseline file found after the run would leave

@@ -23,7 +23,7 @@ pub trait Reporter: Send {
 
 /// The reporter for this process: a bar on an interactive terminal outside CI, plain
 /// lines otherwise.
-pub fn for_stderr(no_progress: bool) -> Box<dyn Reporter> {
+pub(crate) fn for_stderr(no_progress: bool) -> Box<dyn Reporter> {
     let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false");
     if !no_progress && !ci && std::io::stderr().is_terminal() {
         Box::new(BarReporter::new())
@@ -33,7 +33,7 @@ pub fn for_stderr(no_progress: bool) -> Box<dyn Reporter> {
 }
 
 /// A short status word of an outcome.
-pub fn status_word(outcome: &Outcome, flaky: bool) -> &'static str {
+pub(crate) fn status_word(outcome: &Outcome, flaky: bool) -> &'static str {
     match outcome {
         Outcome::Passed if flaky => "FLAKY",
         Outcome::Passed => "PASS",
@@ -213,7 +213,7 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
 }
 
 /// An overall bar plus one spinner per running cell.
-pub struct BarReporter {
+pub(crate) struct BarReporter {
     multi: MultiProgress,
     overall: ProgressBar,
     running: HashMap<CellId, ProgressBar>,
@@ -228,7 +228,7 @@ impl Default for BarReporter {
 }
 
 impl BarReporter {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
         let overall = multi.add(ProgressBar::new(0));
         overall.set_style(

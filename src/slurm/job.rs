@@ -16,7 +16,7 @@ use super::SlurmError;
 
 /// A job in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlurmJob {
+pub(crate) struct SlurmJob {
     pub id: String,
     pub cell_id: String,
     /// The job's output file (all tasks' stdout and stderr, each line labelled with
@@ -26,7 +26,7 @@ pub struct SlurmJob {
 
 /// Where a job stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobState {
+pub(crate) enum JobState {
     /// Queued, configuring, running or completing: not finished yet. The text is Slurm's.
     Active(String),
     /// Finished: Slurm's final state (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL,
@@ -42,7 +42,7 @@ pub enum JobState {
 
 /// One line of the job's output.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskLine {
+pub(crate) struct TaskLine {
     /// The rank that printed it (from srun's label); `None` for lines of the batch script.
     pub rank: Option<u32>,
     pub text: String,
@@ -50,13 +50,13 @@ pub struct TaskLine {
 
 /// The job's output, read back.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct JobOutput {
+pub(crate) struct JobOutput {
     pub lines: Vec<TaskLine>,
 }
 
 impl JobOutput {
     /// Parses an output file's text.
-    pub fn parse(text: &str) -> JobOutput {
+    pub(crate) fn parse(text: &str) -> JobOutput {
         let lines = text
             .lines()
             .map(|l| {
@@ -72,7 +72,7 @@ impl JobOutput {
 
     /// The first rank (in output order) that exited with a nonzero status, and that
     /// status: the cause of a failed job, not the ranks srun killed afterwards.
-    pub fn first_failure(&self) -> Option<(u32, i32)> {
+    pub(crate) fn first_failure(&self) -> Option<(u32, i32)> {
         self.lines.iter().find_map(|l| {
             let rest = l.text.strip_prefix("bench: rank ")?;
             let (rank, code) = rest.split_once(" exited with status ")?;
@@ -117,7 +117,7 @@ fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmE
 }
 
 /// Writes the plan's script and submits it with `sbatch --parsable`.
-pub fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
+pub(crate) fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
     if let Some(dir) = plan.script_path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| SlurmError::Io {
             path: dir.display().to_string(),
@@ -185,7 +185,7 @@ fn parse_exit(v: &str) -> (Option<i32>, Option<i32>) {
 
 impl SlurmJob {
     /// The job's state now.
-    pub fn state(&self) -> Result<JobState, SlurmError> {
+    pub(crate) fn state(&self) -> Result<JobState, SlurmError> {
         let q = run("squeue", &["-h", "-j", &self.id, "-o", "%T"])?;
         let text = String::from_utf8_lossy(&q.stdout);
         if q.status.success() {
@@ -233,7 +233,7 @@ impl SlurmJob {
 
     /// The nodes the job ran on, as `scontrol` remembers them (`None` when it does not,
     /// or the job never got nodes).
-    pub fn nodes(&self) -> Option<String> {
+    pub(crate) fn nodes(&self) -> Option<String> {
         let out = run("scontrol", &["show", "job", "-o", &self.id]).ok()?;
         if !out.status.success() {
             return None;
@@ -260,7 +260,7 @@ impl SlurmJob {
 
     /// `scancel`s the job (all its steps and tasks). Cancelling a finished job is not an
     /// error.
-    pub fn cancel(&self) -> Result<(), SlurmError> {
+    pub(crate) fn cancel(&self) -> Result<(), SlurmError> {
         let out = run("scancel", &[&self.id])?;
         let err = String::from_utf8_lossy(&out.stderr);
         if out.status.success()
@@ -278,7 +278,7 @@ impl SlurmJob {
 
     /// Stops the job's tasks at once with SIGKILL, then cancels the job (a second Ctrl-C,
     /// or a job that outlived the grace period after [`SlurmJob::cancel`]).
-    pub fn kill(&self) -> Result<(), SlurmError> {
+    pub(crate) fn kill(&self) -> Result<(), SlurmError> {
         // The signal reaches every step's tasks; the batch script then ends by itself,
         // and the plain cancel below covers a job that had not started a step yet.
         let _ = run("scancel", &["--signal=KILL", "--full", &self.id])?;
@@ -287,7 +287,7 @@ impl SlurmJob {
 }
 
 /// Whether a Slurm job state (as squeue or scontrol write it) means "not finished yet".
-pub fn is_active(state: &str) -> bool {
+pub(crate) fn is_active(state: &str) -> bool {
     const ACTIVE: [&str; 8] = [
         "PENDING",
         "CONFIGURING",
@@ -303,7 +303,7 @@ pub fn is_active(state: &str) -> bool {
 
 /// A job as one `squeue` listing shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// Slurm's state word, e.g. PENDING, RUNNING, COMPLETING.
     pub state: String,
     /// The nodes it runs on (empty while pending).
@@ -314,7 +314,7 @@ pub struct Listed {
 }
 
 /// Parses `squeue -h -o %i|%T|%r|%N` output into job id -> listing.
-pub fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
+pub(crate) fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
     text.lines()
         .filter_map(|l| {
             let mut it = l.trim().splitn(4, '|');
@@ -341,7 +341,7 @@ pub fn parse_listing(text: &str) -> std::collections::HashMap<String, Listed> {
 /// beyond what the partition, account or QOS allows, or it names something that does not
 /// exist. Such a job would wait forever (and a CI job with it); the other reasons
 /// (`Priority`, `Resources`, a node being down...) resolve with time.
-pub fn never_starts(reason: &str) -> bool {
+pub(crate) fn never_starts(reason: &str) -> bool {
     const NEVER: [&str; 12] = [
         "PartitionTimeLimit",
         "PartitionNodeLimit",
@@ -361,7 +361,9 @@ pub fn never_starts(reason: &str) -> bool {
 
 /// The listings of `ids` in one `squeue` call (so that many jobs in flight cost the
 /// controller one query per poll, not one each). Jobs squeue no longer shows are absent.
-pub fn list(ids: &[String]) -> Result<std::collections::HashMap<String, Listed>, SlurmError> {
+pub(crate) fn list(
+    ids: &[String],
+) -> Result<std::collections::HashMap<String, Listed>, SlurmError> {
     if ids.is_empty() {
         return Ok(Default::default());
     }

@@ -12,15 +12,15 @@ pub mod script;
 
 use crate::matrix::spec::SlurmSpec;
 
-pub use job::{submit, JobState, SlurmJob};
-pub use script::{plan, quote, JobPlan};
+pub(crate) use job::{submit, JobState, SlurmJob};
+pub(crate) use script::JobPlan;
 
 /// Environment variable overriding the matrix's partition (a flag overrides both).
-pub const ENV_PARTITION: &str = "BENCH_SLURM_PARTITION";
+pub(crate) const ENV_PARTITION: &str = "BENCH_SLURM_PARTITION";
 /// Environment variable overriding the matrix's account (a flag overrides both).
-pub const ENV_ACCOUNT: &str = "BENCH_SLURM_ACCOUNT";
+pub(crate) const ENV_ACCOUNT: &str = "BENCH_SLURM_ACCOUNT";
 /// GPUs per node when neither the matrix nor anything else says (H100/H200/MI300X nodes).
-pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+pub(crate) const DEFAULT_GPUS_PER_NODE: u32 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
@@ -69,7 +69,7 @@ pub enum SlurmError {
 impl SlurmError {
     /// True for errors in the user's matrix, flags or environment (exit 2); the rest
     /// are failures of the cluster or of this host.
-    pub fn is_bad_input(&self) -> bool {
+    pub(crate) fn is_bad_input(&self) -> bool {
         matches!(
             self,
             SlurmError::BadName { .. }
@@ -124,7 +124,7 @@ impl Settings {
     /// Merges, highest first: the flags (`--partition`, `--account`), the environment
     /// (`BENCH_SLURM_PARTITION`, `BENCH_SLURM_ACCOUNT`), the matrix's `slurm:` block.
     /// `env` reads a variable (pass `|k| std::env::var(k).ok()`).
-    pub fn resolve(
+    pub(crate) fn resolve(
         spec: Option<&SlurmSpec>,
         flag_partition: Option<&str>,
         flag_account: Option<&str>,
@@ -182,7 +182,7 @@ impl Settings {
 
 /// Whether the nodes of `partition` (the default partition when `None`) offer GPUs, from
 /// `sinfo -h -o %P|%G` output: a generic resource named `gpu` on any of its nodes.
-pub fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
+pub(crate) fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
     let rows: Vec<(&str, &str)> = listing
         .lines()
         .filter_map(|l| l.trim().split_once('|'))
@@ -209,7 +209,7 @@ pub fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
 
 /// Asks `sinfo` whether the partition the jobs go to has GPUs; CPU cells are submitted
 /// without `--gpus-per-node` when it has none.
-pub fn partition_has_gpus(partition: Option<&str>) -> Result<bool, SlurmError> {
+pub(crate) fn partition_has_gpus(partition: Option<&str>) -> Result<bool, SlurmError> {
     use std::os::unix::process::CommandExt;
     let out = std::process::Command::new("sinfo")
         .process_group(0)

@@ -15,7 +15,7 @@ use crate::dist::launch::Program;
 /// Quotes `s` for a POSIX shell so that it is one word with exactly this value, whatever
 /// it contains (spaces, quotes, `$(...)`, backticks, newlines, globs). Plain words stay
 /// as they are for readability. NUL cannot be in an argument and is an error.
-pub fn quote(s: &str) -> Result<String, SlurmError> {
+pub(crate) fn quote(s: &str) -> Result<String, SlurmError> {
     if s.contains('\0') {
         return Err(SlurmError::Nul {
             value: s.replace('\0', "\\0"),
@@ -55,10 +55,10 @@ fn is_identifier(s: &str) -> bool {
 
 /// Seconds Slurm's time limit exceeds a cell's timeout by default, so that the runner's
 /// own timeout (counted from the job's start) fires first and cancels the job cleanly.
-pub const TIME_MARGIN_S: u64 = 60;
+pub(crate) const TIME_MARGIN_S: u64 = 60;
 
 /// Slurm job time limit as `D-HH:MM:SS`.
-pub fn time_limit(seconds: u64) -> String {
+pub(crate) fn time_limit(seconds: u64) -> String {
     let s = seconds.max(60);
     format!(
         "{}-{:02}:{:02}:{:02}",
@@ -71,7 +71,7 @@ pub fn time_limit(seconds: u64) -> String {
 
 /// Everything needed to submit one cell.
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobPlan {
+pub(crate) struct JobPlan {
     pub cell_id: String,
     pub ranks: u32,
     pub nodes: u32,
@@ -95,7 +95,7 @@ impl JobPlan {
     /// The file the script of job `job_id` writes its node's environment into, when it
     /// writes one: `<job dir>/node-env-<job id>.json`. Named for the job, not the attempt,
     /// so that a resumed run never reads a file an earlier job of the same attempt left.
-    pub fn node_env_file(&self, job_id: &str) -> Option<PathBuf> {
+    pub(crate) fn node_env_file(&self, job_id: &str) -> Option<PathBuf> {
         self.node_env_dir
             .as_ref()
             .map(|d| d.join(format!("node-env-{job_id}.json")))
@@ -105,7 +105,8 @@ impl JobPlan {
 /// Plans the job of `cell`: `ranks = cell.gpus()` tasks, one per GPU when `use_gpus`
 /// (else CPU tasks), over `ceil(ranks / gpus_per_node)` nodes. `job_dir` holds the script
 /// and the output; it must be on a file system the compute nodes share with this host.
-pub fn plan(
+#[cfg(test)]
+pub(crate) fn plan(
     cell: &Cell,
     program: &Program,
     settings: &Settings,
@@ -122,7 +123,7 @@ pub fn plan(
 /// submitting host's, is the run's environment and hardware key. The probe never stops
 /// the job: if it fails or is not done within two minutes, the cell still runs, and its
 /// error output is kept beside the file (`.err`).
-pub fn plan_with_env_probe(
+pub(crate) fn plan_with_env_probe(
     cell: &Cell,
     program: &Program,
     settings: &Settings,

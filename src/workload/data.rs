@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 
 /// Where tokens come from.
-pub enum Source {
+pub(crate) enum Source {
     /// Uniform random tokens: no structure to learn, the default benchmark load.
     Random,
     /// Each row starts at a random token and continues `t -> (5 t + 1) mod vocab`, a
@@ -21,7 +21,7 @@ pub enum Source {
 
 /// Failures reading a token file, each naming the file.
 #[derive(Debug, thiserror::Error)]
-pub enum DataError {
+pub(crate) enum DataError {
     #[error("{path}: cannot read token file: {source}")]
     Read {
         path: PathBuf,
@@ -51,7 +51,7 @@ pub enum DataError {
 }
 
 /// A seeded stream of batches.
-pub struct Batches {
+pub(crate) struct Batches {
     source: Source,
     rng: SplitMix64,
     vocab: i64,
@@ -60,7 +60,7 @@ pub struct Batches {
 }
 
 impl Batches {
-    pub fn new(source: Source, seed: u64, vocab: i64, batch: usize, seq: usize) -> Batches {
+    pub(crate) fn new(source: Source, seed: u64, vocab: i64, batch: usize, seq: usize) -> Batches {
         Batches {
             source,
             rng: SplitMix64(seed ^ 0x005E_ED0F_BE7C),
@@ -72,7 +72,12 @@ impl Batches {
 
     /// Reads a token file of `width`-byte little-endian ids, checking every id against the
     /// vocabulary so a wrong `--data-bytes` or tokenizer fails up front, not as a CUDA assert.
-    pub fn read_file(path: &Path, width: u8, vocab: i64, seq: usize) -> Result<Source, DataError> {
+    pub(crate) fn read_file(
+        path: &Path,
+        width: u8,
+        vocab: i64,
+        seq: usize,
+    ) -> Result<Source, DataError> {
         let bytes = std::fs::read(path).map_err(|source| DataError::Read {
             path: path.to_path_buf(),
             source,
@@ -122,14 +127,14 @@ impl Batches {
     /// Passes over `n` batches: the ranks of a data-parallel run read one shared stream,
     /// each keeping its own slice of every step, so that together they see exactly the
     /// batches one process would (what makes DDP comparable with a single-GPU run).
-    pub fn skip(&mut self, n: usize) {
+    pub(crate) fn skip(&mut self, n: usize) {
         for _ in 0..n {
             let _ = self.next_batch();
         }
     }
 
     /// The next batch as host tensors (inputs, targets), each `[B, T]` int64.
-    pub fn next_batch(&mut self) -> (Tensor, Tensor) {
+    pub(crate) fn next_batch(&mut self) -> (Tensor, Tensor) {
         let (b, t) = (self.batch, self.seq);
         let mut buf: Vec<i64> = Vec::with_capacity(b * (t + 1));
         let v = self.vocab as u64;

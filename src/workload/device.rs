@@ -8,7 +8,7 @@ use super::WorkerError;
 
 /// A resolved device.
 #[derive(Debug, Clone)]
-pub struct DeviceInfo {
+pub(crate) struct DeviceInfo {
     pub device: Device,
     /// E.g. "NVIDIA H100 80GB HBM3" or "cpu".
     pub name: String,
@@ -41,7 +41,7 @@ fn set_cpu_threads() -> Result<(), WorkerError> {
 
 impl DeviceInfo {
     /// Resolves `cpu`, `cuda`, `cuda:N` or `auto` to a device of this host.
-    pub fn resolve(spec: crate::axes::Device) -> Result<DeviceInfo, WorkerError> {
+    pub(crate) fn resolve(spec: crate::axes::Device) -> Result<DeviceInfo, WorkerError> {
         use crate::axes::Device as Spec;
         let device = match spec {
             Spec::Cpu => Device::Cpu,
@@ -72,7 +72,7 @@ impl DeviceInfo {
         Ok(DeviceInfo { device, name })
     }
 
-    pub fn is_cuda(&self) -> bool {
+    pub(crate) fn is_cuda(&self) -> bool {
         matches!(self.device, Device::Cuda(_))
     }
 
@@ -84,7 +84,7 @@ impl DeviceInfo {
     }
 
     /// Whether the device runs fp8 matmuls (`_scaled_mm`): CUDA compute capability 8.9+.
-    pub fn supports_fp8(&self) -> Result<bool, WorkerError> {
+    pub(crate) fn supports_fp8(&self) -> Result<bool, WorkerError> {
         match self.index() {
             Some(i) => {
                 let (major, minor) = ffi::cuda_capability(i).map_err(WorkerError::Internal)?;
@@ -95,7 +95,7 @@ impl DeviceInfo {
     }
 
     /// Waits for all queued work (no-op on CPU, where ops are synchronous).
-    pub fn synchronize(&self) -> Result<(), WorkerError> {
+    pub(crate) fn synchronize(&self) -> Result<(), WorkerError> {
         match self.index() {
             Some(i) => ffi::cuda_synchronize(i).map_err(WorkerError::from_device),
             None => Ok(()),
@@ -103,7 +103,7 @@ impl DeviceInfo {
     }
 
     /// Peak bytes held by the CUDA caching allocator since the last reset; `None` on CPU.
-    pub fn peak_memory(&self) -> Result<Option<u64>, WorkerError> {
+    pub(crate) fn peak_memory(&self) -> Result<Option<u64>, WorkerError> {
         match self.index() {
             Some(i) => ffi::cuda_peak_allocated(i)
                 .map(Some)
@@ -112,7 +112,7 @@ impl DeviceInfo {
         }
     }
 
-    pub fn reset_peak_memory(&self) -> Result<(), WorkerError> {
+    pub(crate) fn reset_peak_memory(&self) -> Result<(), WorkerError> {
         match self.index() {
             Some(i) => ffi::cuda_reset_peak(i).map_err(WorkerError::Internal),
             None => Ok(()),

@@ -14,7 +14,7 @@ use tch::Tensor;
 use torch_sys::C_tensor;
 
 #[repr(C)]
-pub struct RawGraph {
+pub(crate) struct RawGraph {
     _private: [u8; 0],
 }
 
@@ -77,6 +77,7 @@ extern "C" {
         qt: *mut *mut C_tensor,
         inv_scale: *mut *mut C_tensor,
     ) -> c_int;
+    #[cfg(test)]
     fn bench_jit_compile_check(arch: i64, bytes: *mut i64) -> c_int;
     fn bench_profiler_start() -> c_int;
     fn bench_profiler_stop(path: *const c_char) -> c_int;
@@ -132,6 +133,7 @@ extern "C" {
     fn bench_graph_replay(g: *mut RawGraph) -> c_int;
     fn bench_storage_release(t: *mut C_tensor, stream: *mut c_void) -> c_int;
     fn bench_storage_allocate(t: *mut C_tensor, nbytes: i64) -> c_int;
+    #[cfg(test)]
     fn bench_storage_nbytes(t: *const C_tensor, out: *mut i64) -> c_int;
     fn bench_event_new(out: *mut *mut c_void) -> c_int;
     fn bench_event_record(ev: *mut c_void, stream: *mut c_void) -> c_int;
@@ -150,7 +152,7 @@ fn check(rc: c_int) -> Result<(), String> {
 }
 
 /// `x [M, K] @ w[N, K]^T` with fp8 matmuls, differentiable in both arguments (bf16 in/out).
-pub fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
+pub(crate) fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
     let mut out: *mut C_tensor = std::ptr::null_mut();
     // SAFETY: x and w are live tensors; on success the shim hands over a new at::Tensor*.
     check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), &mut out) })?;
@@ -318,19 +320,20 @@ pub fn fp8_quantize_t(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor, Tensor)
 
 /// Compiles the shim's run-time kernels for `sm_<arch>` with NVRTC (no GPU needed) and
 /// returns the cubin's size: what a CPU test can check of them.
-pub fn jit_compile_check(arch: i64) -> Result<usize, String> {
+#[cfg(test)]
+pub(crate) fn jit_compile_check(arch: i64) -> Result<usize, String> {
     let mut bytes = 0i64;
     check(unsafe { bench_jit_compile_check(arch, &mut bytes) })?;
     Ok(bytes.max(0) as usize)
 }
 
 /// Starts libtorch's profiler (host ops and, through CUPTI, device kernels).
-pub fn profiler_start() -> Result<(), String> {
+pub(crate) fn profiler_start() -> Result<(), String> {
     check(unsafe { bench_profiler_start() })
 }
 
 /// Stops the profiler and writes its Chrome-trace JSON to `path`.
-pub fn profiler_stop(path: &std::path::Path) -> Result<(), String> {
+pub(crate) fn profiler_stop(path: &std::path::Path) -> Result<(), String> {
     let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
         .map_err(|_| format!("{}: path contains a NUL byte", path.display()))?;
     check(unsafe { bench_profiler_stop(c.as_ptr()) })
@@ -338,7 +341,7 @@ pub fn profiler_stop(path: &std::path::Path) -> Result<(), String> {
 
 /// One fused AdamW step over equally long lists of fp32 CUDA tensors.
 #[allow(clippy::too_many_arguments)]
-pub fn fused_adamw(
+pub(crate) fn fused_adamw(
     params: &[Tensor],
     grads: &[Tensor],
     exp_avgs: &[Tensor],
@@ -379,7 +382,7 @@ pub fn fused_adamw(
 
 /// What one call of [`master_adamw`] does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MasterMode {
+pub(crate) enum MasterMode {
     /// Update the masters from the entries' bf16 gradients.
     Update = 0,
     /// Copy the gradients into the fp32 accumulator (the first micro-batch).
@@ -392,7 +395,7 @@ pub enum MasterMode {
 
 /// The flat fp32 buffers behind [`master_adamw`]: masters, moments, the bf16 working copy,
 /// the accumulator (for gradient accumulation) and the device step count.
-pub struct MasterBuffers<'a> {
+pub(crate) struct MasterBuffers<'a> {
     pub master: &'a Tensor,
     pub exp_avg: &'a Tensor,
     pub exp_avg_sq: &'a Tensor,
@@ -406,7 +409,7 @@ pub struct MasterBuffers<'a> {
 /// `weight_decays[i]`; `grads` are the entries' bf16 gradients (unused, may be empty, for
 /// [`MasterMode::UpdateFromAcc`]).
 #[allow(clippy::too_many_arguments)]
-pub fn master_adamw(
+pub(crate) fn master_adamw(
     grads: &[Tensor],
     offsets: &[i64],
     numels: &[i64],
@@ -468,7 +471,7 @@ pub fn set_grad(t: &mut Tensor, g: &Tensor) -> Result<(), String> {
 }
 
 /// A high-priority stream of the device's pool, for collectives.
-pub fn cuda_comm_stream(device: i64) -> Result<*mut c_void, String> {
+pub(crate) fn cuda_comm_stream(device: i64) -> Result<*mut c_void, String> {
     let mut s: *mut c_void = std::ptr::null_mut();
     check(unsafe { bench_cuda_comm_stream(device, &mut s) })?;
     Ok(s)
@@ -478,17 +481,20 @@ pub fn cuda_comm_stream(device: i64) -> Result<*mut c_void, String> {
 ///
 /// # Safety
 /// Both must be live `cudaStream_t` values (null: the legacy default stream).
-pub unsafe fn cuda_stream_wait(waiter: *mut c_void, waited: *mut c_void) -> Result<(), String> {
+pub(crate) unsafe fn cuda_stream_wait(
+    waiter: *mut c_void,
+    waited: *mut c_void,
+) -> Result<(), String> {
     check(unsafe { bench_cuda_stream_wait(waiter, waited) })
 }
 
 /// Makes `device` this thread's current CUDA device.
-pub fn cuda_set_device(device: i64) -> Result<(), String> {
+pub(crate) fn cuda_set_device(device: i64) -> Result<(), String> {
     check(unsafe { bench_cuda_set_device(device) })
 }
 
 /// The raw `cudaStream_t` of the device's current stream (null for the legacy default).
-pub fn cuda_current_stream(device: i64) -> Result<*mut c_void, String> {
+pub(crate) fn cuda_current_stream(device: i64) -> Result<*mut c_void, String> {
     let mut s: *mut c_void = std::ptr::null_mut();
     check(unsafe { bench_cuda_current_stream(device, &mut s) })?;
     Ok(s)
@@ -500,7 +506,7 @@ pub fn cuda_capability(device: i64) -> Result<(i32, i32), String> {
     Ok((major, minor))
 }
 
-pub fn cuda_device_name(device: i64) -> Result<String, String> {
+pub(crate) fn cuda_device_name(device: i64) -> Result<String, String> {
     let mut buf = vec![0 as c_char; 256];
     check(unsafe { bench_cuda_device_name(device, buf.as_mut_ptr(), buf.len() as i64) })?;
     // SAFETY: the shim NUL-terminates within the buffer.
@@ -509,17 +515,17 @@ pub fn cuda_device_name(device: i64) -> Result<String, String> {
         .into_owned())
 }
 
-pub fn cuda_synchronize(device: i64) -> Result<(), String> {
+pub(crate) fn cuda_synchronize(device: i64) -> Result<(), String> {
     check(unsafe { bench_cuda_synchronize(device) })
 }
 
-pub fn cuda_peak_allocated(device: i64) -> Result<u64, String> {
+pub(crate) fn cuda_peak_allocated(device: i64) -> Result<u64, String> {
     let mut b = 0i64;
     check(unsafe { bench_cuda_peak_allocated(device, &mut b) })?;
     Ok(b.max(0) as u64)
 }
 
-pub fn cuda_reset_peak(device: i64) -> Result<(), String> {
+pub(crate) fn cuda_reset_peak(device: i64) -> Result<(), String> {
     check(unsafe { bench_cuda_reset_peak(device) })
 }
 
@@ -580,35 +586,36 @@ impl Drop for CudaGraph {
 /// # Safety
 /// No tensor sharing the storage may be read or written until it is allocated again, and
 /// `stream`, when not null, must be a live CUDA stream of the tensor's device.
-pub unsafe fn storage_release(t: &Tensor, stream: *mut c_void) -> Result<(), String> {
+pub(crate) unsafe fn storage_release(t: &Tensor, stream: *mut c_void) -> Result<(), String> {
     check(bench_storage_release(t.as_ptr() as *mut C_tensor, stream))
 }
 
 /// Gives `t`'s (released) storage `nbytes` of fresh, uninitialised memory from its own
 /// allocator (on CUDA: the caching allocator, on the current stream).
-pub fn storage_allocate(t: &Tensor, nbytes: usize) -> Result<(), String> {
+pub(crate) fn storage_allocate(t: &Tensor, nbytes: usize) -> Result<(), String> {
     check(unsafe { bench_storage_allocate(t.as_ptr() as *mut C_tensor, nbytes as i64) })
 }
 
 /// Bytes of memory behind `t`'s storage now (0 after [`storage_release`]).
-pub fn storage_nbytes(t: &Tensor) -> Result<usize, String> {
+#[cfg(test)]
+pub(crate) fn storage_nbytes(t: &Tensor) -> Result<usize, String> {
     let mut n = 0i64;
     check(unsafe { bench_storage_nbytes(t.as_ptr(), &mut n) })?;
     Ok(n.max(0) as usize)
 }
 
 /// `torch.autograd.backward(out, grad)`: gradients accumulate into the leaves' `.grad`.
-pub fn backward_with(out: &Tensor, grad: &Tensor) -> Result<(), String> {
+pub(crate) fn backward_with(out: &Tensor, grad: &Tensor) -> Result<(), String> {
     check(unsafe { bench_backward(out.as_ptr(), grad.as_ptr()) })
 }
 
 /// A CUDA event (no timing) for ordering work between two streams.
-pub struct CudaEvent {
+pub(crate) struct CudaEvent {
     raw: *mut c_void,
 }
 
 impl CudaEvent {
-    pub fn new() -> Result<Self, String> {
+    pub(crate) fn new() -> Result<Self, String> {
         let mut raw = std::ptr::null_mut();
         check(unsafe { bench_event_new(&mut raw) })?;
         Ok(CudaEvent { raw })
@@ -618,7 +625,7 @@ impl CudaEvent {
     ///
     /// # Safety
     /// `stream` must be a live CUDA stream of the event's device.
-    pub unsafe fn record(&self, stream: *mut c_void) -> Result<(), String> {
+    pub(crate) unsafe fn record(&self, stream: *mut c_void) -> Result<(), String> {
         check(bench_event_record(self.raw, stream))
     }
 
@@ -626,7 +633,7 @@ impl CudaEvent {
     ///
     /// # Safety
     /// `stream` must be a live CUDA stream of the event's device.
-    pub unsafe fn block(&self, stream: *mut c_void) -> Result<(), String> {
+    pub(crate) unsafe fn block(&self, stream: *mut c_void) -> Result<(), String> {
         check(bench_stream_wait_event(stream, self.raw))
     }
 }

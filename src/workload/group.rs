@@ -28,7 +28,7 @@ pub(crate) fn dist_err(e: impl std::fmt::Display) -> WorkerError {
 }
 
 /// NCCL's name for a tensor dtype.
-pub fn nccl_dtype(kind: Kind) -> Option<DataType> {
+pub(crate) fn nccl_dtype(kind: Kind) -> Option<DataType> {
     Some(match kind {
         Kind::Float => DataType::Float32,
         Kind::BFloat16 => DataType::Bfloat16,
@@ -40,7 +40,7 @@ pub fn nccl_dtype(kind: Kind) -> Option<DataType> {
 }
 
 /// This rank's place in the world and its communicator.
-pub struct Group {
+pub(crate) struct Group {
     pub env: DistEnv,
     pub(crate) nccl: Arc<Nccl>,
     /// Shared with the rendezvous' failure hook, which takes and aborts it.
@@ -52,7 +52,7 @@ pub struct Group {
 
 impl Group {
     /// Joins the rendezvous and the NCCL communicator on CUDA device `index`.
-    pub fn join(env: DistEnv, index: i64) -> Result<Group, WorkerError> {
+    pub(crate) fn join(env: DistEnv, index: i64) -> Result<Group, WorkerError> {
         ffi::cuda_set_device(index).map_err(WorkerError::Internal)?;
         let nccl = Nccl::load(None).map_err(dist_err)?;
         let config = Config::from_env().map_err(dist_err)?;
@@ -85,20 +85,20 @@ impl Group {
         })
     }
 
-    pub fn rank(&self) -> u32 {
+    pub(crate) fn rank(&self) -> u32 {
         self.env.rank
     }
 
-    pub fn world_size(&self) -> u32 {
+    pub(crate) fn world_size(&self) -> u32 {
         self.env.world_size
     }
 
-    pub fn stream(&self) -> Result<*mut c_void, WorkerError> {
+    pub(crate) fn stream(&self) -> Result<*mut c_void, WorkerError> {
         ffi::cuda_current_stream(self.index).map_err(WorkerError::Internal)
     }
 
     /// Runs `f` with the communicator (an error once a failure hook has aborted it).
-    pub fn with_comm<T>(
+    pub(crate) fn with_comm<T>(
         &self,
         f: impl FnOnce(&Comm) -> Result<T, crate::dist::nccl::NcclError>,
     ) -> Result<T, WorkerError> {
@@ -113,7 +113,7 @@ impl Group {
     }
 
     /// Broadcasts rank 0's parameters to every rank (in place) and waits for it.
-    pub fn broadcast_params(&self, params: &[Param]) -> Result<(), WorkerError> {
+    pub(crate) fn broadcast_params(&self, params: &[Param]) -> Result<(), WorkerError> {
         let stream = self.stream()?;
         let nccl = Arc::clone(&self.nccl);
         self.with_comm(|c| {
@@ -152,24 +152,24 @@ impl Group {
     }
 
     /// The mean of a device scalar over all ranks (the step's global loss).
-    pub fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
+    pub(crate) fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
         self.reduce_tensor(&t.to_kind(Kind::Float), RedOp::Avg)
     }
 
     /// The element-wise sum of a small device tensor over all ranks.
-    pub fn sum(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
+    pub(crate) fn sum(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
         self.reduce_tensor(t, RedOp::Sum)
     }
 
     /// The largest of every rank's `x` (the slowest rank's step time).
-    pub fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
+    pub(crate) fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
         let t = self.reduce_tensor(&Tensor::from_slice(&[x]), RedOp::Max)?;
         t.f_double_value(&[0])
             .map_err(|e| WorkerError::from_device(e.to_string()))
     }
 
     /// Every rank's `x`, in rank order (one all-gather).
-    pub fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
+    pub(crate) fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
         let send = Tensor::from_slice(&[x as i64]).to_device(self.device);
         let recv = Tensor::zeros([self.world_size() as i64], (Kind::Int64, self.device));
         let stream = self.stream()?;
@@ -184,7 +184,7 @@ impl Group {
     }
 
     /// Tells the other ranks that this one failed, so they stop at once.
-    pub fn report_failure(&self, message: &str) {
+    pub(crate) fn report_failure(&self, message: &str) {
         if let Some(rv) = &self.rv {
             rv.report_failure(message);
         }
@@ -192,7 +192,7 @@ impl Group {
 
     /// Orderly end: waits for queued work, destroys the communicator and closes the
     /// rendezvous (rank 0 waits for the others to be done).
-    pub fn finish(mut self) -> Result<(), WorkerError> {
+    pub(crate) fn finish(mut self) -> Result<(), WorkerError> {
         ffi::cuda_synchronize(self.index).map_err(WorkerError::from_device)?;
         let comm = self.comm.lock().ok().and_then(|mut g| g.take());
         if let Some(c) = comm {

@@ -6,7 +6,7 @@ use crate::metrics::flops::{self, Peak};
 
 /// Step times and losses as the run produces them.
 #[derive(Debug, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// Times of measured (post-warm-up) steps.
     pub measured: Vec<f64>,
     pub last_loss: Option<f64>,
@@ -14,7 +14,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn record(&mut self, warmup: bool, step_time_s: f64, loss: f64, since_start_s: f64) {
+    pub(crate) fn record(&mut self, warmup: bool, step_time_s: f64, loss: f64, since_start_s: f64) {
         self.last_loss = Some(loss);
         if !warmup {
             if self.measured.is_empty() {
@@ -26,7 +26,7 @@ impl Recorder {
 }
 
 /// What the summary needs besides the recorded steps.
-pub struct RunFacts {
+pub(crate) struct RunFacts {
     pub tokens_per_step: u64,
     pub world_size: u32,
     pub n_params: u64,
@@ -37,7 +37,7 @@ pub struct RunFacts {
 }
 
 /// Median of a sample (the mean of the two middle values for even sizes).
-pub fn median(xs: &[f64]) -> Option<f64> {
+pub(crate) fn median(xs: &[f64]) -> Option<f64> {
     if xs.is_empty() {
         return None;
     }
@@ -51,7 +51,7 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     })
 }
 
-pub fn summary(rec: &Recorder, facts: &RunFacts) -> SummaryEvent {
+pub(crate) fn summary(rec: &Recorder, facts: &RunFacts) -> SummaryEvent {
     let step = median(&rec.measured);
     let t = step.map(|s| {
         flops::throughput(

@@ -39,7 +39,7 @@ use crate::dist::rendezvous::DistEnv;
 
 /// Why a worker failed; each maps to an [`ErrorKind`] and its exit code.
 #[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
+pub(crate) enum WorkerError {
     #[error("{0}")]
     BadInput(String),
     #[error("{0}")]
@@ -58,7 +58,7 @@ pub enum WorkerError {
 }
 
 impl WorkerError {
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             WorkerError::BadInput(_) | WorkerError::Data(_) => ErrorKind::BadInput,
             WorkerError::Unsupported(_) => ErrorKind::Unsupported,
@@ -70,7 +70,7 @@ impl WorkerError {
     }
 
     /// Classifies a libtorch / CUDA error message: out-of-memory is its own failure class.
-    pub fn from_device(msg: String) -> WorkerError {
+    pub(crate) fn from_device(msg: String) -> WorkerError {
         if is_oom(&msg) {
             WorkerError::Oom(first_line(&msg))
         } else {
@@ -94,7 +94,7 @@ const FEATURES: [&str; 2] = ["compile", "sac"];
 /// What `bench worker` was asked to run, typed but not yet checked (the CLI stage builds it
 /// from `cli::WorkerArgs`; [`Settings::resolve`] checks it against the presets).
 #[derive(Debug, Clone)]
-pub struct WorkerSettings {
+pub(crate) struct WorkerSettings {
     /// The cell id, echoed in events and logs.
     pub cell_id: String,
     /// Model preset name.
@@ -124,7 +124,7 @@ pub struct WorkerSettings {
 }
 
 /// The worker's settings, checked and resolved.
-pub struct Settings {
+pub(crate) struct Settings {
     pub cfg: presets::ModelConfig,
     pub precision: Precision,
     pub compile: bool,
@@ -140,7 +140,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(a: &WorkerSettings) -> Result<Settings, WorkerError> {
+    pub(crate) fn resolve(a: &WorkerSettings) -> Result<Settings, WorkerError> {
         let cfg = presets::get(&a.model).ok_or_else(|| {
             let names: Vec<_> = presets::all().iter().map(|c| c.name).collect();
             WorkerError::BadInput(format!(
@@ -210,7 +210,7 @@ fn emit(e: Event) {
 }
 
 /// Runs one worker and returns its exit code (see `exit::worker`).
-pub fn run_worker(args: &WorkerSettings) -> i32 {
+pub(crate) fn run_worker(args: &WorkerSettings) -> i32 {
     let started = Instant::now();
     if args.list_models {
         for c in presets::all() {

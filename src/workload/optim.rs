@@ -65,7 +65,7 @@ pub struct AdamW {
 
 /// The flat buffers DDP and FSDP already keep for a rank's slices, for
 /// [`AdamW::over_slices`].
-pub struct Slices {
+pub(crate) struct Slices {
     /// The rank's fp32 masters.
     pub master: Tensor,
     /// Their bf16 copy (FSDP's all-gather source, DDP's working parameters), which the
@@ -98,6 +98,27 @@ struct Masters {
 }
 
 impl Masters {
+    /// Zeroed moments and step count beside the given flat buffers, with no entries yet:
+    /// the constructors fill those in.
+    fn moments_for(master: Tensor, work: Tensor, acc: Option<Tensor>) -> Masters {
+        let f32opt = (Kind::Float, master.device());
+        let total = master.numel() as i64;
+        Masters {
+            params: Vec::new(),
+            fixed_grads: false,
+            offsets: Vec::new(),
+            numels: Vec::new(),
+            weight_decays: Vec::new(),
+            exp_avg: Tensor::zeros([total], f32opt),
+            exp_avg_sq: Tensor::zeros([total], f32opt),
+            acc,
+            step: Tensor::zeros([], f32opt),
+            master,
+            work,
+            accumulated: Cell::new(0),
+        }
+    }
+
     fn buffers(&self) -> MasterBuffers<'_> {
         MasterBuffers {
             master: &self.master,
@@ -207,32 +228,24 @@ impl AdamW {
             t.set_data(&work.narrow(0, off, n).view(p.tensor.size().as_slice()));
             views.push(t);
         }
-        Ok(AdamW {
+        let acc = accumulate.then(|| Tensor::zeros([total], f32opt));
+        Ok(AdamW::flat(
             cfg,
-            groups: Vec::new(),
-            fused: true,
-            steps: 0,
-            masters: Some(Masters {
+            Masters {
                 params: views,
                 fixed_grads: false,
                 offsets,
                 numels,
                 weight_decays,
-                exp_avg: Tensor::zeros([total], f32opt),
-                exp_avg_sq: Tensor::zeros([total], f32opt),
-                acc: accumulate.then(|| Tensor::zeros([total], f32opt)),
-                step: Tensor::zeros([], f32opt),
-                master,
-                work,
-                accumulated: Cell::new(0),
-            }),
-        })
+                ..Masters::moments_for(master, work, acc)
+            },
+        ))
     }
 
     /// The kernel's layout over buffers DDP or FSDP already own: entry i is `pieces[i]`, a
     /// bf16 view of `slices.work` starting at `offsets[i]` whose `.grad` is a fixed bf16
     /// view of the reduced gradients. Only the moments (and the step count) are new.
-    pub fn over_slices(
+    pub(crate) fn over_slices(
         pieces: &[Param],
         offsets: Vec<i64>,
         slices: Slices,
@@ -245,14 +258,9 @@ impl AdamW {
         if !master.device().is_cuda() || work.kind() != Kind::BFloat16 {
             return Err("master AdamW: the kernel needs CUDA masters and a bf16 copy".into());
         }
-        let f32opt = (Kind::Float, master.device());
-        let total = master.numel() as i64;
-        Ok(AdamW {
+        Ok(AdamW::flat(
             cfg,
-            groups: Vec::new(),
-            fused: true,
-            steps: 0,
-            masters: Some(Masters {
+            Masters {
                 params: pieces.iter().map(|p| p.tensor.shallow_clone()).collect(),
                 fixed_grads: true,
                 numels: pieces.iter().map(|p| p.tensor.numel() as i64).collect(),
@@ -261,15 +269,20 @@ impl AdamW {
                     .map(|p| if p.decay { cfg.weight_decay } else { 0.0 })
                     .collect(),
                 offsets,
-                exp_avg: Tensor::zeros([total], f32opt),
-                exp_avg_sq: Tensor::zeros([total], f32opt),
-                acc,
-                step: Tensor::zeros([], f32opt),
-                master,
-                work,
-                accumulated: Cell::new(0),
-            }),
-        })
+                ..Masters::moments_for(master, work, acc)
+            },
+        ))
+    }
+
+    /// The flat layout over `masters`.
+    fn flat(cfg: AdamWConfig, masters: Masters) -> AdamW {
+        AdamW {
+            cfg,
+            groups: Vec::new(),
+            fused: true,
+            steps: 0,
+            masters: Some(masters),
+        }
     }
 
     /// After a micro-batch's backward under gradient accumulation: adds the parameters'
@@ -324,7 +337,7 @@ impl AdamW {
 
     /// The sum and the sum of squares of the fp32 masters when they live in flat buffers
     /// (their padding is zero), `None` in the first layout.
-    pub fn master_checksum(&self) -> Option<(f64, f64)> {
+    pub(crate) fn master_checksum(&self) -> Option<(f64, f64)> {
         let m = self.masters.as_ref()?;
         tch::no_grad(|| {
             let d = m.master.to_kind(Kind::Double);

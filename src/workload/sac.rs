@@ -28,7 +28,7 @@ enum Segment {
 }
 
 /// Whether block `i` is checkpointed when every `every`-th block is.
-pub fn is_checkpointed(i: usize, every: usize) -> bool {
+pub(crate) fn is_checkpointed(i: usize, every: usize) -> bool {
     every > 0 && i.is_multiple_of(every)
 }
 

@@ -29,11 +29,11 @@ use super::{sac, WorkerError};
 use crate::events::{Event, StepEvent};
 
 /// Eager steps that precede graph capture (allocator and cuBLAS warm-up, gradient buffers).
-pub const EAGER_BEFORE_CAPTURE: u32 = 3;
+pub(crate) const EAGER_BEFORE_CAPTURE: u32 = 3;
 
 /// How the ranks of a run share the work.
 #[derive(Clone, Copy)]
-pub enum Parallel<'a> {
+pub(crate) enum Parallel<'a> {
     /// One process, the plain loop.
     Single,
     /// DDP or FSDP ([`DataParallel`]), over one rank or several.
@@ -42,7 +42,7 @@ pub enum Parallel<'a> {
 
 impl Parallel<'_> {
     /// This process's rank and the number of ranks.
-    pub fn rank_world(&self) -> (u32, u32) {
+    pub(crate) fn rank_world(&self) -> (u32, u32) {
         match self {
             Parallel::Single => (0, 1),
             Parallel::Data(d) => (d.rank(), d.world_size()),
@@ -58,7 +58,7 @@ impl Parallel<'_> {
     }
 }
 
-pub struct Loop<'a> {
+pub(crate) struct Loop<'a> {
     pub model: &'a dyn Model,
     pub ctx: Ctx,
     pub device: &'a DeviceInfo,
@@ -163,7 +163,7 @@ impl Loop<'_> {
 
     /// Runs every step, emitting a step event after each; hands the optimizer back (it may
     /// hold the fp32 masters).
-    pub fn run(
+    pub(crate) fn run(
         mut self,
         emit: &mut dyn FnMut(Event),
         rec: &mut Recorder,

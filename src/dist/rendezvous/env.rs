@@ -34,7 +34,7 @@ impl DistEnv {
     /// As [`DistEnv::from_env`], reading variables through `get` (for tests). `LOCAL_RANK`
     /// defaults to `RANK` and `LOCAL_WORLD_SIZE` to `WORLD_SIZE` (one host);
     /// `MASTER_ADDR` defaults to 127.0.0.1 when the world has one rank.
-    pub fn from_lookup(
+    pub(crate) fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<DistEnv>, RendezvousError> {
         if get("RANK").is_none() && get("WORLD_SIZE").is_none() {
@@ -109,7 +109,8 @@ impl DistEnv {
     }
 
     /// The contract as `(name, value)` pairs, for a child's environment.
-    pub fn to_env(&self) -> Vec<(String, String)> {
+    #[cfg(test)]
+    pub(crate) fn to_env(&self) -> Vec<(String, String)> {
         let v = [
             self.rank.to_string(),
             self.world_size.to_string(),

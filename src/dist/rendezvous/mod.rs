@@ -143,16 +143,18 @@ impl Default for Config {
 
 /// Environment variable overriding [`Config::join_timeout`] in seconds (workers read it
 /// through [`Config::from_env`]).
-pub const ENV_JOIN_TIMEOUT: &str = "BENCH_RDZV_TIMEOUT_S";
+pub(crate) const ENV_JOIN_TIMEOUT: &str = "BENCH_RDZV_TIMEOUT_S";
 
 impl Config {
     /// The defaults, with the join timeout from `$BENCH_RDZV_TIMEOUT_S` when set.
-    pub fn from_env() -> Result<Config, RendezvousError> {
+    pub(crate) fn from_env() -> Result<Config, RendezvousError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
     /// As [`Config::from_env`], reading variables through `get`.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, RendezvousError> {
+    pub(crate) fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, RendezvousError> {
         let mut c = Config::default();
         if let Some(v) = get(ENV_JOIN_TIMEOUT) {
             let s: f64 = v
@@ -173,7 +175,7 @@ impl Config {
 
 /// Called once, before the process exits, when [`OnFailure::Exit`] fires; e.g. to
 /// `ncclCommAbort` so the GPU work is torn down cleanly.
-pub type FailureHook = Box<dyn Fn(&RankFailure) + Send + Sync>;
+pub(crate) type FailureHook = Box<dyn Fn(&RankFailure) + Send + Sync>;
 
 /// A joined rank's handle on the control channel. Dropping it without
 /// [`Rendezvous::finish`] closes the channel abruptly, which the others treat as this
@@ -274,22 +276,9 @@ where
 }
 
 impl Rendezvous {
-    pub fn rank(&self) -> u32 {
-        self.shared.rank
-    }
-
-    pub fn world_size(&self) -> u32 {
-        self.shared.world_size
-    }
-
     /// Sets what runs before the process exits on a peer's failure ([`OnFailure::Exit`]).
-    pub fn set_failure_hook(&self, hook: FailureHook) {
+    pub(crate) fn set_failure_hook(&self, hook: FailureHook) {
         *lock(&self.shared.hook) = Some(hook);
-    }
-
-    /// The first failure learned so far.
-    pub fn failure(&self) -> Option<RankFailure> {
-        lock(&self.shared.state).failure.clone()
     }
 
     /// Waits up to `timeout` for a failure to be learned.

@@ -14,14 +14,14 @@ mod migrations;
 mod write;
 
 pub use self::migrations::{schema_version_known, MIGRATIONS};
-use self::write::{delete_cell, upsert_run_row, write_cell, write_run};
-use super::record::{CellRecord, RunRecord};
+use self::write::write_run;
+use super::record::RunRecord;
 use super::HistoryError;
 
 /// A value bound to, or read from, SQL. The schema uses only these four kinds (`TEXT`,
 /// `BIGINT`, `DOUBLE PRECISION`, NULL), which both backends map without loss.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Sql {
+pub(crate) enum Sql {
     Null,
     Int(i64),
     Real(f64),
@@ -29,19 +29,19 @@ pub enum Sql {
 }
 
 impl Sql {
-    pub fn text(&self) -> Option<&str> {
+    pub(crate) fn text(&self) -> Option<&str> {
         match self {
             Sql::Text(s) => Some(s),
             _ => None,
         }
     }
-    pub fn int(&self) -> Option<i64> {
+    pub(crate) fn int(&self) -> Option<i64> {
         match self {
             Sql::Int(i) => Some(*i),
             _ => None,
         }
     }
-    pub fn real(&self) -> Option<f64> {
+    pub(crate) fn real(&self) -> Option<f64> {
         match self {
             Sql::Real(r) => Some(*r),
             Sql::Int(i) => Some(*i as f64),
@@ -55,7 +55,7 @@ impl Sql {
 
 /// One connection to a database. Statements use `?` placeholders (a backend that numbers
 /// them rewrites them); every row comes back as [`Sql`] values in column order.
-pub trait Backend {
+pub(crate) trait Backend {
     /// `sqlite` or `postgresql`.
     fn kind(&self) -> &'static str;
     /// Runs statements without parameters (DDL, BEGIN/COMMIT).
@@ -232,18 +232,8 @@ impl History {
     }
 
     /// Writes `run` (replacing an earlier copy of the same run id) in one transaction.
-    pub fn record_run(&mut self, run: &RunRecord) -> Result<(), HistoryError> {
+    pub(crate) fn record_run(&mut self, run: &RunRecord) -> Result<(), HistoryError> {
         self.transaction(|b| write_run(b, run))
-    }
-
-    /// Writes one cell of a run that is still going (after each cell finishes): the run's
-    /// row is created or refreshed, the cell replaced, in one transaction.
-    pub fn record_cell(&mut self, run: &RunRecord, cell: &CellRecord) -> Result<(), HistoryError> {
-        self.transaction(|b| {
-            upsert_run_row(b, run)?;
-            delete_cell(b, &run.run_id, &cell.cell_id)?;
-            write_cell(b, &run.run_id, cell)
-        })
     }
 
     /// Every run, oldest first.
@@ -452,7 +442,7 @@ fn json_floats(v: &[f64]) -> String {
 }
 
 /// The current time, RFC 3339 UTC.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()

@@ -75,19 +75,6 @@ pub(super) fn upsert_run_row(b: &mut dyn Backend, run: &RunRecord) -> Result<(),
     Ok(())
 }
 
-pub(super) fn delete_cell(b: &mut dyn Backend, run_id: &str, cell_id: &str) -> Result<(), String> {
-    let key = [Sql::Text(run_id.into()), Sql::Text(cell_id.into())];
-    b.execute(
-        "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
-        &key,
-    )?;
-    b.execute(
-        "DELETE FROM bench_cells WHERE run_id = ? AND cell_id = ?",
-        &key,
-    )?;
-    Ok(())
-}
-
 pub(super) fn write_cell(
     b: &mut dyn Backend,
     run_id: &str,

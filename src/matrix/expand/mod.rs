@@ -36,7 +36,7 @@ use crate::cell::{Cell, Value};
 
 use self::params::ParamBuilder;
 use self::rules::{compile_rules, rule_label, CompiledRule};
-pub use self::validate::MAX_GPUS;
+pub(crate) use self::validate::MAX_GPUS;
 use self::validate::{check_cell_values, unknown_axis, validate_axes, validate_overrides};
 
 /// A surviving combination before parameters: its values, and parameters set by include.
@@ -46,7 +46,7 @@ type Dimension = Vec<Vec<(usize, usize)>>;
 
 /// The cells of a matrix before filtering.
 #[derive(Debug, Clone)]
-pub struct Expanded {
+pub(crate) struct Expanded {
     pub cells: Vec<Cell>,
     pub dropped: Vec<Dropped>,
     pub warnings: Vec<String>,
@@ -64,7 +64,7 @@ struct Axis {
 }
 
 /// Numeric values compare as numbers (so `8` equals `8.0`), everything else exactly.
-pub fn value_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn value_eq(a: &Value, b: &Value) -> bool {
     match (a.as_f64(), b.as_f64()) {
         (Some(x), Some(y)) => x == y,
         _ => a == b,
@@ -102,13 +102,14 @@ impl<'a> ValueKey<'a> {
     }
 }
 
-pub fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, MatrixError> {
+#[cfg(test)]
+pub(crate) fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, MatrixError> {
     expand_within(spec, src, Budget::default())
 }
 
 /// Expands `spec` into cells, refusing it before any value is generated when it would
 /// exceed `budget` (see [`super::budget`]).
-pub fn expand_within(
+pub(crate) fn expand_within(
     spec: &MatrixSpec,
     src: &Source,
     budget: Budget,

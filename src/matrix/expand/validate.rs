@@ -88,7 +88,7 @@ pub(super) fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>
 
 /// The most GPUs a cell may ask for: more than any cluster has, and far inside the
 /// integer types world sizes and batch products are computed in.
-pub const MAX_GPUS: i64 = 1 << 20;
+pub(crate) const MAX_GPUS: i64 = 1 << 20;
 
 /// Type checks for the axes the built-in workload interprets.
 pub(super) fn check_well_known(

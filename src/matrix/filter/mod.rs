@@ -53,7 +53,7 @@ pub struct Filter {
 /// the evaluator; 100 is far beyond any filter a person writes, and keeps the deepest
 /// recursion well inside the smallest thread stack Rust gives (2 MiB), debug builds
 /// included.
-pub const MAX_NESTING: usize = 100;
+pub(crate) const MAX_NESTING: usize = 100;
 
 /// The most memory a compiled `/regex/` may take. The regex crate's default (10 MiB) lets
 /// `/a{99999}/` take seconds to compile (found by tests/fuzz.rs); a filter's regex matches
@@ -118,7 +118,7 @@ impl FilterError {
     /// The expression with a caret line under the fault, indented by `indent` spaces.
     /// A long expression (a generated one, or a hostile one) is shown as a window of
     /// [`CARET_WINDOW`] characters either side of the fault, so the message stays readable.
-    pub fn caret(&self, indent: usize) -> String {
+    pub(crate) fn caret(&self, indent: usize) -> String {
         let offset = self.offset.min(self.expr.len());
         let before: Vec<char> = self.expr[..offset].chars().collect();
         let after: Vec<char> = self.expr[offset..].chars().collect();
@@ -246,7 +246,7 @@ impl Filter {
         })
     }
 
-    pub fn source(&self) -> &str {
+    pub(crate) fn source(&self) -> &str {
         &self.source
     }
 

@@ -19,14 +19,14 @@ use crate::run::executor::{Cancel, Termination};
 use crate::run::launcher::{AttemptIn, Launcher, News};
 
 /// A report of the environment of the node an attempt ran on, on its way to the loop.
-pub struct NodeReport {
+pub(crate) struct NodeReport {
     pub cell: CellId,
     pub job_id: String,
     pub env: Environment,
 }
 
 /// What every cell task shares.
-pub struct Shared {
+pub(crate) struct Shared {
     pub run_dir: PathBuf,
     pub grace: Duration,
     pub launcher: Arc<dyn Launcher>,
@@ -75,7 +75,7 @@ fn on_news(shared: &Shared, cell: &CellId, repeat: u32, attempt: u32, steps: u32
 }
 
 /// Runs one cell: its repeats, each with retries for infrastructure failures.
-pub async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Shared>) -> CellResult {
+pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Shared>) -> CellResult {
     let started = Instant::now();
     let p = &cell.params;
     let repeats_n = p.repeats.max(1);
@@ -216,7 +216,7 @@ pub async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Shared>) -> 
 }
 
 /// A cell that did not run, with why.
-pub fn skipped(cell: &Cell, reason: String) -> CellResult {
+pub(crate) fn skipped(cell: &Cell, reason: String) -> CellResult {
     CellResult {
         id: cell.id.clone(),
         values: cell.values.clone(),

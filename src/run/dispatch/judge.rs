@@ -12,7 +12,7 @@ use crate::run::executor::{AttemptOutput, Termination};
 
 /// How one attempt is judged.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Ok,
     /// Retried while retries remain.
     Infra(String),
@@ -41,7 +41,7 @@ fn detail(o: &AttemptOutput) -> String {
         .unwrap_or_else(|| "no output".to_string())
 }
 
-pub fn judge(o: &AttemptOutput) -> Verdict {
+pub(crate) fn judge(o: &AttemptOutput) -> Verdict {
     use crate::exit::worker as exit;
     match &o.termination {
         Termination::SpawnFailed(msg) => Verdict::Infra(msg.clone()),
@@ -96,7 +96,7 @@ pub fn judge(o: &AttemptOutput) -> Verdict {
 
 impl Verdict {
     /// The attempt's error as results record it; `None` for a good attempt.
-    pub fn error(&self, timeout_s: u64) -> Option<String> {
+    pub(crate) fn error(&self, timeout_s: u64) -> Option<String> {
         match self {
             Verdict::Ok => None,
             Verdict::Infra(m) | Verdict::Failed(m) | Verdict::Unsupported(m) => Some(m.clone()),
@@ -108,7 +108,7 @@ impl Verdict {
 
     /// Whether a failed attempt is reported as it happens. A skip (unsupported) or a stop
     /// on request is said once, by the cell's outcome.
-    pub fn is_noteworthy(&self) -> bool {
+    pub(crate) fn is_noteworthy(&self) -> bool {
         !matches!(
             self,
             Verdict::Cancelled | Verdict::Unsupported(_) | Verdict::Withdrawn
@@ -117,7 +117,7 @@ impl Verdict {
 
     /// The cell's outcome after its last attempt (number `attempt`, 0-based) ended with
     /// this verdict. A timeout's words depend on the launcher, so the caller says them.
-    pub fn outcome(self, attempt: u32) -> Outcome {
+    pub(crate) fn outcome(self, attempt: u32) -> Outcome {
         match self {
             Verdict::Ok => Outcome::Passed,
             Verdict::Infra(m) => Outcome::Failed {

@@ -81,7 +81,7 @@ struct Dispatcher<'r> {
 
 /// Runs the expansion's cells with `launcher` and writes the results document (see the
 /// module docs). `env` is this host's environment.
-pub async fn run(
+pub(crate) async fn run(
     config: &RunConfig,
     launcher: Arc<dyn Launcher>,
     expansion: Expansion,

@@ -32,7 +32,7 @@ use crate::run::progress::Reporter;
 
 /// What a report of a node's environment means for the run.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The first report of the run: its environment becomes the run's.
     Adopt(Box<Environment>),
     /// Same hardware as the run's.
@@ -46,7 +46,7 @@ pub enum Decision {
 
 /// Follows the node reports of one run (one session of it: a resume starts a new one).
 #[derive(Debug, Clone)]
-pub struct NodeEnvs {
+pub(crate) struct NodeEnvs {
     submit: Environment,
     /// The key the resumed run recorded from its nodes, which this session's must match.
     pinned: Option<String>,
@@ -58,7 +58,7 @@ impl NodeEnvs {
     /// `submit` is the submitting host's environment; `pinned` the hardware key the run
     /// being resumed recorded from its nodes (`None` for a new run, or one whose
     /// environment was the submitting host's).
-    pub fn new(submit: Environment, pinned: Option<String>) -> NodeEnvs {
+    pub(crate) fn new(submit: Environment, pinned: Option<String>) -> NodeEnvs {
         NodeEnvs {
             submit,
             pinned,
@@ -67,7 +67,7 @@ impl NodeEnvs {
     }
 
     /// Decides on `node`, a node's report, given the run's environment now (`run`).
-    pub fn on_report(&mut self, run: &Environment, node: &Environment) -> Decision {
+    pub(crate) fn on_report(&mut self, run: &Environment, node: &Environment) -> Decision {
         if !self.reported {
             self.reported = true;
             return match &self.pinned {
@@ -90,7 +90,7 @@ impl NodeEnvs {
 /// The run's environment from a node's report: everything the node says, except the git
 /// commit, which is the submitting host's when it knows one (the job starts in the
 /// submitting directory, but compute nodes often have no git).
-pub fn merge(node: &Environment, submit: &Environment) -> Environment {
+pub(crate) fn merge(node: &Environment, submit: &Environment) -> Environment {
     let mut env = node.clone();
     if submit.git_commit.is_some() {
         env.git_commit = submit.git_commit.clone();
@@ -102,7 +102,7 @@ pub fn merge(node: &Environment, submit: &Environment) -> Environment {
 /// Why a passed cell's measurements cannot count for a run of hardware `run_key`: one of
 /// its successful attempts ran on a node of another key. `None` when every successful
 /// attempt ran on `run_key` (or did not report its node).
-pub fn foreign_hardware(cell: &CellResult, run_key: &str) -> Option<String> {
+pub(crate) fn foreign_hardware(cell: &CellResult, run_key: &str) -> Option<String> {
     if cell.outcome != Outcome::Passed {
         return None;
     }
@@ -136,7 +136,7 @@ pub fn foreign_hardware(cell: &CellResult, run_key: &str) -> Option<String> {
 /// Decides on a job's report of its node's environment: the first one
 /// becomes the run's (saved at once), later ones of other hardware are warned about, and a
 /// resumed run on other hardware is refused. Returns why the run must stop, if it must.
-pub fn on_report(
+pub(crate) fn on_report(
     report: NodeReport,
     node_envs: &mut NodeEnvs,
     book: &mut Book,
@@ -211,7 +211,7 @@ pub fn on_report(
 /// A finished cell of a run whose environment came from its nodes, measured on a node of
 /// other hardware: never compared with (or filed under) another hardware's baselines. A
 /// refused resume keeps it unfinished, for a resume on the right nodes.
-pub fn check_cell(result: &mut CellResult, doc: &RunResults, refused: bool) {
+pub(crate) fn check_cell(result: &mut CellResult, doc: &RunResults, refused: bool) {
     if !matches!(
         doc.environment_source,
         Some(EnvironmentSource::SlurmNode { .. })
@@ -232,7 +232,7 @@ pub fn check_cell(result: &mut CellResult, doc: &RunResults, refused: bool) {
 
 /// The warning a run ends with when no node reported its environment, so that the
 /// results still hold the submitting host's.
-pub fn submit_host_warning(doc: &RunResults) -> Option<String> {
+pub(crate) fn submit_host_warning(doc: &RunResults) -> Option<String> {
     (doc.environment_source == Some(EnvironmentSource::SubmitHost)).then(|| {
         format!(
             "no Slurm job reported its node's environment, so results.json records the submitting host's ({}, hardware key `{}`): the comparison with baselines/{}.yaml may be against hardware other than the nodes' (each job's log under logs/ says why its node did not report)",

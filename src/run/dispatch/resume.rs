@@ -18,14 +18,14 @@ use crate::run::error::RunError;
 use crate::run::launcher::Launcher;
 
 /// Whether a resumed run keeps a cell's earlier result instead of running it again.
-pub fn is_finished(o: &Outcome) -> bool {
+pub(crate) fn is_finished(o: &Outcome) -> bool {
     matches!(
         o,
         Outcome::Passed | Outcome::Failed { .. } | Outcome::TimedOut { .. }
     )
 }
 
-pub fn is_failure(o: &Outcome) -> bool {
+pub(crate) fn is_failure(o: &Outcome) -> bool {
     matches!(o, Outcome::Failed { .. } | Outcome::TimedOut { .. })
 }
 
@@ -37,7 +37,7 @@ fn timestamp_id() -> String {
 }
 
 /// UTC now in RFC 3339.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
@@ -50,7 +50,7 @@ pub fn now_rfc3339() -> String {
 /// job reports its node's ([`super::node_env`]): a resumed run whose environment came from its
 /// nodes keeps it (the nodes of this session are checked against it as they report),
 /// and any other starts from `env`, marked as the submitting host's.
-pub fn open_run(
+pub(crate) fn open_run(
     config: &RunConfig,
     launcher: &dyn Launcher,
     expansion: &Expansion,
@@ -147,7 +147,7 @@ pub fn open_run(
 }
 
 /// The results being built: the document's header plus one slot per expansion cell.
-pub struct Book {
+pub(crate) struct Book {
     pub dir: PathBuf,
     pub doc: RunResults,
     pub slots: Vec<Option<CellResult>>,
@@ -156,7 +156,7 @@ pub struct Book {
 }
 
 impl Book {
-    pub fn save(&mut self) -> Result<(), RunError> {
+    pub(crate) fn save(&mut self) -> Result<(), RunError> {
         self.doc.cells = self
             .slots
             .iter()

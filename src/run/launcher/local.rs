@@ -17,7 +17,7 @@ use crate::run::executor::{self, AttemptSpec};
 use crate::run::launch::{self, AttemptCtx};
 
 /// Worker processes on this host.
-pub struct Local {
+pub(crate) struct Local {
     /// The program for built-in cells (`bench worker`).
     pub bench_exe: PathBuf,
     /// The host's GPU ids (empty on a CPU host or under `--gpus 0`).
@@ -27,7 +27,7 @@ pub struct Local {
 }
 
 impl Local {
-    pub fn new(bench_exe: PathBuf, inv: &GpuInventory) -> Local {
+    pub(crate) fn new(bench_exe: PathBuf, inv: &GpuInventory) -> Local {
         Local {
             bench_exe,
             ids: inv.ids.clone(),
@@ -37,7 +37,7 @@ impl Local {
 }
 
 /// Why a cell cannot run on a host of `gpu_slots` GPUs at all, if it cannot.
-pub fn unschedulable(cell: &Cell, gpu_slots: usize) -> Option<String> {
+pub(crate) fn unschedulable(cell: &Cell, gpu_slots: usize) -> Option<String> {
     let need = cell.gpus() as usize;
     if gpu_slots > 0 {
         (need > gpu_slots).then(|| format!("needs {need} GPUs; this host offers {gpu_slots}"))

@@ -15,8 +15,8 @@
 mod local;
 mod slurm;
 
-pub use local::Local;
-pub use slurm::Slurm;
+pub(crate) use local::Local;
+pub(crate) use slurm::Slurm;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ use crate::events::Event;
 use crate::results::Environment;
 
 /// What a launcher tells the dispatcher while an attempt runs.
-pub enum News<'a> {
+pub(crate) enum News<'a> {
     /// A worker event, as it is printed.
     Event(&'a Event),
     /// A batch system accepted the attempt as job `job_id`.
@@ -47,7 +47,7 @@ pub enum News<'a> {
 }
 
 /// One attempt to run: the cell and its place in the run.
-pub struct AttemptIn<'a> {
+pub(crate) struct AttemptIn<'a> {
     pub cell: &'a Cell,
     /// The device ids the dispatcher gave the cell from [`Launcher::devices`].
     pub devices: &'a [String],
@@ -69,7 +69,7 @@ pub struct AttemptIn<'a> {
 
 /// Where an attempt ran, when a batch system placed it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub job_id: Option<String>,
     pub nodes: Option<String>,
     /// The hardware key of the node the attempt ran on, when it reported one.
@@ -77,20 +77,20 @@ pub struct Placement {
 }
 
 /// What an attempt produced.
-pub struct AttemptReport {
+pub(crate) struct AttemptReport {
     pub out: AttemptOutput,
     pub placement: Placement,
 }
 
 /// Where a launcher sends [`News`] of an attempt.
-pub type NewsSink<'a> = &'a mut (dyn FnMut(News<'_>) + Send);
+pub(crate) type NewsSink<'a> = &'a mut (dyn FnMut(News<'_>) + Send);
 
 /// A boxed attempt future (the trait is used as `dyn Launcher`).
-pub type AttemptFuture<'a> =
+pub(crate) type AttemptFuture<'a> =
     Pin<Box<dyn Future<Output = Result<AttemptReport, String>> + Send + 'a>>;
 
 /// How cells are started; see the module docs.
-pub trait Launcher: Send + Sync {
+pub(crate) trait Launcher: Send + Sync {
     /// The name recorded in the results (`launcher`) and named by `--launcher`.
     fn name(&self) -> &'static str;
 
@@ -150,7 +150,7 @@ pub trait Launcher: Send + Sync {
 }
 
 /// How a timed-out attempt of this host's processes was stopped, in words.
-pub fn process_group_timeout(
+pub(crate) fn process_group_timeout(
     repeat: u32,
     timeout_s: u64,
     report: &AttemptReport,

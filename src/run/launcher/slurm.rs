@@ -22,14 +22,14 @@ use crate::slurm::JobPlan;
 use crate::run::slurm::DEFAULT_JOBS;
 
 /// One Slurm job per attempt, all watched through one shared [`Queue`].
-pub struct Slurm {
+pub(crate) struct Slurm {
     launch: SlurmLaunch,
     bench_exe: std::path::PathBuf,
     queue: Arc<Queue>,
 }
 
 impl Slurm {
-    pub fn new(launch: SlurmLaunch, bench_exe: std::path::PathBuf) -> Slurm {
+    pub(crate) fn new(launch: SlurmLaunch, bench_exe: std::path::PathBuf) -> Slurm {
         let queue = Queue::new(launch.poll);
         Slurm {
             launch,
@@ -84,7 +84,7 @@ fn plan(
 /// Why a cell cannot run as a Slurm job at all, if it cannot. The submitting host's GPUs
 /// do not matter (Slurm decides where a job fits); what matters is that the job's tasks
 /// match the cell's ranks: one task per GPU.
-pub fn unschedulable_on_slurm(cell: &Cell, use_gpus: bool) -> Option<String> {
+pub(crate) fn unschedulable_on_slurm(cell: &Cell, use_gpus: bool) -> Option<String> {
     let need = cell.gpus();
     if cell.params.workload != Workload::Builtin || need <= 1 {
         return None;

@@ -33,18 +33,18 @@ use crate::results::Environment;
 use crate::run::executor::{AttemptOutput, Cancel, Termination};
 use crate::slurm::{JobPlan, SlurmError};
 
-pub use queue::Queue;
+pub(crate) use queue::Queue;
 
 /// How often the queue is asked about the jobs in flight by default.
-pub const DEFAULT_POLL: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_POLL: Duration = Duration::from_secs(2);
 /// Environment variable that sets the poll interval in seconds (e.g. `10` on a busy
 /// controller).
-pub const ENV_POLL: &str = "BENCH_SLURM_POLL_S";
+pub(crate) const ENV_POLL: &str = "BENCH_SLURM_POLL_S";
 /// Jobs in flight at once when `--jobs` does not say.
-pub const DEFAULT_JOBS: usize = 32;
+pub(crate) const DEFAULT_JOBS: usize = 32;
 
 /// The poll interval from [`ENV_POLL`], else [`DEFAULT_POLL`].
-pub fn poll_from_env() -> Result<Duration, String> {
+pub(crate) fn poll_from_env() -> Result<Duration, String> {
     parse_poll(std::env::var(ENV_POLL).ok().as_deref())
 }
 
@@ -72,7 +72,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Settings of one Slurm attempt.
-pub struct JobSpec<'a> {
+pub(crate) struct JobSpec<'a> {
     pub plan: JobPlan,
     /// Counted from the job's start (not its submission).
     pub timeout: Duration,
@@ -82,7 +82,7 @@ pub struct JobSpec<'a> {
 }
 
 /// What a Slurm attempt produced, beyond what a local one does.
-pub struct JobAttempt {
+pub(crate) struct JobAttempt {
     pub out: AttemptOutput,
     pub job_id: Option<String>,
     pub nodes: Option<String>,
@@ -104,7 +104,7 @@ impl JobAttempt {
 }
 
 /// What the launcher hears about a job while it runs.
-pub enum JobNews<'a> {
+pub(crate) enum JobNews<'a> {
     Submitted(&'a str),
     Running {
         job_id: &'a str,
@@ -121,7 +121,7 @@ pub enum JobNews<'a> {
 /// Runs one attempt as a Slurm job to its end. `pending_only` stops the attempt only while
 /// its job has not started (a `--fail-fast` stop withdraws queued jobs, running ones
 /// finish); `cancel` stops it in any state (Ctrl-C).
-pub async fn execute<F: FnMut(JobNews<'_>)>(
+pub(crate) async fn execute<F: FnMut(JobNews<'_>)>(
     spec: JobSpec<'_>,
     queue: &Queue,
     cancel: watch::Receiver<Cancel>,
@@ -129,17 +129,7 @@ pub async fn execute<F: FnMut(JobNews<'_>)>(
     mut news: F,
 ) -> JobAttempt {
     let started = Instant::now();
-    let mut out = AttemptOutput {
-        termination: Termination::Exited(0),
-        steps: vec![],
-        summary: None,
-        notices: vec![],
-        error: None,
-        tail: vec![],
-        duration: Duration::ZERO,
-        escalated: false,
-        logs: vec![],
-    };
+    let mut out = AttemptOutput::before_start();
     let mut logs = output::JobLogs::open(spec.log_stem, spec.plan.ranks);
     out.logs = logs.paths.clone();
     if *cancel.borrow() != Cancel::None {

@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 use crate::slurm::job::{self, Listed};
 
 /// The queue as the last `squeue` call showed it, shared by every job in flight.
-pub struct Queue {
+pub(crate) struct Queue {
     pub(super) poll: Duration,
     ids: std::sync::Mutex<BTreeSet<String>>,
     snapshot: Mutex<Snapshot>,
@@ -29,7 +29,7 @@ struct Snapshot {
 }
 
 impl Queue {
-    pub fn new(poll: Duration) -> Arc<Queue> {
+    pub(crate) fn new(poll: Duration) -> Arc<Queue> {
         Arc::new(Queue {
             poll,
             ids: Default::default(),

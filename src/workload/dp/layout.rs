@@ -6,11 +6,11 @@ use std::ops::Range;
 
 /// Alignment of every parameter and every rank's slice in a unit's flat buffer, in
 /// elements: 128 bytes in bf16, so views keep the alignment vectorised kernels want.
-pub const ALIGN: usize = 64;
+pub(crate) const ALIGN: usize = 64;
 
 /// One parameter's place in its unit's flat buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Index into the model's parameter list.
     pub param: usize,
     pub offset: usize,
@@ -19,7 +19,7 @@ pub struct Slot {
 
 /// How one unit's parameters are laid out and split across the ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnitLayout {
+pub(crate) struct UnitLayout {
     /// Decayed parameters first, in model order, then the others.
     pub slots: Vec<Slot>,
     /// Elements below this offset belong to decayed parameters (or their padding).
@@ -36,7 +36,7 @@ fn round_up(n: usize, m: usize) -> usize {
 
 impl UnitLayout {
     /// Lays out parameters given as `(param index, numel, decay)` for `world` ranks.
-    pub fn new(params: &[(usize, usize, bool)], world: usize) -> UnitLayout {
+    pub(crate) fn new(params: &[(usize, usize, bool)], world: usize) -> UnitLayout {
         let world = world.max(1);
         let mut slots = Vec::with_capacity(params.len());
         let (mut off, mut decay_end) = (0, 0);
@@ -66,7 +66,7 @@ impl UnitLayout {
     }
 
     /// The padding of the flat buffer: between the parameters and after the last.
-    pub fn gaps(&self) -> Vec<Range<usize>> {
+    pub(crate) fn gaps(&self) -> Vec<Range<usize>> {
         let mut slots: Vec<&Slot> = self.slots.iter().collect();
         slots.sort_by_key(|s| s.offset);
         let mut out = Vec::new();
@@ -85,7 +85,7 @@ impl UnitLayout {
 
     /// The parts of rank `rank`'s slice, relative to the slice's start, with whether AdamW
     /// decays them: at most one decayed and one undecayed range, empty ones left out.
-    pub fn pieces(&self, rank: usize) -> Vec<(Range<usize>, bool)> {
+    pub(crate) fn pieces(&self, rank: usize) -> Vec<(Range<usize>, bool)> {
         let (lo, hi) = (rank * self.shard, (rank + 1) * self.shard);
         let mut out = Vec::with_capacity(2);
         let cut = self.decay_end.clamp(lo, hi);

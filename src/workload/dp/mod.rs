@@ -67,11 +67,11 @@ mod schedule;
 mod tests;
 
 pub use checksum::{checksum_line, param_checksum, parse_checksum_line};
-pub use layout::{Slot, UnitLayout, ALIGN};
+pub(crate) use layout::UnitLayout;
 
 /// Whether the ranks split the model or each keep all of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sharding {
+pub(crate) enum Sharding {
     /// DDP: every rank keeps the whole model; gradients are all-reduced.
     Replicated,
     /// FSDP: every rank keeps a slice; parameters are all-gathered before each use and
@@ -81,7 +81,7 @@ pub enum Sharding {
 
 /// How the optimizer updates the rank's fp32 slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Update {
+pub(crate) enum Update {
     /// libtorch's AdamW (fused on a GPU) over the fp32 slices, whose fp32 gradients every
     /// micro-batch's reduced slices are added into; then a copy into the compute dtype.
     /// Any device and compute dtype.
@@ -96,7 +96,7 @@ pub enum Update {
 }
 
 /// How the collectives are carried out.
-pub enum Comms<'a> {
+pub(crate) enum Comms<'a> {
     /// One rank: all-gather and reduce-scatter are copies on the current stream.
     Local,
     /// NCCL across the group's ranks, on a separate communication stream.
@@ -136,7 +136,7 @@ struct Unit {
 }
 
 /// One rank's data-parallel state.
-pub struct DataParallel<'a> {
+pub(crate) struct DataParallel<'a> {
     comms: Comms<'a>,
     sharding: Sharding,
     rank: usize,
@@ -174,7 +174,7 @@ impl<'a> DataParallel<'a> {
     /// rank after rank 0's are broadcast): keeps this rank's fp32 slices of them and
     /// re-points them at their units' full buffers in the compute dtype `kind`. Under FSDP
     /// only the slices hold memory afterwards.
-    pub fn new(
+    pub(crate) fn new(
         comms: Comms<'a>,
         sharding: Sharding,
         update: Update,
@@ -366,22 +366,16 @@ impl<'a> DataParallel<'a> {
         })
     }
 
-    pub fn rank(&self) -> u32 {
+    pub(crate) fn rank(&self) -> u32 {
         self.rank as u32
     }
 
-    pub fn world_size(&self) -> u32 {
+    pub(crate) fn world_size(&self) -> u32 {
         self.world as u32
     }
 
-    /// What the optimizer updates: this rank's slices, with their gradients (see
-    /// [`DataParallel::optimizer`]).
-    pub fn optim_params(&self) -> &[Param] {
-        &self.pieces
-    }
-
     /// The optimizer over this rank's slices, in the layout `update` chose.
-    pub fn optimizer(&self, cfg: AdamWConfig) -> Result<AdamW, WorkerError> {
+    pub(crate) fn optimizer(&self, cfg: AdamWConfig) -> Result<AdamW, WorkerError> {
         match self.update {
             Update::Separate => Ok(AdamW::new(&self.pieces, cfg, self.work.device().is_cuda())),
             Update::Kernel { .. } => AdamW::over_slices(
@@ -399,7 +393,7 @@ impl<'a> DataParallel<'a> {
     }
 
     /// The mean of a device scalar over all ranks.
-    pub fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
+    pub(crate) fn mean(&self, t: &Tensor) -> Result<Tensor, WorkerError> {
         match &self.comms {
             Comms::Local => Ok(t.shallow_clone()),
             Comms::Nccl { group, .. } => group.mean(t),
@@ -407,7 +401,7 @@ impl<'a> DataParallel<'a> {
     }
 
     /// The largest of every rank's `x`.
-    pub fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
+    pub(crate) fn max_f64(&self, x: f64) -> Result<f64, WorkerError> {
         match &self.comms {
             Comms::Local => Ok(x),
             Comms::Nccl { group, .. } => group.max_f64(x),
@@ -415,7 +409,7 @@ impl<'a> DataParallel<'a> {
     }
 
     /// Every rank's `x`, in rank order.
-    pub fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
+    pub(crate) fn gather_u64(&self, x: u64) -> Result<Vec<u64>, WorkerError> {
         match &self.comms {
             Comms::Local => Ok(vec![x]),
             Comms::Nccl { group, .. } => group.gather_u64(x),
@@ -425,7 +419,7 @@ impl<'a> DataParallel<'a> {
     /// Sum and sum of squares of the fp32 master weights (padding is zero), comparable
     /// with [`param_checksum`] of a plain run: under FSDP summed over all ranks' slices,
     /// under DDP this rank's own copy (which must equal every other rank's).
-    pub fn param_checksum(&self) -> Result<(f64, f64), WorkerError> {
+    pub(crate) fn param_checksum(&self) -> Result<(f64, f64), WorkerError> {
         let (s, q) = tch::no_grad(|| {
             let d = self.shard32.to_kind(Kind::Double);
             (d.sum(Kind::Double), d.square().sum(Kind::Double))

@@ -208,7 +208,7 @@ impl DataParallel<'_> {
 
     /// Zeroes this rank's fp32 gradient slices (once per optimizer step); the kernel's
     /// first micro-batch overwrites its sums instead.
-    pub fn zero_grads(&self) {
+    pub(crate) fn zero_grads(&self) {
         if let (Update::Separate, Some(g32)) = (self.update, &self.grad32) {
             let _ = g32.shallow_clone().zero_();
         }
@@ -217,7 +217,7 @@ impl DataParallel<'_> {
     /// After the optimizer step: refreshes the compute-dtype copy of the masters, which
     /// the next all-gathers send (FSDP) or which are the working parameters (DDP). The
     /// kernel has written it already.
-    pub fn after_step(&self) {
+    pub(crate) fn after_step(&self) {
         if self.update == Update::Separate {
             tch::no_grad(|| self.work.shallow_clone().copy_(&self.shard32));
         }
@@ -227,7 +227,7 @@ impl DataParallel<'_> {
     /// `scale`; every checkpointed block (`sac_every`) is recomputed in the backward.
     /// Returns the unscaled loss, detached. The reduced gradients are in the fp32 slices
     /// when it returns (queued on the compute stream).
-    pub fn forward_backward(
+    pub(crate) fn forward_backward(
         &self,
         model: &dyn Model,
         ctx: &Ctx,

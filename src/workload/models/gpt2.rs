@@ -25,7 +25,7 @@ struct Block {
     fc2_b: Tensor,
 }
 
-pub struct Gpt2 {
+pub(crate) struct Gpt2 {
     cfg: ModelConfig,
     params: Vec<Param>,
     wte: Tensor,
@@ -36,7 +36,7 @@ pub struct Gpt2 {
 }
 
 impl Gpt2 {
-    pub fn new(cfg: ModelConfig, device: Device) -> Gpt2 {
+    pub(crate) fn new(cfg: ModelConfig, device: Device) -> Gpt2 {
         let (e, f) = (cfg.hidden, cfg.ffn);
         let mut init = Init::new(device, cfg.layers);
         let rstd = init.residual_std;

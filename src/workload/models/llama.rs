@@ -23,7 +23,7 @@ struct Block {
     w2: Tensor,
 }
 
-pub struct Llama {
+pub(crate) struct Llama {
     cfg: ModelConfig,
     params: Vec<Param>,
     emb: Tensor,
@@ -36,7 +36,7 @@ pub struct Llama {
 }
 
 impl Llama {
-    pub fn new(cfg: ModelConfig, seq_len: i64, device: Device, kind: Kind) -> Llama {
+    pub(crate) fn new(cfg: ModelConfig, seq_len: i64, device: Device, kind: Kind) -> Llama {
         let (e, f) = (cfg.hidden, cfg.ffn);
         let d = cfg.head_dim();
         let kv = cfg.kv_heads * d;

@@ -14,7 +14,7 @@ pub mod presets;
 
 use tch::{Device, Kind, Tensor};
 
-pub use presets::{Family, ModelConfig};
+pub(crate) use presets::{Family, ModelConfig};
 
 use super::precision::Ctx;
 
@@ -88,7 +88,7 @@ pub(crate) struct Init {
 }
 
 impl Init {
-    pub fn new(device: Device, layers: i64) -> Init {
+    pub(crate) fn new(device: Device, layers: i64) -> Init {
         Init {
             device,
             params: Vec::new(),
@@ -108,17 +108,17 @@ impl Init {
         t
     }
 
-    pub fn normal(&mut self, name: String, dims: &[i64], std: f64) -> Tensor {
+    pub(crate) fn normal(&mut self, name: String, dims: &[i64], std: f64) -> Tensor {
         let t = Tensor::randn(dims, (Kind::Float, self.device)) * std;
         self.push(name, t, true)
     }
 
-    pub fn ones(&mut self, name: String, dims: &[i64]) -> Tensor {
+    pub(crate) fn ones(&mut self, name: String, dims: &[i64]) -> Tensor {
         let t = Tensor::ones(dims, (Kind::Float, self.device));
         self.push(name, t, false)
     }
 
-    pub fn zeros(&mut self, name: String, dims: &[i64]) -> Tensor {
+    pub(crate) fn zeros(&mut self, name: String, dims: &[i64]) -> Tensor {
         let t = Tensor::zeros(dims, (Kind::Float, self.device));
         self.push(name, t, false)
     }
@@ -130,14 +130,14 @@ pub const IGNORE_INDEX: i64 = -100;
 /// Whether [`cross_entropy`] takes the fused kernels for logits on `device`: CUDA only (the
 /// kernels are CUDA; CPU runs, CI's among them, keep libtorch's path), unless
 /// `BENCH_FUSED_CE=0` asks for the unfused path (to compare the two).
-pub fn fused_cross_entropy_enabled(device: Device) -> bool {
+pub(crate) fn fused_cross_entropy_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_CE").map_or(true, |v| v != "0")
 }
 
 /// Whether the models' LayerNorms take the fused kernels for `x`: on CUDA, for the row
 /// widths the kernels handle (see [`super::ffi::fused_layer_norm_supported`]), unless
 /// `BENCH_FUSED_LN=0` asks for libtorch's LayerNorm (to compare the two).
-pub fn fused_layer_norm_enabled(x: &Tensor) -> bool {
+pub(crate) fn fused_layer_norm_enabled(x: &Tensor) -> bool {
     x.device().is_cuda()
         && std::env::var("BENCH_FUSED_LN").map_or(true, |v| v != "0")
         && super::ffi::fused_layer_norm_supported(x)
@@ -147,7 +147,7 @@ pub fn fused_layer_norm_enabled(x: &Tensor) -> bool {
 /// `BENCH_FUSED_GELU=0` asks for the matmul's bias epilogue and libtorch's GELU (to compare
 /// the two). The row width is checked on the pre-activation itself
 /// ([`super::ffi::fused_bias_gelu_supported`]).
-pub fn fused_bias_gelu_enabled(device: Device) -> bool {
+pub(crate) fn fused_bias_gelu_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
 }
 
@@ -155,7 +155,7 @@ pub fn fused_bias_gelu_enabled(device: Device) -> bool {
 /// bias-gradient column sum) on `device`: CUDA only, unless `BENCH_FUSED_BIAS=0` asks for
 /// libtorch's linear (to compare the two). The output width is checked per call
 /// ([`super::ffi::fused_linear_supported`]).
-pub fn fused_linear_bias_enabled(device: Device) -> bool {
+pub(crate) fn fused_linear_bias_enabled(device: Device) -> bool {
     device.is_cuda() && std::env::var("BENCH_FUSED_BIAS").map_or(true, |v| v != "0")
 }
 
@@ -163,7 +163,7 @@ pub fn fused_linear_bias_enabled(device: Device) -> bool {
 /// widths the kernels handle (see [`super::ffi::fused_rms_norm_supported`]; others fall back
 /// to libtorch's), unless `BENCH_FUSED_RMS=0` asks for libtorch's RMSNorm (to compare the
 /// two).
-pub fn fused_rms_norm_enabled(x: &Tensor) -> bool {
+pub(crate) fn fused_rms_norm_enabled(x: &Tensor) -> bool {
     x.device().is_cuda()
         && std::env::var("BENCH_FUSED_RMS").map_or(true, |v| v != "0")
         && super::ffi::fused_rms_norm_supported(x)
@@ -172,7 +172,7 @@ pub fn fused_rms_norm_enabled(x: &Tensor) -> bool {
 /// Whether the Llama MLP's `silu(gate) * up` takes the fused kernels for `gate`: on CUDA, for
 /// the row widths the kernels handle ([`super::ffi::fused_swiglu_supported`]), unless
 /// `BENCH_FUSED_SWIGLU=0` asks for libtorch's silu and product (to compare the two).
-pub fn fused_swiglu_enabled(gate: &Tensor) -> bool {
+pub(crate) fn fused_swiglu_enabled(gate: &Tensor) -> bool {
     gate.device().is_cuda()
         && std::env::var("BENCH_FUSED_SWIGLU").map_or(true, |v| v != "0")
         && super::ffi::fused_swiglu_supported(gate)

@@ -1,8 +1,6 @@
 //! Model presets (published shapes, proxies with fewer layers, tiny CPU models) and the
 //! analytic parameter counts that the FLOPs figures and the tests rely on.
 
-use crate::metrics::flops::DenseShape;
-
 /// Which decoder the preset builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -34,13 +32,13 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    pub fn head_dim(&self) -> i64 {
+    pub(crate) fn head_dim(&self) -> i64 {
         self.hidden / self.heads
     }
 
     /// Parameter count computed from the shape alone (tests check that the built tensors
     /// agree).
-    pub fn n_params(&self) -> u64 {
+    pub(crate) fn n_params(&self) -> u64 {
         let (l, e, f, v) = (self.layers, self.hidden, self.ffn, self.vocab);
         let kv = self.kv_heads * self.head_dim();
         let n = match self.family {
@@ -61,24 +59,12 @@ impl ModelConfig {
 
     /// Parameters that take part in matmuls (the `N` of `6N`): all but the position table
     /// and, for untied models, the input embedding (a lookup, not a matmul).
-    pub fn n_matmul_params(&self) -> u64 {
+    pub(crate) fn n_matmul_params(&self) -> u64 {
         let (e, v) = (self.hidden as u64, self.vocab as u64);
         match self.family {
             Family::Gpt2 => self.n_params() - self.max_seq as u64 * e,
             Family::Llama if self.tied_embeddings => self.n_params(),
             Family::Llama => self.n_params() - v * e,
-        }
-    }
-
-    pub fn dense_shape(&self) -> DenseShape {
-        DenseShape {
-            layers: self.layers as u64,
-            hidden: self.hidden as u64,
-            heads: self.heads as u64,
-            kv_heads: self.kv_heads as u64,
-            ffn: self.ffn as u64,
-            vocab: self.vocab as u64,
-            gated_mlp: self.family == Family::Llama,
         }
     }
 }
@@ -132,7 +118,7 @@ const fn llama(
 }
 
 /// Every preset, in the order `--list-models` prints them.
-pub fn all() -> Vec<ModelConfig> {
+pub(crate) fn all() -> Vec<ModelConfig> {
     let l8 = llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128_256, 500_000.0);
     let l70 = llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128_256, 500_000.0);
     let l405 = llama(

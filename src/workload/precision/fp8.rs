@@ -11,7 +11,7 @@ use crate::workload::ffi;
 ///
 /// Panics with the shim's message when the matmul fails (e.g. shapes not multiples of 16);
 /// the worker's panic boundary turns that into an error event.
-pub fn linear(x: &Tensor, w: &Tensor) -> Tensor {
+pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Tensor {
     let size = x.size();
     let k = *size.last().unwrap_or(&0);
     let x2 = x.reshape([-1, k]);

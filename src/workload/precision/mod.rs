@@ -55,7 +55,7 @@ impl Ctx {
     }
 
     /// A transformer-block linear layer: fp8 matmul under fp8, else a plain one.
-    pub fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
+    pub(crate) fn linear(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
         if self.fp8 {
             // The weight goes in as it is (an fp32 master or a bf16 working copy): the shim
             // quantizes it directly, without a cast first.
@@ -70,7 +70,7 @@ impl Ctx {
     }
 
     /// The output head: in fp8 only when asked for ([`Ctx::fp8_head`]).
-    pub fn linear_head(&self, x: &Tensor, w: &Tensor) -> Tensor {
+    pub(crate) fn linear_head(&self, x: &Tensor, w: &Tensor) -> Tensor {
         if self.fp8_head {
             fp8::linear(x, w)
         } else {
@@ -79,7 +79,7 @@ impl Ctx {
     }
 
     /// A linear layer that never runs in fp8.
-    pub fn linear_hp(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
+    pub(crate) fn linear_hp(&self, x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Tensor {
         x.linear(&self.cast(w), b.map(|b| self.cast(b)))
     }
 }
