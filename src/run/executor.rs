@@ -524,17 +524,7 @@ mod tests {
         // Rank 0's figures, with every rank's memory in rank order.
         assert_eq!(s.tokens_per_s, Some(1000.0));
         assert_eq!(s.peak_mem_bytes, vec![1000, 2000, 3000]);
-        let mut out = AttemptOutput {
-            termination: Termination::Exited(0),
-            steps: vec![],
-            summary: None,
-            notices: vec![],
-            error: None,
-            tail: vec![],
-            duration: Duration::ZERO,
-            escalated: false,
-            logs: vec![],
-        };
+        let mut out = AttemptOutput::before_start();
         c.fill(&mut out);
         assert_eq!(out.tail, vec!["plain text"]);
         assert_eq!(out.summary.map(|s| s.peak_mem_bytes.len()), Some(3));
