@@ -11,10 +11,9 @@
 //! rank's events and log, a failing rank's own status, and the stops.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use bench::results::{CellResult, Outcome, RunResults};
@@ -229,21 +228,6 @@ fn a_failing_rank_fails_the_job_with_its_own_exit_code() {
     assert!(log.contains("bench: rank 1 exited with status 6"), "{log}");
 }
 
-/// Starts `bench`, returning it and a channel of its stderr lines.
-fn spawn_bench(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
 #[test]
 fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
     if !common::slurm_enabled() {
@@ -275,7 +259,7 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
     let m = write_matrix(dir, "slurm-sleep-b", 1, "120s", &argv, &BTreeMap::new());
     let mut cmd = bench(dir, &m);
     cmd.process_group(0);
-    let (mut child, lines) = spawn_bench(&mut cmd);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while !seen.iter().any(|l: &String| l.starts_with("RUNNING")) && Instant::now() < deadline {

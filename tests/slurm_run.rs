@@ -9,10 +9,9 @@
 //! lock, as nextest runs each test in its own process): the CI node has few CPUs, and the
 //! fail-fast test needs to know which jobs can run side by side.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bench::results::{CellResult, Outcome, RunResults};
@@ -348,21 +347,6 @@ fn a_cell_past_its_timeout_is_cancelled_and_leaves_the_queue() {
     assert!(text.contains("--time=0-00:01:03"), "{text}");
 }
 
-/// Starts `bench`, returning it and a channel of its stderr lines.
-fn spawn_bench(cmd: &mut Command) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
 #[test]
 fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
     if !common::slurm_enabled() {
@@ -382,7 +366,7 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
     let mut cmd = bench();
     run_args(&mut cmd, tmp.path(), &m);
     cmd.args(["--run-id", "r1"]).process_group(0);
-    let (mut child, lines) = spawn_bench(&mut cmd);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
     // Wait until all four cells are submitted and one runs, then press Ctrl-C.
     let mut seen = Vec::new();
     let mut submitted = Vec::new();
@@ -503,7 +487,7 @@ fn fail_fast_withdraws_queued_jobs_and_lets_running_ones_finish() {
     let mut cmd = bench();
     run_args(&mut cmd, tmp.path(), &m2);
     cmd.args(["--run-id", "r1", "--fail-fast"]);
-    let (mut child, lines) = spawn_bench(&mut cmd);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     // Once `bad` has failed and fail-fast has withdrawn `queued`, let `held` finish.

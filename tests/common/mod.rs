@@ -3,7 +3,10 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
 use bench::cell::{Cell, CellId, Params, Value, Workload};
@@ -153,4 +156,20 @@ pub fn slurm_enabled() -> bool {
             false
         }
     }
+}
+
+/// Starts `bench` (or any command), returning it and a channel of its stderr lines, so a
+/// test can wait for a line (a job's submission, say) before it signals the process.
+pub fn spawn_bench(cmd: &mut Command) -> (Child, Receiver<String>) {
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
 }
