@@ -101,28 +101,6 @@ fn job_id(c: &CellResult) -> String {
         .unwrap_or_else(|| panic!("no Slurm job: {:?}", c.attempts))
 }
 
-fn squeue_lists(id: &str) -> bool {
-    let o = Command::new("squeue")
-        .args(["-h", "-j", id, "-o", "%T"])
-        .output()
-        .unwrap();
-    let t = String::from_utf8_lossy(&o.stdout);
-    t.lines().any(|l| !l.trim().is_empty())
-}
-
-/// Slurm's state of a job it still remembers (MinJobAge keeps finished jobs for minutes).
-fn job_state(id: &str) -> String {
-    let o = Command::new("scontrol")
-        .args(["show", "job", "-o", id])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix("JobState="))
-        .unwrap_or("?")
-        .to_string()
-}
-
 /// The worker script in `dir`, and the command line that runs it with `arg`, leaving what
 /// it was given in `dir`.
 fn worker_argv(dir: &Path, arg: &str) -> Vec<String> {
@@ -153,7 +131,7 @@ fn a_two_rank_cpu_cell_runs_and_its_events_come_back() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(c.outcome, Outcome::Passed, "{c:#?}");
     let id = job_id(&c);
-    assert_eq!(job_state(&id), "COMPLETED", "job {id}");
+    assert_eq!(common::job_state(&id), "COMPLETED", "job {id}");
     assert_eq!(c.attempts[0].exit_code, Some(0));
     let rep = &c.repeats[0];
     // Every rank's steps come back, each marked with its rank.
@@ -220,7 +198,7 @@ fn a_failing_rank_fails_the_job_with_its_own_exit_code() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(matches!(c.outcome, Outcome::Failed { .. }), "{c:#?}");
     let id = job_id(&c);
-    assert_eq!(job_state(&id), "FAILED", "job {id}");
+    assert_eq!(common::job_state(&id), "FAILED", "job {id}");
     // The cause is rank 1's own status, not the batch script's or a killed rank's.
     assert_eq!(c.attempts[0].exit_code, Some(6), "{:?}", c.attempts);
     let log = dir.join(format!("results/r1/logs/{}.r0.rank1.log", c.id));
@@ -250,8 +228,11 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
     );
     assert!(matches!(c.outcome, Outcome::TimedOut { .. }), "{c:#?}");
     let id = job_id(&c);
-    assert!(!squeue_lists(&id), "job {id} still queued after cancel");
-    assert_eq!(job_state(&id), "CANCELLED", "job {id}");
+    assert!(
+        !common::squeue_lists(&id),
+        "job {id} still queued after cancel"
+    );
+    assert_eq!(common::job_state(&id), "CANCELLED", "job {id}");
 
     // Ctrl-C while the job runs: the job is cancelled and leaves the queue.
     let tmp = tempfile::tempdir().unwrap();
@@ -273,7 +254,7 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
         .and_then(|l| l.split("Slurm job ").nth(1))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|| panic!("the job never got going: {seen:#?}"));
-    assert!(squeue_lists(&id), "job {id} not running: {seen:#?}");
+    assert!(common::squeue_lists(&id), "job {id} not running: {seen:#?}");
     // As a terminal's Ctrl-C does: SIGINT to bench's whole process group.
     nix::sys::signal::killpg(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -283,6 +264,9 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
     let status = child.wait().unwrap();
     seen.extend(lines.try_iter());
     assert_eq!(status.code(), Some(130), "{seen:#?}");
-    assert!(!squeue_lists(&id), "job {id} still queued after Ctrl-C");
-    assert_eq!(job_state(&id), "CANCELLED", "job {id}");
+    assert!(
+        !common::squeue_lists(&id),
+        "job {id} still queued after Ctrl-C"
+    );
+    assert_eq!(common::job_state(&id), "CANCELLED", "job {id}");
 }

@@ -111,29 +111,6 @@ fn by_case<'a>(r: &'a RunResults, case: &str, gpus: u32) -> &'a CellResult {
         .unwrap_or_else(|| panic!("no cell {case} x {gpus} in {:?}", r.cells))
 }
 
-fn squeue_lists(id: &str) -> bool {
-    let o = Command::new("squeue")
-        .args(["-h", "-j", id, "-o", "%T"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .any(|l| !l.trim().is_empty())
-}
-
-/// Slurm's state of a job it still remembers (MinJobAge keeps finished jobs for minutes).
-fn job_state(id: &str) -> String {
-    let o = Command::new("scontrol")
-        .args(["show", "job", "-o", id])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    text.split_whitespace()
-        .find_map(|kv| kv.strip_prefix("JobState="))
-        .unwrap_or("?")
-        .to_string()
-}
-
 fn job_ids(c: &CellResult) -> Vec<String> {
     c.attempts
         .iter()
@@ -188,7 +165,7 @@ fn one_and_two_rank_cells_pass_with_metrics_logs_and_job_ids() {
         assert_eq!(ids.len(), 2, "{:?}", c.attempts);
         assert_ne!(ids[0], ids[1]);
         for id in &ids {
-            assert_eq!(job_state(id), "COMPLETED", "job {id}");
+            assert_eq!(common::job_state(id), "COMPLETED", "job {id}");
         }
         assert!(c.attempts.iter().all(|a| a.exit_code == Some(0)));
         // Each rank's log is kept, like a local cell's, and names its job.
@@ -255,7 +232,7 @@ fn failing_ranks_are_classified_and_crashes_are_retried() {
     assert_eq!(nan.attempts.len(), 1);
     assert_eq!(nan.attempts[0].exit_code, Some(5));
     let id = nan.attempts[0].slurm_job_id.clone().unwrap();
-    assert_eq!(job_state(&id), "FAILED");
+    assert_eq!(common::job_state(&id), "FAILED");
     // Both ranks' logs are kept; rank 0 was stopped by srun after rank 1 failed.
     assert_eq!(
         nan.logs
@@ -329,8 +306,8 @@ fn a_cell_past_its_timeout_is_cancelled_and_leaves_the_queue() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(!squeue_lists(&id), "job {id} still queued");
-    assert_eq!(job_state(&id), "CANCELLED");
+    assert!(!common::squeue_lists(&id), "job {id} still queued");
+    assert_eq!(common::job_state(&id), "CANCELLED");
     // The time limit Slurm got is the cell's timeout plus the margin (1 minute minimum).
     let script = std::fs::read_dir(tmp.path().join("results/r1/slurm"))
         .unwrap()
@@ -400,8 +377,11 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
     seen.extend(lines.try_iter());
     assert_eq!(status.code(), Some(130), "{seen:#?}");
     for id in &submitted {
-        assert!(!squeue_lists(id), "job {id} survived Ctrl-C: {seen:#?}");
-        assert_eq!(job_state(id), "CANCELLED", "job {id}");
+        assert!(
+            !common::squeue_lists(id),
+            "job {id} survived Ctrl-C: {seen:#?}"
+        );
+        assert_eq!(common::job_state(id), "CANCELLED", "job {id}");
     }
     let dir = tmp.path().join("results/r1");
     let r = RunResults::load(&dir).unwrap();
@@ -525,8 +505,8 @@ fn fail_fast_withdraws_queued_jobs_and_lets_running_ones_finish() {
         queued.outcome
     );
     let id = queued.attempts[0].slurm_job_id.clone().unwrap();
-    assert!(!squeue_lists(&id));
-    assert_eq!(job_state(&id), "CANCELLED");
+    assert!(!common::squeue_lists(&id));
+    assert_eq!(common::job_state(&id), "CANCELLED");
 }
 
 #[test]
@@ -589,10 +569,10 @@ fn a_job_slurm_will_never_start_fails_its_cell_instead_of_waiting_forever() {
     assert!(out.status.success(), "{out:?}");
     let failed = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while job_state(&failed) != "FAILED" && Instant::now() < deadline {
+    while common::job_state(&failed) != "FAILED" && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(job_state(&failed), "FAILED");
+    assert_eq!(common::job_state(&failed), "FAILED");
     let tmp = tempfile::tempdir().unwrap();
     let dep = format!("--dependency=afterok:{failed}");
     let m = write_matrix(
@@ -617,5 +597,5 @@ fn a_job_slurm_will_never_start_fails_its_cell_instead_of_waiting_forever() {
         other => panic!("{other:?}"),
     }
     let id = c.attempts[0].slurm_job_id.clone().unwrap();
-    assert!(!squeue_lists(&id));
+    assert!(!common::squeue_lists(&id));
 }

@@ -173,3 +173,27 @@ pub fn spawn_bench(cmd: &mut Command) -> (Child, Receiver<String>) {
     });
     (child, rx)
 }
+
+/// Whether `squeue` still lists Slurm job `id` (in any state).
+pub fn squeue_lists(id: &str) -> bool {
+    let o = Command::new("squeue")
+        .args(["-h", "-j", id, "-o", "%T"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .any(|l| !l.trim().is_empty())
+}
+
+/// Slurm's state of a job it still remembers (MinJobAge keeps finished jobs for minutes).
+pub fn job_state(id: &str) -> String {
+    let o = Command::new("scontrol")
+        .args(["show", "job", "-o", id])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("JobState="))
+        .unwrap_or("?")
+        .to_string()
+}
