@@ -255,15 +255,7 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|| panic!("the job never got going: {seen:#?}"));
     assert!(common::squeue_lists(&id), "job {id} not running: {seen:#?}");
-    // As a terminal's Ctrl-C does: SIGINT to bench's whole process group.
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    seen.extend(lines.try_iter());
-    assert_eq!(status.code(), Some(130), "{seen:#?}");
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
     assert!(
         !common::squeue_lists(&id),
         "job {id} still queued after Ctrl-C"

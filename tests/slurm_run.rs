@@ -366,16 +366,7 @@ fn ctrl_c_cancels_every_job_and_resume_finishes_the_run() {
         submitted.len() == 4 && running,
         "jobs never got going: {seen:#?}"
     );
-    // As a terminal's Ctrl-C does: SIGINT to bench's whole process group (bench keeps its
-    // own Slurm commands out of it, so a half-done sbatch or scancel is not cut short).
-    nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
-    seen.extend(lines.try_iter());
-    assert_eq!(status.code(), Some(130), "{seen:#?}");
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
     for id in &submitted {
         assert!(
             !common::squeue_lists(id),

@@ -197,3 +197,17 @@ pub fn job_state(id: &str) -> String {
         .unwrap_or("?")
         .to_string()
 }
+
+/// Sends SIGINT to `child`'s whole process group, as a terminal's Ctrl-C does (bench keeps
+/// its own Slurm commands out of that group, so a half-done sbatch or scancel is not cut
+/// short), waits for it, adds its last stderr lines to `seen` and checks it exited 130.
+pub fn ctrl_c_exits_130(child: &mut Child, lines: &Receiver<String>, seen: &mut Vec<String>) {
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    seen.extend(lines.try_iter());
+    assert_eq!(status.code(), Some(130), "{seen:#?}");
+}

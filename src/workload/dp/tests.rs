@@ -18,6 +18,21 @@ fn twins(cfg: &presets::ModelConfig) -> (Box<dyn Model>, Box<dyn Model>) {
     (a, b)
 }
 
+/// Takes over `model`'s fp32 parameters as one rank on the CPU: local copies for
+/// collectives and libtorch's AdamW over the slices (the kernel needs CUDA).
+fn one_rank_on_cpu(sharding: Sharding, model: &dyn Model) -> DataParallel<'static> {
+    DataParallel::new(
+        Comms::Local,
+        sharding,
+        Update::Separate,
+        model.params(),
+        model.config().layers as usize,
+        Kind::Float,
+        Device::Cpu,
+    )
+    .unwrap()
+}
+
 fn grads_of(model: &dyn Model) -> Vec<Tensor> {
     model
         .params()
@@ -46,16 +61,7 @@ fn one_rank_matches_plain_training_on_cpu() {
         want_loss.backward();
         let want = grads_of(plain.as_ref());
 
-        let f = DataParallel::new(
-            Comms::Local,
-            sharding,
-            Update::Separate,
-            sharded.params(),
-            3,
-            Kind::Float,
-            Device::Cpu,
-        )
-        .unwrap();
+        let f = one_rank_on_cpu(sharding, sharded.as_ref());
         let released = |t: &Tensor| ffi::storage_nbytes(t).unwrap() == 0;
         for u in &f.units {
             assert_eq!(released(&u.full), sharding == Sharding::Sharded);
@@ -122,16 +128,7 @@ fn one_rank_optimizer_steps_match_plain_adamw_on_cpu() {
 fn optimizer_steps_match(cfg: &presets::ModelConfig, sharding: Sharding) {
     let (plain, sharded) = twins(cfg);
     let ctx = Ctx::new(Precision::Fp32);
-    let f = DataParallel::new(
-        Comms::Local,
-        sharding,
-        Update::Separate,
-        sharded.params(),
-        2,
-        Kind::Float,
-        Device::Cpu,
-    )
-    .unwrap();
+    let f = one_rank_on_cpu(sharding, sharded.as_ref());
     let mut opt_plain = AdamW::new(plain.params(), AdamWConfig::new(1e-2), false);
     let mut opt_sharded = f.optimizer(AdamWConfig::new(1e-2)).unwrap();
     for step in 0..3 {
