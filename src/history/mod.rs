@@ -25,6 +25,7 @@ pub mod sqlite;
 pub mod store;
 pub mod study;
 pub mod telemetry;
+pub mod twosample;
 
 pub use store::{open, History};
 
