@@ -29,4 +29,5 @@ pub mod results;
 pub mod run;
 pub mod sanitize;
 pub mod slurm;
+pub mod telemetry;
 pub mod workload;

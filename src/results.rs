@@ -147,6 +147,10 @@ pub struct CellResult {
     #[serde(default)]
     pub logs: Vec<PathBuf>,
     pub duration_s: f64,
+    /// GPU telemetry over the cell's measured steps on its own GPUs (`crate::telemetry`);
+    /// absent on a host without GPU telemetry and under `--launcher slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<crate::telemetry::CellTelemetry>,
 }
 
 /// A cell the matrix rules or the filter removed before running.

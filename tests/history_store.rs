@@ -15,7 +15,7 @@ use bench::baseline::Baselines;
 use bench::cell::CellId;
 use bench::events::StepEvent;
 use bench::history::detect::{HistoryVerdict, NumericsVerdict, Policy};
-use bench::history::gate::{apply_confirmation, judge_run, record};
+use bench::history::gate::{judge_run, record};
 use bench::history::record::RunRecord;
 use bench::history::store::current_segment;
 use bench::history::{open, HistoryError};
@@ -128,6 +128,7 @@ fn run(id: &str, minute: u32, commit: &str, cells: &[(&str, f64)], loss: &[f64])
                     metrics,
                     logs: vec![],
                     duration_s: 1.0,
+                    telemetry: None,
                 }
             })
             .collect(),
@@ -280,11 +281,11 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
     assert_eq!(r.cells[0].numerics, NumericsVerdict::Unchanged);
     // 2.6% slower, as BENCH_FUSED_ADAMW=0 measured on an H100.
     let slow = run("night7", 7, "badc0de", &[(CELL, 487_000.0)], &LOSS);
-    let mut r = judge_run(&mut h, &slow, None, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &slow, None, &baselines, &p).unwrap();
     assert_eq!(r.cells[0].verdict(), HistoryVerdict::Suspect);
-    assert_eq!(r.suspects(), [CELL]);
+    assert_eq!(r.to_confirm(), [CELL]);
     let again = run("night7-confirm", 8, "badc0de", &[(CELL, 486_500.0)], &LOSS);
-    apply_confirmation(&mut h, &mut r, &slow, &again, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &slow, Some(&again), &baselines, &p).unwrap();
     let c = &r.cells[0];
     assert_eq!(c.verdict(), HistoryVerdict::Regressed);
     assert!(c.judgement.sigmas.unwrap() < -4.0);
@@ -294,7 +295,7 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
     assert_eq!(since.last_good_run_id.as_deref(), Some("night5"));
     assert_eq!(r.exit_code(), 1);
     let md = bench::history::report::markdown(&r);
-    assert!(md.contains("since run `night7` (commit `badc0de`)"), "{md}");
+    assert!(md.contains("since run night7 (commit badc0de)"), "{md}");
     // Changed numerics are their own verdict.
     let numerics = run(
         "night9",

@@ -182,6 +182,15 @@ pub enum CellStatus {
     Skipped,
     /// Removed by a matrix rule or a filter before running.
     Dropped,
+    /// Judged against the run history: worse once, not confirmed (`--no-confirm`, or the
+    /// confirmation budget ran out). Does not fail the run.
+    Suspect,
+    /// Judged against a short run history: the repeats cannot yet tell same from
+    /// different. Does not fail the run.
+    Unknown,
+    /// Judged against the run history: worse, and the cell's telemetry explains it (a
+    /// foreign process, a lower clock, a new slowdown reason). Does not fail the run.
+    Environment,
 }
 
 impl CellStatus {
@@ -196,6 +205,9 @@ impl CellStatus {
             CellStatus::TimedOut => "timed out",
             CellStatus::Skipped => "skipped",
             CellStatus::Dropped => "dropped",
+            CellStatus::Suspect => "suspect",
+            CellStatus::Unknown => "unknown",
+            CellStatus::Environment => "environment",
         }
     }
 
@@ -259,6 +271,9 @@ pub struct Counts {
     pub timed_out: usize,
     pub skipped: usize,
     pub dropped: usize,
+    pub suspect: usize,
+    pub unknown: usize,
+    pub environment: usize,
     pub flaky: usize,
 }
 
@@ -289,6 +304,9 @@ impl Comparison {
                 CellStatus::TimedOut => &mut c.timed_out,
                 CellStatus::Skipped => &mut c.skipped,
                 CellStatus::Dropped => &mut c.dropped,
+                CellStatus::Suspect => &mut c.suspect,
+                CellStatus::Unknown => &mut c.unknown,
+                CellStatus::Environment => &mut c.environment,
             } += 1;
         }
         c

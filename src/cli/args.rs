@@ -128,10 +128,17 @@ pub struct MatrixArgs {
     /// every cell against its own recent runs there.
     #[arg(long, value_name = "FILE|URL")]
     pub history: Option<String>,
-    /// Re-run the cells the history finds suspect (one breach) once in this job before
-    /// failing it (needs --history).
-    #[arg(long, requires = "history")]
+    /// Re-run the cells the history finds suspect (one breach) or unknown (too few
+    /// repeats to tell) in this job before judging them; the default with --history (kept
+    /// for old command lines).
+    #[arg(long, requires = "history", conflicts_with = "no_confirm")]
     pub confirm: bool,
+    /// Judge from this run alone: a suspect stays suspect (it does not fail the job).
+    #[arg(long, requires = "history")]
+    pub no_confirm: bool,
+    /// GPU-seconds the confirming re-runs may take (default: twice what the run took).
+    #[arg(long, requires = "history", value_name = "GPU_SECONDS")]
+    pub confirm_budget: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -62,7 +62,15 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
         format: args.format,
         gpu_hour_price: args.gpu_hour_price,
         history: args.history.clone(),
-        confirm: args.confirm,
+        confirm: !args.no_confirm,
+        confirm_budget_gpu_s: match args.confirm_budget {
+            Some(b) if !(b.is_finite() && b >= 0.0) => {
+                return Err(CliError::bad_input(miette::miette!(
+                    "--confirm-budget: {b} is not a number of GPU-seconds (0 or more)"
+                )))
+            }
+            b => b,
+        },
     })
 }
 

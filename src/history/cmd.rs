@@ -92,7 +92,7 @@ pub(crate) fn import(args: &ImportSettings) -> Result<i32, CliError> {
     for dir in &args.run_dirs {
         let results = RunResults::load(dir)?;
         let telemetry =
-            super::telemetry::load(dir).map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
+            crate::telemetry::load(dir).map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
         let rec = RunRecord::from_results(&results, args.branch.clone(), telemetry);
         store.record_run(&rec)?;
         print(&format!(

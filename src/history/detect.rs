@@ -25,11 +25,17 @@
 //!   (the old rule), reported as `InsufficientHistory`. With enough history the baseline
 //!   catches slow creep that no single run shows: when the history's centre itself is past
 //!   the baseline's tolerance in the worse direction, the run is `Regressed` (drift).
-//! - **Throttling.** A worse run on a GPU that reported thermal or power throttling, or a
-//!   clock cap, is `Throttled`: the hardware, not the code, is the first suspect.
+//! - **The repeats.** Beside the band, the run's repeats are compared with the lookback's
+//!   repeats by a two-sample test ([`super::twosample`]); a difference past the floor is a
+//!   breach too. With fewer runs than `min_history` (but at least one) the test alone
+//!   decides: same, different (confirmed by the re-run's repeats) or unknown.
+//! - **The environment** is not judged here: `super::environment` compares a worse cell's
+//!   telemetry with its own clean runs' and the gate turns the verdict into `Environment`
+//!   only when that difference explains the loss.
 
 use serde::{Deserialize, Serialize};
 
+use super::twosample::{self, Answer, TwoSample, TwoSamplePolicy};
 use crate::baseline::Direction;
 use crate::metrics::stats::{mad, median};
 
@@ -48,6 +54,10 @@ pub struct Policy {
     pub threshold_sigmas: f64,
     /// The narrowest band, relative to the centre.
     pub floor_rel: f64,
+    /// The two-sample test of repeats: a second trigger beside the band, and the whole
+    /// verdict while the history is shorter than `min_history`.
+    #[serde(default)]
+    pub two_sample: TwoSamplePolicy,
 }
 
 impl Default for Policy {
@@ -59,6 +69,7 @@ impl Default for Policy {
             min_history: 5,
             threshold_sigmas: 4.0,
             floor_rel: 0.01,
+            two_sample: TwoSamplePolicy::default(),
         }
     }
 }
@@ -75,9 +86,16 @@ pub enum HistoryVerdict {
     Unchanged,
     /// One breach, not yet confirmed.
     Suspect,
-    /// Worse than the band on a GPU that throttled or was clock-capped during the run.
-    Throttled,
-    /// Fewer than `min_history` runs in the segment; the baseline decided.
+    /// Too few runs for the band, and the repeats cannot yet tell same from different
+    /// (the two-sample test's "unknown"): more repeats are needed.
+    Unknown,
+    /// Worse, and the cell's telemetry differs from its own clean runs in a way that
+    /// explains it (a foreign process on its GPU, a lower SM clock, a slowdown reason its
+    /// history does not show): the environment, not the code, is blamed. Old stores call
+    /// it `throttled`.
+    #[serde(alias = "throttled")]
+    Environment,
+    /// No earlier run of the cell to compare with; the baseline decided.
     InsufficientHistory,
 }
 
@@ -88,7 +106,8 @@ impl HistoryVerdict {
             HistoryVerdict::Improved => "improved",
             HistoryVerdict::Unchanged => "unchanged",
             HistoryVerdict::Suspect => "suspect",
-            HistoryVerdict::Throttled => "throttled",
+            HistoryVerdict::Unknown => "unknown",
+            HistoryVerdict::Environment => "environment",
             HistoryVerdict::InsufficientHistory => "insufficient history",
         }
     }
@@ -193,15 +212,19 @@ pub(crate) fn baseline_side(
 pub(crate) struct Observation<'a> {
     /// The segment's earlier values, oldest first (this run excluded).
     pub history: &'a [f64],
+    /// The repeats of the earlier runs the test compares with (the lookback's, pooled).
+    pub history_samples: &'a [f64],
     /// This run's value (median over its repeats) and relative repeat spread.
     pub value: f64,
     pub rel_spread: f64,
-    /// A re-run of the cell in the same job (`--confirm`), when there is one.
-    pub confirm: Option<f64>,
+    /// This run's repeats.
+    pub samples: &'a [f64],
+    /// A re-run of the cell in the same job (`--confirm`): its repeats.
+    pub confirm: Option<&'a [f64]>,
     /// The stored baseline and its relative tolerance, when there is one.
     pub baseline: Option<(f64, f64)>,
-    /// The GPU throttled or was clock-capped while this run measured.
-    pub throttled: bool,
+    /// The run just before this one was judged regressed (a breach now repeats it).
+    pub previous_regressed: bool,
 }
 
 /// The verdict on one measurement, with the numbers that explain it.
@@ -216,33 +239,98 @@ pub struct Judgement {
     /// True when the verdict rests on the history's centre having drifted past the
     /// baseline rather than on this run alone.
     pub drift: bool,
+    /// The two-sample test of this run's repeats (with the re-run's, when confirmed)
+    /// against the earlier runs' repeats.
+    #[serde(default)]
+    pub repeats_test: Option<TwoSample>,
+}
+
+/// The side a two-sample answer points to for a metric of `direction`.
+fn test_side(t: &TwoSample, direction: Direction) -> Side {
+    if t.answer != Answer::Different {
+        return Side::Inside;
+    }
+    match (direction, t.shift_rel < 0.0) {
+        (Direction::Higher, true) | (Direction::Lower, false) => Side::Worse,
+        _ => Side::Better,
+    }
 }
 
 /// Judges `obs` for a metric of `direction` under `policy` (see the module docs).
 pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy) -> Judgement {
+    let test = |after: &[f64]| twosample::compare(obs.history_samples, after, &policy.two_sample);
     let Some(b) = band(obs.history, obs.rel_spread, policy) else {
-        // Too little history: the stored baseline decides, as the old gate did.
-        let rel_change = obs
-            .baseline
-            .map(|(base, _)| (obs.value - base) / base.abs().max(f64::MIN_POSITIVE));
+        // Too few runs for a band: the repeats decide, as a two-sample test against every
+        // earlier repeat; with no earlier run at all the stored baseline decides.
+        let mut after: Vec<f64> = obs.samples.to_vec();
+        if let Some(c) = obs.confirm {
+            after.extend_from_slice(c);
+        }
+        let Some(t) = test(&after) else {
+            let rel_change = obs
+                .baseline
+                .map(|(base, _)| (obs.value - base) / base.abs().max(f64::MIN_POSITIVE));
+            return Judgement {
+                verdict: HistoryVerdict::InsufficientHistory,
+                band: None,
+                sigmas: None,
+                rel_change,
+                drift: false,
+                repeats_test: None,
+            };
+        };
+        let verdict = match (t.answer, test_side(&t, direction)) {
+            (Answer::Same, _) => HistoryVerdict::Unchanged,
+            (Answer::Unknown, _) => HistoryVerdict::Unknown,
+            // A difference in this run's repeats alone waits for the re-run's; with them
+            // pooled in, it stands.
+            (Answer::Different, side) if obs.confirm.is_some() => confirmed(side),
+            (Answer::Different, _) => HistoryVerdict::Suspect,
+        };
         return Judgement {
-            verdict: HistoryVerdict::InsufficientHistory,
+            verdict,
             band: None,
             sigmas: None,
-            rel_change,
+            rel_change: Some(t.shift_rel),
             drift: false,
+            repeats_test: Some(t),
         };
     };
     let rel_change = Some((obs.value - b.center) / b.center.abs().max(f64::MIN_POSITIVE));
     let sigmas = Some(b.sigmas(obs.value));
-    let this = side(&b, obs.value, direction);
+    let repeats = test(obs.samples);
+    // A breach is the median outside the band, or the repeats different from the
+    // lookback's repeats by more than the floor: the band is calibrated on run medians
+    // and misses a 3% shift whose history happens to be noisy; the test sees it in the
+    // repeats themselves.
+    let breach_of = |value: f64, t: Option<&TwoSample>| match side(&b, value, direction) {
+        Side::Inside => t.map_or(Side::Inside, |t| test_side(t, direction)),
+        s => s,
+    };
+    let this = breach_of(obs.value, repeats.as_ref());
     let previous = previous_side(obs.history, direction, policy);
+    let mut repeats_test = repeats;
     let mut verdict = match this {
         Side::Inside => HistoryVerdict::Unchanged,
-        breach => match obs.confirm.map(|c| side(&b, c, direction)) {
-            Some(again) if again == breach => confirmed(breach),
-            Some(_) => HistoryVerdict::Unchanged,
-            None if previous == breach => confirmed(breach),
+        breach => match obs.confirm {
+            Some(c) => {
+                let again_t = test(c);
+                let again = match median(c) {
+                    Some(m) => breach_of(m, again_t.as_ref()),
+                    None => Side::Inside,
+                };
+                if again_t.is_some() {
+                    repeats_test = again_t;
+                }
+                if again == breach {
+                    confirmed(breach)
+                } else {
+                    HistoryVerdict::Unchanged
+                }
+            }
+            None if previous == breach || (breach == Side::Worse && obs.previous_regressed) => {
+                confirmed(breach)
+            }
             None => HistoryVerdict::Suspect,
         },
     };
@@ -259,15 +347,13 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
             }
         }
     }
-    if obs.throttled && this == Side::Worse && verdict != HistoryVerdict::Unchanged {
-        verdict = HistoryVerdict::Throttled;
-    }
     Judgement {
         verdict,
         band: Some(b),
         sigmas,
         rel_change,
         drift,
+        repeats_test,
     }
 }
 
@@ -356,9 +442,11 @@ mod tests {
             history,
             value,
             rel_spread: 0.0,
+            history_samples: &[],
+            samples: &[],
             confirm: None,
             baseline: None,
-            throttled: false,
+            previous_regressed: false,
         }
     }
 
@@ -372,6 +460,7 @@ mod tests {
             min_history: 1,
             threshold_sigmas: 3.0,
             floor_rel: 0.0,
+            two_sample: TwoSamplePolicy::default(),
         };
         let b = band(&xs, 0.0, &policy).unwrap();
         assert_eq!(b.center, 7.0);
@@ -426,7 +515,7 @@ mod tests {
             HistoryVerdict::Suspect
         );
         let again = Observation {
-            confirm: Some(979.0),
+            confirm: Some(&[979.0]),
             ..obs(&h, 980.0)
         };
         assert_eq!(
@@ -434,7 +523,7 @@ mod tests {
             HistoryVerdict::Regressed
         );
         let transient = Observation {
-            confirm: Some(1000.5),
+            confirm: Some(&[1000.5]),
             ..obs(&h, 980.0)
         };
         assert_eq!(
@@ -443,7 +532,7 @@ mod tests {
         );
         // Faster, confirmed: improved. Lower-is-better metrics mirror it.
         let faster = Observation {
-            confirm: Some(1030.0),
+            confirm: Some(&[1030.0]),
             ..obs(&h, 1030.0)
         };
         assert_eq!(
@@ -521,19 +610,58 @@ mod tests {
     }
 
     #[test]
-    fn a_throttled_gpu_is_not_blamed_on_the_code() {
-        let h = quiet_history();
-        let j = judge(
-            &Observation {
-                throttled: true,
-                confirm: Some(950.0),
-                ..obs(&h, 950.0)
-            },
-            Direction::Higher,
-            &Policy::default(),
+    fn repeats_decide_with_little_history_and_catch_a_shift_the_band_misses() {
+        let p = Policy::default();
+        // Two earlier runs of three repeats, no band yet.
+        let before = [1000.0, 1002.0, 998.0, 1001.0, 999.0, 1000.5];
+        let history = [1000.0, 1000.5];
+        let slow = [970.0, 971.0, 969.0];
+        let o = Observation {
+            history: &history,
+            history_samples: &before,
+            samples: &slow,
+            value: 970.0,
+            ..obs(&history, 970.0)
+        };
+        let j = judge(&o, Direction::Higher, &p);
+        assert_eq!(j.verdict, HistoryVerdict::Suspect, "{j:?}");
+        let confirmed = Observation {
+            confirm: Some(&[970.5, 969.5, 971.5]),
+            ..o
+        };
+        assert_eq!(
+            judge(&confirmed, Direction::Higher, &p).verdict,
+            HistoryVerdict::Regressed
         );
-        assert_eq!(j.verdict, HistoryVerdict::Throttled);
-        assert!(!j.verdict.fails_run());
+        // Same speed, repeats agree: unchanged from the second night.
+        let same = [1000.2, 1000.8, 999.6];
+        let o2 = Observation {
+            samples: &same,
+            ..o
+        };
+        assert_eq!(judge(&o2, Direction::Higher, &p).verdict, HistoryVerdict::Unchanged);
+        // One repeat against one: unknown.
+        let o3 = Observation {
+            history: &history[..1],
+            history_samples: &before[..1],
+            samples: &slow[..1],
+            ..o
+        };
+        assert_eq!(judge(&o3, Direction::Higher, &p).verdict, HistoryVerdict::Unknown);
+        // A noisy history widens the band past a 2.5% drop; the repeats still see it.
+        let noisy = [1000.0, 1030.0, 975.0, 1010.0, 990.0, 1025.0, 980.0, 1000.0];
+        let pooled: Vec<f64> = (0..24).map(|i| 1000.0 + (i % 5) as f64).collect();
+        let drop = [975.0, 974.0, 976.0];
+        let o4 = Observation {
+            history: &noisy,
+            history_samples: &pooled,
+            samples: &drop,
+            value: 975.0,
+            ..obs(&noisy, 975.0)
+        };
+        let j4 = judge(&o4, Direction::Higher, &p);
+        assert_eq!(side(&j4.band.unwrap(), 975.0, Direction::Higher), Side::Inside);
+        assert_eq!(j4.verdict, HistoryVerdict::Suspect, "{j4:?}");
     }
 
     #[test]

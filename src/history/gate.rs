@@ -1,28 +1,37 @@
-//! `bench matrix ... --history URL [--confirm]`: after the run, judge every passed cell
-//! against its history ([`super::detect`]), re-run the suspect cells once when `--confirm`
-//! asks (a second pass over their ids, driven from the matrix command), record the run
-//! (and the confirming run) in the store, and leave `history.json` (the judgements) and
-//! `history.md` (the Markdown lines reports show) in the run folder.
+//! `bench matrix ... --history URL`: judge every passed cell against its own history
+//! ([`super::detect`]), blame the environment only where the cell's telemetry explains the
+//! loss ([`super::environment`]), name what changed since the last good run
+//! ([`super::suspects`]), re-run the suspect and unknown cells within a budget (on by
+//! default; `--no-confirm`), and leave `history.json` in the run folder. The verdicts are
+//! then the run's verdicts everywhere: the reports overlay them on the comparison
+//! ([`overlay`]), so the terminal table, `summary.md`, `junit.xml`, `report.json`,
+//! `report.html` and the exit code all say the same.
 //!
-//! The confirmation is a seam of its own, [`ConfirmRunner`]: the gate only decides which
-//! cells are suspect and what their re-run says; who runs them (today the matrix command
-//! through `run::run_matrix` with the suspect ids, later perhaps a runner hook that re-runs
-//! inside the same scheduler pass) is the caller's business.
+//! **Which runs a cell is judged against** ([`Scope`]): those of the same hardware key in the
+//! cell's current segment (since its last `bench baseline accept`), on the branch being
+//! judged: for a pull request (`GITHUB_BASE_REF`, `CI_MERGE_REQUEST_TARGET_BRANCH_NAME`)
+//! its base branch, at the merge-base or before, never its own earlier pushes; otherwise the
+//! current branch. Runs judged regressed or environment are not part of the band (a
+//! regression stays red every night until it is fixed or accepted), and confirming
+//! re-runs (`<run-id>-confirm`) are evidence for their own run only.
+//!
+//! The confirmation is a seam of its own, [`ConfirmRunner`]: the gate decides which cells to
+//! re-run and with how many repeats; who runs them is the caller's business.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::baseline::compare::{CellStatus, Comparison, MetricComparison};
 use crate::baseline::{compare, Baselines, Direction, Verdict};
-use crate::results::{Outcome, RunResults};
+use crate::results::{CellResult, Outcome, RunResults};
 
-use super::detect::{
-    band, judge, judge_loss, side, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy,
-    Side,
-};
-use super::record::RunRecord;
+use super::detect::{judge, judge_loss, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy};
+use super::environment::{explain, Finding};
+use super::record::{context_of, CellRecord, RunRecord};
 use super::store::{current_segment, History, Point};
-use super::telemetry::{reason_names, Telemetry};
+use super::suspects::{changes, Change, Identity};
 use super::HistoryError;
 
 /// The metric whose history decides a cell's speed verdict.
@@ -30,6 +39,9 @@ pub(crate) const METRIC: &str = "tokens_per_s";
 
 /// Relative floor of the loss band (see `detect::judge_loss`).
 pub(crate) const LOSS_FLOOR_REL: f64 = 1e-3;
+
+/// The run-id suffix of a confirming re-run.
+pub(crate) const CONFIRM_SUFFIX: &str = "-confirm";
 
 /// Where a shift began and the last run before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,16 +59,35 @@ pub struct CellJudgement {
     pub cell_id: String,
     pub metric: String,
     pub value: f64,
+    /// This run's repeats.
+    #[serde(default)]
+    pub samples: Vec<f64>,
     pub judgement: Judgement,
-    /// The re-run's value, when the cell was re-run to confirm.
+    /// The re-run's value (median), when the cell was re-run to confirm.
     pub confirm_value: Option<f64>,
+    #[serde(default)]
+    pub confirm_samples: Vec<f64>,
+    /// Why the confirming re-run produced no measurement, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_failed: Option<String>,
     pub numerics: NumericsVerdict,
     /// For a regression or improvement: the first run of the shift and the last good one.
     pub since: Option<Since>,
-    /// The baseline's own verdict (the old rule), which decides with too little history.
+    /// The baseline's own verdict (the old rule), which decides with no history at all.
     pub baseline_regressed: bool,
-    /// Slowdown reasons the GPU reported during the run.
-    pub throttle_reasons: Vec<String>,
+    /// What the cell's telemetry says against its clean runs (clocks, reasons, processes).
+    #[serde(default)]
+    pub environment: Option<Finding>,
+    /// What differs from the last good run (regressed, improved, suspect, numerics).
+    #[serde(default)]
+    pub changes: Vec<Change>,
+    /// The verdict line every report shows.
+    #[serde(default)]
+    pub line: String,
+    /// The `bench bisect` command that would find the commit, for a regression between
+    /// two known commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<String>,
 }
 
 impl CellJudgement {
@@ -65,7 +96,7 @@ impl CellJudgement {
     }
 
     /// Whether this cell fails the job: a confirmed regression, changed numerics, or a
-    /// baseline regression where the history is too short to judge.
+    /// baseline regression where there is no history at all.
     pub(crate) fn fails_run(&self) -> bool {
         self.verdict().fails_run()
             || matches!(self.numerics, NumericsVerdict::Changed { .. })
@@ -80,8 +111,14 @@ pub struct GateReport {
     pub hardware_key: String,
     pub store: String,
     pub policy: Policy,
-    /// The run that re-ran the suspect cells, when `--confirm` did.
+    /// Which runs the cells were judged against (branch, merge-base).
+    #[serde(default)]
+    pub scope: String,
+    /// The run that re-ran the suspect and unknown cells, when one did.
     pub confirm_run_id: Option<String>,
+    /// Cells left unconfirmed because the confirmation budget ran out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub over_budget: Vec<String>,
     pub cells: Vec<CellJudgement>,
 }
 
@@ -104,181 +141,333 @@ impl GateReport {
         serde_json::from_str(&text).ok()
     }
 
-    pub fn suspects(&self) -> Vec<String> {
-        self.cells
-            .iter()
-            .filter(|c| c.verdict() == HistoryVerdict::Suspect)
-            .map(|c| c.cell_id.clone())
+    pub(crate) fn cell(&self, id: &str) -> Option<&CellJudgement> {
+        self.cells.iter().find(|c| c.cell_id == id)
+    }
+
+    /// Cells the confirmation re-runs: suspects, then unknown ones.
+    pub fn to_confirm(&self) -> Vec<String> {
+        let pick = |v: HistoryVerdict| {
+            self.cells
+                .iter()
+                .filter(move |c| c.verdict() == v)
+                .map(|c| c.cell_id.clone())
+        };
+        pick(HistoryVerdict::Suspect)
+            .chain(pick(HistoryVerdict::Unknown))
             .collect()
     }
 }
 
-/// Re-runs cells by id and returns the run's results (the seam `--confirm` goes through).
-pub(crate) trait ConfirmRunner {
-    fn rerun(&mut self, cell_ids: &[String]) -> Result<RunResults, crate::error::CliError>;
+/// Which earlier runs count: the branch judged, and for a pull request only commits at its
+/// merge-base or before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Scope {
+    pub branch: Option<String>,
+    /// Commits reachable from the merge-base, when known (a pull request's run).
+    pub ancestors: Option<HashSet<String>>,
+    pub describe: String,
 }
 
-/// Judges `results` against the history in `store` (before recording it), with the
-/// baselines of its hardware key. Cells that did not pass are not judged.
+impl Scope {
+    /// The scope of this process's run, from the CI's variables and git.
+    pub(crate) fn detect() -> Scope {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        if let Some(base) = var("GITHUB_BASE_REF").or_else(|| var("CI_MERGE_REQUEST_TARGET_BRANCH_NAME")) {
+            let base = base.trim().to_string();
+            let merge_base = [format!("origin/{base}"), base.clone()]
+                .iter()
+                .find_map(|r| git(&["merge-base", "HEAD", r]));
+            let ancestors = merge_base.as_ref().and_then(|mb| {
+                git(&["rev-list", "--max-count=100000", mb])
+                    .map(|list| list.lines().map(str::to_string).collect::<HashSet<_>>())
+            });
+            let describe = match &merge_base {
+                Some(mb) => format!(
+                    "runs of the base branch `{base}` at its merge-base `{}` or before",
+                    &mb[..mb.len().min(7)]
+                ),
+                None => format!("runs of the base branch `{base}` (merge-base unknown)"),
+            };
+            return Scope {
+                branch: Some(base),
+                ancestors,
+                describe,
+            };
+        }
+        let branch = super::record::current_branch();
+        let describe = match &branch {
+            Some(b) => format!("runs of branch `{b}`"),
+            None => "runs of any branch".into(),
+        };
+        Scope {
+            branch,
+            ancestors: None,
+            describe,
+        }
+    }
+
+    /// Whether an earlier run at `p` counts. Runs with no recorded branch count everywhere.
+    pub(crate) fn admits(&self, p: &Point) -> bool {
+        if let (Some(want), Some(b)) = (&self.branch, &p.branch) {
+            if want != b {
+                return false;
+            }
+        }
+        match (&self.ancestors, &p.commit) {
+            (Some(set), Some(c)) => set.contains(c),
+            _ => true,
+        }
+    }
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Re-runs cells by id (each with at least the given repeats) and returns the run's
+/// results (the seam the confirmation goes through).
+pub(crate) trait ConfirmRunner {
+    fn rerun(&mut self, cells: &[(String, u32)]) -> Result<ConfirmOutcome, crate::error::CliError>;
+}
+
+/// What a confirming re-run gave.
+pub(crate) struct ConfirmOutcome {
+    pub results: RunResults,
+    pub interrupted: bool,
+}
+
+/// Judges `results` against `store` (every branch; `bench matrix` narrows to the branch it
+/// judges), with the re-run's results when `confirm` is given. The library entry tests use.
 pub fn judge_run(
     store: &mut History,
     results: &RunResults,
-    telemetry: Option<&Telemetry>,
+    confirm: Option<&RunResults>,
     baselines: &Baselines,
     policy: &Policy,
 ) -> Result<GateReport, HistoryError> {
-    let key = results.environment.hardware_key.clone();
-    let comparison = compare(results, baselines);
-    let throttled = telemetry.is_some_and(|t| t.throttled);
-    let reasons: Vec<String> = telemetry
-        .map(|t| {
-            let bits = t.gpus.iter().fold(0, |a, g| a | g.throttle_reasons);
-            reason_names(bits).into_iter().map(String::from).collect()
-        })
-        .unwrap_or_default();
-    let mut cells = Vec::new();
-    for cell in results
-        .cells
-        .iter()
-        .filter(|c| c.outcome == Outcome::Passed)
-    {
-        let Some(m) = cell.metrics.get(METRIC) else {
-            continue;
-        };
-        let id = cell.id.as_str();
-        let trend = store.trend(id, &key, METRIC)?;
-        let segments = store.segments(id, &key)?;
-        // A run recorded earlier (a resumed run, an import) is not its own history.
-        let earlier: Vec<Point> = current_segment(&trend, &segments)
+    let scope = Scope {
+        describe: "runs of any branch".into(),
+        ..Scope::default()
+    };
+    Judge {
+        store,
+        results,
+        baselines,
+        policy: *policy,
+        scope: &scope,
+    }
+    .run(confirm)
+}
+
+/// Everything the gate knows while judging one run.
+pub(crate) struct Judge<'a> {
+    pub store: &'a mut History,
+    pub results: &'a RunResults,
+    pub baselines: &'a Baselines,
+    pub policy: Policy,
+    pub scope: &'a Scope,
+}
+
+impl Judge<'_> {
+    /// Judges every passed cell of the run (and, given `confirm`, the re-run's cells).
+    pub(crate) fn run(&mut self, confirm: Option<&RunResults>) -> Result<GateReport, HistoryError> {
+        let comparison = compare(self.results, self.baselines);
+        let mut cells = Vec::new();
+        for cell in self
+            .results
+            .cells
             .iter()
-            .filter(|p| p.run_id != results.run_id)
-            .cloned()
+            .filter(|c| c.outcome == Outcome::Passed && c.metrics.contains_key(METRIC))
+        {
+            let again = confirm.and_then(|c| c.cells.iter().find(|x| x.id == cell.id));
+            let baseline_regressed = comparison
+                .cell(cell.id.as_str())
+                .and_then(|c| c.metric(METRIC))
+                .is_some_and(|mc| mc.verdict == Verdict::Regression);
+            cells.push(self.cell(cell, again, baseline_regressed)?);
+        }
+        Ok(GateReport {
+            run_id: self.results.run_id.clone(),
+            hardware_key: self.results.environment.hardware_key.clone(),
+            store: self.store.location.clone(),
+            policy: self.policy,
+            scope: self.scope.describe.clone(),
+            confirm_run_id: confirm.map(|c| c.run_id.clone()),
+            over_budget: Vec::new(),
+            cells,
+        })
+    }
+
+    fn cell(
+        &mut self,
+        cell: &CellResult,
+        again: Option<&CellResult>,
+        baseline_regressed: bool,
+    ) -> Result<CellJudgement, HistoryError> {
+        let id = cell.id.as_str();
+        let key = &self.results.environment.hardware_key;
+        let m = &cell.metrics[METRIC];
+        let trend = self.store.trend(id, key, METRIC)?;
+        let segments = self.store.segments(id, key)?;
+        let run_id = &self.results.run_id;
+        // Earlier runs of the branch judged: never this run, never a confirming re-run.
+        let scoped: Vec<&Point> = current_segment(&trend, &segments)
+            .iter()
+            .filter(|p| &p.run_id != run_id && !p.run_id.ends_with(CONFIRM_SUFFIX))
+            .filter(|p| p.started_at <= self.results.started_at)
+            .filter(|p| self.scope.admits(p))
             .collect();
-        let history: Vec<f64> = earlier.iter().map(|p| p.value).collect();
-        let base = baselines
+        let clean: Vec<&Point> = scoped
+            .iter()
+            .copied()
+            .filter(|p| !matches!(p.verdict.as_deref(), Some("regressed" | "environment")))
+            .collect();
+        let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
+        let lookback = &clean[clean.len().saturating_sub(self.policy.lookback)..];
+        let history_samples: Vec<f64> = lookback
+            .iter()
+            .flat_map(|p| {
+                if p.samples.is_empty() {
+                    vec![p.value]
+                } else {
+                    p.samples.clone()
+                }
+            })
+            .collect();
+        let base = self
+            .baselines
             .cell(id)
             .and_then(|b| b.metrics.get(METRIC))
             .map(|b| (b.value, b.effective_tolerance(METRIC)));
+        let (confirm_samples, confirm_failed) = match again {
+            Some(c) => match (&c.outcome, c.metrics.get(METRIC)) {
+                (Outcome::Passed, Some(mv)) => (Some(mv.samples.clone()), None),
+                (Outcome::Passed, None) => (None, Some("it measured no tokens/s".to_string())),
+                (o, _) => (None, Some(outcome_reason(o))),
+            },
+            None => (None, None),
+        };
         let obs = Observation {
             history: &history,
+            history_samples: &history_samples,
             value: m.value,
             rel_spread: m.rel_spread,
-            confirm: None,
+            samples: &m.samples,
+            confirm: confirm_samples.as_deref(),
             baseline: base,
-            throttled,
+            previous_regressed: scoped
+                .last()
+                .is_some_and(|p| p.verdict.as_deref() == Some("regressed")),
         };
-        let judgement = judge(&obs, Direction::Higher, policy);
-        let curves: Vec<Vec<f64>> = earlier.iter().map(|p| p.loss_curve.clone()).collect();
-        let loss = super::record::CellRecord::from_result(cell).loss_curve;
-        let numerics = judge_loss(&curves, &loss, policy.min_history, LOSS_FLOOR_REL);
-        let baseline_regressed = comparison
-            .cell(id)
-            .and_then(|c| c.metric(METRIC))
-            .is_some_and(|mc| mc.verdict == Verdict::Regression);
+        let mut judgement = judge(&obs, Direction::Higher, &self.policy);
+        // A suspect whose re-run could not measure stays failed: a confirmation that
+        // cannot run must never pass a cell.
+        if judgement.verdict == HistoryVerdict::Suspect && confirm_failed.is_some() {
+            judgement.verdict = HistoryVerdict::Regressed;
+        }
+        let clean_tele: Vec<(f64, &crate::telemetry::CellTelemetry)> = lookback
+            .iter()
+            .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
+            .collect();
+        let rel = judgement.rel_change.unwrap_or(0.0);
+        let environment = explain(cell.telemetry.as_ref(), m.value, &clean_tele, rel);
+        let worse = rel < 0.0;
+        if worse
+            && matches!(
+                judgement.verdict,
+                HistoryVerdict::Suspect | HistoryVerdict::Regressed
+            )
+            && !judgement.drift
+            && environment.as_ref().is_some_and(Finding::explains)
+        {
+            judgement.verdict = HistoryVerdict::Environment;
+        }
+        let curves: Vec<Vec<f64>> = clean.iter().map(|p| p.loss_curve.clone()).collect();
+        let loss = CellRecord::from_result(cell).loss_curve;
+        let numerics = judge_loss(&curves, &loss, self.policy.min_history, LOSS_FLOOR_REL);
+        let since = since(&scoped, self.results, judgement.verdict);
+        let now = Identity {
+            commit: self.results.environment.git_commit.clone(),
+            host: self.results.environment.host.clone(),
+            switches: self.results.environment.switches.clone(),
+            versions: RunRecord::from_results(self.results, None, None).versions,
+            context: context_of(cell),
+        };
+        let named = matches!(
+            judgement.verdict,
+            HistoryVerdict::Regressed
+                | HistoryVerdict::Improved
+                | HistoryVerdict::Suspect
+                | HistoryVerdict::Environment
+        ) || matches!(numerics, NumericsVerdict::Changed { .. });
+        // The last good run: the one before the streak, else the latest clean run.
+        let good = since
+            .as_ref()
+            .and_then(|s| s.last_good_run_id.as_ref())
+            .and_then(|g| scoped.iter().find(|p| &p.run_id == g).copied())
+            .or_else(|| clean.last().copied());
+        let changes = match (named, good) {
+            (true, Some(g)) => changes(&Identity::of_point(g), &now),
+            _ => Vec::new(),
+        };
         let mut j = CellJudgement {
             cell_id: id.to_string(),
             metric: METRIC.to_string(),
             value: m.value,
+            samples: m.samples.clone(),
             judgement,
-            confirm_value: None,
+            confirm_value: confirm_samples
+                .as_deref()
+                .and_then(crate::metrics::stats::median),
+            confirm_samples: confirm_samples.unwrap_or_default(),
+            confirm_failed,
             numerics,
-            since: None,
+            since,
             baseline_regressed,
-            throttle_reasons: if throttled { reasons.clone() } else { vec![] },
+            environment,
+            changes,
+            line: String::new(),
+            bisect: None,
         };
-        j.since = since(&earlier, results, &j, policy);
-        cells.push(j);
+        j.bisect = bisect_command(&j, self.results, &self.store.location);
+        j.line = super::report::verdict_line(&j);
+        Ok(j)
     }
-    Ok(GateReport {
-        run_id: results.run_id.clone(),
-        hardware_key: key,
-        store: store.location.clone(),
-        policy: *policy,
-        confirm_run_id: None,
-        cells,
-    })
 }
 
-/// Judges the suspect cells again with their re-run's values from `confirm`.
-pub fn apply_confirmation(
-    store: &mut History,
-    report: &mut GateReport,
-    results: &RunResults,
-    confirm: &RunResults,
-    baselines: &Baselines,
-    policy: &Policy,
-) -> Result<(), HistoryError> {
-    report.confirm_run_id = Some(confirm.run_id.clone());
-    for j in report
-        .cells
-        .iter_mut()
-        .filter(|c| c.verdict() == HistoryVerdict::Suspect)
-    {
-        let Some(again) = confirm
-            .cells
-            .iter()
-            .find(|c| c.id.as_str() == j.cell_id && c.outcome == Outcome::Passed)
-            .and_then(|c| c.metrics.get(METRIC))
-        else {
-            continue;
-        };
-        let trend = store.trend(&j.cell_id, &report.hardware_key, METRIC)?;
-        let segments = store.segments(&j.cell_id, &report.hardware_key)?;
-        let earlier: Vec<Point> = current_segment(&trend, &segments)
-            .iter()
-            .filter(|p| p.run_id != results.run_id && p.run_id != confirm.run_id)
-            .cloned()
-            .collect();
-        let history: Vec<f64> = earlier.iter().map(|p| p.value).collect();
-        let base = baselines
-            .cell(&j.cell_id)
-            .and_then(|b| b.metrics.get(METRIC))
-            .map(|b| (b.value, b.effective_tolerance(METRIC)));
-        let obs = Observation {
-            history: &history,
-            value: j.value,
-            rel_spread: results
-                .cells
-                .iter()
-                .find(|c| c.id.as_str() == j.cell_id)
-                .and_then(|c| c.metrics.get(METRIC))
-                .map_or(0.0, |m| m.rel_spread),
-            confirm: Some(again.value),
-            baseline: base,
-            throttled: !j.throttle_reasons.is_empty(),
-        };
-        j.judgement = judge(&obs, Direction::Higher, policy);
-        j.confirm_value = Some(again.value);
-        j.since = since(&earlier, results, j, policy);
+fn outcome_reason(o: &Outcome) -> String {
+    match o {
+        Outcome::Passed => "passed".into(),
+        Outcome::Failed { reason } => format!("failed: {reason}"),
+        Outcome::TimedOut { reason } => format!("timed out: {reason}"),
+        Outcome::Skipped { reason } => format!("did not run: {reason}"),
     }
-    Ok(())
 }
 
-/// For a regression or improvement: where the shift began, the first run of the unbroken
-/// streak of runs just before this one that fell outside the band (of the runs before
-/// each) on the same side; this run itself when the run before it was inside.
-fn since(
-    earlier: &[Point],
-    results: &RunResults,
-    j: &CellJudgement,
-    policy: &Policy,
-) -> Option<Since> {
-    let wanted = match j.verdict() {
-        HistoryVerdict::Regressed => Side::Worse,
-        HistoryVerdict::Improved => Side::Better,
-        _ => return None,
-    };
-    let values: Vec<f64> = earlier.iter().map(|p| p.value).collect();
-    let mut start = earlier.len();
-    while start > 0 {
-        let k = start - 1;
-        match band(&values[..k], 0.0, policy) {
-            Some(b) if side(&b, values[k], Direction::Higher) == wanted => start = k,
-            _ => break,
+/// For a regression or improvement: the first run of the unbroken streak of runs just
+/// before this one that were judged regressed (this run when the one before was not), and
+/// the run before that streak.
+fn since(scoped: &[&Point], results: &RunResults, verdict: HistoryVerdict) -> Option<Since> {
+    if !matches!(verdict, HistoryVerdict::Regressed | HistoryVerdict::Improved) {
+        return None;
+    }
+    let mut start = scoped.len();
+    if verdict == HistoryVerdict::Regressed {
+        while start > 0 && scoped[start - 1].verdict.as_deref() == Some("regressed") {
+            start -= 1;
         }
     }
-    let good = start.checked_sub(1).map(|i| &earlier[i]);
-    let (run_id, commit, started_at) = match earlier.get(start) {
+    let good = start.checked_sub(1).map(|i| scoped[i]);
+    let (run_id, commit, started_at) = match scoped.get(start) {
         Some(p) => (p.run_id.clone(), p.commit.clone(), p.started_at.clone()),
         None => (
             results.run_id.clone(),
@@ -295,132 +484,338 @@ fn since(
     })
 }
 
-/// Records `results` (with its telemetry) in `store`.
+/// `bench bisect CELL --good G --bad B --matrix FILE --history STORE` for a regression
+/// between two different known commits.
+fn bisect_command(j: &CellJudgement, results: &RunResults, store: &str) -> Option<String> {
+    if j.verdict() != HistoryVerdict::Regressed {
+        return None;
+    }
+    let s = j.since.as_ref()?;
+    let good = s.last_good_commit.as_ref()?;
+    let bad = results.environment.git_commit.as_ref()?;
+    if good == bad {
+        return None;
+    }
+    let short = |c: &str| c.chars().take(12).collect::<String>();
+    Some(format!(
+        "bench bisect {} --good {} --bad {} --matrix {} --history {}",
+        j.cell_id,
+        short(good),
+        short(bad),
+        results.matrix.display(),
+        store
+    ))
+}
+
+/// Records `results` (with its run telemetry) in `store`, with `branch`.
 pub fn record(
     store: &mut History,
     results: &RunResults,
-    telemetry: Option<Telemetry>,
+    telemetry: Option<crate::telemetry::Telemetry>,
 ) -> Result<(), HistoryError> {
     let rec = RunRecord::from_results(results, super::record::current_branch(), telemetry);
     store.record_run(&rec)
 }
 
-/// The whole `--history` step of `bench matrix`: judge, confirm the suspects through
-/// `runner` when given, stop the telemetry `sampler`, record, and write `history.json`
-/// and `history.md` into the run folder. Returns the report.
-pub(crate) fn after_run(
-    location: &str,
-    run_dir: &Path,
-    results: &RunResults,
-    sampler: Option<super::telemetry::Sampler>,
-    baselines_dir: &Path,
-    runner: Option<&mut dyn ConfirmRunner>,
-) -> Result<GateReport, crate::error::CliError> {
-    let policy = Policy::default();
-    let mut store = super::open(location)?;
-    let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
-    // Throttling is judged on what the GPU did while the main pass measured.
-    let telemetry = sampler.and_then(super::telemetry::Sampler::finish);
-    super::telemetry::save(run_dir, &telemetry).map_err(|e| {
-        crate::error::CliError::internal(miette::miette!(
-            "{}: {e}",
-            run_dir.join(super::telemetry::FILE).display()
-        ))
-    })?;
-    let mut report = judge_run(&mut store, results, telemetry.as_ref(), &baselines, &policy)?;
-    let suspects = report.suspects();
-    let mut confirm_results = None;
-    if let Some(runner) = runner.filter(|_| !suspects.is_empty()) {
-        eprintln!(
-            "history: re-running {} suspect cell(s) to confirm: {}",
-            suspects.len(),
-            suspects.join(", ")
-        );
-        let confirm = runner.rerun(&suspects)?;
-        apply_confirmation(
-            &mut store,
-            &mut report,
-            results,
-            &confirm,
-            &baselines,
-            &policy,
-        )?;
-        confirm_results = Some(confirm);
-    }
-    record(&mut store, results, telemetry)?;
-    if let Some(c) = &confirm_results {
-        // The confirming run measured too; its GPU telemetry was not sampled separately.
-        record(&mut store, c, None)?;
-    }
-    let write = |name: &str, bytes: &[u8]| {
-        crate::atomic::write(&run_dir.join(name), bytes).map_err(|e| {
-            crate::error::CliError::internal(miette::miette!(
-                "{}: {e}",
-                run_dir.join(name).display()
-            ))
+/// The verdict words a run's cells got, for the store (so later runs leave regressed and
+/// environment runs out of their band, and know a regression's streak).
+fn verdict_words(report: &GateReport) -> Vec<(String, String)> {
+    report
+        .cells
+        .iter()
+        .map(|c| {
+            let word = if c.fails_run() && c.verdict() != HistoryVerdict::Regressed {
+                // Changed numerics or a baseline regression: the run is not clean either.
+                "regressed"
+            } else {
+                c.verdict().as_str()
+            };
+            (c.cell_id.clone(), word.replace(' ', "_"))
         })
-    };
-    let json = serde_json::to_vec_pretty(&report)
-        .map_err(|e| crate::error::CliError::internal(miette::miette!("{e}")))?;
-    write(GateReport::FILE, &json)?;
-    write("history.md", super::report::markdown(&report).as_bytes())?;
-    Ok(report)
+        .collect()
 }
 
-/// Re-runs suspect cells as a second pass of the matrix command: the same matrix and
-/// settings, only those cells, into the run folder `<run-id>-confirm`.
+/// The whole `--history` step of `bench matrix` after the cells ran: judge, confirm the
+/// suspect and unknown cells through `runner` (within `budget_gpu_s` GPU-seconds), record
+/// the run (and the confirming run) with the verdicts, and write `history.json`. Returns
+/// the report and whether the confirmation was interrupted.
+pub(crate) fn after_run(
+    store: &mut History,
+    run_dir: &Path,
+    results: &RunResults,
+    telemetry: Option<crate::telemetry::Telemetry>,
+    baselines_dir: &Path,
+    runner: Option<&mut dyn ConfirmRunner>,
+    budget_gpu_s: Option<f64>,
+) -> Result<(GateReport, bool), crate::error::CliError> {
+    let policy = Policy::default();
+    let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
+    crate::telemetry::save(run_dir, &telemetry).map_err(|e| {
+        crate::error::CliError::internal(miette::miette!(
+            "{}: {e}",
+            run_dir.join(crate::telemetry::FILE).display()
+        ))
+    })?;
+    // Every cell is in the store already (recorded as it finished); the run's row gets
+    // its end time and telemetry now, before judging, which never counts this run.
+    record(store, results, telemetry.clone())?;
+    let scope = Scope::detect();
+    let mut judge = Judge {
+        store,
+        results,
+        baselines: &baselines,
+        policy,
+        scope: &scope,
+    };
+    let mut report = judge.run(None)?;
+    let mut interrupted = false;
+    let wanted = report.to_confirm();
+    if let Some(runner) = runner.filter(|_| !wanted.is_empty()) {
+        let (chosen, over) = within_budget(&wanted, &report, results, budget_gpu_s);
+        if !over.is_empty() {
+            eprintln!(
+                "history: confirmation budget reached; not re-run: {}",
+                over.join(", ")
+            );
+        }
+        if !chosen.is_empty() {
+            eprintln!(
+                "history: re-running {} cell(s) to confirm: {}",
+                chosen.len(),
+                chosen
+                    .iter()
+                    .map(|(c, _)| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            match runner.rerun(&chosen) {
+                Ok(confirm) => {
+                    interrupted = confirm.interrupted;
+                    let mut again = Judge {
+                        store: judge.store,
+                        results,
+                        baselines: &baselines,
+                        policy,
+                        scope: &scope,
+                    };
+                    let rejudged = again.run(Some(&confirm.results))?;
+                    // Only the re-run cells take the new verdict.
+                    for c in rejudged.cells {
+                        if chosen.iter().any(|(id, _)| id == &c.cell_id) {
+                            if let Some(slot) =
+                                report.cells.iter_mut().find(|x| x.cell_id == c.cell_id)
+                            {
+                                *slot = c;
+                            }
+                        }
+                    }
+                    report.confirm_run_id = Some(confirm.results.run_id.clone());
+                    record(again.store, &confirm.results, None)?;
+                    again
+                        .store
+                        .set_verdicts(&confirm.results.run_id, &verdict_words(&report))?;
+                    judge.store = again.store;
+                }
+                Err(e) => {
+                    let e = e.report();
+                    // A confirmation that cannot run leaves every suspect failed.
+                    eprintln!("history: the confirming re-run failed: {e}");
+                    for c in report
+                        .cells
+                        .iter_mut()
+                        .filter(|c| c.verdict() == HistoryVerdict::Suspect)
+                    {
+                        c.judgement.verdict = HistoryVerdict::Regressed;
+                        c.confirm_failed = Some(format!("the re-run could not start: {e}"));
+                        c.line = super::report::verdict_line(c);
+                    }
+                }
+            }
+        }
+        report.over_budget = over;
+    }
+    judge
+        .store
+        .set_verdicts(&results.run_id, &verdict_words(&report))?;
+    let json = serde_json::to_vec_pretty(&report)
+        .map_err(|e| crate::error::CliError::internal(miette::miette!("{e}")))?;
+    crate::atomic::write(&run_dir.join(GateReport::FILE), &json).map_err(|e| {
+        crate::error::CliError::internal(miette::miette!(
+            "{}: {e}",
+            run_dir.join(GateReport::FILE).display()
+        ))
+    })?;
+    Ok((report, interrupted))
+}
+
+/// The cells to re-run within `budget` GPU-seconds (each costs what it took in this run,
+/// times its GPUs; an unknown cell is re-run with twice its repeats, since its test asked
+/// for more), in the order given; and those left out.
+fn within_budget(
+    wanted: &[String],
+    report: &GateReport,
+    results: &RunResults,
+    budget: Option<f64>,
+) -> (Vec<(String, u32)>, Vec<String>) {
+    let mut spent = 0.0;
+    let (mut chosen, mut over) = (Vec::new(), Vec::new());
+    for id in wanted {
+        let Some(cell) = results.cells.iter().find(|c| c.id.as_str() == id) else {
+            continue;
+        };
+        let unknown = report
+            .cell(id)
+            .is_some_and(|c| c.verdict() == HistoryVerdict::Unknown);
+        let repeats = if unknown {
+            cell.params.repeats.max(1) * 2
+        } else {
+            cell.params.repeats.max(1)
+        };
+        let per_repeat = cell.duration_s / f64::from(cell.params.repeats.max(1));
+        let cost = per_repeat * f64::from(repeats) * f64::from(cell_gpus(cell).max(1));
+        if budget.is_some_and(|b| spent + cost > b) {
+            over.push(id.clone());
+            continue;
+        }
+        spent += cost;
+        chosen.push((id.clone(), repeats));
+    }
+    (chosen, over)
+}
+
+fn cell_gpus(cell: &CellResult) -> u32 {
+    match cell.values.get("gpus") {
+        Some(crate::cell::Value::Int(n)) => u32::try_from(*n).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// Re-runs cells as a second pass of the matrix command: the same matrix and settings,
+/// only those cells (with the repeats asked for), into the run folder `<run-id>-confirm`.
 pub(crate) struct MatrixConfirm<'a> {
     pub settings: &'a crate::run::MatrixSettings,
     pub run_id: String,
 }
 
 impl ConfirmRunner for MatrixConfirm<'_> {
-    fn rerun(&mut self, cell_ids: &[String]) -> Result<RunResults, crate::error::CliError> {
+    fn rerun(&mut self, cells: &[(String, u32)]) -> Result<ConfirmOutcome, crate::error::CliError> {
         let mut expansion = crate::matrix::cmd::load(&self.settings.source)?;
         expansion
             .cells
-            .retain(|c| cell_ids.iter().any(|id| id == c.id.as_str()));
+            .retain(|c| cells.iter().any(|(id, _)| id == c.id.as_str()));
+        for c in &mut expansion.cells {
+            if let Some((_, r)) = cells.iter().find(|(id, _)| id == c.id.as_str()) {
+                c.params.repeats = c.params.repeats.max(*r);
+            }
+        }
         let mut settings = self.settings.clone();
-        let run_id = format!("{}-confirm", self.run_id);
+        let run_id = format!("{}{CONFIRM_SUFFIX}", self.run_id);
         // The suffix can push a valid id past the limit; it is checked like `--run-id`.
         crate::run::check_run_id(&run_id)?;
         settings.config.run_id = Some(run_id);
         settings.config.resume = None;
-        let outcome = crate::run::run_matrix(&settings, expansion)?;
-        Ok(outcome.results)
+        let outcome = crate::run::run_matrix(&settings, expansion, None)?;
+        Ok(ConfirmOutcome {
+            interrupted: outcome.interrupted,
+            results: outcome.results,
+        })
     }
 }
 
-/// The `--history` step of `bench matrix` after the reports are written: telemetry saved,
-/// cells judged (suspects re-run under `--confirm`), the run recorded, the history's lines
-/// appended to the CI job summary.
-pub(crate) fn with_history(
-    args: &crate::run::MatrixSettings,
-    location: &str,
-    outcome: &crate::run::RunOutcome,
-    sampler: Option<super::telemetry::Sampler>,
-) -> Result<GateReport, crate::error::CliError> {
-    let mut confirm = MatrixConfirm {
-        settings: args,
-        run_id: outcome.results.run_id.clone(),
-    };
-    let runner: Option<&mut dyn ConfirmRunner> = if args.confirm {
-        Some(&mut confirm)
-    } else {
-        None
-    };
-    let report = after_run(
-        location,
-        &outcome.run_dir,
-        &outcome.results,
-        sampler,
-        &args.baselines,
-        runner,
-    )?;
-    let md = super::report::markdown(&report);
-    if let Err(e) = crate::report::append_step_summary(&md) {
-        eprintln!("warning: {e}");
+/// The history's verdicts laid over a run's comparison with its baselines, so every report
+/// and the exit code say what the history says: a judged cell's status is its verdict, its
+/// reason the verdict line, and its tokens/s row the history's numbers (centre, change,
+/// band); the other speed metrics' baseline verdicts are set aside (the history decides
+/// speed). Peak memory keeps the baseline file's verdict, which the history does not judge.
+/// Cells with no history at all keep the baseline's verdict.
+pub fn overlay(cmp: &mut Comparison, report: &GateReport) {
+    for j in &report.cells {
+        let Some(cell) = cmp.cells.iter_mut().find(|c| c.id == j.cell_id) else {
+            continue;
+        };
+        let numerics = matches!(j.numerics, NumericsVerdict::Changed { .. });
+        if j.verdict() == HistoryVerdict::InsufficientHistory && !numerics {
+            if !j.line.is_empty() && cell.reason.is_none() {
+                cell.reason = Some(j.line.clone());
+            }
+            continue;
+        }
+        let speed_verdict = match j.verdict() {
+            HistoryVerdict::Regressed => Verdict::Regression,
+            HistoryVerdict::Improved => Verdict::Improvement,
+            _ => Verdict::Unchanged,
+        };
+        for m in cell.metrics.iter_mut() {
+            if m.metric == METRIC || m.metric == "tokens_per_s_per_gpu" {
+                apply_history(m, j, speed_verdict, report.policy.two_sample.floor_rel);
+            } else if crate::metrics::catalog::in_step_time_family(&m.metric)
+                && matches!(m.verdict, Verdict::Regression | Verdict::Improvement)
+            {
+                m.verdict = Verdict::Unchanged;
+            }
+        }
+        let memory_regressed = cell
+            .metrics
+            .iter()
+            .any(|m| m.verdict == Verdict::Regression && m.metric != METRIC);
+        cell.status = match j.verdict() {
+            _ if numerics => CellStatus::Regression,
+            HistoryVerdict::Regressed => CellStatus::Regression,
+            _ if memory_regressed => CellStatus::Regression,
+            HistoryVerdict::Improved => CellStatus::Improvement,
+            HistoryVerdict::Unchanged | HistoryVerdict::InsufficientHistory => {
+                CellStatus::Unchanged
+            }
+            HistoryVerdict::Suspect => CellStatus::Suspect,
+            HistoryVerdict::Unknown => CellStatus::Unknown,
+            HistoryVerdict::Environment => CellStatus::Environment,
+        };
+        cell.reason = Some(j.line.clone());
     }
-    eprint!("{md}");
-    Ok(report)
+}
+
+fn apply_history(m: &mut MetricComparison, j: &CellJudgement, verdict: Verdict, floor: f64) {
+    // The history's centre in this metric's unit (tokens/s per GPU is tokens/s over the
+    // cell's GPUs, so its relative figures are the same).
+    let centre = match (m.metric == METRIC, j.judgement.band) {
+        (true, Some(b)) => Some(b.center),
+        _ => j
+            .judgement
+            .rel_change
+            .zip(m.current)
+            .map(|(r, cur)| cur / (1.0 + r)),
+    };
+    m.verdict = verdict;
+    m.baseline = centre;
+    m.change = j.judgement.rel_change;
+    if let Some(b) = j.judgement.band {
+        if b.center != 0.0 {
+            m.tolerance = Some(b.half_width / b.center.abs());
+            m.noise = Some(b.sigma / b.center.abs());
+        }
+    } else if let Some(t) = &j.judgement.repeats_test {
+        // Judged by the repeats: the floor is the tolerance, half the interval's width
+        // the noise.
+        m.tolerance = Some(floor);
+        if let Some((lo, hi)) = t.ci_rel {
+            m.noise = Some((hi - lo) / 2.0);
+        }
+    }
+}
+
+/// The comparison every report of a run renders: against the baselines, with the
+/// history's verdicts laid over it when the run was judged (`history.json` in `run_dir`).
+pub fn judged_comparison(
+    results: &RunResults,
+    baselines: &Baselines,
+    run_dir: Option<&Path>,
+) -> (Comparison, Option<GateReport>) {
+    let mut cmp = compare(results, baselines);
+    let gate = run_dir.and_then(GateReport::load);
+    if let Some(g) = &gate {
+        if g.run_id == results.run_id {
+            overlay(&mut cmp, g);
+        }
+    }
+    (cmp, gate)
 }

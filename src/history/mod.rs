@@ -6,8 +6,13 @@
 //! - [`store`]: the store over one [`store::Backend`] trait (versioned migrations,
 //!   transactional writes, the queries), with two real backends: [`sqlite`] (an embedded
 //!   file, the default) and [`postgres`] (a server by URL, for a fleet).
-//! - [`telemetry`]: GPU clocks, power and throttle reasons sampled while a run measures.
 //! - [`detect`]: the verdict on one measurement against its history (pure statistics).
+//! - [`twosample`]: same / different / unknown from two sets of repeats (pure).
+//! - [`environment`]: whether a worse cell's telemetry, against its own clean runs,
+//!   explains the loss (pure).
+//! - [`suspects`]: what changed since a cell's last good run (pure).
+//! - [`recorder`]: writes each cell into the store as soon as it finishes.
+//! - [`trends`]: the trends and change points the reports draw, from the store.
 //! - [`changepoint`]: change points in a trend (E-divisive means, pure).
 //! - [`gate`]: `bench matrix --history URL [--confirm]`: record, judge, confirm.
 //! - [`cmd`]: `bench history import|CELL|study` and `bench baseline accept`.
@@ -17,6 +22,7 @@
 pub mod changepoint;
 pub mod cmd;
 pub mod detect;
+pub mod environment;
 pub mod gate;
 pub mod postgres;
 pub mod record;
@@ -24,7 +30,9 @@ pub mod report;
 pub mod sqlite;
 pub mod store;
 pub mod study;
-pub mod telemetry;
+pub mod suspects;
+pub mod trends;
+pub mod recorder;
 pub mod twosample;
 
 pub use store::{open, History};

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::results::{CellResult, Outcome, RunResults};
 
-use super::telemetry::Telemetry;
+use crate::telemetry::{CellTelemetry, Telemetry};
 
 /// One run, ready to be written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +52,13 @@ pub struct CellRecord {
     /// Losses of the first repeat's steps (warm-up included), the seeded run: every repeat
     /// of a cell uses the cell's seed, so the first one stands for all.
     pub loss_curve: Vec<f64>,
+    /// GPU telemetry over the cell's measured steps (absent on a CPU host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<CellTelemetry>,
+    /// What else identifies what the cell ran, beside the run's commit, switches and
+    /// versions: for a framework cell its name, version, libraries and config hash.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub context: IndexMap<String, String>,
 }
 
 /// One metric of one cell: the value compared (median over repeats), each repeat's value
@@ -135,8 +142,32 @@ impl CellRecord {
                         .collect()
                 })
                 .unwrap_or_default(),
+            telemetry: cell.telemetry.clone(),
+            context: context_of(cell),
         }
     }
+}
+
+/// A framework cell's identity (name, version, the libraries under it, config hash) from
+/// its first repeat; empty for the built-in workload, whose code is the run's commit.
+pub(crate) fn context_of(cell: &CellResult) -> IndexMap<String, String> {
+    let mut out = IndexMap::new();
+    if let Some(f) = cell
+        .repeats
+        .first()
+        .and_then(|r| r.summary.framework.as_deref())
+    {
+        out.insert("framework".into(), f.name.clone());
+        out.insert(format!("{} version", f.name), f.version.clone());
+        for (lib, v) in &f.libraries {
+            out.insert(lib.clone(), v.clone());
+        }
+        out.insert(
+            "framework config".into(),
+            f.config_sha256.chars().take(12).collect(),
+        );
+    }
+    out
 }
 
 /// The branch a run measured, from the CI's variables (a pull request's head branch first),

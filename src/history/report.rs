@@ -1,75 +1,112 @@
-//! The Markdown lines a run judged against its history adds to the job summary and the
-//! PR/MR comment: per cell that needs a reader's eye (regressed, improved, suspect,
-//! throttled, numerics changed), the change against the history's median, how far outside
-//! the cell's normal spread that is (in robust standard deviations, 1.4826 x MAD), and since
-//! which run and commit. Reports call [`markdown`] with the run's `history.json`
-//! ([`super::gate::GateReport::load`]).
+//! The words of a history verdict: [`verdict_line`] is the one line every report shows for
+//! a judged cell (the terminal table, `summary.md`, the PR/MR comment, `junit.xml`'s
+//! failure message, `report.json`, `report.html`), e.g.
+//!
+//! `regressed -3.0% (-7.1 sigma) since run 20261124T0200Z (commit abc1234); changed
+//! since: BENCH_FUSED_ADAMW (unset) -> 0; SM clock 1755 MHz (+0.1%), tokens/s per SM MHz
+//! -3.1%`
+//!
+//! and [`markdown`] the section `summary.md` and the comment add: the counts, the lines of
+//! the cells that need a reader's eye and, for each regression, the `bench bisect` command
+//! that finds its commit.
 
 use super::detect::{HistoryVerdict, NumericsVerdict};
 use super::gate::{CellJudgement, GateReport};
 
 fn short(commit: &Option<String>) -> String {
     match commit {
-        Some(c) => format!("`{}`", &c[..c.len().min(7)]),
-        None => "unknown commit".into(),
+        Some(c) => c.chars().take(7).collect(),
+        None => "unknown".into(),
     }
 }
 
-/// One line about one cell, or `None` when it is unremarkable.
-pub(crate) fn cell_line(c: &CellJudgement) -> Option<String> {
-    let verdict = c.verdict();
-    let numerics = matches!(c.numerics, NumericsVerdict::Changed { .. });
-    let speed_news = matches!(
-        verdict,
-        HistoryVerdict::Regressed
-            | HistoryVerdict::Improved
-            | HistoryVerdict::Suspect
-            | HistoryVerdict::Throttled
-    ) || (verdict == HistoryVerdict::InsufficientHistory && c.baseline_regressed);
-    if !speed_news && !numerics {
-        return None;
-    }
-    let mut line = format!("- **{}** `{}`", verdict.as_str(), c.cell_id);
-    if let (Some(b), Some(rel)) = (c.judgement.band, c.judgement.rel_change) {
-        line.push_str(&format!(
-            ": {:.4} {} is {:+.1}% against the median of the last {} runs ({:+.1} sigma; the band is +-{:.1}%)",
-            c.value,
-            c.metric,
+/// The verdict line of one judged cell (plain text; Markdown callers put it in code spans
+/// or escape it).
+pub(crate) fn verdict_line(c: &CellJudgement) -> String {
+    let j = &c.judgement;
+    let mut line = c.verdict().as_str().to_string();
+    match (j.band, j.rel_change, &j.repeats_test) {
+        (Some(b), Some(rel), _) => line.push_str(&format!(
+            " {:+.1}% ({:+.1} sigma; band +-{:.1}% around the median of its last {} runs)",
             rel * 100.0,
-            b.runs,
-            c.judgement.sigmas.unwrap_or(0.0),
-            b.half_width / b.center.abs().max(f64::MIN_POSITIVE) * 100.0
-        ));
-    } else if let Some(rel) = c.judgement.rel_change {
-        line.push_str(&format!(
-            ": {:+.1}% against the stored baseline (too little history to judge)",
+            j.sigmas.unwrap_or(0.0),
+            b.half_width / b.center.abs().max(f64::MIN_POSITIVE) * 100.0,
+            b.runs
+        )),
+        (None, Some(rel), Some(t)) => line.push_str(&format!(
+            " {:+.1}% (repeats {} against {} earlier: {}, p={:.3}{})",
+            rel * 100.0,
+            t.n_after,
+            t.n_before,
+            t.answer.as_str(),
+            t.p_value,
+            match t.ci_rel {
+                Some((lo, hi)) => format!(
+                    ", {:.0}% interval {:+.1}%..{:+.1}%",
+                    t.ci_level * 100.0,
+                    lo * 100.0,
+                    hi * 100.0
+                ),
+                None => String::new(),
+            }
+        )),
+        (None, Some(rel), None) => line.push_str(&format!(
+            " {:+.1}% against the stored baseline (no history yet)",
             rel * 100.0
-        ));
+        )),
+        _ if c.verdict() == HistoryVerdict::InsufficientHistory => {
+            line.push_str(" (no earlier run of this cell: nothing to compare with)")
+        }
+        _ => {}
     }
-    if c.judgement.drift {
+    if j.drift {
         line.push_str("; the recent runs have all drifted past the baseline's tolerance");
     }
     if let Some(v) = c.confirm_value {
-        line.push_str(&format!("; the re-run measured {v:.4}"));
+        line.push_str(&format!("; the re-run measured {}", crate::report::text::si(v)));
+    }
+    if let Some(why) = &c.confirm_failed {
+        line.push_str(&format!("; the confirming re-run {why}"));
     }
     if let Some(s) = &c.since {
         line.push_str(&format!(
-            ", since run `{}` (commit {})",
+            " since run {} (commit {})",
             s.run_id,
             short(&s.commit)
         ));
         if let Some(good) = &s.last_good_run_id {
             line.push_str(&format!(
-                "; last good run `{good}` (commit {})",
+                "; last good run {good} (commit {})",
                 short(&s.last_good_commit)
             ));
         }
     }
-    if verdict == HistoryVerdict::Throttled {
-        line.push_str(&format!(
-            "; the GPU reported {} during the run, so the code is not blamed",
-            c.throttle_reasons.join(", ")
-        ));
+    if !c.changes.is_empty() {
+        let list: Vec<String> = c.changes.iter().map(|ch| ch.render()).collect();
+        line.push_str(&format!("; changed since: {}", list.join(", ")));
+    } else if matches!(
+        c.verdict(),
+        HistoryVerdict::Regressed | HistoryVerdict::Improved
+    ) {
+        line.push_str("; nothing recorded changed since the last good run (same commit, switches and versions)");
+    }
+    if let Some(f) = &c.environment {
+        if c.verdict() == HistoryVerdict::Environment {
+            line.push_str(&format!("; blamed on the environment: {}", f.causes.join("; ")));
+        }
+        for n in &f.notes {
+            line.push_str(&format!("; {n}"));
+        }
+        if let Some(clk) = &f.clock {
+            let mut parts = format!("SM clock {:.0} MHz", clk.sm_clock_mhz);
+            if let Some(ch) = clk.clock_change() {
+                parts.push_str(&format!(" ({:+.1}%)", ch * 100.0));
+            }
+            if let Some(ch) = clk.per_mhz_change() {
+                parts.push_str(&format!(", tokens/s per SM MHz {:+.1}%", ch * 100.0));
+            }
+            line.push_str(&format!("; {parts}"));
+        }
     }
     if let NumericsVerdict::Changed {
         step,
@@ -79,39 +116,86 @@ pub(crate) fn cell_line(c: &CellJudgement) -> Option<String> {
     } = &c.numerics
     {
         line.push_str(&format!(
-            "; **numerics changed**: the seeded loss at step {step} is {loss:.5}, outside {center:.5} +- {half_width:.5}"
+            "; numerics changed: the seeded loss at step {step} is {loss:.5}, outside {center:.5} +- {half_width:.5}"
         ));
     }
-    Some(line)
+    line
 }
 
-/// The section for a run (empty when no cell needs attention and nothing was judged).
+/// Whether a judged cell needs a reader's eye.
+pub(crate) fn remarkable(c: &CellJudgement) -> bool {
+    matches!(
+        c.verdict(),
+        HistoryVerdict::Regressed
+            | HistoryVerdict::Improved
+            | HistoryVerdict::Suspect
+            | HistoryVerdict::Unknown
+            | HistoryVerdict::Environment
+    ) || matches!(c.numerics, NumericsVerdict::Changed { .. })
+        || (c.verdict() == HistoryVerdict::InsufficientHistory && c.baseline_regressed)
+}
+
+/// Text inside a Markdown code span whose fence is longer than any backtick run in it, so
+/// a value cannot close the span (and nothing inside is taken for HTML or a mention).
+fn code(s: &str) -> String {
+    let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut longest = 0;
+    let mut run = 0;
+    for ch in one_line.chars() {
+        if ch == '`' {
+            run += 1;
+            longest = longest.max(run);
+        } else {
+            run = 0;
+        }
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if one_line.starts_with('`') || one_line.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{one_line}{pad}{fence}")
+}
+
+/// The history section of `summary.md` and the PR/MR comment (empty when nothing was
+/// judged).
 pub fn markdown(r: &GateReport) -> String {
     if r.cells.is_empty() {
         return String::new();
     }
     let count = |v: HistoryVerdict| r.cells.iter().filter(|c| c.verdict() == v).count();
     let mut out = format!(
-        "### Against history ({} on `{}`)\n\n{} regressed, {} improved, {} suspect, {} throttled, {} unchanged, {} with too little history",
-        r.store,
-        r.hardware_key,
+        "#### Against history ({})\n\n{} regressed, {} improved, {} environment, {} suspect, {} unknown, {} unchanged, {} with no history",
+        r.scope,
         count(HistoryVerdict::Regressed),
         count(HistoryVerdict::Improved),
+        count(HistoryVerdict::Environment),
         count(HistoryVerdict::Suspect),
-        count(HistoryVerdict::Throttled),
+        count(HistoryVerdict::Unknown),
         count(HistoryVerdict::Unchanged),
         count(HistoryVerdict::InsufficientHistory),
     );
     if let Some(c) = &r.confirm_run_id {
-        out.push_str(&format!(" (suspects re-run in `{c}`)"));
+        out.push_str(&format!(" (re-run to confirm in {})", code(c)));
     }
     out.push_str(".\n\n");
-    let lines: Vec<String> = r.cells.iter().filter_map(cell_line).collect();
-    for l in &lines {
-        out.push_str(l);
-        out.push('\n');
+    let mut any = false;
+    for c in r.cells.iter().filter(|c| remarkable(c)) {
+        any = true;
+        out.push_str(&format!("- {}: {}\n", code(&c.cell_id), code(&c.line)));
+        if let Some(cmd) = &c.bisect {
+            out.push_str(&format!("  - find the commit: {}\n", code(cmd)));
+        }
     }
-    if !lines.is_empty() {
+    if !r.over_budget.is_empty() {
+        any = true;
+        out.push_str(&format!(
+            "- not confirmed (budget): {}\n",
+            r.over_budget.iter().map(|c| code(c)).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if any {
         out.push('\n');
     }
     out
@@ -122,12 +206,14 @@ mod tests {
     use super::*;
     use crate::history::detect::{Band, Judgement, Policy};
     use crate::history::gate::Since;
+    use crate::history::suspects::Change;
 
     fn regressed() -> CellJudgement {
-        CellJudgement {
+        let mut c = CellJudgement {
             cell_id: "gpt2-125m.bf16.1gpu.single.compile".into(),
             metric: "tokens_per_s".into(),
             value: 487000.0,
+            samples: vec![487000.0, 486000.0, 488000.0],
             judgement: Judgement {
                 verdict: HistoryVerdict::Regressed,
                 band: Some(Band {
@@ -140,8 +226,11 @@ mod tests {
                 sigmas: Some(-8.67),
                 rel_change: Some(-0.026),
                 drift: false,
+                repeats_test: None,
             },
             confirm_value: Some(486500.0),
+            confirm_samples: vec![486500.0],
+            confirm_failed: None,
             numerics: NumericsVerdict::Unchanged,
             since: Some(Since {
                 run_id: "20261122T020000Z".into(),
@@ -151,48 +240,69 @@ mod tests {
                 last_good_commit: Some("9876543210".into()),
             }),
             baseline_regressed: false,
-            throttle_reasons: vec![],
-        }
+            environment: None,
+            changes: vec![Change {
+                what: "BENCH_FUSED_ADAMW".into(),
+                before: None,
+                after: Some("0".into()),
+            }],
+            line: String::new(),
+            bisect: Some("bench bisect x --good 9876543 --bad abcdef0".into()),
+        };
+        c.line = verdict_line(&c);
+        c
     }
 
     #[test]
-    fn a_regression_says_since_when_and_how_far_outside_the_spread() {
+    fn a_regression_says_since_when_how_far_and_what_changed() {
+        let c = regressed();
+        assert!(
+            c.line.starts_with("regressed -2.6% (-8.7 sigma; band +-1.2%"),
+            "{}",
+            c.line
+        );
+        assert!(
+            c.line.contains("since run 20261122T020000Z (commit abcdef0)"),
+            "{}",
+            c.line
+        );
+        assert!(c.line.contains("last good run 20261121T020000Z (commit 9876543)"));
+        assert!(c.line.contains("changed since: BENCH_FUSED_ADAMW (unset) -> 0"));
         let r = GateReport {
             run_id: "20261122T020000Z".into(),
             hardware_key: "h100-sxm-80gb".into(),
             store: "bench-history.sqlite".into(),
             policy: Policy::default(),
+            scope: "runs of branch `main`".into(),
             confirm_run_id: Some("20261122T020000Z-confirm".into()),
-            cells: vec![regressed()],
+            over_budget: vec![],
+            cells: vec![c],
         };
         let md = markdown(&r);
         assert!(md.contains("1 regressed, 0 improved"), "{md}");
-        assert!(
-            md.contains("-2.6% against the median of the last 10 runs (-8.7 sigma"),
-            "{md}"
-        );
-        assert!(
-            md.contains("since run `20261122T020000Z` (commit `abcdef0`)"),
-            "{md}"
-        );
-        assert!(
-            md.contains("last good run `20261121T020000Z` (commit `9876543`)"),
-            "{md}"
-        );
+        assert!(md.contains("find the commit: `bench bisect"), "{md}");
     }
 
     #[test]
-    fn unremarkable_cells_add_no_line() {
+    fn values_cannot_leave_their_code_span() {
+        assert_eq!(code("a`b"), "``a`b``");
+        assert_eq!(code("`x"), "`` `x ``");
+        assert_eq!(code("line\nbreak"), "`line break`");
+    }
+
+    #[test]
+    fn unremarkable_cells_add_no_line_but_numerics_do() {
         let mut c = regressed();
         c.judgement.verdict = HistoryVerdict::Unchanged;
         c.since = None;
-        assert_eq!(cell_line(&c), None);
+        assert!(!remarkable(&c));
         c.numerics = NumericsVerdict::Changed {
             step: 3,
             loss: 9.1,
             center: 9.0,
             half_width: 0.01,
         };
-        assert!(cell_line(&c).unwrap().contains("numerics changed"));
+        assert!(remarkable(&c));
+        assert!(verdict_line(&c).contains("numerics changed"));
     }
 }

@@ -48,8 +48,18 @@ pub(crate) struct CellPools {
 
 /// One simulated run: the median of `r` draws and its relative spread.
 fn sim_run(pool: &[f64], r: usize, rng: &mut SplitMix64) -> (f64, f64) {
+    let (m, s, _) = sim_draws(pool, r, rng);
+    (m, s)
+}
+
+/// [`sim_run`] with the draws themselves (the repeats the two-sample test compares).
+fn sim_draws(pool: &[f64], r: usize, rng: &mut SplitMix64) -> (f64, f64, Vec<f64>) {
     let draws: Vec<f64> = (0..r).map(|_| pool[rng.below(pool.len())]).collect();
-    (median(&draws).unwrap_or(f64::NAN), rel_spread(&draws))
+    (
+        median(&draws).unwrap_or(f64::NAN),
+        rel_spread(&draws),
+        draws,
+    )
 }
 
 /// Rates of one rule over `trials` new runs drawn from `pool` (clean for false alarms,
@@ -78,28 +88,33 @@ pub(crate) fn simulate(
     let mut history = vec![0.0; policy.lookback];
     for _ in 0..trials {
         let (base, base_spread) = sim_run(clean, repeats, &mut rng);
-        let (x, x_spread) = sim_run(pool, repeats, &mut rng);
+        let (x, x_spread, x_draws) = sim_draws(pool, repeats, &mut rng);
         if base - x > OLD_TOLERANCE.max(x_spread + base_spread) * base {
             old += 1;
         }
+        let mut pooled = Vec::with_capacity(history.len() * repeats);
         for h in history.iter_mut() {
-            *h = sim_run(clean, repeats, &mut rng).0;
+            let (m, _, d) = sim_draws(clean, repeats, &mut rng);
+            *h = m;
+            pooled.extend(d);
         }
         let obs = Observation {
             history: &history,
+            history_samples: &pooled,
             value: x,
             rel_spread: x_spread,
+            samples: &x_draws,
             confirm: None,
             baseline: None,
-            throttled: false,
+            previous_regressed: false,
         };
         let first = detect::judge(&obs, Direction::Higher, policy).verdict;
         let verdict = if first == HistoryVerdict::Suspect {
             single += 1;
-            let again = sim_run(pool, repeats, &mut rng).0;
+            let again = sim_draws(pool, repeats, &mut rng).2;
             detect::judge(
                 &Observation {
-                    confirm: Some(again),
+                    confirm: Some(&again),
                     ..obs
                 },
                 Direction::Higher,

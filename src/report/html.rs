@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::baseline::compare::{compare, CellComparison, CellStatus, Comparison, Counts};
+use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts};
 use crate::baseline::store::hardware_words;
 use crate::baseline::Baselines;
 use crate::error::CliError;
@@ -500,7 +500,8 @@ pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
     for dir in &args.run_dirs {
         let results = RunResults::load(dir)?;
         let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
-        let comparison = compare(&results, &baselines);
+        let (comparison, _) =
+            crate::history::gate::judged_comparison(&results, &baselines, Some(dir));
         runs.push((results, comparison));
     }
     let pairs: Vec<(&RunResults, &Comparison)> = runs.iter().map(|(r, c)| (r, c)).collect();

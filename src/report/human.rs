@@ -82,7 +82,12 @@ fn render(input: &ReportInput<'_>) -> String {
     if r.interrupted {
         out.push_str("the run was interrupted before every cell ran\n");
     }
-    if !cmp.baseline_exists {
+    if let Some(h) = input.history.filter(|h| !h.cells.is_empty()) {
+        out.push_str(&format!(
+            "judged against the history in {} ({})\n",
+            h.store, h.scope
+        ));
+    } else if !cmp.baseline_exists {
         out.push_str(&format!(
             "no baselines at {}: every cell is new (write them with `bench baseline update`)\n",
             cmp.baseline_file
@@ -117,12 +122,41 @@ fn render(input: &ReportInput<'_>) -> String {
     }
 
     let of = |s: CellStatus| cmp.with_status(s).collect::<Vec<_>>();
+    // A cell the history judged says its verdict line; the others their metrics' changes
+    // against the baseline.
+    let judged = |c: &CellComparison| {
+        input
+            .history
+            .and_then(|h| h.cell(&c.id))
+            .filter(|j| !j.line.is_empty())
+            .map(|j| j.line.clone())
+    };
     section(&mut out, "Regressions", &of(CellStatus::Regression), |c| {
-        grouped(c.regressions())
-            .into_iter()
-            .map(|(m, also)| group_change(m, &also))
-            .collect()
+        let mut lines: Vec<String> = judged(c).into_iter().collect();
+        if lines.is_empty() {
+            lines = grouped(c.regressions())
+                .into_iter()
+                .map(|(m, also)| group_change(m, &also))
+                .collect();
+        }
+        if let Some(cmd) = input
+            .history
+            .and_then(|h| h.cell(&c.id))
+            .and_then(|j| j.bisect.clone())
+        {
+            lines.push(format!("find the commit: {cmd}"));
+        }
+        lines
     });
+    for (title, status) in [
+        ("Blamed on the environment", CellStatus::Environment),
+        ("Suspect (not confirmed)", CellStatus::Suspect),
+        ("Unknown (too few repeats to tell)", CellStatus::Unknown),
+    ] {
+        section(&mut out, title, &of(status), |c| {
+            judged(c).into_iter().collect()
+        });
+    }
     let failed: Vec<&CellComparison> = cmp
         .cells
         .iter()
@@ -141,6 +175,9 @@ fn render(input: &ReportInput<'_>) -> String {
         "Improvements",
         &of(CellStatus::Improvement),
         |c| {
+            if let Some(line) = judged(c) {
+                return vec![line];
+            }
             let improved = c
                 .metrics
                 .iter()
@@ -164,6 +201,9 @@ fn render(input: &ReportInput<'_>) -> String {
         (n.improvement, "improved"),
         (n.unchanged, "unchanged"),
         (n.new, "new"),
+        (n.environment, "environment"),
+        (n.suspect, "suspect"),
+        (n.unknown, "unknown"),
         (n.failed, "failed"),
         (n.timed_out, "timed out"),
         (n.skipped, "skipped"),

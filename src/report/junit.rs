@@ -54,6 +54,10 @@ fn skipped(ty: &str, message: &str) -> TestCaseStatus {
 fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str) -> TestCase {
     let reason = one_line(cell.reason.as_deref().unwrap_or(""));
     let status = match cell.status {
+        // A cell the history judged carries its verdict line (`CellComparison::reason`).
+        CellStatus::Regression if cell.reason.is_some() => {
+            non_success(NonSuccessKind::Failure, "regression", &reason)
+        }
         CellStatus::Regression => {
             let lines: Vec<String> = grouped(cell.regressions())
                 .into_iter()
@@ -61,6 +65,11 @@ fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str)
                 .collect();
             non_success(NonSuccessKind::Failure, "regression", &lines.join("; "))
         }
+        // Not a verdict on the code: the environment explains the loss, or the evidence
+        // is not in yet. Skipped with the line, so CI test views show it without failing.
+        CellStatus::Environment => skipped("environment", &reason),
+        CellStatus::Suspect => skipped("suspect", &reason),
+        CellStatus::Unknown => skipped("unknown", &reason),
         CellStatus::Failed => non_success(NonSuccessKind::Error, "failed", &reason),
         CellStatus::TimedOut => non_success(NonSuccessKind::Error, "timeout", &reason),
         CellStatus::Skipped => skipped("skipped", &reason),

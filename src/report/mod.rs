@@ -21,7 +21,7 @@ pub mod trend;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::baseline::{compare, Baselines, Comparison};
+use crate::baseline::{Baselines, Comparison};
 use crate::error::CliError;
 use crate::results::RunResults;
 
@@ -57,6 +57,8 @@ pub struct ReportInput<'a> {
     pub comparison: &'a Comparison,
     /// Earlier runs' values, when a history is at hand (charts then show trends).
     pub trends: Option<&'a trend::Trends>,
+    /// The history's verdicts, when the run was judged (already laid over `comparison`).
+    pub history: Option<&'a crate::history::gate::GateReport>,
 }
 
 /// One report format.
@@ -157,11 +159,18 @@ pub(crate) fn finish_run(
     format: Format,
 ) -> Result<i32, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
-    let comparison = compare(results, &baselines);
+    // A run judged against its history (`history.json`) is reported with the history's
+    // verdicts: one verdict in every report and the exit code.
+    let (comparison, gate) =
+        crate::history::gate::judged_comparison(results, &baselines, Some(run_dir));
+    let trends = gate
+        .as_ref()
+        .and_then(|g| crate::history::trends::for_run(&g.store, results).ok());
     let input = ReportInput {
         results,
         comparison: &comparison,
-        trends: None,
+        trends: trends.as_ref(),
+        history: gate.as_ref(),
     };
     write_reports(run_dir, &input)?;
     // The job summary is a convenience: failing to append to it must not hide the verdict.

@@ -6,7 +6,7 @@
 //! comparison gives (0, or 1 for regressions and failed cells), so a CI job's pass/fail never
 //! depends on the forge's API being up.
 
-use crate::baseline::{compare::compare, Baselines};
+use crate::baseline::Baselines;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -44,7 +44,9 @@ pub(crate) fn post_with_env(
 ) -> Result<i32, CliError> {
     let results = RunResults::load(&args.run_dir)?;
     let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
-    let comparison = compare(&results, &baselines);
+    // The history's verdicts, when the run was judged against one, are the run's verdicts.
+    let (comparison, gate) =
+        crate::history::gate::judged_comparison(&results, &baselines, Some(&args.run_dir));
     let verdict = comparison.exit_code();
     let target = match publish::resolve_target(&args.target, env) {
         Ok(t) => t,
@@ -53,13 +55,16 @@ pub(crate) fn post_with_env(
             return Ok(verdict);
         }
     };
-    let mut body =
-        super::render_markdown(&results, &comparison, None, target.artifacts_url.as_deref());
-    // The run's verdicts against its history (`bench matrix --history`), when it was judged.
-    if let Some(h) = crate::history::gate::GateReport::load(&args.run_dir) {
-        body.push('\n');
-        body.push_str(&crate::history::report::markdown(&h));
-    }
+    let trends = gate
+        .as_ref()
+        .and_then(|g| crate::history::trends::for_run(&g.store, &results).ok());
+    let body = super::markdown::render_comment(
+        &results,
+        &comparison,
+        trends.as_ref(),
+        gate.as_ref(),
+        target.artifacts_url.as_deref(),
+    );
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {

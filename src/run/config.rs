@@ -60,6 +60,8 @@ pub struct MatrixSettings {
     pub history: Option<String>,
     /// Re-run the cells the history finds suspect once before failing them.
     pub confirm: bool,
+    /// GPU-seconds the confirming re-runs may take; `None`: twice what the run took.
+    pub confirm_budget_gpu_s: Option<f64>,
 }
 
 /// Resolved settings of a run (from `bench matrix` arguments, or built by tests).
@@ -109,6 +111,9 @@ pub struct RunOutcome {
     pub results: RunResults,
     /// Stopped by Ctrl-C or SIGTERM (exit 130).
     pub interrupted: bool,
+    /// The GPU telemetry of the whole run (`telemetry.json`); per cell it is in the
+    /// results. `None` on a host without GPU telemetry or under `--launcher slurm`.
+    pub telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl RunOutcome {

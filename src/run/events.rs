@@ -8,6 +8,15 @@ use std::path::PathBuf;
 use crate::cell::CellId;
 use crate::results::Outcome;
 
+/// What identifies the run a saved cell belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunHeader {
+    pub run_id: String,
+    pub started_at: String,
+    pub matrix_name: String,
+    pub environment: crate::results::Environment,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
     RunStarted {
@@ -71,6 +80,13 @@ pub enum RunEvent {
         tokens_per_s: Option<f64>,
         /// True for cells kept from the run being resumed (not run again).
         resumed: bool,
+    },
+    /// A finished cell is in `results.json` now (emitted after it was written), with the
+    /// run's identity: what a consumer that keeps every cell as it finishes (the history
+    /// store) needs. Kept cells of a resumed run are announced too.
+    CellSaved {
+        run: Box<RunHeader>,
+        result: Box<crate::results::CellResult>,
     },
     /// No new cell starts from here on (Ctrl-C, --fail-fast, --max-fail).
     Stopping { reason: String },

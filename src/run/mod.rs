@@ -40,8 +40,13 @@ use crate::results::RunResults;
 use launcher::{Launcher, Local, Slurm};
 
 /// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
-/// progress on stderr.
-pub fn run_matrix(settings: &MatrixSettings, expansion: Expansion) -> Result<RunOutcome, CliError> {
+/// progress on stderr, and every event also to `observer` when given (the history's
+/// recorder).
+pub fn run_matrix(
+    settings: &MatrixSettings,
+    expansion: Expansion,
+    observer: Option<&mut dyn progress::Reporter>,
+) -> Result<RunOutcome, CliError> {
     let mut config = settings.config.clone();
     if let LauncherRequest::Slurm { partition, account } = &settings.launcher {
         config.launcher = Launch::Slurm(slurm_launch(
@@ -52,7 +57,16 @@ pub fn run_matrix(settings: &MatrixSettings, expansion: Expansion) -> Result<Run
         )?);
     }
     let mut reporter = progress::for_stderr(config.no_progress);
-    run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from)
+    match observer {
+        Some(second) => {
+            let mut tee = progress::Tee {
+                first: reporter.as_mut(),
+                second,
+            };
+            run_with(&config, expansion, &mut tee).map_err(CliError::from)
+        }
+        None => run_with(&config, expansion, reporter.as_mut()).map_err(CliError::from),
+    }
 }
 
 /// The Slurm settings of a run: the matrix's `slurm:` block, the environment and the
@@ -101,11 +115,25 @@ pub fn run_with(
         Launch::Local => Arc::new(Local::new(bench_exe, &inv)),
         Launch::Slurm(sl) => Arc::new(Slurm::new(sl.clone(), bench_exe)),
     };
+    // Telemetry is read on this host, so only cells that run here have it.
+    let stream = match &config.launcher {
+        Launch::Local => crate::telemetry::Stream::start().map(Arc::new),
+        Launch::Slurm(_) => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    rt.block_on(dispatch::run(config, launcher, expansion, env, reporter))
+    let mut outcome = rt.block_on(dispatch::run(
+        config,
+        launcher,
+        expansion,
+        env,
+        reporter,
+        stream.clone(),
+    ))?;
+    outcome.telemetry = stream.and_then(|s| s.finish());
+    Ok(outcome)
 }
 
 /// `bench matrix FILE` without `--dry-run`: load, run, then compare with the baselines and
@@ -116,33 +144,84 @@ pub fn run_with(
 pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
     let expansion = crate::matrix::cmd::load(&args.source)?;
-    // Before the first cell: a malformed baseline file found after the run would leave
-    // no reports for cells that took hours.
+    // Before the first cell: a malformed baseline file, or a history store that cannot be
+    // opened, found after the run would leave no verdict for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;
-    // GPU clocks, power and throttle reasons while the cells run (absent on a CPU host).
-    let sampler = args
-        .history
-        .as_ref()
-        .and_then(|_| crate::history::telemetry::Sampler::start());
-    let outcome = run_matrix(args, expansion)?;
+    let mut store = match &args.history {
+        Some(location) => Some(crate::history::open(location)?),
+        None => None,
+    };
+    let outcome = match store.as_mut() {
+        Some(s) => {
+            let mut recorder =
+                crate::history::recorder::Recorder::new(s, crate::history::record::current_branch());
+            run_matrix(args, expansion, Some(&mut recorder))?
+        }
+        None => run_matrix(args, expansion, None)?,
+    };
     eprintln!(
         "results: {}",
         outcome.run_dir.join(RunResults::FILE).display()
     );
+    // With a history the cells are judged (and suspects re-run) before any report is
+    // written, so every report says what the history says.
+    let mut interrupted = outcome.interrupted;
+    let mut gate = None;
+    if let Some(s) = store.as_mut() {
+        let mut confirm = crate::history::gate::MatrixConfirm {
+            settings: args,
+            run_id: outcome.results.run_id.clone(),
+        };
+        let runner: Option<&mut dyn crate::history::gate::ConfirmRunner> =
+            if args.confirm && !outcome.interrupted {
+                Some(&mut confirm)
+            } else {
+                None
+            };
+        // By default the re-runs may take twice what the run took: an unknown cell is
+        // re-run with twice its repeats.
+        let budget = args
+            .confirm_budget_gpu_s
+            .or_else(|| Some(2.0 * run_gpu_seconds(&outcome.results)));
+        let (report, confirm_interrupted) = crate::history::gate::after_run(
+            s,
+            &outcome.run_dir,
+            &outcome.results,
+            outcome.telemetry.clone(),
+            &args.baselines,
+            runner,
+            budget,
+        )?;
+        interrupted |= confirm_interrupted;
+        gate = Some(report);
+    }
     let verdict = crate::report::finish_run(
         &outcome.run_dir,
         &outcome.results,
         &args.baselines,
         args.format,
     )?;
-    if outcome.interrupted {
+    if interrupted {
         return Ok(exit::INTERRUPTED);
     }
-    let Some(location) = &args.history else {
-        return Ok(verdict.max(outcome.exit_code()));
-    };
-    let history = crate::history::gate::with_history(args, location, &outcome, sampler)?;
-    // With a history the cells it can judge are judged by it; the stored baseline's verdict
-    // counts only where the history is too short (`CellJudgement::fails_run`).
-    Ok(history.exit_code().max(outcome.exit_code()))
+    // `finish_run`'s verdict is the comparison with the history laid over it: with a
+    // history the cells it judged are judged by it, the baseline decides the rest.
+    let _ = gate;
+    Ok(verdict.max(outcome.exit_code()))
+}
+
+/// GPU-seconds the run's cells took (one for a CPU cell): twice this is the default budget
+/// of the confirmation.
+fn run_gpu_seconds(results: &RunResults) -> f64 {
+    results
+        .cells
+        .iter()
+        .map(|c| {
+            let gpus = match c.values.get("gpus") {
+                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
+                _ => 1.0,
+            };
+            c.duration_s * gpus
+        })
+        .sum()
 }

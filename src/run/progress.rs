@@ -21,6 +21,20 @@ pub trait Reporter: Send {
     fn on_event(&mut self, event: &RunEvent);
 }
 
+/// Two reporters that both hear every event (the progress display and an observer such as
+/// the history recorder).
+pub(crate) struct Tee<'a, 'b> {
+    pub first: &'a mut dyn Reporter,
+    pub second: &'b mut dyn Reporter,
+}
+
+impl Reporter for Tee<'_, '_> {
+    fn on_event(&mut self, event: &RunEvent) {
+        self.first.on_event(event);
+        self.second.on_event(event);
+    }
+}
+
 /// The reporter for this process: a bar on an interactive terminal outside CI, plain
 /// lines otherwise.
 pub(crate) fn for_stderr(no_progress: bool) -> Box<dyn Reporter> {
@@ -204,7 +218,9 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
             RunEvent::JobRunning { id, job_id, nodes } => {
                 Some(format!("RUNNING {id}: Slurm job {job_id} on {nodes}"))
             }
-            RunEvent::AttemptStarted { .. } | RunEvent::Step { .. } => None,
+            RunEvent::AttemptStarted { .. }
+            | RunEvent::Step { .. }
+            | RunEvent::CellSaved { .. } => None,
         };
         if let Some(line) = line {
             let _ = writeln!(self.out, "{line}");
@@ -331,6 +347,7 @@ impl Reporter for BarReporter {
                     let _ = self.multi.println(line);
                 }
             }
+            RunEvent::CellSaved { .. } => {}
             RunEvent::Stopping { reason } => {
                 self.overall.set_message(format!("stopping: {reason}"));
             }

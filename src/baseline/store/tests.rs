@@ -220,6 +220,7 @@ fn run(cells: &[(&str, f64)]) -> RunResults {
                 .collect(),
                 logs: vec![],
                 duration_s: 1.0,
+                telemetry: None,
             })
             .collect(),
         dropped: vec![],

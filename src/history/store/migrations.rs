@@ -63,6 +63,14 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             PRIMARY KEY (cell_id, hardware_key, starts_at)
         );",
     ),
+    (
+        3,
+        "per-cell telemetry, context (framework identity) and verdict",
+        "ALTER TABLE bench_cells ADD COLUMN telemetry TEXT;
+        ALTER TABLE bench_cells ADD COLUMN context TEXT;
+        ALTER TABLE bench_cells ADD COLUMN verdict TEXT;
+        CREATE INDEX bench_runs_branch ON bench_runs (branch, started_at);",
+    ),
 ];
 
 /// The newest schema version this bench writes.

@@ -14,8 +14,10 @@ mod migrations;
 mod write;
 
 pub use self::migrations::{schema_version_known, MIGRATIONS};
-use self::write::write_run;
-use super::record::RunRecord;
+use self::write::{write_cells, write_run};
+use super::record::{CellRecord, RunRecord, Versions};
+use crate::telemetry::CellTelemetry;
+use indexmap::IndexMap;
 use super::HistoryError;
 
 /// A value bound to, or read from, SQL. The schema uses only these four kinds (`TEXT`,
@@ -55,7 +57,7 @@ impl Sql {
 
 /// One connection to a database. Statements use `?` placeholders (a backend that numbers
 /// them rewrites them); every row comes back as [`Sql`] values in column order.
-pub(crate) trait Backend {
+pub(crate) trait Backend: Send {
     /// `sqlite` or `postgresql`.
     fn kind(&self) -> &'static str;
     /// Runs statements without parameters (DDL, BEGIN/COMMIT).
@@ -119,6 +121,16 @@ pub struct Point {
     pub rel_spread: f64,
     pub samples: Vec<f64>,
     pub loss_curve: Vec<f64>,
+    /// The run's speed switches, versions and GPU model (for the suspects of a change).
+    pub switches: IndexMap<String, String>,
+    pub versions: Versions,
+    /// The cell's telemetry over its measured steps, when recorded.
+    pub telemetry: Option<CellTelemetry>,
+    /// A framework cell's identity (see `record::context_of`).
+    pub context: IndexMap<String, String>,
+    /// The verdict the run got for this cell, when it was judged (`detect::HistoryVerdict`
+    /// in its snake_case form).
+    pub verdict: Option<String>,
 }
 
 /// A segment boundary recorded by `bench baseline accept`.
@@ -236,6 +248,37 @@ impl History {
         self.transaction(|b| write_run(b, run))
     }
 
+    /// Writes the run's row and `cells` of it (replacing earlier copies of those cells),
+    /// in one transaction; `run.cells` is not read.
+    pub(crate) fn record_cells(
+        &mut self,
+        run: &RunRecord,
+        cells: &[CellRecord],
+    ) -> Result<(), HistoryError> {
+        self.transaction(|b| write_cells(b, run, cells))
+    }
+
+    /// Stores the verdicts a run got, per cell (`verdicts`: cell id and verdict word).
+    pub(crate) fn set_verdicts(
+        &mut self,
+        run_id: &str,
+        verdicts: &[(String, String)],
+    ) -> Result<(), HistoryError> {
+        self.transaction(|b| {
+            for (cell, verdict) in verdicts {
+                b.execute(
+                    "UPDATE bench_cells SET verdict = ? WHERE run_id = ? AND cell_id = ?",
+                    &[
+                        Sql::Text(verdict.clone()),
+                        Sql::Text(run_id.into()),
+                        Sql::Text(cell.clone()),
+                    ],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
     /// Every run, oldest first.
     pub fn runs(&mut self) -> Result<Vec<RunRow>, HistoryError> {
         let rows = self.query(
@@ -275,7 +318,9 @@ impl History {
     ) -> Result<Vec<Point>, HistoryError> {
         let rows = self.query(
             "SELECT r.run_id, r.started_at, r.commit_sha, r.branch, r.host, r.throttled,
-                    m.value, m.rel_spread, m.samples, c.loss_curve
+                    m.value, m.rel_spread, m.samples, c.loss_curve,
+                    r.switches, r.bench_version, r.libtorch, r.driver, r.cuda, r.rocm, r.nccl,
+                    r.gpu_model, c.telemetry, c.context, c.verdict
              FROM bench_metrics m
              JOIN bench_runs r ON r.run_id = m.run_id
              JOIN bench_cells c ON c.run_id = m.run_id AND c.cell_id = m.cell_id
@@ -295,7 +340,46 @@ impl History {
                 let loss_curve: Vec<Option<f64>> =
                     serde_json::from_str(r[9].text().unwrap_or("[]"))
                         .map_err(|e| self.err(format!("bench_cells.loss_curve: {e}")))?;
+                let json_col = |i: usize, name: &str| -> Result<Option<serde_json::Value>, HistoryError> {
+                    match r[i].text() {
+                        Some(t) => serde_json::from_str(t)
+                            .map(Some)
+                            .map_err(|e| self.err(format!("{name}: {e}"))),
+                        None => Ok(None),
+                    }
+                };
+                let switches: IndexMap<String, String> = match json_col(10, "bench_runs.switches")? {
+                    Some(v) => serde_json::from_value(v)
+                        .map_err(|e| self.err(format!("bench_runs.switches: {e}")))?,
+                    None => IndexMap::new(),
+                };
+                let telemetry: Option<CellTelemetry> = match json_col(18, "bench_cells.telemetry")? {
+                    Some(v) if !v.is_null() => Some(
+                        serde_json::from_value(v)
+                            .map_err(|e| self.err(format!("bench_cells.telemetry: {e}")))?,
+                    ),
+                    _ => None,
+                };
+                let context: IndexMap<String, String> = match json_col(19, "bench_cells.context")? {
+                    Some(v) if !v.is_null() => serde_json::from_value(v)
+                        .map_err(|e| self.err(format!("bench_cells.context: {e}")))?,
+                    _ => IndexMap::new(),
+                };
+                let opt = |i: usize| r[i].text().map(str::to_string);
                 Ok(Point {
+                    switches,
+                    versions: Versions {
+                        bench: text(&r[11]),
+                        libtorch: opt(12),
+                        driver: opt(13),
+                        cuda: opt(14),
+                        rocm: opt(15),
+                        nccl: opt(16),
+                        gpu_model: opt(17),
+                    },
+                    telemetry,
+                    context,
+                    verdict: opt(20),
                     run_id: text(&r[0]),
                     started_at: text(&r[1]),
                     commit: r[2].text().map(str::to_string),

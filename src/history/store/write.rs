@@ -21,6 +21,30 @@ pub(super) fn write_run(b: &mut dyn Backend, run: &RunRecord) -> Result<(), Stri
     Ok(())
 }
 
+/// Writes the run's row and the given cells of it, replacing earlier copies of those
+/// cells only: a cell is recorded as soon as it finishes, so a run killed halfway keeps the
+/// history of its finished cells.
+pub(super) fn write_cells(
+    b: &mut dyn Backend,
+    run: &RunRecord,
+    cells: &[CellRecord],
+) -> Result<(), String> {
+    upsert_run_row(b, run)?;
+    for cell in cells {
+        let key = [Sql::Text(run.run_id.clone()), Sql::Text(cell.cell_id.clone())];
+        b.execute(
+            "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
+            &key,
+        )?;
+        b.execute(
+            "DELETE FROM bench_cells WHERE run_id = ? AND cell_id = ?",
+            &key,
+        )?;
+        write_cell(b, &run.run_id, cell)?;
+    }
+    Ok(())
+}
+
 pub(super) fn upsert_run_row(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
     let id = Sql::Text(run.run_id.clone());
     let exists = !b
@@ -80,13 +104,20 @@ pub(super) fn write_cell(
     run_id: &str,
     cell: &CellRecord,
 ) -> Result<(), String> {
+    let telemetry = match &cell.telemetry {
+        Some(t) => Sql::Text(serde_json::to_string(t).map_err(|e| e.to_string())?),
+        None => Sql::Null,
+    };
+    let context = serde_json::to_string(&cell.context).map_err(|e| e.to_string())?;
     b.execute(
-        "INSERT INTO bench_cells (run_id, cell_id, status, loss_curve) VALUES (?, ?, ?, ?)",
+        "INSERT INTO bench_cells (run_id, cell_id, status, loss_curve, telemetry, context) VALUES (?, ?, ?, ?, ?, ?)",
         &[
             Sql::Text(run_id.into()),
             Sql::Text(cell.cell_id.clone()),
             Sql::Text(cell.status.clone()),
             Sql::Text(json_floats(&cell.loss_curve)),
+            telemetry,
+            Sql::Text(context),
         ],
     )?;
     for m in &cell.metrics {

@@ -26,6 +26,7 @@ use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, one_line, pct, pct_change,
     rule_drops, three_digits,
 };
+use crate::history::gate::GateReport;
 use crate::report::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
@@ -53,7 +54,14 @@ impl Exporter for MarkdownExporter {
 
 /// The Markdown of `summary.md` (and of `$GITHUB_STEP_SUMMARY`): the table of cells open.
 pub fn render_summary(input: &ReportInput<'_>) -> String {
-    render(input.results, input.comparison, input.trends, None, false)
+    render(
+        input.results,
+        input.comparison,
+        input.trends,
+        input.history,
+        None,
+        false,
+    )
 }
 
 /// The Markdown body of a pull-request / merge-request comment: regressions first, a
@@ -66,7 +74,19 @@ pub fn render_markdown(
     trends: Option<&Trends>,
     artifacts_url: Option<&str>,
 ) -> String {
-    render(results, comparison, trends, artifacts_url, true)
+    render(results, comparison, trends, None, artifacts_url, true)
+}
+
+/// [`render_markdown`] for a run judged against its history: the history's section (every
+/// remarkable cell's verdict line, the `bench bisect` commands) follows the headline.
+pub fn render_comment(
+    results: &RunResults,
+    comparison: &Comparison,
+    trends: Option<&Trends>,
+    history: Option<&GateReport>,
+    artifacts_url: Option<&str>,
+) -> String {
+    render(results, comparison, trends, history, artifacts_url, true)
 }
 
 /// Text safe inside a Markdown table cell (and not taken for HTML).
@@ -107,6 +127,9 @@ fn counts_line(c: &Counts) -> String {
         (c.failed, "failed"),
         (c.timed_out, "timed out"),
         (c.skipped, "skipped"),
+        (c.environment, "environment"),
+        (c.suspect, "suspect"),
+        (c.unknown, "unknown"),
         (c.dropped, "dropped"),
         (c.missing, "missing"),
         (c.flaky, "flaky"),
@@ -276,6 +299,7 @@ fn render(
     results: &RunResults,
     cmp: &Comparison,
     trends: Option<&Trends>,
+    history: Option<&GateReport>,
     artifacts_url: Option<&str>,
     collapse: bool,
 ) -> String {
@@ -294,13 +318,18 @@ fn render(
     if results.interrupted {
         head.push_str("> The run was interrupted before every cell ran.\n\n");
     }
-    if !cmp.baseline_exists {
+    if !cmp.baseline_exists && history.is_none_or(|h| h.cells.is_empty()) {
         head.push_str(&format!(
             "> No baselines for `{}` yet: every cell is new. Write them with `bench baseline update`.\n\n",
             env.hardware_key
         ));
     }
     let foot = footer(results, cmp, artifacts_url);
+    // The history's verdict lines come complete: they are the run's verdicts.
+    let hist = history
+        .map(crate::history::report::markdown)
+        .unwrap_or_default();
+    head.push_str(&hist);
 
     let drops = rule_drops(results);
     let mut drop_lines = String::new();

@@ -34,6 +34,28 @@ pub(crate) struct Shared {
     pub node_envs: mpsc::UnboundedSender<NodeReport>,
     pub cancel: watch::Receiver<Cancel>,
     pub withdraw: watch::Receiver<bool>,
+    /// The run's GPU telemetry stream, when this host has one and cells run here.
+    pub telemetry: Option<Arc<crate::telemetry::Stream>>,
+}
+
+/// When one repeat's measured steps ran: from the start of its first measured step (its
+/// report's time less its duration) to the report of its last.
+#[derive(Default)]
+struct Window {
+    span: Option<(Instant, Instant)>,
+}
+
+impl Window {
+    fn on_step(&mut self, step_time_s: f64) {
+        let now = Instant::now();
+        let began = now
+            .checked_sub(Duration::from_secs_f64(step_time_s.clamp(0.0, 3600.0)))
+            .unwrap_or(now);
+        self.span = Some(match self.span {
+            Some((a, _)) => (a, now),
+            None => (began, now),
+        });
+    }
 }
 
 /// Turns what a launcher tells about an attempt into events for the loop.
@@ -90,6 +112,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
     let mut logs = Vec::new();
     let mut flaky = false;
     let mut outcome: Option<Outcome> = None;
+    let mut windows: Vec<(Instant, Instant)> = Vec::new();
 
     'repeats: for r in 0..repeats_n {
         let mut attempt = 0u32;
@@ -124,7 +147,15 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
                 withdraw: shared.withdraw.clone(),
             };
             let id = cell.id.clone();
-            let mut news = |n: News<'_>| on_news(&shared, &id, r, attempt, p.steps, n);
+            let mut window = Window::default();
+            let mut news = |n: News<'_>| {
+                if let News::Event(Event::Step(s)) = &n {
+                    if !stats::is_warmup(s, p.warmup) {
+                        window.on_step(s.step_time_s);
+                    }
+                }
+                on_news(&shared, &id, r, attempt, p.steps, n)
+            };
             let report = match shared.launcher.attempt(input, &mut news).await {
                 Ok(report) => report,
                 Err(reason) => {
@@ -166,6 +197,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
             match verdict {
                 Verdict::Ok => {
                     flaky |= attempt > 0;
+                    windows.extend(window.span);
                     let out = report.out;
                     repeats.push(Repeat {
                         steps: out.steps,
@@ -201,6 +233,10 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         },
         other => (other, Metrics::new()),
     };
+    let telemetry = match (&outcome, &shared.telemetry) {
+        (Outcome::Passed, Some(t)) => t.cell(&windows, &devices),
+        _ => None,
+    };
     CellResult {
         id: cell.id,
         values: cell.values,
@@ -212,6 +248,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         metrics,
         logs,
         duration_s: started.elapsed().as_secs_f64(),
+        telemetry,
     }
 }
 
@@ -228,5 +265,6 @@ pub(crate) fn skipped(cell: &Cell, reason: String) -> CellResult {
         metrics: Metrics::new(),
         logs: vec![],
         duration_s: 0.0,
+        telemetry: None,
     }
 }

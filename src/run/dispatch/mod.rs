@@ -87,6 +87,7 @@ pub(crate) async fn run(
     expansion: Expansion,
     env: Environment,
     reporter: &mut dyn Reporter,
+    telemetry: Option<Arc<crate::telemetry::Stream>>,
 ) -> Result<RunOutcome, RunError> {
     let run_started = Instant::now();
     // Cells that cannot even be planned are bad input: refuse the run before anything
@@ -167,6 +168,9 @@ pub(crate) async fn run(
         finish(reporter, slot, true);
     }
     book.save()?;
+    for slot in book.slots.iter().flatten() {
+        saved(reporter, &book.doc, slot);
+    }
 
     // Cells the launcher can never run are settled before anything starts.
     let mut runnable = Vec::with_capacity(pending.len());
@@ -175,8 +179,9 @@ pub(crate) async fn run(
             Some(reason) => {
                 let r = skipped(&cells[i], reason);
                 finish(reporter, &r, false);
-                book.slots[i] = Some(r);
+                book.slots[i] = Some(r.clone());
                 book.save()?;
+                saved(reporter, &book.doc, &r);
             }
             None => runnable.push(i),
         }
@@ -194,6 +199,7 @@ pub(crate) async fn run(
         node_envs: env_tx,
         cancel: cancel_rx,
         withdraw: withdraw_rx,
+        telemetry,
     });
     let mut d = Dispatcher {
         config,
@@ -315,8 +321,9 @@ impl Dispatcher<'_> {
             self.failures += 1;
         }
         finish(self.reporter, &result, false);
-        self.book.slots[i] = Some(result);
+        self.book.slots[i] = Some(result.clone());
         self.book.save()?;
+        saved(self.reporter, &self.book.doc, &result);
         if self.stop.is_none() {
             let limit = if self.config.fail_fast {
                 Some(1)
@@ -393,8 +400,22 @@ impl Dispatcher<'_> {
             run_dir: self.book.dir,
             results: self.book.doc,
             interrupted: self.interrupted,
+            telemetry: None,
         })
     }
+}
+
+/// Tells reporters that `r` is in `results.json` now.
+fn saved(reporter: &mut dyn Reporter, doc: &crate::results::RunResults, r: &CellResult) {
+    reporter.on_event(&RunEvent::CellSaved {
+        run: Box::new(crate::run::events::RunHeader {
+            run_id: doc.run_id.clone(),
+            started_at: doc.started_at.clone(),
+            matrix_name: doc.matrix_name.clone(),
+            environment: doc.environment.clone(),
+        }),
+        result: Box::new(r.clone()),
+    });
 }
 
 fn finish(reporter: &mut dyn Reporter, r: &CellResult, resumed: bool) {

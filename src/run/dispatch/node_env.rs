@@ -339,6 +339,7 @@ mod tests {
             metrics: Default::default(),
             logs: vec![],
             duration_s: 1.0,
+            telemetry: None,
         }
     }
 

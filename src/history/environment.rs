@@ -1,0 +1,309 @@
+//! Whether the environment explains a worse cell: its telemetry over its measured steps
+//! ([`crate::telemetry::CellTelemetry`]) against the same figures of its own recent clean
+//! runs. Pure; the gate feeds it.
+//!
+//! A cell is blamed on the environment only for a difference that explains the loss:
+//!
+//! - **A foreign process** computed on one of its GPUs during its measured steps.
+//! - **A lower SM clock**: the cell's mean SM clock is below its clean runs' median by more
+//!   than their noise (4 robust sigmas, 1.4826 x MAD, and never less than 1%: H100 clocks
+//!   step by 15 MHz), and the drop accounts for at least half of the loss. The
+//!   clock-normalised throughput (tokens/s per SM MHz) is reported beside it, so a reader
+//!   sees whether the clocks explain the change: a drop in tokens/s per MHz is the code's.
+//! - **A slowdown reason the history does not show**: a reason in at least 10% of the
+//!   cell's samples that no clean run showed in more than 5% of its samples; SW power cap,
+//!   which any busy GPU may show, counts only together with a lower clock. A reason that
+//!   every clean run also shows (SW power cap at full load, as on every H100 under
+//!   training) excuses nothing.
+//!
+//! Without at least [`MIN_CLEAN`] clean runs with telemetry only a foreign process can
+//! explain a loss: "nothing to compare with" is never an excuse.
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::stats::{mad, median};
+use crate::telemetry::CellTelemetry;
+
+/// Clean runs with telemetry needed before a clock or reason can be compared.
+pub(crate) const MIN_CLEAN: usize = 3;
+
+/// Robust sigmas a clock must fall below its history to count as lower.
+const CLOCK_SIGMAS: f64 = 4.0;
+/// The narrowest clock band, relative.
+const CLOCK_FLOOR: f64 = 0.01;
+/// A reason this often in the cell's samples is "present".
+const REASON_PRESENT: f64 = 0.10;
+/// A reason at most this often in every clean run is "not in the history".
+const REASON_ABSENT: f64 = 0.05;
+
+/// The SW power cap: a busy GPU may sit at it whatever the code does.
+const POWER_CAP: &str = "SW power cap";
+
+/// The clocks beside the throughput, now and in the clean runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ClockFigures {
+    pub sm_clock_mhz: f64,
+    /// Median of the clean runs' mean SM clocks.
+    pub history_sm_clock_mhz: Option<f64>,
+    /// Tokens/s per SM MHz, now and the clean runs' median.
+    pub per_mhz: f64,
+    pub history_per_mhz: Option<f64>,
+    /// Mean GPU utilisation now and in the clean runs (median), percent.
+    pub utilization_pct: Option<f64>,
+    pub history_utilization_pct: Option<f64>,
+}
+
+impl ClockFigures {
+    /// Relative change of the SM clock against the clean runs.
+    pub(crate) fn clock_change(&self) -> Option<f64> {
+        self.history_sm_clock_mhz
+            .filter(|h| *h > 0.0)
+            .map(|h| self.sm_clock_mhz / h - 1.0)
+    }
+
+    /// Relative change of tokens/s per SM MHz against the clean runs.
+    pub(crate) fn per_mhz_change(&self) -> Option<f64> {
+        self.history_per_mhz
+            .filter(|h| *h > 0.0)
+            .map(|h| self.per_mhz / h - 1.0)
+    }
+}
+
+/// What the telemetry says about a cell against its clean runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The differences that explain the loss, each a sentence fragment with its numbers;
+    /// empty when the environment is not to blame.
+    pub causes: Vec<String>,
+    /// Differences worth showing that do not excuse anything.
+    pub notes: Vec<String>,
+    pub clock: Option<ClockFigures>,
+    /// Clean runs the comparison rests on.
+    pub clean_runs: usize,
+}
+
+impl Finding {
+    pub(crate) fn explains(&self) -> bool {
+        !self.causes.is_empty()
+    }
+}
+
+/// Compares `now` (the cell's telemetry, with its throughput `value`) with `clean` (its
+/// recent clean runs: throughput and telemetry), for a loss of `rel_change` (negative:
+/// worse). `None` when the cell has no telemetry.
+pub(crate) fn explain(
+    now: Option<&CellTelemetry>,
+    value: f64,
+    clean: &[(f64, &CellTelemetry)],
+    rel_change: f64,
+) -> Option<Finding> {
+    let now = now?;
+    let mut f = Finding {
+        clean_runs: clean.len(),
+        ..Finding::default()
+    };
+    for p in &now.foreign {
+        let mem = p
+            .used_mib
+            .map(|m| format!(", {m:.0} MiB"))
+            .unwrap_or_default();
+        f.causes.push(format!(
+            "a foreign process computed on GPU {} during the measured steps: pid {} `{}`{mem}",
+            p.gpu, p.pid, p.name
+        ));
+    }
+    for p in &now.unverified {
+        f.notes.push(format!(
+            "GPU {} also ran pid {} `{}`, which this host's /proc does not show (another PID namespace), so it is not counted as foreign",
+            p.gpu, p.pid, p.name
+        ));
+    }
+    let enough = clean.len() >= MIN_CLEAN;
+    // The clocks, and tokens/s per SM MHz.
+    let mut clock_lower = false;
+    if let Some(clk) = now.sm_clock_mhz.filter(|c| *c > 0.0) {
+        let clocks: Vec<f64> = clean
+            .iter()
+            .filter_map(|(_, t)| t.sm_clock_mhz)
+            .filter(|c| *c > 0.0)
+            .collect();
+        let per_mhz: Vec<f64> = clean
+            .iter()
+            .filter_map(|(v, t)| t.sm_clock_mhz.filter(|c| *c > 0.0).map(|c| v / c))
+            .collect();
+        let utils: Vec<f64> = clean.iter().filter_map(|(_, t)| t.utilization_pct).collect();
+        let figures = ClockFigures {
+            sm_clock_mhz: clk,
+            history_sm_clock_mhz: median(&clocks),
+            per_mhz: value / clk,
+            history_per_mhz: median(&per_mhz),
+            utilization_pct: now.utilization_pct,
+            history_utilization_pct: median(&utils),
+        };
+        if enough && clocks.len() >= MIN_CLEAN {
+            let centre = median(&clocks).unwrap_or(clk);
+            let sigma = 1.4826 * mad(&clocks).unwrap_or(0.0);
+            let half = (CLOCK_SIGMAS * sigma).max(CLOCK_FLOOR * centre);
+            let change = clk / centre - 1.0;
+            if clk < centre - half {
+                clock_lower = true;
+                let per = figures
+                    .per_mhz_change()
+                    .map(|c| format!("; tokens/s per SM MHz {:+.1}%", c * 100.0))
+                    .unwrap_or_default();
+                let text = format!(
+                    "the SM clock averaged {clk:.0} MHz against {centre:.0} (+-{half:.0}) in its last {} clean runs ({:+.1}%){per}",
+                    clocks.len(),
+                    change * 100.0
+                );
+                // The clock explains the loss when it accounts for at least half of it.
+                if rel_change < 0.0 && change <= rel_change / 2.0 {
+                    f.causes.push(text);
+                } else {
+                    f.notes.push(format!("{text}, which does not explain the loss"));
+                }
+            }
+        }
+        if let (Some(u), Some(h)) = (figures.utilization_pct, figures.history_utilization_pct) {
+            if enough && (u - h).abs() >= 5.0 {
+                f.notes.push(format!(
+                    "GPU utilisation {u:.0}% against {h:.0}% in its clean runs"
+                ));
+            }
+        }
+        f.clock = Some(figures);
+    }
+    // Slowdown reasons the history does not show.
+    if enough {
+        let with: Vec<&&CellTelemetry> = clean
+            .iter()
+            .map(|(_, t)| t)
+            .filter(|t| !t.reasons.is_empty())
+            .collect();
+        if with.len() >= MIN_CLEAN {
+            for (reason, &frac) in &now.reasons {
+                if frac < REASON_PRESENT {
+                    continue;
+                }
+                let before = with
+                    .iter()
+                    .map(|t| t.reason_fraction(reason))
+                    .fold(0.0, f64::max);
+                if before > REASON_ABSENT {
+                    continue;
+                }
+                let text = format!(
+                    "{reason} in {:.0}% of its samples, at most {:.0}% in its last {} clean runs",
+                    frac * 100.0,
+                    before * 100.0,
+                    with.len()
+                );
+                if reason != POWER_CAP || clock_lower {
+                    f.causes.push(text);
+                } else {
+                    f.notes.push(format!("{text}, at an unchanged clock"));
+                }
+            }
+        }
+    }
+    Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::ForeignProcess;
+    use indexmap::IndexMap;
+
+    fn tele(clock: f64, cap: f64, thermal: f64) -> CellTelemetry {
+        let mut reasons = IndexMap::new();
+        reasons.insert("SW power cap".to_string(), cap);
+        reasons.insert("HW thermal slowdown".to_string(), thermal);
+        CellTelemetry {
+            samples: 30,
+            gpus: vec![0],
+            sm_clock_mhz: Some(clock),
+            max_sm_clock_mhz: Some(1980.0),
+            power_w: Some(690.0),
+            power_limit_w: Some(700.0),
+            temperature_c: Some(70.0),
+            utilization_pct: Some(100.0),
+            reasons,
+            foreign: vec![],
+            unverified: vec![],
+        }
+    }
+
+    fn clean() -> Vec<CellTelemetry> {
+        [1755.0, 1770.0, 1740.0, 1760.0, 1755.0]
+            .iter()
+            .map(|&c| tele(c, 1.0, 0.0))
+            .collect()
+    }
+
+    fn pairs(c: &[CellTelemetry]) -> Vec<(f64, &CellTelemetry)> {
+        c.iter().map(|t| (500_000.0, t)).collect()
+    }
+
+    #[test]
+    fn a_power_cap_every_clean_run_shows_excuses_nothing() {
+        // The case seen on an H100: SW power cap in every sample of every run, the same
+        // clock, 3% slower. The code is to blame.
+        let c = clean();
+        let now = tele(1757.0, 1.0, 0.0);
+        let f = explain(Some(&now), 485_000.0, &pairs(&c), -0.03).unwrap();
+        assert!(!f.explains(), "{f:?}");
+        let clock = f.clock.unwrap();
+        assert!((clock.per_mhz_change().unwrap() + 0.03).abs() < 0.002);
+    }
+
+    #[test]
+    fn a_lower_clock_that_accounts_for_the_loss_is_the_environment() {
+        let c = clean();
+        let now = tele(1580.0, 1.0, 0.0);
+        let f = explain(Some(&now), 450_000.0, &pairs(&c), -0.10).unwrap();
+        assert!(f.explains(), "{f:?}");
+        assert!(f.causes[0].contains("1580 MHz against 1755"), "{f:?}");
+        // The same clock drop beside a loss three times as large does not explain it.
+        let f = explain(Some(&now), 350_000.0, &pairs(&c), -0.30).unwrap();
+        assert!(!f.explains(), "{f:?}");
+        assert!(f.notes[0].contains("does not explain"));
+    }
+
+    #[test]
+    fn a_new_thermal_reason_or_a_foreign_process_is_the_environment() {
+        let c = clean();
+        let now = tele(1750.0, 1.0, 0.4);
+        let f = explain(Some(&now), 480_000.0, &pairs(&c), -0.04).unwrap();
+        assert!(f.explains());
+        assert!(f.causes[0].starts_with("HW thermal slowdown in 40%"), "{f:?}");
+        let mut now = tele(1755.0, 1.0, 0.0);
+        now.foreign.push(ForeignProcess {
+            gpu: 0,
+            pid: 4242,
+            name: "python3".into(),
+            used_mib: Some(2048.0),
+        });
+        // A foreign process needs no history.
+        let f = explain(Some(&now), 300_000.0, &[], -0.4).unwrap();
+        assert!(f.causes[0].contains("pid 4242 `python3`, 2048 MiB"), "{f:?}");
+    }
+
+    #[test]
+    fn without_history_or_telemetry_nothing_is_excused() {
+        let now = tele(1200.0, 1.0, 0.9);
+        let c = clean();
+        let f = explain(Some(&now), 300_000.0, &pairs(&c[..2]), -0.4).unwrap();
+        assert!(!f.explains(), "{f:?}");
+        assert!(explain(None, 1.0, &pairs(&c), -0.4).is_none());
+        // A power cap that appears at an unchanged clock is only a note.
+        let calm: Vec<CellTelemetry> = [1755.0, 1760.0, 1750.0]
+            .iter()
+            .map(|&x| tele(x, 0.0, 0.0))
+            .collect();
+        let now = tele(1755.0, 0.8, 0.0);
+        let f = explain(Some(&now), 485_000.0, &pairs(&calm), -0.03).unwrap();
+        assert!(!f.explains(), "{f:?}");
+        assert_eq!(f.notes.len(), 1);
+    }
+}
