@@ -25,7 +25,7 @@ export LD_LIBRARY_PATH=$TL:$TL/../../nvidia/nccl/lib:$TL/../../nvidia/cu13/lib:$
 export NCCL_NVLS_ENABLE=0 GITHUB_REF_NAME=main
 for v in $(env | grep -o '^BENCH_FUSED_[A-Z0-9_]*'); do unset "$v"; done
 FILTER='model=gpt2-125m and gpus=1 and dtype=bf16'
-n=$(find "$OUTD/results" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | grep -vc confirm)
+n=${N0:-$(find "$OUTD/results" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | grep -vc confirm)}
 night() {
   local kind=$1; n=$((n + 1))
   local id

@@ -411,9 +411,9 @@ impl Stream {
         // Process polls are a second apart: one just before or after a window still
         // tells who was on the GPU during it.
         let near = |t: Instant| {
-            windows.iter().any(|(a, b)| {
-                t + APPS_INTERVAL >= *a && t <= *b + APPS_INTERVAL
-            })
+            windows
+                .iter()
+                .any(|(a, b)| t + APPS_INTERVAL >= *a && t <= *b + APPS_INTERVAL)
         };
         let uuid_of: IndexMap<u32, String> = data
             .samples
@@ -632,9 +632,8 @@ mod tests {
 
     #[test]
     fn idle_and_unsupported_fields_are_not_throttling() {
-        let s = parse(
-            "0, GPU-x, [N/A], [N/A], [N/A], [N/A], 35, [N/A], 0x0000000000000001\ngarbage\n",
-        );
+        let s =
+            parse("0, GPU-x, [N/A], [N/A], [N/A], [N/A], 35, [N/A], 0x0000000000000001\ngarbage\n");
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].sm_clock_mhz, None);
         let t = summarize(&s).unwrap();

@@ -72,6 +72,7 @@ fn comment_and_summary_of_a_300_cell_nightly_stay_under_20_kb() {
         results: &n.results,
         comparison: &cmp,
         trends: None,
+        history: None,
     };
     let summary = render_summary(&input);
     check_markdown(&summary, &n, "the job summary");

@@ -30,6 +30,7 @@ fn render(exporter: &dyn Exporter, run: &str) -> String {
             results: &results,
             comparison: &comparison,
             trends: None,
+            history: None,
         })
         .unwrap()
 }

@@ -639,7 +639,10 @@ mod tests {
             samples: &same,
             ..o
         };
-        assert_eq!(judge(&o2, Direction::Higher, &p).verdict, HistoryVerdict::Unchanged);
+        assert_eq!(
+            judge(&o2, Direction::Higher, &p).verdict,
+            HistoryVerdict::Unchanged
+        );
         // One repeat against one: unknown.
         let o3 = Observation {
             history: &history[..1],
@@ -647,7 +650,10 @@ mod tests {
             samples: &slow[..1],
             ..o
         };
-        assert_eq!(judge(&o3, Direction::Higher, &p).verdict, HistoryVerdict::Unknown);
+        assert_eq!(
+            judge(&o3, Direction::Higher, &p).verdict,
+            HistoryVerdict::Unknown
+        );
         // A noisy history widens the band past a 2.5% drop; the repeats still see it.
         let noisy = [1000.0, 1030.0, 975.0, 1010.0, 990.0, 1025.0, 980.0, 1000.0];
         let pooled: Vec<f64> = (0..24).map(|i| 1000.0 + (i % 5) as f64).collect();
@@ -660,7 +666,10 @@ mod tests {
             ..obs(&noisy, 975.0)
         };
         let j4 = judge(&o4, Direction::Higher, &p);
-        assert_eq!(side(&j4.band.unwrap(), 975.0, Direction::Higher), Side::Inside);
+        assert_eq!(
+            side(&j4.band.unwrap(), 975.0, Direction::Higher),
+            Side::Inside
+        );
         assert_eq!(j4.verdict, HistoryVerdict::Suspect, "{j4:?}");
     }
 

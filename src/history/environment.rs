@@ -131,7 +131,10 @@ pub(crate) fn explain(
             .iter()
             .filter_map(|(v, t)| t.sm_clock_mhz.filter(|c| *c > 0.0).map(|c| v / c))
             .collect();
-        let utils: Vec<f64> = clean.iter().filter_map(|(_, t)| t.utilization_pct).collect();
+        let utils: Vec<f64> = clean
+            .iter()
+            .filter_map(|(_, t)| t.utilization_pct)
+            .collect();
         let figures = ClockFigures {
             sm_clock_mhz: clk,
             history_sm_clock_mhz: median(&clocks),
@@ -160,7 +163,8 @@ pub(crate) fn explain(
                 if rel_change < 0.0 && change <= rel_change / 2.0 {
                     f.causes.push(text);
                 } else {
-                    f.notes.push(format!("{text}, which does not explain the loss"));
+                    f.notes
+                        .push(format!("{text}, which does not explain the loss"));
                 }
             }
         }
@@ -276,7 +280,10 @@ mod tests {
         let now = tele(1750.0, 1.0, 0.4);
         let f = explain(Some(&now), 480_000.0, &pairs(&c), -0.04).unwrap();
         assert!(f.explains());
-        assert!(f.causes[0].starts_with("HW thermal slowdown in 40%"), "{f:?}");
+        assert!(
+            f.causes[0].starts_with("HW thermal slowdown in 40%"),
+            "{f:?}"
+        );
         let mut now = tele(1755.0, 1.0, 0.0);
         now.foreign.push(ForeignProcess {
             gpu: 0,
@@ -286,7 +293,10 @@ mod tests {
         });
         // A foreign process needs no history.
         let f = explain(Some(&now), 300_000.0, &[], -0.4).unwrap();
-        assert!(f.causes[0].contains("pid 4242 `python3`, 2048 MiB"), "{f:?}");
+        assert!(
+            f.causes[0].contains("pid 4242 `python3`, 2048 MiB"),
+            "{f:?}"
+        );
     }
 
     #[test]

@@ -27,7 +27,9 @@ use crate::baseline::compare::{CellStatus, Comparison, MetricComparison};
 use crate::baseline::{compare, Baselines, Direction, Verdict};
 use crate::results::{CellResult, Outcome, RunResults};
 
-use super::detect::{judge, judge_loss, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy};
+use super::detect::{
+    judge, judge_loss, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy,
+};
 use super::environment::{explain, Finding};
 use super::record::{context_of, CellRecord, RunRecord};
 use super::store::{current_segment, History, Point};
@@ -173,7 +175,9 @@ impl Scope {
     /// The scope of this process's run, from the CI's variables and git.
     pub(crate) fn detect() -> Scope {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        if let Some(base) = var("GITHUB_BASE_REF").or_else(|| var("CI_MERGE_REQUEST_TARGET_BRANCH_NAME")) {
+        if let Some(base) =
+            var("GITHUB_BASE_REF").or_else(|| var("CI_MERGE_REQUEST_TARGET_BRANCH_NAME"))
+        {
             let base = base.trim().to_string();
             let merge_base = [format!("origin/{base}"), base.clone()]
                 .iter()
@@ -326,10 +330,16 @@ impl Judge<'_> {
             .filter(|p| p.started_at <= self.results.started_at)
             .filter(|p| self.scope.admits(p))
             .collect();
+        // The run `bench baseline accept` started the segment with is the new normal,
+        // whatever it was judged then.
+        let accepted = segments.last().map(|s| s.first_run_id.as_str());
         let clean: Vec<&Point> = scoped
             .iter()
             .copied()
-            .filter(|p| !matches!(p.verdict.as_deref(), Some("regressed" | "environment")))
+            .filter(|p| {
+                Some(p.run_id.as_str()) == accepted
+                    || !matches!(p.verdict.as_deref(), Some("regressed" | "environment"))
+            })
             .collect();
         let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
         let lookback = &clean[clean.len().saturating_sub(self.policy.lookback)..];
@@ -457,7 +467,10 @@ fn outcome_reason(o: &Outcome) -> String {
 /// before this one that were judged regressed (this run when the one before was not), and
 /// the run before that streak.
 fn since(scoped: &[&Point], results: &RunResults, verdict: HistoryVerdict) -> Option<Since> {
-    if !matches!(verdict, HistoryVerdict::Regressed | HistoryVerdict::Improved) {
+    if !matches!(
+        verdict,
+        HistoryVerdict::Regressed | HistoryVerdict::Improved
+    ) {
         return None;
     }
     let mut start = scoped.len();

@@ -26,13 +26,13 @@ pub mod environment;
 pub mod gate;
 pub mod postgres;
 pub mod record;
+pub mod recorder;
 pub mod report;
 pub mod sqlite;
 pub mod store;
 pub mod study;
 pub mod suspects;
 pub mod trends;
-pub mod recorder;
 pub mod twosample;
 
 pub use store::{open, History};

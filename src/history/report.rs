@@ -63,7 +63,10 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
         line.push_str("; the recent runs have all drifted past the baseline's tolerance");
     }
     if let Some(v) = c.confirm_value {
-        line.push_str(&format!("; the re-run measured {}", crate::report::text::si(v)));
+        line.push_str(&format!(
+            "; the re-run measured {}",
+            crate::report::text::si(v)
+        ));
     }
     if let Some(why) = &c.confirm_failed {
         line.push_str(&format!("; the confirming re-run {why}"));
@@ -92,7 +95,10 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     }
     if let Some(f) = &c.environment {
         if c.verdict() == HistoryVerdict::Environment {
-            line.push_str(&format!("; blamed on the environment: {}", f.causes.join("; ")));
+            line.push_str(&format!(
+                "; blamed on the environment: {}",
+                f.causes.join("; ")
+            ));
         }
         for n in &f.notes {
             line.push_str(&format!("; {n}"));
@@ -138,7 +144,10 @@ pub(crate) fn remarkable(c: &CellJudgement) -> bool {
 /// Text inside a Markdown code span whose fence is longer than any backtick run in it, so
 /// a value cannot close the span (and nothing inside is taken for HTML or a mention).
 fn code(s: &str) -> String {
-    let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let one_line: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     let mut longest = 0;
     let mut run = 0;
     for ch in one_line.chars() {
@@ -192,7 +201,11 @@ pub fn markdown(r: &GateReport) -> String {
         any = true;
         out.push_str(&format!(
             "- not confirmed (budget): {}\n",
-            r.over_budget.iter().map(|c| code(c)).collect::<Vec<_>>().join(", ")
+            r.over_budget
+                .iter()
+                .map(|c| code(c))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     if any {
@@ -257,17 +270,23 @@ mod tests {
     fn a_regression_says_since_when_how_far_and_what_changed() {
         let c = regressed();
         assert!(
-            c.line.starts_with("regressed -2.6% (-8.7 sigma; band +-1.2%"),
+            c.line
+                .starts_with("regressed -2.6% (-8.7 sigma; band +-1.2%"),
             "{}",
             c.line
         );
         assert!(
-            c.line.contains("since run 20261122T020000Z (commit abcdef0)"),
+            c.line
+                .contains("since run 20261122T020000Z (commit abcdef0)"),
             "{}",
             c.line
         );
-        assert!(c.line.contains("last good run 20261121T020000Z (commit 9876543)"));
-        assert!(c.line.contains("changed since: BENCH_FUSED_ADAMW (unset) -> 0"));
+        assert!(c
+            .line
+            .contains("last good run 20261121T020000Z (commit 9876543)"));
+        assert!(c
+            .line
+            .contains("changed since: BENCH_FUSED_ADAMW (unset) -> 0"));
         let r = GateReport {
             run_id: "20261122T020000Z".into(),
             hardware_key: "h100-sxm-80gb".into(),

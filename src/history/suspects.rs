@@ -139,8 +139,7 @@ mod tests {
     fn a_switch_set_since_the_last_good_run_is_named() {
         let good = id("abcdef0123");
         let mut now = id("abcdef0123");
-        now.switches
-            .insert("BENCH_FUSED_ADAMW".into(), "0".into());
+        now.switches.insert("BENCH_FUSED_ADAMW".into(), "0".into());
         let c = changes(&good, &now);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].render(), "BENCH_FUSED_ADAMW (unset) -> 0");

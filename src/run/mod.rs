@@ -153,8 +153,10 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     };
     let outcome = match store.as_mut() {
         Some(s) => {
-            let mut recorder =
-                crate::history::recorder::Recorder::new(s, crate::history::record::current_branch());
+            let mut recorder = crate::history::recorder::Recorder::new(
+                s,
+                crate::history::record::current_branch(),
+            );
             run_matrix(args, expansion, Some(&mut recorder))?
         }
         None => run_matrix(args, expansion, None)?,

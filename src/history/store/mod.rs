@@ -16,9 +16,9 @@ mod write;
 pub use self::migrations::{schema_version_known, MIGRATIONS};
 use self::write::{write_cells, write_run};
 use super::record::{CellRecord, RunRecord, Versions};
+use super::HistoryError;
 use crate::telemetry::CellTelemetry;
 use indexmap::IndexMap;
-use super::HistoryError;
 
 /// A value bound to, or read from, SQL. The schema uses only these four kinds (`TEXT`,
 /// `BIGINT`, `DOUBLE PRECISION`, NULL), which both backends map without loss.
@@ -340,20 +340,23 @@ impl History {
                 let loss_curve: Vec<Option<f64>> =
                     serde_json::from_str(r[9].text().unwrap_or("[]"))
                         .map_err(|e| self.err(format!("bench_cells.loss_curve: {e}")))?;
-                let json_col = |i: usize, name: &str| -> Result<Option<serde_json::Value>, HistoryError> {
-                    match r[i].text() {
-                        Some(t) => serde_json::from_str(t)
-                            .map(Some)
-                            .map_err(|e| self.err(format!("{name}: {e}"))),
-                        None => Ok(None),
-                    }
-                };
-                let switches: IndexMap<String, String> = match json_col(10, "bench_runs.switches")? {
+                let json_col =
+                    |i: usize, name: &str| -> Result<Option<serde_json::Value>, HistoryError> {
+                        match r[i].text() {
+                            Some(t) => serde_json::from_str(t)
+                                .map(Some)
+                                .map_err(|e| self.err(format!("{name}: {e}"))),
+                            None => Ok(None),
+                        }
+                    };
+                let switches: IndexMap<String, String> = match json_col(10, "bench_runs.switches")?
+                {
                     Some(v) => serde_json::from_value(v)
                         .map_err(|e| self.err(format!("bench_runs.switches: {e}")))?,
                     None => IndexMap::new(),
                 };
-                let telemetry: Option<CellTelemetry> = match json_col(18, "bench_cells.telemetry")? {
+                let telemetry: Option<CellTelemetry> = match json_col(18, "bench_cells.telemetry")?
+                {
                     Some(v) if !v.is_null() => Some(
                         serde_json::from_value(v)
                             .map_err(|e| self.err(format!("bench_cells.telemetry: {e}")))?,

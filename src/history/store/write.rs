@@ -31,7 +31,10 @@ pub(super) fn write_cells(
 ) -> Result<(), String> {
     upsert_run_row(b, run)?;
     for cell in cells {
-        let key = [Sql::Text(run.run_id.clone()), Sql::Text(cell.cell_id.clone())];
+        let key = [
+            Sql::Text(run.run_id.clone()),
+            Sql::Text(cell.cell_id.clone()),
+        ];
         b.execute(
             "DELETE FROM bench_metrics WHERE run_id = ? AND cell_id = ?",
             &key,

@@ -22,11 +22,11 @@ mod chart;
 use self::chart::regression_chart;
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, Verdict};
 use crate::baseline::store::hardware_words;
+use crate::history::gate::GateReport;
 use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, one_line, pct, pct_change,
     rule_drops, three_digits,
 };
-use crate::history::gate::GateReport;
 use crate::report::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
