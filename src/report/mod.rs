@@ -63,6 +63,11 @@ pub struct ReportInput<'a> {
 pub trait Exporter {
     /// The file this sink writes into the run directory.
     fn file_name(&self) -> &'static str;
+    /// Whether the run gets this file at all: a report about something the run does not
+    /// have (the framework comparison of a run without framework cells) is not written.
+    fn applies(&self, _input: &ReportInput<'_>) -> bool {
+        true
+    }
     /// Renders the report.
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError>;
 }
@@ -100,15 +105,27 @@ pub(crate) fn file_exporters() -> Vec<Box<dyn Exporter>> {
     ]
 }
 
-/// Renders every file report and writes each atomically into `run_dir`; returns the paths.
+/// Renders every file report that applies to the run and writes each atomically into
+/// `run_dir`; returns the paths.
+///
+/// A report that does not apply is removed when an earlier bench left it there, so that
+/// `bench report RUN_DIR` leaves the folder as a fresh run of this version would.
 pub(crate) fn write_reports(
     run_dir: &Path,
     input: &ReportInput<'_>,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let mut written = Vec::new();
     for exporter in file_exporters() {
-        let text = exporter.render(input)?;
         let path = run_dir.join(exporter.file_name());
+        if !exporter.applies(input) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(ReportError::Write { path, source: e })
+                }
+                _ => continue,
+            }
+        }
+        let text = exporter.render(input)?;
         crate::atomic::write(&path, text.as_bytes()).map_err(|source| ReportError::Write {
             path: path.clone(),
             source,
