@@ -256,3 +256,108 @@ fn a_grace_period_that_is_not_a_duration_is_bad_input() {
     }
     assert!(!tmp.path().join("results").exists());
 }
+
+/// Runs `bench ARGS...` under `umask` (through `sh -c 'umask U; exec bench ...'`, so that the
+/// binary inherits it as it would from a CI runner's shell).
+fn bench_under_umask(umask: u32, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask:03o} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap()
+}
+
+/// Every regular file under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Every file a run writes in its folder (results, reports, logs) and the baseline file
+/// `bench baseline update` writes get the mode a plain write gives, 0666 minus the umask,
+/// so that on a shared runner other accounts can read them when the umask lets them; the
+/// atomic writer's private temporary file used to leave them at 0600 whatever the umask.
+#[test]
+fn written_files_get_the_mode_the_umask_gives() {
+    use std::os::unix::fs::PermissionsExt;
+    for umask in [0o022, 0o027] {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = write_matrix(tmp.path(), &["a", "b"], &["ok"], "");
+        let results = tmp.path().join("results");
+        let baselines = tmp.path().join("baselines");
+        let out = bench_under_umask(
+            umask,
+            &[
+                "matrix".as_ref(),
+                m.as_os_str(),
+                "--baselines".as_ref(),
+                baselines.as_os_str(),
+                "--gpus".as_ref(),
+                "0".as_ref(),
+                "--no-progress".as_ref(),
+                "--run-id".as_ref(),
+                "r1".as_ref(),
+                "--results-dir".as_ref(),
+                results.as_os_str(),
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = results.join("r1");
+        let update = bench_under_umask(
+            umask,
+            &[
+                "baseline".as_ref(),
+                "update".as_ref(),
+                run.as_os_str(),
+                "--baselines".as_ref(),
+                baselines.as_os_str(),
+            ],
+        );
+        assert_eq!(
+            update.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&update.stderr)
+        );
+        let mut files = files_under(&run);
+        files.extend(files_under(&baselines));
+        for want in [
+            "results.json",
+            "report.html",
+            "junit.xml",
+            "summary.md",
+            "summary.txt",
+        ] {
+            assert!(run.join(want).is_file(), "{want} missing");
+        }
+        assert!(files.iter().any(|f| f.starts_with(&baselines)));
+        // Nothing here is a framework cell: no framework comparison.
+        assert!(!run.join("frameworks.md").exists());
+        for f in &files {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(
+                mode,
+                0o666 & !umask,
+                "{} under umask {umask:03o}: mode {mode:o}",
+                f.display()
+            );
+        }
+    }
+}
