@@ -361,3 +361,121 @@ fn written_files_get_the_mode_the_umask_gives() {
         }
     }
 }
+
+/// matrix/nightly-h100.yaml (288 combinations: its axes, overrides and rules as they are)
+/// with every cell running the fake worker at 0.5 s a step, once.
+fn nightly_with_fake_worker(dir: &Path) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string("matrix/nightly-h100.yaml").unwrap();
+    let worker = format!(
+        "defaults:\n  workload: {{kind: command, argv: [sh, '{}', paced, '0.5']}}\n",
+        fixture().display()
+    );
+    for (from, to) in [
+        ("defaults:\n", worker.as_str()),
+        ("  steps: 40\n", "  steps: 5\n"),
+        ("  warmup: 10\n", "  warmup: 1\n"),
+        ("  repeats: 3\n", "  repeats: 1\n"),
+        ("  retries: 1\n", "  retries: 0\n"),
+    ] {
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{from:?} in nightly-h100.yaml"
+        );
+        text = text.replacen(from, to, 1);
+    }
+    let path = dir.join("nightly.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The terminal summary of the nightly filtered to 4 cells: the 4 cells, then one line per
+/// rule with its count and the filter's count, not a row of dashes and a reason for each of
+/// the hundreds of dropped combinations; `bench report --verbose` lists their ids.
+#[test]
+fn summary_of_a_filtered_nightly_shows_the_cells_then_one_line_per_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = nightly_with_fake_worker(tmp.path());
+    let baselines = tmp.path().join("baselines");
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .args([
+            "--filter",
+            "gpus=1 and dtype=bf16 and not has(sac) and model!=gpt2-125m",
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "nightly",
+            "--results-dir",
+        ])
+        .arg(tmp.path().join("results"))
+        .arg("--baselines")
+        .arg(&baselines)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = tmp.path().join("results/nightly");
+    let r = RunResults::load(&run).unwrap();
+    assert_eq!(r.cells.len(), 4);
+    // The file keeps what the terminal showed.
+    assert_eq!(
+        std::fs::read_to_string(run.join("summary.txt")).unwrap(),
+        stdout
+    );
+    insta::with_settings!({filters => vec![
+        // This host's hardware, commit and version; the temporary folder; the clock.
+        (r"(?m)^bench nightly: .*$", "bench nightly: [this host]"),
+        (regex_escape(&baselines.display().to_string()).as_str(), "[baselines]"),
+        (r"\[baselines\]/\S+\.yaml", "[baselines]/[hardware key].yaml"),
+        (r"(\d+(\.\d+)? m?s|\d+m \d\ds|\d+h \d\dm)  new", "[dur]  new"),
+        (r"took .*", "took [duration]"),
+    ]}, {
+        insta::assert_snapshot!(stdout);
+    });
+
+    let verbose = bench()
+        .arg("report")
+        .arg(&run)
+        .arg("--baselines")
+        .arg(&baselines)
+        .arg("--verbose")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&verbose.stdout);
+    assert_eq!(verbose.status.code(), Some(0), "{listed}");
+    let by_rules: Vec<_> = r
+        .dropped
+        .iter()
+        .filter(|d| d.by.starts_with("rules["))
+        .collect();
+    assert!(by_rules.len() > 100, "{}", by_rules.len());
+    for d in by_rules {
+        assert!(
+            listed.contains(&format!("\n      {}\n", d.id.as_str())),
+            "{} not listed:\n{listed}",
+            d.id.as_str()
+        );
+    }
+    assert!(!listed.contains("(--verbose lists their ids)"), "{listed}");
+}
+
+/// `s` as a regular expression that matches it literally.
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}

@@ -46,6 +46,8 @@ pub(crate) struct ReportSettings {
     pub baselines: PathBuf,
     /// Terminal output format.
     pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    pub verbose: bool,
     /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
     pub gpu_hour_price: Option<f64>,
 }
@@ -163,7 +165,8 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
 /// writes `junit.xml`, `summary.md`, `report.json` and `report.html` atomically into `run_dir`, appends the
 /// summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or, with
 /// `--format json`, the JSON report) on stdout, and returns the exit code of DESIGN.md:
-/// 1 when a cell regressed, failed or timed out, else 0.
+/// 1 when a cell regressed, failed or timed out, else 0. `verbose` lists the ids of the
+/// dropped cells in the printed summary (`summary.txt` keeps only their counts).
 ///
 /// A malformed baseline file is bad input (exit 2); the reports are then not written, since
 /// they would call every cell new.
@@ -172,6 +175,7 @@ pub(crate) fn finish_run(
     results: &RunResults,
     baselines_dir: &Path,
     format: Format,
+    verbose: bool,
 ) -> Result<i32, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
     let comparison = compare(results, &baselines);
@@ -186,6 +190,7 @@ pub(crate) fn finish_run(
         eprintln!("warning: {e}");
     }
     let stdout = match format {
+        Format::Human if verbose => human::render_verbose(&input),
         Format::Human => human::HumanExporter.render(&input)?,
         Format::Json => json::JsonExporter.render(&input)?,
     };
@@ -209,7 +214,13 @@ pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError>
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."))
     };
-    finish_run(&dir, &results, &settings.baselines, settings.format)
+    finish_run(
+        &dir,
+        &results,
+        &settings.baselines,
+        settings.format,
+        settings.verbose,
+    )
 }
 
 /// Seconds from the run's start to its end, when both are known.

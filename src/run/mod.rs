@@ -134,6 +134,7 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
         &outcome.results,
         &args.baselines,
         args.format,
+        args.verbose,
     )?;
     if outcome.interrupted {
         return Ok(exit::INTERRUPTED);
