@@ -150,7 +150,7 @@ pub struct CellResult {
     /// GPU telemetry over the cell's measured steps on its own GPUs (`crate::telemetry`);
     /// absent on a host without GPU telemetry and under `--launcher slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub telemetry: Option<crate::telemetry::CellTelemetry>,
+    pub telemetry: Option<Box<crate::telemetry::CellTelemetry>>,
 }
 
 /// A cell the matrix rules or the filter removed before running.

@@ -1,7 +1,9 @@
 //! The reports as a reader sees them: report.html opened in a real headless chromium
 //! (Debian's, driven by playwright-core from node_modules; tests/browser/check-report.mjs)
 //! with no console error, no network request, every chart drawn, filters and sorting
-//! working, and a screenshot written beside each page; and the Markdown comment's and job
+//! working, step-time charts scaled to the measured steps (on a run whose first step is 20x
+//! slower than the rest), axis ticks that differ, the page within a 1400 px window, and a
+//! screenshot written beside each page; and the Markdown comment's and job
 //! summary's Mermaid charts rendered by the real Mermaid library in that browser
 //! (tests/browser/render-mermaid.mjs).
 //!
@@ -59,6 +61,41 @@ fn write_run(dir: &Path, results: &bench::results::RunResults) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     results.save_atomic(dir).unwrap();
     dir.to_path_buf()
+}
+
+/// The mixed fixture's first cell as a compiling run records it: in each of its two
+/// repeats the one warm-up step takes 4 s, 20x the 0.2 s (within 2%) of the 40 measured
+/// steps, and the loss moves only in its second decimal (12.64 down to 12.56).
+fn slow_first_step_run() -> bench::results::RunResults {
+    let mixed = std::fs::read_to_string("tests/fixtures/runs/mixed/results.json").unwrap();
+    let mut run: serde_json::Value = serde_json::from_str(&mixed).unwrap();
+    run["run_id"] = "slow-first-step".into();
+    run["dropped"] = serde_json::json!([]);
+    let mut cell = run["cells"][0].take();
+    cell["params"]["warmup"] = 1.into();
+    let repeats = cell["repeats"].as_array_mut().unwrap();
+    repeats.truncate(2);
+    for (r, repeat) in repeats.iter_mut().enumerate() {
+        let steps: Vec<serde_json::Value> = (0..=40u32)
+            .map(|i| {
+                let t = if i == 0 {
+                    4.0
+                } else {
+                    0.2 * (1.0 + 0.02 * (f64::from(i) + r as f64).sin())
+                };
+                serde_json::json!({
+                    "step": i,
+                    "step_time_s": t,
+                    "tokens": 16384,
+                    "loss": 12.64 - 0.002 * f64::from(i),
+                    "warmup": i == 0,
+                })
+            })
+            .collect();
+        repeat["steps"] = steps.into();
+    }
+    run["cells"] = serde_json::json!([cell]);
+    serde_json::from_value(run).unwrap()
 }
 
 #[test]
@@ -129,11 +166,22 @@ fn html_reports_and_comment_charts_render_in_chromium() {
     let fw = write_run(&out.join("frameworks"), &nightly::frameworks_run());
     run_report(&fw, &out.join("no-baselines"), 0);
 
-    let pages: Vec<PathBuf> = [&mixed, &nightly_dir, &fw]
+    // A first step 20x slower than the rest: the step-time chart must still show the rest.
+    let slow = write_run(&out.join("slow-first-step"), &slow_first_step_run());
+    run_report(&slow, &out.join("no-baselines"), 0);
+
+    let pages: Vec<PathBuf> = [&mixed, &nightly_dir, &fw, &slow]
         .iter()
         .map(|d| d.join("report.html"))
         .collect();
     let seen = node("tests/browser/check-report.mjs", &pages);
+    let checked: Vec<serde_json::Value> = seen
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The slow first step is off scale in the cell's chart (checked against the measured
+    // steps by check-report.mjs), so the check did not pass by having nothing to look at.
+    assert_eq!(checked[3]["scaled_by_measured"], 1, "{seen}");
     for p in &pages {
         let shot = p.with_file_name("report.png");
         assert!(

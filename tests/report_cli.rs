@@ -2,6 +2,9 @@
 //! files it writes, its output and its exit code; and checks junit.xml with a real
 //! consumer's parser (junitparser, through tests/junit_check.py).
 
+#[path = "common/nightly.rs"]
+mod nightly;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -275,4 +278,40 @@ fn report_html_puts_several_runs_on_one_page_and_locates_a_bad_history() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:2:", history.display())), "{err}");
+}
+
+/// `frameworks.md` is written only for a run with framework cells; rendering a run without
+/// them again removes the note an earlier bench wrote into every folder, so the folder
+/// holds what a fresh run writes.
+#[test]
+fn frameworks_md_only_for_runs_with_framework_cells() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mixed = copy_run("mixed", tmp.path());
+    std::fs::write(
+        mixed.join("frameworks.md"),
+        "No framework cells in this run.\n",
+    )
+    .unwrap();
+    let out = bench()
+        .arg("report")
+        .arg(&mixed)
+        .args(["--baselines", "tests/fixtures/baselines"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(mixed.join("report.html").is_file());
+    assert!(!mixed.join("frameworks.md").exists());
+
+    let fw = tmp.path().join("frameworks");
+    std::fs::create_dir_all(&fw).unwrap();
+    nightly::frameworks_run().save_atomic(&fw).unwrap();
+    bench()
+        .arg("report")
+        .arg(&fw)
+        .arg("--baselines")
+        .arg(tmp.path().join("no-baselines"))
+        .assert()
+        .success();
+    let table = std::fs::read_to_string(fw.join("frameworks.md")).unwrap();
+    assert!(table.starts_with("## Framework comparison"), "{table}");
 }

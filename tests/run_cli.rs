@@ -256,3 +256,226 @@ fn a_grace_period_that_is_not_a_duration_is_bad_input() {
     }
     assert!(!tmp.path().join("results").exists());
 }
+
+/// Runs `bench ARGS...` under `umask` (through `sh -c 'umask U; exec bench ...'`, so that the
+/// binary inherits it as it would from a CI runner's shell).
+fn bench_under_umask(umask: u32, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask:03o} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap()
+}
+
+/// Every regular file under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Every file a run writes in its folder (results, reports, logs) and the baseline file
+/// `bench baseline update` writes get the mode a plain write gives, 0666 minus the umask,
+/// so that on a shared runner other accounts can read them when the umask lets them; the
+/// atomic writer's private temporary file used to leave them at 0600 whatever the umask.
+#[test]
+fn written_files_get_the_mode_the_umask_gives() {
+    use std::os::unix::fs::PermissionsExt;
+    for umask in [0o022, 0o027] {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = write_matrix(tmp.path(), &["a", "b"], &["ok"], "");
+        let results = tmp.path().join("results");
+        let baselines = tmp.path().join("baselines");
+        let out = bench_under_umask(
+            umask,
+            &[
+                "matrix".as_ref(),
+                m.as_os_str(),
+                "--baselines".as_ref(),
+                baselines.as_os_str(),
+                "--gpus".as_ref(),
+                "0".as_ref(),
+                "--no-progress".as_ref(),
+                "--run-id".as_ref(),
+                "r1".as_ref(),
+                "--results-dir".as_ref(),
+                results.as_os_str(),
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = results.join("r1");
+        let update = bench_under_umask(
+            umask,
+            &[
+                "baseline".as_ref(),
+                "update".as_ref(),
+                run.as_os_str(),
+                "--baselines".as_ref(),
+                baselines.as_os_str(),
+            ],
+        );
+        assert_eq!(
+            update.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&update.stderr)
+        );
+        let mut files = files_under(&run);
+        files.extend(files_under(&baselines));
+        for want in [
+            "results.json",
+            "report.html",
+            "junit.xml",
+            "summary.md",
+            "summary.txt",
+        ] {
+            assert!(run.join(want).is_file(), "{want} missing");
+        }
+        assert!(files.iter().any(|f| f.starts_with(&baselines)));
+        // Nothing here is a framework cell: no framework comparison.
+        assert!(!run.join("frameworks.md").exists());
+        for f in &files {
+            let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(
+                mode,
+                0o666 & !umask,
+                "{} under umask {umask:03o}: mode {mode:o}",
+                f.display()
+            );
+        }
+    }
+}
+
+/// matrix/nightly-h100.yaml (288 combinations: its axes, overrides and rules as they are)
+/// with every cell running the fake worker at 0.5 s a step, once.
+fn nightly_with_fake_worker(dir: &Path) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string("matrix/nightly-h100.yaml").unwrap();
+    let worker = format!(
+        "defaults:\n  workload: {{kind: command, argv: [sh, '{}', paced, '0.5']}}\n",
+        fixture().display()
+    );
+    for (from, to) in [
+        ("defaults:\n", worker.as_str()),
+        ("  steps: 40\n", "  steps: 5\n"),
+        ("  warmup: 10\n", "  warmup: 1\n"),
+        ("  repeats: 3\n", "  repeats: 1\n"),
+        ("  retries: 1\n", "  retries: 0\n"),
+    ] {
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "{from:?} in nightly-h100.yaml"
+        );
+        text = text.replacen(from, to, 1);
+    }
+    let path = dir.join("nightly.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The terminal summary of the nightly filtered to 4 cells: the 4 cells, then one line per
+/// rule with its count and the filter's count, not a row of dashes and a reason for each of
+/// the hundreds of dropped combinations; `bench report --verbose` lists their ids.
+#[test]
+fn summary_of_a_filtered_nightly_shows_the_cells_then_one_line_per_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = nightly_with_fake_worker(tmp.path());
+    let baselines = tmp.path().join("baselines");
+    let out = bench()
+        .arg("matrix")
+        .arg(&m)
+        .args([
+            "--filter",
+            "gpus=1 and dtype=bf16 and not has(sac) and model!=gpt2-125m",
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "nightly",
+            "--results-dir",
+        ])
+        .arg(tmp.path().join("results"))
+        .arg("--baselines")
+        .arg(&baselines)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = tmp.path().join("results/nightly");
+    let r = RunResults::load(&run).unwrap();
+    assert_eq!(r.cells.len(), 4);
+    // The file keeps what the terminal showed.
+    assert_eq!(
+        std::fs::read_to_string(run.join("summary.txt")).unwrap(),
+        stdout
+    );
+    insta::with_settings!({filters => vec![
+        // This host's hardware, commit and version; the temporary folder; the clock.
+        (r"(?m)^bench nightly: .*$", "bench nightly: [this host]"),
+        (regex_escape(&baselines.display().to_string()).as_str(), "[baselines]"),
+        (r"\[baselines\]/\S+\.yaml", "[baselines]/[hardware key].yaml"),
+        (r"(\d+(\.\d+)? m?s|\d+m \d\ds|\d+h \d\dm)  new", "[dur]  new"),
+        (r"took .*", "took [duration]"),
+    ]}, {
+        insta::assert_snapshot!(stdout);
+    });
+
+    let verbose = bench()
+        .arg("report")
+        .arg(&run)
+        .arg("--baselines")
+        .arg(&baselines)
+        .arg("--verbose")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&verbose.stdout);
+    assert_eq!(verbose.status.code(), Some(0), "{listed}");
+    let by_rules: Vec<_> = r
+        .dropped
+        .iter()
+        .filter(|d| d.by.starts_with("rules["))
+        .collect();
+    assert!(by_rules.len() > 100, "{}", by_rules.len());
+    for d in by_rules {
+        assert!(
+            listed.contains(&format!("\n      {}\n", d.id.as_str())),
+            "{} not listed:\n{listed}",
+            d.id.as_str()
+        );
+    }
+    assert!(!listed.contains("(--verbose lists their ids)"), "{listed}");
+}
+
+/// `s` as a regular expression that matches it literally.
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}

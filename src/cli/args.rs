@@ -75,7 +75,8 @@ pub struct MatrixArgs {
     /// List the cells that would run, and the dropped ones with reasons; run nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// With --dry-run: list every dropped cell's id under its rule, not only the counts.
+    /// List every dropped cell's id under its rule, not only the counts (in --dry-run's
+    /// list and in the terminal summary after the run).
     #[arg(long, short = 'v')]
     pub verbose: bool,
     /// Output format of the dry run and of the terminal summary.
@@ -157,6 +158,10 @@ pub struct ReportArgs {
     /// Terminal output format.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary, not only the
+    /// counts.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -60,6 +60,7 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
         },
         baselines: args.baselines.clone(),
         format: args.format,
+        verbose: args.verbose,
         gpu_hour_price: args.gpu_hour_price,
         history: args.history.clone(),
         confirm: !args.no_confirm,
@@ -123,6 +124,7 @@ pub(crate) fn report(args: &ReportArgs) -> Result<ReportSettings, CliError> {
         run_dir: run_dir.clone(),
         baselines: args.baselines.clone(),
         format: args.format,
+        verbose: args.verbose,
         gpu_hour_price: args.gpu_hour_price,
     })
 }
@@ -333,6 +335,7 @@ mod tests {
             "gpus=1",
             "--run-id",
             "nightly.1",
+            "--verbose",
         ]))
         .unwrap();
         assert_eq!(
@@ -349,6 +352,8 @@ mod tests {
         assert_eq!(s.config.filters, s.source.filters);
         assert_eq!(s.config.matrix, s.source.file);
         assert_eq!(s.config.run_id.as_deref(), Some("nightly.1"));
+        assert!(s.verbose);
+        assert!(!matrix(&matrix_args(&[])).unwrap().verbose);
     }
 
     #[test]

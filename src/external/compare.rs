@@ -182,12 +182,17 @@ fn fmt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".to_string())
 }
 
+/// Whether any cell of the run is a framework cell: it has a `framework` axis value or
+/// runs a framework adapter's workload.
+pub(crate) fn has_framework_cells(results: &RunResults) -> bool {
+    results.cells.iter().any(|c| {
+        c.values.contains_key("framework") || crate::external::adapter(&c.params.workload).is_some()
+    })
+}
+
 /// The comparison as Markdown; `None` when the run has no framework cells.
 pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<String> {
-    let has_framework = results.cells.iter().any(|c| {
-        c.values.contains_key("framework") || crate::external::adapter(&c.params.workload).is_some()
-    });
-    if !has_framework {
+    if !has_framework_cells(results) {
         return None;
     }
     let rows = rows(results, price);
@@ -247,12 +252,17 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
     Some(s)
 }
 
-/// The `frameworks.md` sink: the comparison table, or a line saying the run has none.
+/// The `frameworks.md` sink: the comparison table, written only for a run with framework
+/// cells (a file in every run folder that only says there is nothing to compare is noise).
 pub(crate) struct FrameworksExporter;
 
 impl crate::report::Exporter for FrameworksExporter {
     fn file_name(&self) -> &'static str {
         "frameworks.md"
+    }
+
+    fn applies(&self, input: &crate::report::ReportInput<'_>) -> bool {
+        has_framework_cells(input.results)
     }
 
     fn render(

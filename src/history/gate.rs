@@ -389,7 +389,7 @@ impl Judge<'_> {
             .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
             .collect();
         let rel = judgement.rel_change.unwrap_or(0.0);
-        let environment = explain(cell.telemetry.as_ref(), m.value, &clean_tele, rel);
+        let environment = explain(cell.telemetry.as_deref(), m.value, &clean_tele, rel);
         let worse = rel < 0.0;
         if worse
             && matches!(

@@ -142,7 +142,7 @@ impl CellRecord {
                         .collect()
                 })
                 .unwrap_or_default(),
-            telemetry: cell.telemetry.clone(),
+            telemetry: cell.telemetry.as_deref().cloned(),
             context: context_of(cell),
         }
     }

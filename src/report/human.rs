@@ -1,15 +1,19 @@
 //! The terminal summary printed after a run: one line per cell (throughput, TFLOP/s beside
 //! MFU, speed-up factor against the baseline, time, verdict), then regressions with their
-//! numbers, failed and skipped cells with their reasons, the counts and the total time.
+//! numbers, failed and skipped cells with their reasons, one line per matrix rule with the
+//! number of cells it dropped (their ids with `--verbose`), the counts and the total time.
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
 use crate::baseline::store::hardware_words;
 use crate::report::text::{
-    cell_change, duration, group_change, grouped, one_line, pct, si, three_digits,
+    cell_change, duration, filtered_out, group_change, grouped, one_line, pct, rule_drops, si,
+    three_digits,
 };
 use crate::report::{run_duration_s, Exporter, ReportError, ReportInput};
+use crate::results::RunResults;
 
-/// The terminal summary sink (printed, and kept in the run folder as `summary.txt`).
+/// The terminal summary sink (printed, and kept in the run folder as `summary.txt`),
+/// without the ids of dropped cells.
 pub struct HumanExporter;
 
 impl Exporter for HumanExporter {
@@ -18,8 +22,13 @@ impl Exporter for HumanExporter {
     }
 
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
-        Ok(render(input))
+        Ok(render(input, false))
     }
+}
+
+/// The terminal summary as `--verbose` prints it: every dropped cell's id under its rule.
+pub(crate) fn render_verbose(input: &ReportInput<'_>) -> String {
+    render(input, true)
 }
 
 fn figure(cell: &CellComparison, metric: &str) -> String {
@@ -65,7 +74,48 @@ fn section(
     }
 }
 
-fn render(input: &ReportInput<'_>) -> String {
+/// The cells the matrix's rules dropped, one line per rule with its count and reason (as
+/// `bench matrix --dry-run` and the Markdown summary show them), their ids under it with
+/// `verbose`; then how many combinations `--filter` did not select, only counted since
+/// nobody meant to run them.
+fn dropped(out: &mut String, results: &RunResults, verbose: bool) {
+    let drops = rule_drops(results);
+    if !drops.is_empty() {
+        let n: usize = drops.iter().map(|g| g.ids.len()).sum();
+        out.push_str(&format!("\nDropped by the matrix's rules ({n}):\n"));
+        let w = drops
+            .iter()
+            .map(|g| g.ids.len().to_string().len())
+            .max()
+            .unwrap_or(1);
+        for g in &drops {
+            let cells = if g.ids.len() == 1 { "cell " } else { "cells" };
+            out.push_str(&format!(
+                "  {:>w$} {cells}  {}: {}\n",
+                g.ids.len(),
+                g.by,
+                one_line(g.reason)
+            ));
+            if verbose {
+                for id in &g.ids {
+                    out.push_str(&format!("      {id}\n"));
+                }
+            }
+        }
+        if !verbose {
+            out.push_str("  (--verbose lists their ids)\n");
+        }
+    }
+    let filtered = filtered_out(results);
+    if filtered > 0 {
+        out.push_str(&format!(
+            "\nFilter {}: {filtered} other combinations of the matrix not selected\n",
+            results.filters.join(" and ")
+        ));
+    }
+}
+
+fn render(input: &ReportInput<'_>, verbose: bool) -> String {
     let r = input.results;
     let cmp: &Comparison = input.comparison;
     let env = &r.environment;
@@ -94,18 +144,19 @@ fn render(input: &ReportInput<'_>) -> String {
         ));
     }
 
-    let width = cmp
+    // Dropped cells get a line per rule below, not a row of dashes each: a filtered
+    // nightly drops hundreds, which would bury the few cells that ran.
+    let rows: Vec<&CellComparison> = cmp
         .cells
         .iter()
-        .map(|c| c.id.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+        .filter(|c| c.status != CellStatus::Dropped)
+        .collect();
+    let width = rows.iter().map(|c| c.id.len()).max().unwrap_or(4).max(4);
     out.push_str(&format!(
         "\n  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
         "cell", "tok/s/GPU", "TFLOP/s/GPU", "MFU", "vs baseline", "time", "verdict"
     ));
-    for c in &cmp.cells {
+    for c in &rows {
         out.push_str(&format!(
             "  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
             c.id,
@@ -188,12 +239,8 @@ fn render(input: &ReportInput<'_>) -> String {
                 .collect()
         },
     );
-    let not_run: Vec<&CellComparison> = cmp
-        .cells
-        .iter()
-        .filter(|c| matches!(c.status, CellStatus::Skipped | CellStatus::Dropped))
-        .collect();
-    section(&mut out, "Not run", &not_run, reason);
+    section(&mut out, "Not run", &of(CellStatus::Skipped), reason);
+    dropped(&mut out, r, verbose);
 
     let n = cmp.counts();
     let parts = [

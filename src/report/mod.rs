@@ -46,6 +46,8 @@ pub(crate) struct ReportSettings {
     pub baselines: PathBuf,
     /// Terminal output format.
     pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    pub verbose: bool,
     /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
     pub gpu_hour_price: Option<f64>,
 }
@@ -65,6 +67,11 @@ pub struct ReportInput<'a> {
 pub trait Exporter {
     /// The file this sink writes into the run directory.
     fn file_name(&self) -> &'static str;
+    /// Whether the run gets this file at all: a report about something the run does not
+    /// have (the framework comparison of a run without framework cells) is not written.
+    fn applies(&self, _input: &ReportInput<'_>) -> bool {
+        true
+    }
     /// Renders the report.
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError>;
 }
@@ -102,15 +109,27 @@ pub(crate) fn file_exporters() -> Vec<Box<dyn Exporter>> {
     ]
 }
 
-/// Renders every file report and writes each atomically into `run_dir`; returns the paths.
+/// Renders every file report that applies to the run and writes each atomically into
+/// `run_dir`; returns the paths.
+///
+/// A report that does not apply is removed when an earlier bench left it there, so that
+/// `bench report RUN_DIR` leaves the folder as a fresh run of this version would.
 pub(crate) fn write_reports(
     run_dir: &Path,
     input: &ReportInput<'_>,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let mut written = Vec::new();
     for exporter in file_exporters() {
-        let text = exporter.render(input)?;
         let path = run_dir.join(exporter.file_name());
+        if !exporter.applies(input) {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(ReportError::Write { path, source: e })
+                }
+                _ => continue,
+            }
+        }
+        let text = exporter.render(input)?;
         crate::atomic::write(&path, text.as_bytes()).map_err(|source| ReportError::Write {
             path: path.clone(),
             source,
@@ -148,7 +167,8 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
 /// writes `junit.xml`, `summary.md`, `report.json` and `report.html` atomically into `run_dir`, appends the
 /// summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or, with
 /// `--format json`, the JSON report) on stdout, and returns the exit code of DESIGN.md:
-/// 1 when a cell regressed, failed or timed out, else 0.
+/// 1 when a cell regressed, failed or timed out, else 0. `verbose` lists the ids of the
+/// dropped cells in the printed summary (`summary.txt` keeps only their counts).
 ///
 /// A malformed baseline file is bad input (exit 2); the reports are then not written, since
 /// they would call every cell new.
@@ -157,6 +177,7 @@ pub(crate) fn finish_run(
     results: &RunResults,
     baselines_dir: &Path,
     format: Format,
+    verbose: bool,
 ) -> Result<i32, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
     // A run judged against its history (`history.json`) is reported with the history's
@@ -178,6 +199,7 @@ pub(crate) fn finish_run(
         eprintln!("warning: {e}");
     }
     let stdout = match format {
+        Format::Human if verbose => human::render_verbose(&input),
         Format::Human => human::HumanExporter.render(&input)?,
         Format::Json => json::JsonExporter.render(&input)?,
     };
@@ -201,7 +223,13 @@ pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError>
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."))
     };
-    finish_run(&dir, &results, &settings.baselines, settings.format)
+    finish_run(
+        &dir,
+        &results,
+        &settings.baselines,
+        settings.format,
+        settings.verbose,
+    )
 }
 
 /// Seconds from the run's start to its end, when both are known.

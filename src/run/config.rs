@@ -54,6 +54,8 @@ pub struct MatrixSettings {
     pub baselines: PathBuf,
     /// Output format of the terminal summary.
     pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    pub verbose: bool,
     /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
     pub gpu_hour_price: Option<f64>,
     /// The history store to record the run in and judge its cells against.

@@ -202,6 +202,7 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
         &outcome.results,
         &args.baselines,
         args.format,
+        args.verbose,
     )?;
     if interrupted {
         return Ok(exit::INTERRUPTED);

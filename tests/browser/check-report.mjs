@@ -2,7 +2,10 @@
 // errors or exceptions, no network request, every chart the embedded data calls for drawn
 // (comparison bars, each cell's loss and step-time charts once opened, trend charts, the
 // scaling charts), the framework and dropped-cell sections, and that filtering and sorting
-// work. Writes a screenshot beside each page (report.png), or to --screenshot FILE.
+// work; that each step-time chart's y-range is set by its measured steps (warm-up steps far
+// above them are off scale and marked), that no two ticks of a loss or step-time axis read
+// the same, and that the page and its cell table fit a 1400 px window.
+// Writes a screenshot beside each page (report.png), or to --screenshot FILE.
 //
 // Usage: node tests/browser/check-report.mjs [--screenshot OUT.png] REPORT.html...
 import path from "node:path";
@@ -50,6 +53,43 @@ async function check(context, file) {
     expect(await count("#frameworks tr") === data.frameworks.rows.length + 1, "a framework row per configuration", problems);
   }
   expect(await count("#dropped details") === data.dropped.length, "a dropped group per rule", problems);
+
+  // The charts' axes, as each chart's box records them (data-y-min, data-y-max, data-y-ticks).
+  const charts = await page.$$eval(".chart[data-kind=loss], .chart[data-kind=step-time]", (els) => els.map((e) => ({
+    kind: e.dataset.kind, cell: e.closest("tr.detail").dataset.cell, min: Number(e.dataset.yMin),
+    max: Number(e.dataset.yMax), ticks: JSON.parse(e.dataset.yTicks || "[]"), clipped: Number(e.dataset.clipped),
+  })));
+  let scaledByMeasured = 0;
+  for (const ch of charts) {
+    const ticks = ch.ticks.filter((t) => t !== "");
+    expect(ticks.length >= 2 && new Set(ticks).size === ticks.length, `${ch.kind} ticks of ${ch.cell} differ: ${ticks.join(", ")}`, problems);
+    if (ch.kind !== "step-time") continue;
+    const cell = data.cells.find((c) => c.id === ch.cell);
+    let lo = Infinity, hi = -Infinity, warm = -Infinity;
+    for (const t of cell.traces) {
+      t.step.forEach((s, i) => {
+        const v = t.step_time_s[i];
+        if (t.warmup_until !== null && s <= t.warmup_until) warm = Math.max(warm, v);
+        else { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      });
+    }
+    if (!isFinite(lo)) continue;
+    // The range holds the measured steps with some room, and no more than that room.
+    const room = Math.max((hi - lo) * 0.2, Math.abs(hi) * 0.06);
+    expect(ch.min <= lo && ch.max >= hi && ch.max - hi <= room && lo - ch.min <= room,
+      `step-time range of ${ch.cell}: ${ch.min}..${ch.max}, measured steps ${lo}..${hi}`, problems);
+    if (warm > ch.max) {
+      expect(ch.clipped > 0, `step-time chart of ${ch.cell}: warm-up step of ${warm} s off scale but not marked`, problems);
+      scaledByMeasured++;
+    }
+  }
+  // A table wider than the window would scroll inside its own box; these pages' tables fit.
+  const [overflow, tableOverflow] = await page.evaluate(() => {
+    const t = document.getElementById("cells");
+    return [document.documentElement.scrollWidth - window.innerWidth, t.scrollWidth - t.parentElement.clientWidth];
+  });
+  expect(overflow <= 0, `the page is ${overflow} px wider than the window with every cell open`, problems);
+  expect(tableOverflow <= 0, `the cell table is ${tableOverflow} px wider than its box with every cell open`, problems);
   await page.click("#collapse-all");
 
   // Filter by the first axis's first value, then sort by tokens/s/GPU.
@@ -77,7 +117,7 @@ async function check(context, file) {
   await page.screenshot({ path: out, fullPage: data.cells.length <= 40 });
   for (const e of errors) problems.push(e);
   await page.close();
-  return { file, cells: data.cells.length, screenshot: out, problems };
+  return { file, cells: data.cells.length, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
 }
 
 const { context, network, close } = await launch();

@@ -36,6 +36,17 @@
     for (const [d, s] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]]) if (a >= d) return three(v / d) + s;
     return three(v);
   }
+  // A cell id that may wrap after each dot of its axis values, as text nodes with <wbr>
+  // between them: a narrow window wraps the id column, not the whole table off the page,
+  // and a copied id has no invisible characters in it.
+  function idNodes(id) {
+    const out = [];
+    id.split(".").forEach((part, i, parts) => {
+      out.push(document.createTextNode(i < parts.length - 1 ? part + "." : part));
+      if (i < parts.length - 1) out.push(el("wbr"));
+    });
+    return out;
+  }
   const pct = (v) => (v * 100).toFixed(1) + "%";
   const pctChange = (v) => (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + "%";
   function bytes(v) {
@@ -103,7 +114,7 @@
   // A bar of one metric against its baseline: tolerance band (light), noise band (dark),
   // baseline tick, this run's value (dot) and its repeats' spread (whisker).
   function bullet(m) {
-    const W = 150, H = 16, s = svg("svg", { width: W, height: H, class: "bullet chart", "data-kind": "bullet" });
+    const W = 120, H = 16, s = svg("svg", { width: W, height: H, class: "bullet chart", "data-kind": "bullet" });
     if (!m || m.current === null || m.current === undefined) return s;
     const cur = m.current, spread = m.spread || 0, base = m.baseline;
     const tol = m.tolerance || 0, noise = m.noise || 0;
@@ -143,17 +154,121 @@
     };
   }
 
-  function traceChart(box, cell, field, title, fmt) {
+  // Ticks at a round spacing (1, 2, 2.5 or 5 times a power of ten) with at least two of
+  // them inside [min, max]: uPlot's own choice, on a 200 px chart whose values differ in
+  // the third digit, can leave a single tick.
+  function roundSplits(u, axisIdx, min, max) {
+    const span = max - min;
+    if (!(span > 0) || !isFinite(span)) return [min];
+    const mag = 10 ** Math.floor(Math.log10(span / 4));
+    // The first spacing giving at most five intervals gives more than two: the candidates
+    // grow by at most 2.5x.
+    const incr = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= 5);
+    const out = [];
+    for (let i = Math.ceil(min / incr - 1e-9); i * incr <= max + incr * 1e-9; i++) out.push(i * incr);
+    return out;
+  }
+
+  // Tick labels with as many decimals as the spacing of the ticks needs, so that no two
+  // ticks read the same (a loss axis from 12.55 to 12.65 is not "12.6" four times); `unit`
+  // is [scale, suffix], e.g. [1000, " ms"].
+  function tickLabels(vs, unit) {
+    const [scale, suffix] = unit;
+    const step = vs.length > 1 ? Math.abs((vs[1] - vs[0]) * scale) : 0;
+    let d = 0;
+    while (d < 6 && isFinite(step) && step > 0 && Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) > 1e-6) d++;
+    return vs.map((v) => (v === null ? "" : (v * scale).toFixed(d) + suffix));
+  }
+  // The y-axis's width: its longest tick label (uPlot's 12 px axis font) and the tick.
+  const measure = document.createElement("canvas").getContext("2d");
+  function axisSize(u, values) {
+    measure.font = "12px system-ui, -apple-system, sans-serif";
+    const longest = Math.max(0, ...(values || []).map((v) => measure.measureText(v).width));
+    return Math.max(40, Math.ceil(longest) + 18);
+  }
+  // Step times in milliseconds below a second, else in seconds.
+  const timeUnit = (max) => (max < 1 ? [1000, " ms"] : [1, " s"]);
+
+  // The y-range of the measured (non-warm-up) values with some room, or null when there
+  // are none: a first step 20x slower than the rest would otherwise flatten every
+  // measured step onto the axis.
+  function measuredRange(cell, field) {
+    let lo = Infinity, hi = -Infinity;
+    for (const t of cell.traces) {
+      t.step.forEach((s, i) => {
+        const v = t[field][i];
+        if ((t.warmup_until === null || s > t.warmup_until) && v !== null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      });
+    }
+    if (!isFinite(lo)) return null;
+    const pad = hi > lo ? (hi - lo) * 0.15 : Math.abs(hi) * 0.05 || 1;
+    return [lo >= 0 ? Math.max(0, lo - pad) : lo - pad, hi + pad];
+  }
+
+  // Marks the points outside the y-range (warm-up outliers): a triangle at the edge they
+  // leave by, in their repeat's colour, and the most extreme one's value beside it.
+  function markClipped(cell, field, fmt, clipped) {
+    return (u) => {
+      const { min, max } = u.scales.y;
+      const ctx = u.ctx, top = u.bbox.top, bottom = u.bbox.top + u.bbox.height;
+      let extreme = null;
+      ctx.save();
+      cell.traces.forEach((t, r) => {
+        t.step.forEach((s, i) => {
+          const v = t[field][i];
+          if (v === null || (v <= max && v >= min)) return;
+          const up = v > max, x = u.valToPos(s, "x", true), y = up ? top : bottom, k = up ? 1 : -1, h = 7 * devicePixelRatio;
+          // A step outside the x-range too (zoomed in) gets no mark.
+          if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+          ctx.fillStyle = COLORS[r % COLORS.length];
+          ctx.beginPath(); ctx.moveTo(x, y); ctx.lineTo(x - h / 2, y + k * h); ctx.lineTo(x + h / 2, y + k * h); ctx.closePath(); ctx.fill();
+          if (!extreme || Math.abs(v) > Math.abs(extreme.v)) extreme = { v, x, y: y + k * (h + 10 * devicePixelRatio) };
+        });
+      });
+      if (extreme) {
+        ctx.font = 11 * devicePixelRatio + "px system-ui, sans-serif";
+        ctx.textBaseline = "middle";
+        ctx.textAlign = "left";
+        const text = fmt(extreme.v) + " (off scale)", tx = extreme.x + 6 * devicePixelRatio, th = 14 * devicePixelRatio;
+        // On a light backing, so that the measured steps' lines do not cross the text.
+        ctx.fillStyle = "rgba(255, 255, 255, 0.85)";
+        ctx.fillRect(tx - 2 * devicePixelRatio, extreme.y - th / 2, ctx.measureText(text).width + 4 * devicePixelRatio, th);
+        ctx.fillStyle = "#1f2328";
+        ctx.fillText(text, tx, extreme.y);
+      }
+      ctx.restore();
+      clipped.count = extreme ? 1 : 0;
+    };
+  }
+
+  // A per-step chart of one field of every repeat. `measured` scales the y-axis to the
+  // measured steps (warm-up outliers clipped and marked); the chart's box records its
+  // y-range and tick labels (data-y-min, data-y-max, data-y-ticks) for the browser test.
+  function traceChart(box, cell, field, fmt, unitOf, measured) {
     const tables = cell.traces.map((t) => [t.step, t[field]]);
     const joined = tables.length === 1 ? [tables[0][0], tables[0][1]] : uPlot.join(tables);
     const until = cell.traces.reduce((a, t) => (t.warmup_until === null ? a : Math.max(a, t.warmup_until)), -1);
     const series = [{ label: "step" }];
     cell.traces.forEach((_, i) => series.push({ label: "repeat " + (i + 1), stroke: COLORS[i % COLORS.length], width: 1.5, value: (u, v) => (v === null ? "–" : fmt(v)), spanGaps: true }));
+    const range = measured ? measuredRange(cell, field) : null;
+    const clipped = { count: 0 };
+    const y = range ? { range: () => range } : {};
     new uPlot({
       width: width(box), height: 200, series, legend: { live: true },
-      scales: { x: { time: false } },
-      axes: [{ label: "step" }, { values: (u, vs) => vs.map((v) => (v === null ? "" : fmt(v))), size: 70 }],
-      hooks: { drawClear: [shadeWarmup(until >= 0 ? until : null)] },
+      scales: { x: { time: false }, y },
+      axes: [{ label: "step" }, { size: axisSize, splits: roundSplits, values: (u, vs) => {
+        const labels = tickLabels(vs, unitOf(u.scales.y.max));
+        box.dataset.yTicks = JSON.stringify(labels);
+        return labels;
+      } }],
+      hooks: {
+        drawClear: [shadeWarmup(until >= 0 ? until : null)],
+        draw: [markClipped(cell, field, fmt, clipped), (u) => {
+          box.dataset.yMin = u.scales.y.min;
+          box.dataset.yMax = u.scales.y.max;
+          box.dataset.clipped = clipped.count;
+        }],
+      },
     }, joined, box);
   }
 
@@ -197,7 +312,7 @@
   // ---- cell table ----------------------------------------------------------------------
   const columns = [];
   if (multiRun) columns.push({ key: "run", title: "run", get: (c) => c.run_id });
-  for (const a of data.axes) columns.push({ key: "axis:" + a, title: a, get: (c) => (c.values[a] === undefined ? "" : c.values[a]) });
+  for (const a of data.axes) columns.push({ key: "axis:" + a, title: a, get: (c) => (c.values[a] === undefined ? "" : c.values[a]), cls: "axis" });
   // Verdicts sort by severity, so that sorting by them (the order the page opens in) puts
   // what went wrong first.
   const SEVERITY = ["regression", "failed", "timed out", "improvement", "new", "unchanged", "skipped", "missing"];
@@ -293,11 +408,11 @@
     tr.draw = () => {
       if (c.traces.length) {
         const loss = chartBox("loss", "loss per step" + (c.traces.length > 1 ? " (each repeat)" : ""));
-        const time = chartBox("step-time", "step time per step (warm-up shaded)");
+        const time = chartBox("step-time", "step time per step (warm-up shaded, its off-scale steps marked)");
         charts.append(loss, time);
-        traceChart(loss, c, "loss", "loss", three);
-        // Step times differ in the second digit of milliseconds: three digits on the axis.
-        traceChart(time, c, "step_time_s", "step time", (v) => (v < 1 ? three(v * 1000) + " ms" : dur(v)));
+        traceChart(loss, c, "loss", three, () => [1, ""], false);
+        // Step times differ in the second digit of milliseconds: the ticks say as much.
+        traceChart(time, c, "step_time_s", (v) => (v < 1 ? three(v * 1000) + " ms" : dur(v)), timeUnit, true);
       }
       for (const s of data.trends.filter((s) => s.cell === c.id)) {
         const box = chartBox("trend", label(s.metric) + " over the run history");
@@ -330,6 +445,8 @@
           tr.append(el("td", { class: "num" }, value(col.metric, v), bullet(m)));
         } else if (col.num) {
           tr.append(el("td", { class: "num", text: v === null || v === undefined ? "–" : col.fmt(v) }));
+        } else if (col.key === "id") {
+          tr.append(el("td", { class: "id" }, ...idNodes(v)));
         } else {
           tr.append(el("td", { class: col.cls || "", text: v + (col.key === "status" && c.flaky ? " (flaky)" : "") }));
         }

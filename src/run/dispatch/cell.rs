@@ -234,7 +234,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         other => (other, Metrics::new()),
     };
     let telemetry = match (&outcome, &shared.telemetry) {
-        (Outcome::Passed, Some(t)) => t.cell(&windows, &devices),
+        (Outcome::Passed, Some(t)) => t.cell(&windows, &devices).map(Box::new),
         _ => None,
     };
     CellResult {
