@@ -49,6 +49,10 @@ fn assert_parses(line: &str) {
             "matrix/nightly-h100.yaml --run-id gh-1-1 --no-progress",
         )
         .replace(
+            "\"${BENCH_HISTORY_URL:-$BENCH_HISTORY_FILE}\"",
+            "/builds/bench-history.sqlite",
+        )
+        .replace(
             "${BENCH_FILTER:+--filter \"$BENCH_FILTER\"}",
             "--filter model=gpt2-125m",
         );
