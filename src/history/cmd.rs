@@ -244,7 +244,7 @@ pub(crate) fn render_trend(
 /// `bench history CELL`.
 pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
     let cell = args.cell.as_str();
-    let mut store = super::open(&args.history)?;
+    let mut store = super::open_existing(&args.history)?;
     let keys = match &args.hardware {
         Some(k) => vec![k.clone()],
         None => store.hardware_keys(cell, &args.metric)?,
@@ -271,7 +271,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
             "--reason: say why the shift is intended (it is kept with the segment)"
         )));
     }
-    let mut store = super::open(&args.history)?;
+    let mut store = super::open_existing(&args.history)?;
     let key = match &args.hardware {
         Some(k) => k.clone(),
         None => {

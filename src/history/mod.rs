@@ -14,6 +14,7 @@
 //! - [`recorder`]: writes each cell into the store as soon as it finishes.
 //! - [`trends`]: the trends and change points the reports draw, from the store.
 //! - [`changepoint`]: change points in a trend (E-divisive means, pure).
+//! - [`interrupt`]: Ctrl-C and SIGTERM exit 130 while a store operation blocks.
 //! - [`gate`]: `bench matrix --history URL [--confirm]`: record, judge, confirm.
 //! - [`cmd`]: `bench history import|CELL|study` and `bench baseline accept`.
 //! - [`study`]: the calibration analysis behind the default policy (pure).
@@ -24,6 +25,7 @@ pub mod cmd;
 pub mod detect;
 pub mod environment;
 pub mod gate;
+pub(crate) mod interrupt;
 pub mod postgres;
 pub mod record;
 pub mod recorder;
@@ -35,7 +37,7 @@ pub mod suspects;
 pub mod trends;
 pub mod twosample;
 
-pub use store::{open, History};
+pub use store::{check, open, open_existing, History};
 
 /// The default history file of the `bench history` commands (also `$BENCH_HISTORY`).
 pub(crate) const DEFAULT_LOCATION: &str = "bench-history.sqlite";

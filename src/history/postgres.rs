@@ -2,41 +2,228 @@
 //! through the synchronous `postgres` client, without TLS (a history server sits inside the
 //! CI network; put it behind a TLS-terminating proxy otherwise). Statements are written with
 //! `?` placeholders and numbered (`$1`, `$2`, ...) here.
+//!
+//! Nothing here waits forever: the connection, TCP and start-up together, must be made
+//! within `connect_timeout` (10 s unless the URL says otherwise; a server that accepts the
+//! connection and never answers is given up on then); every statement is ended by the
+//! server after `statement_timeout` (120 s unless the URL's `options` set one); TCP
+//! keepalives and `tcp_user_timeout` notice a server that went away in the middle. While any
+//! of it blocks, Ctrl-C and SIGTERM exit 130 ([`super::interrupt`]).
+//!
+//! Credentials never leave this file: [`redact`] is the URL as bench shows it (no password
+//! in the user part, no `password=` parameter), and every message of the driver goes
+//! through [`Secrets::scrub`] before it becomes an error.
+
+use std::collections::BTreeSet;
+use std::sync::LazyLock;
+use std::time::Duration;
 
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
+use regex::{Captures, Regex};
 
+use super::interrupt::Guard;
 use super::store::{Backend, Sql};
+
+/// The longest wait for a connection (TCP and the server's start-up) unless the URL's
+/// `connect_timeout` says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The server ends a statement after this unless the URL's `options` set
+/// `statement_timeout`: the longest query of a fleet's store takes a few seconds.
+const STATEMENT_TIMEOUT_MS: u64 = 120_000;
+/// TCP keepalives: the first probe after this idle time, then every
+/// [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_RETRIES`] times, unless the URL sets them.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+/// Data sent and not acknowledged for this long drops the connection (Linux).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) struct PgBackend {
     client: Client,
     /// Prepared statements by their SQL: an import repeats the same few thousands of times,
     /// and preparing costs a round trip to the server.
     prepared: std::collections::HashMap<String, postgres::Statement>,
+    secrets: Secrets,
 }
 
 impl PgBackend {
+    /// Connects to `url` (a `postgres://` or `postgresql://` URL, scheme in lower case) with
+    /// the timeouts of the module doc; the error is free of the URL's credentials.
     pub(crate) fn connect(url: &str) -> Result<PgBackend, String> {
-        let client = Client::connect(url, NoTls).map_err(|e| e.to_string())?;
+        let _interruptible = Guard::new();
+        let secrets = Secrets::of(url);
+        let mut config: postgres::Config = url
+            .parse()
+            .map_err(|e: postgres::Error| secrets.scrub(&e.to_string()))?;
+        let given = param_names(url);
+        let unless_given = |name: &str| !given.contains(name);
+        if unless_given("connect_timeout") {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if unless_given("keepalives_idle") {
+            config.keepalives_idle(KEEPALIVE_IDLE);
+        }
+        if unless_given("keepalives_interval") {
+            config.keepalives_interval(KEEPALIVE_INTERVAL);
+        }
+        if unless_given("keepalives_retries") {
+            config.keepalives_retries(KEEPALIVE_RETRIES);
+        }
+        if unless_given("tcp_user_timeout") {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        let options = config.get_options().unwrap_or("").to_string();
+        if !options.contains("statement_timeout") {
+            config.options(
+                format!("{options} -c statement_timeout={STATEMENT_TIMEOUT_MS}").trim_start(),
+            );
+        }
+        // The driver's `connect_timeout` covers the TCP connection only; a server that
+        // accepts it and never answers the start-up would hold `connect` forever. So it runs
+        // on a thread of its own, given up on at the deadline (the thread then stays blocked
+        // until bench exits, holding nothing but its socket).
+        let deadline = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_TIMEOUT);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(config.connect(NoTls));
+        });
+        let client = match rx.recv_timeout(deadline) {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(secrets.scrub(&e.to_string())),
+            Err(_) => {
+                return Err(format!(
+                    "no answer from the server within {} s (connect_timeout): it accepted no connection or never completed the start-up",
+                    deadline.as_secs_f64()
+                ))
+            }
+        };
         Ok(PgBackend {
             client,
             prepared: Default::default(),
+            secrets,
         })
     }
 }
 
-/// The URL without its password, for messages and reports.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}@{host}")
+/// The credentials a location carries, as given and as the driver decodes them, so that
+/// they can be removed from any text (the driver's messages included).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Secrets(Vec<String>);
+
+impl Secrets {
+    pub(crate) fn of(location: &str) -> Secrets {
+        let mut found = BTreeSet::new();
+        if let Some((_, rest)) = location.split_once("://") {
+            // The driver takes everything before the first `@` as the user part.
+            if let Some((userinfo, _)) = rest.split_once('@') {
+                if let Some((_, pass)) = userinfo.split_once(':') {
+                    found.insert(pass.to_string());
+                    found.insert(percent_decode(pass));
+                }
+            }
         }
-        None => url.to_string(),
+        for c in PARAM.captures_iter(location) {
+            if is_secret_key(&c[1]) {
+                let value = c[2].trim_matches('\'');
+                found.insert(value.to_string());
+                found.insert(percent_decode(value));
+            }
+        }
+        // A secret of one or two characters would mask letters all over a message; the
+        // structural redaction still removes it from where it was given.
+        let mut found: Vec<String> = found
+            .into_iter()
+            .filter(|s| s.chars().count() >= 3)
+            .collect();
+        // The longest first, so that a secret inside another one does not break it up.
+        found.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Secrets(found)
     }
+
+    /// `text` with every credential replaced by `***`, and every `password=...` parameter
+    /// masked.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        let mut out = redact(text);
+        for s in &self.0 {
+            out = out.replace(s.as_str(), "***");
+        }
+        out
+    }
+}
+
+/// `key=value` parameters of a URL's query string or a keyword/value connection string;
+/// a value may be single-quoted (keyword form).
+static PARAM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"([^\s?&=@/:]+)=('(?:[^'\\]|\\.)*'|[^\s&]*)").expect("static regex")
+});
+
+/// Whether a parameter's name (percent-encoded or not, in any case) names a credential:
+/// `password`, `sslpassword`.
+fn is_secret_key(key: &str) -> bool {
+    percent_decode(key).to_ascii_lowercase().contains("password")
+}
+
+/// `%XX` escapes decoded (the rest, invalid escapes included, as it is); bytes that are not
+/// UTF-8 are replaced.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The names of the parameters a URL's query string gives, decoded.
+fn param_names(url: &str) -> BTreeSet<String> {
+    url.split_once('?')
+        .map(|(_, q)| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('=').map(|(k, _)| percent_decode(k)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The location as bench shows it, in messages, reports and `history.json`: the password
+/// of the user part replaced by `***`, and the value of every parameter that names a
+/// credential (`?password=`, `sslpassword=`, a keyword/value string's `password='...'`)
+/// too. Anything else, a file path included, is kept as it is.
+pub(crate) fn redact(location: &str) -> String {
+    let structural = match location.split_once("://") {
+        // The driver takes everything before the first `@` as the user part.
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((userinfo, host)) => match userinfo.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => location.to_string(),
+            },
+            None => location.to_string(),
+        },
+        None => location.to_string(),
+    };
+    PARAM
+        .replace_all(&structural, |c: &Captures| {
+            if is_secret_key(&c[1]) {
+                format!("{}=***", &c[1])
+            } else {
+                c[0].to_string()
+            }
+        })
+        .into_owned()
 }
 
 /// `?` placeholders numbered as PostgreSQL wants them (`$1`, `$2`, ...). Our statements
@@ -103,7 +290,7 @@ impl PgBackend {
                 let s = self
                     .client
                     .prepare(&number_placeholders(sql))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| self.secrets.scrub(&e.to_string()))?;
                 self.prepared.insert(sql.to_string(), s.clone());
                 s
             }
@@ -114,7 +301,7 @@ impl PgBackend {
             .map(|(v, ty)| bind(v, ty))
             .collect();
         let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        f(&mut self.client, &stmt, &refs).map_err(|e| e.to_string())
+        f(&mut self.client, &stmt, &refs).map_err(|e| self.secrets.scrub(&e.to_string()))
     }
 }
 
@@ -124,14 +311,19 @@ impl Backend for PgBackend {
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), String> {
-        self.client.batch_execute(sql).map_err(|e| e.to_string())
+        let _interruptible = Guard::new();
+        self.client
+            .batch_execute(sql)
+            .map_err(|e| self.secrets.scrub(&e.to_string()))
     }
 
     fn execute(&mut self, sql: &str, params: &[Sql]) -> Result<u64, String> {
+        let _interruptible = Guard::new();
         self.run(sql, params, |c, stmt, p| c.execute(stmt, p))
     }
 
     fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, String> {
+        let _interruptible = Guard::new();
         let rows = self.run(sql, params, |c, stmt, p| c.query(stmt, p))?;
         rows.iter()
             .map(|row| {
@@ -140,7 +332,7 @@ impl Backend for PgBackend {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())
+            .map_err(|e| self.secrets.scrub(&e.to_string()))
     }
 }
 
@@ -149,15 +341,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placeholders_are_numbered_and_passwords_hidden() {
+    fn placeholders_are_numbered() {
         assert_eq!(
             number_placeholders("SELECT a FROM t WHERE b = ? AND c = ?"),
             "SELECT a FROM t WHERE b = $1 AND c = $2"
         );
+    }
+
+    #[test]
+    fn every_form_of_password_is_hidden() {
+        for (given, shown) in [
+            (
+                "postgres://ci:s3cret@db.internal:5432/bench",
+                "postgres://ci:***@db.internal:5432/bench",
+            ),
+            ("postgres://db/bench", "postgres://db/bench"),
+            (
+                "POSTGRES://ci:s3cret@db/bench",
+                "POSTGRES://ci:***@db/bench",
+            ),
+            (
+                "postgres://ci@db/bench?sslmode=disable&password=s3cret&application_name=x",
+                "postgres://ci@db/bench?sslmode=disable&password=***&application_name=x",
+            ),
+            (
+                "postgresql://db/bench?PassWord=s3cret",
+                "postgresql://db/bench?PassWord=***",
+            ),
+            (
+                "postgres://db/bench?p%61ssword=s3cret&sslpassword=k3y",
+                "postgres://db/bench?p%61ssword=***&sslpassword=***",
+            ),
+            (
+                "host=db user=ci password='s3 cret' dbname=bench",
+                "host=db user=ci password=*** dbname=bench",
+            ),
+            // The driver takes everything before the first `@` as the user part.
+            (
+                "postgres://db/bench?password=a@b:5432",
+                "postgres://db/bench?password=***",
+            ),
+            ("results/history.sqlite", "results/history.sqlite"),
+        ] {
+            assert_eq!(redact(given), shown, "{given}");
+        }
+    }
+
+    #[test]
+    fn driver_messages_lose_the_decoded_password() {
+        let s = Secrets::of("postgres://ci:p%40ss%20word@db/bench?password=t0ken!");
         assert_eq!(
-            redact("postgres://ci:s3cret@db.internal:5432/bench"),
-            "postgres://ci@db.internal:5432/bench"
+            s.scrub("password authentication failed: got p@ss word and t0ken! and p%40ss%20word"),
+            "password authentication failed: got *** and *** and ***"
         );
-        assert_eq!(redact("postgres://db/bench"), "postgres://db/bench");
+        // Short secrets are left to the structural redaction.
+        let s = Secrets::of("postgres://ci:ab@db/bench");
+        assert_eq!(s.scrub("a cab"), "a cab");
     }
 }

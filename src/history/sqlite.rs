@@ -6,8 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::types::Value;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
+use super::interrupt::Guard;
 use super::store::{Backend, Sql};
 
 pub(crate) struct SqliteBackend {
@@ -15,12 +16,29 @@ pub(crate) struct SqliteBackend {
 }
 
 impl SqliteBackend {
-    /// Opens (or creates) the file, with its parent folders.
-    pub(crate) fn open(path: &Path) -> Result<SqliteBackend, String> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    /// Opens the file; when `create`, a missing file is created with its parent folders,
+    /// otherwise a missing file is refused (a reading command given a mistyped path must
+    /// not leave an empty store behind).
+    pub(crate) fn open(path: &Path, create: bool) -> Result<SqliteBackend, String> {
+        let _interruptible = Guard::new();
+        if !path.exists() && !create {
+            return Err("no such file (a command that only reads the history does not create it)".into());
         }
-        let conn = Connection::open(path).map_err(|e| e.to_string())?;
+        if path.exists() && !path.is_file() {
+            return Err("not a regular file".into());
+        }
+        if create {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            }
+        }
+        // Without `SQLITE_OPEN_URI` (which `Connection::open` sets): a path is a path, never
+        // `file:...?mode=...`.
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| e.to_string())?;
         // Two writers (a nightly and an import) wait for each other instead of failing.
         conn.busy_timeout(Duration::from_secs(60))
             .map_err(|e| e.to_string())?;
@@ -29,6 +47,36 @@ impl SqliteBackend {
         )
         .map_err(|e| e.to_string())?;
         Ok(SqliteBackend { conn })
+    }
+
+    /// SQLite's own check of the file's structure (`PRAGMA quick_check`): the first
+    /// problems it reports, or `None` when it says `ok`.
+    fn quick_check(&mut self) -> Result<Option<String>, String> {
+        let _interruptible = Guard::new();
+        let mut stmt = self
+            .conn
+            .prepare("PRAGMA quick_check(20)")
+            .map_err(|e| e.to_string())?;
+        let lines: Vec<String> = stmt
+            .query_map([], |row| row.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| e.to_string())?;
+        if lines.len() == 1 && lines[0] == "ok" {
+            return Ok(None);
+        }
+        // Its first line names the database (`*** in database main ***`), not a problem.
+        let problems: Vec<&str> = lines
+            .iter()
+            .flat_map(|l| l.lines())
+            .filter(|l| !l.starts_with("***"))
+            .collect();
+        let shown: Vec<&str> = problems.iter().take(3).copied().collect();
+        let more = problems.len().saturating_sub(shown.len());
+        Ok(Some(if more > 0 {
+            format!("{} (and {more} more)", shown.join("; "))
+        } else {
+            shown.join("; ")
+        }))
     }
 }
 
@@ -60,11 +108,17 @@ impl Backend for SqliteBackend {
         "BEGIN IMMEDIATE"
     }
 
+    fn damage(&mut self) -> Result<Option<String>, String> {
+        self.quick_check()
+    }
+
     fn batch(&mut self, sql: &str) -> Result<(), String> {
+        let _interruptible = Guard::new();
         self.conn.execute_batch(sql).map_err(|e| e.to_string())
     }
 
     fn execute(&mut self, sql: &str, params: &[Sql]) -> Result<u64, String> {
+        let _interruptible = Guard::new();
         let values: Vec<Value> = params.iter().map(to_value).collect();
         // Cached: an import repeats the same few statements thousands of times.
         self.conn
@@ -75,6 +129,7 @@ impl Backend for SqliteBackend {
     }
 
     fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, String> {
+        let _interruptible = Guard::new();
         let values: Vec<Value> = params.iter().map(to_value).collect();
         let mut stmt = self.conn.prepare_cached(sql).map_err(|e| e.to_string())?;
         let n = stmt.column_count();

@@ -69,6 +69,11 @@ pub(crate) trait Backend: Send {
     fn begin(&self) -> &'static str {
         "BEGIN"
     }
+    /// What the database's own check of its files finds wrong, `None` when nothing (SQLite:
+    /// `PRAGMA quick_check`; a server keeps its files itself).
+    fn damage(&mut self) -> Result<Option<String>, String> {
+        Ok(None)
+    }
 }
 
 /// An open history store.
@@ -78,34 +83,183 @@ pub struct History {
     pub location: String,
 }
 
-/// Opens the store at `location`: a `postgres://` or `postgresql://` URL, else a SQLite
-/// file path (created when missing). Migrates the schema to the newest version.
+/// What a `--history` value names.
+#[derive(Debug, Clone, PartialEq)]
+enum Location {
+    /// A `postgres://` or `postgresql://` URL (the scheme in any case; given to the driver
+    /// in lower case, the only case it reads).
+    Postgres(String),
+    Sqlite(std::path::PathBuf),
+}
+
+/// The keywords of a PostgreSQL keyword/value connection string (libpq's `conninfo`)
+/// that a mistaken `--history 'host=db password=...'` would start with.
+const CONNINFO_KEYWORDS: [&str; 11] = [
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "sslmode",
+    "options",
+    "application_name",
+    "connect_timeout",
+];
+
+/// Reads a `--history` value: a PostgreSQL URL, or else a SQLite file path. Anything else
+/// that looks like a URL (`scheme://...`, e.g. `sqlite://`, `https://`) or a keyword/value
+/// connection string is refused (exit 2), never taken for a file name that could hold a
+/// password.
+fn parse_location(location: &str) -> Result<Location, HistoryError> {
+    let refuse = |message: String| HistoryError::Input {
+        path: super::postgres::redact(location),
+        message,
+    };
+    if location.trim().is_empty() {
+        return Err(refuse(
+            "no history store given: a SQLite file path or a postgres:// URL".into(),
+        ));
+    }
+    if let Some((scheme, rest)) = location.split_once("://") {
+        let is_scheme = scheme
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if is_scheme {
+            let lower = scheme.to_ascii_lowercase();
+            if lower == "postgres" || lower == "postgresql" {
+                return Ok(Location::Postgres(format!("{lower}://{rest}")));
+            }
+            return Err(refuse(format!(
+                "a URL of scheme `{scheme}`: a history store is a SQLite file path or a postgres:// URL"
+            )));
+        }
+    }
+    let tokens: Vec<&str> = location.split_whitespace().collect();
+    let conninfo = tokens.iter().all(|t| t.contains('='))
+        && tokens.iter().any(|t| {
+            let key = t.split('=').next().unwrap_or("").to_ascii_lowercase();
+            CONNINFO_KEYWORDS.contains(&key.as_str())
+        });
+    if conninfo {
+        return Err(refuse(
+            "a PostgreSQL keyword/value connection string: give the store as a postgres:// URL (postgres://user@host:port/db)".into(),
+        ));
+    }
+    Ok(Location::Sqlite(std::path::PathBuf::from(location)))
+}
+
+/// Opens the store at `location`: a `postgres://` or `postgresql://` URL (the scheme in any
+/// case), else a SQLite file path (created when missing). Migrates the schema to the newest
+/// version. Refuses (exit 2) a URL of another scheme and a keyword/value connection string.
 pub fn open(location: &str) -> Result<History, HistoryError> {
-    let (backend, shown): (Box<dyn Backend>, String) =
-        if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+    open_at(location, true, false)
+}
+
+/// [`open`] for the commands that read what is there (`bench history CELL`, `bench
+/// baseline accept`): a SQLite file that does not exist is refused (exit 2) instead of
+/// created, so that a mistyped path leaves nothing behind, and a damaged one is refused
+/// before it is read.
+pub fn open_existing(location: &str) -> Result<History, HistoryError> {
+    open_at(location, false, true)
+}
+
+/// Checks the store at `location` before a run relies on it (`bench matrix --history`
+/// calls it before the first cell): a file that is not SQLite, a truncated or damaged one
+/// (SQLite's `PRAGMA quick_check`), a store of a newer schema, and a row bench cannot read
+/// (every trend is read) are each refused with exit 2 naming the store. A store that cannot
+/// be trusted is the user's to repair or move aside, not an internal error of bench. A
+/// SQLite file that does not exist yet is created, as the run would.
+pub fn check(location: &str) -> Result<(), HistoryError> {
+    open_at(location, true, true)?.check_rows()
+}
+
+fn open_at(location: &str, create: bool, verify: bool) -> Result<History, HistoryError> {
+    let (backend, shown): (Box<dyn Backend>, String) = match parse_location(location)? {
+        Location::Postgres(url) => {
             let shown = super::postgres::redact(location);
-            let b = super::postgres::PgBackend::connect(location).map_err(|message| {
+            let b = super::postgres::PgBackend::connect(&url).map_err(|message| {
                 HistoryError::Open {
                     location: shown.clone(),
                     message,
                 }
             })?;
             (Box::new(b), shown)
-        } else {
-            let b = super::sqlite::SqliteBackend::open(std::path::Path::new(location)).map_err(
-                |message| HistoryError::Open {
+        }
+        Location::Sqlite(path) => {
+            let b = super::sqlite::SqliteBackend::open(&path, create).map_err(|message| {
+                HistoryError::Open {
                     location: location.to_string(),
                     message,
-                },
-            )?;
+                }
+            })?;
             (Box::new(b), location.to_string())
-        };
+        }
+    };
     let mut h = History {
         backend,
         location: shown,
     };
-    h.migrate()?;
+    if verify {
+        h.refuse_damage()?;
+    }
+    if let Err(e) = h.migrate() {
+        // A migration that fails on a damaged file is the file's fault: said as such.
+        h.refuse_damage()?;
+        return Err(e);
+    }
     Ok(h)
+}
+
+impl History {
+    /// Refuses a store whose files the database finds damaged (exit 2).
+    fn refuse_damage(&mut self) -> Result<(), HistoryError> {
+        match self.backend.damage() {
+            Ok(None) => Ok(()),
+            Ok(Some(problems)) => Err(HistoryError::Input {
+                path: self.location.clone(),
+                message: format!(
+                    "the store is damaged (SQLite quick_check: {problems}); restore it from a backup or move it aside"
+                ),
+            }),
+            Err(m) => Err(HistoryError::Open {
+                location: self.location.clone(),
+                message: m,
+            }),
+        }
+    }
+
+    /// Reads every trend the store holds (each cell, hardware key and metric), so that a
+    /// row bench cannot read is found now, as [`HistoryError::Input`], rather than while a
+    /// verdict is being made.
+    fn check_rows(&mut self) -> Result<(), HistoryError> {
+        let series = self.query(
+            "SELECT DISTINCT m.cell_id, r.hardware_key, m.metric FROM bench_metrics m
+             JOIN bench_runs r ON r.run_id = m.run_id ORDER BY 1, 2, 3",
+            &[],
+        )?;
+        for s in &series {
+            self.trend(&text(&s[0]), &text(&s[1]), &text(&s[2]))?;
+        }
+        Ok(())
+    }
+
+    /// A row of `cell` (`row[0]` is its run id) whose column does not read: the store is
+    /// bad input (exit 2), named with the row.
+    fn bad_row(&self, cell: &str, row: &[Sql], message: String) -> HistoryError {
+        HistoryError::Input {
+            path: self.location.clone(),
+            message: format!(
+                "run {} cell {cell}: a row bench cannot read: {message}",
+                row.first().map(text).unwrap_or_default()
+            ),
+        }
+    }
 }
 
 /// One point of a cell's trend: a run's value of one metric.
@@ -336,36 +490,36 @@ impl History {
             .map(|r| {
                 let samples: Vec<Option<f64>> =
                     serde_json::from_str(r[8].text().unwrap_or("[]"))
-                        .map_err(|e| self.err(format!("bench_metrics.samples: {e}")))?;
+                        .map_err(|e| self.bad_row(cell, &r, format!("bench_metrics.samples: {e}")))?;
                 let loss_curve: Vec<Option<f64>> =
                     serde_json::from_str(r[9].text().unwrap_or("[]"))
-                        .map_err(|e| self.err(format!("bench_cells.loss_curve: {e}")))?;
+                        .map_err(|e| self.bad_row(cell, &r, format!("bench_cells.loss_curve: {e}")))?;
                 let json_col =
                     |i: usize, name: &str| -> Result<Option<serde_json::Value>, HistoryError> {
                         match r[i].text() {
                             Some(t) => serde_json::from_str(t)
                                 .map(Some)
-                                .map_err(|e| self.err(format!("{name}: {e}"))),
+                                .map_err(|e| self.bad_row(cell, &r, format!("{name}: {e}"))),
                             None => Ok(None),
                         }
                     };
                 let switches: IndexMap<String, String> = match json_col(10, "bench_runs.switches")?
                 {
                     Some(v) => serde_json::from_value(v)
-                        .map_err(|e| self.err(format!("bench_runs.switches: {e}")))?,
+                        .map_err(|e| self.bad_row(cell, &r, format!("bench_runs.switches: {e}")))?,
                     None => IndexMap::new(),
                 };
                 let telemetry: Option<CellTelemetry> = match json_col(18, "bench_cells.telemetry")?
                 {
                     Some(v) if !v.is_null() => Some(
                         serde_json::from_value(v)
-                            .map_err(|e| self.err(format!("bench_cells.telemetry: {e}")))?,
+                            .map_err(|e| self.bad_row(cell, &r, format!("bench_cells.telemetry: {e}")))?,
                     ),
                     _ => None,
                 };
                 let context: IndexMap<String, String> = match json_col(19, "bench_cells.context")? {
                     Some(v) if !v.is_null() => serde_json::from_value(v)
-                        .map_err(|e| self.err(format!("bench_cells.context: {e}")))?,
+                        .map_err(|e| self.bad_row(cell, &r, format!("bench_cells.context: {e}")))?,
                     _ => IndexMap::new(),
                 };
                 let opt = |i: usize| r[i].text().map(str::to_string);
