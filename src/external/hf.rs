@@ -161,6 +161,10 @@ pub(crate) struct HfLog {
 }
 
 impl LogParser for HfLog {
+    fn device(&self) -> Option<&str> {
+        self.info.as_ref().map(|i| i.device.as_str())
+    }
+
     fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
         let (rank, text) = log::split_rank(raw);
         let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);

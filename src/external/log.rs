@@ -96,6 +96,8 @@ pub(crate) trait LogParser: Send {
     /// The log has ended (the framework exited with `exited_ok`); returns the steps still
     /// held back and what the parser knows, or why the log is incomplete.
     fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError>;
+    /// The device the driver's version line named, once it has come.
+    fn device(&self) -> Option<&str>;
 }
 
 static RANK_PREFIX: LazyLock<Regex> =

@@ -14,6 +14,7 @@
 //! Adding a framework: one file implementing [`Adapter`] (mapping, command line, log
 //! parser) and one line in [`adapter`]; docs/frameworks.md walks through it.
 
+pub(crate) mod bounds;
 pub mod compare;
 pub mod hf;
 pub mod log;

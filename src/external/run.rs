@@ -9,7 +9,7 @@
 //! event whose figures bench computed itself, with the framework's own beside them. A log
 //! that cannot be read fails the cell (exit 2, no retry) with the line that did not parse.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::log::{measured_median, LoggedStep};
+use super::bounds::Bounds;
+use super::log::{measured_median, LoggedStep, ParseError};
 use super::{AttemptFiles, FrameworkReport};
 use crate::cell::Cell;
-use crate::events::{ErrorKind, Event, StepEvent};
+use crate::events::{ErrorKind, Event, LineSplitter, StepEvent};
 use crate::exit::worker as exit;
 use crate::metrics::flops;
 use crate::workload::measure::{self, Recorder, RunFacts};
@@ -50,26 +51,40 @@ fn attempt_dir(cell: &Cell) -> (PathBuf, PathBuf) {
     (run_dir.join("frameworks").join(name), run_dir)
 }
 
-/// Reads `stream` line by line into `tx` (bytes that are not UTF-8 are replaced).
+/// Reads `stream` line by line into `tx`, each line as the runner reads worker output
+/// ([`LineSplitter`]): at most [`crate::events::MAX_LINE_BYTES`] (the rest of a longer line
+/// is read and dropped, so a framework printing a gigabyte in one line costs a megabyte),
+/// invalid UTF-8 replaced, escape sequences and control characters removed.
 fn pump<R: Read + Send + 'static>(stream: R, tx: mpsc::Sender<String>) {
     std::thread::spawn(move || {
-        let mut r = BufReader::new(stream);
-        let mut buf = Vec::new();
-        loop {
-            buf.clear();
-            match r.read_until(b'\n', &mut buf) {
+        let mut stream = stream;
+        let mut lines = LineSplitter::default();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut open = true;
+        while open {
+            match stream.read(&mut chunk) {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let line = String::from_utf8_lossy(&buf)
-                        .trim_end_matches(['\n', '\r'])
-                        .to_string();
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
+                Ok(n) => lines.push(&chunk[..n], &mut |l| open &= tx.send(l).is_ok()),
             }
         }
+        if let Some(l) = lines.flush() {
+            let _ = tx.send(l);
+        }
     });
+}
+
+/// A framework's output line as `bench adapt` echoes it into the cell's log (its stderr,
+/// which the runner reads for worker events too): only the adapter's parser speaks for a
+/// framework cell, so a line the runner would take for an event, a JSON object after
+/// sanitizing (plain, or behind an escape or BEL byte that sanitizing removes), is prefixed
+/// with `framework: ` and stays log text.
+pub fn echo_line(line: &str) -> String {
+    let text = crate::sanitize::clean(line);
+    if text.trim_start().starts_with('{') {
+        format!("framework: {text}")
+    } else {
+        text
+    }
 }
 
 /// `bench adapt`: returns the process's exit code.
@@ -162,18 +177,20 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     let p = &cell.params;
     let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
     let mut parser = adapter.parser(&cell);
+    let flops_per_token = flops::flops_per_token(
+        cfg.n_matmul_params(),
+        cfg.layers as u64,
+        cfg.hidden as u64,
+        u64::from(p.seq_len),
+    );
+    let bounds = Bounds::new(flops_per_token, tokens_per_step, cell.gpus(), cell.dtype());
     let mut rec = Recorder::default();
     let mut logged: Vec<LoggedStep> = Vec::new();
     let mut oom = false;
     let mut tail: Vec<String> = Vec::new();
     let mut failure: Option<(ErrorKind, String)> = None;
     for (i, line) in rx.iter().enumerate() {
-        // The framework's own lines stay log text, even one that reads as a bench event.
-        if Event::parse_line(&line).is_some() {
-            eprintln!("framework: {line}");
-        } else {
-            eprintln!("{line}");
-        }
+        eprintln!("{}", echo_line(&line));
         if failure.is_some() {
             continue;
         }
@@ -192,6 +209,12 @@ pub(crate) fn main(cell_json: &str) -> i32 {
                             ErrorKind::NanLoss,
                             format!("{}: loss {} at step {}", adapter.name(), s.loss, s.step),
                         ));
+                        break;
+                    }
+                    let elapsed = started.elapsed().as_secs_f64();
+                    if let Err(why) = bounds.check(&s, parser.device(), elapsed) {
+                        let e = ParseError::new(adapter.name(), i + 1, &line, why);
+                        failure = Some((ErrorKind::BadInput, e.to_string()));
                         break;
                     }
                     let warmup = s.step <= u64::from(p.warmup);
@@ -253,12 +276,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
         tokens_per_step,
         world_size: info.world_size.max(1),
         n_params: cfg.n_params(),
-        flops_per_token: flops::flops_per_token(
-            cfg.n_matmul_params(),
-            cfg.layers as u64,
-            cfg.hidden as u64,
-            u64::from(p.seq_len),
-        ),
+        flops_per_token,
         peak: flops::peak_tflops(&info.device, cell.dtype()),
         peak_mem_bytes: None,
         device: info.device.clone(),

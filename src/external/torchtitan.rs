@@ -346,6 +346,10 @@ pub(crate) struct TitanLog {
 }
 
 impl LogParser for TitanLog {
+    fn device(&self) -> Option<&str> {
+        self.info.as_ref().map(|i| i.device.as_str())
+    }
+
     fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
         let (rank, text) = log::split_rank(raw);
         if let Some(info) = log::driver_info(NAME, line_no, &text) {

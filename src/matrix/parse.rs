@@ -124,13 +124,55 @@ impl Source {
     }
 }
 
+/// The largest matrix file bench reads. Matrices are a few kilobytes (the nightly's is
+/// 2 KB); a file past this is not one, and reading it whole would only spend memory.
+pub const MAX_MATRIX_BYTES: u64 = 4 << 20;
+
 /// Reads and parses a matrix file.
 pub(crate) fn parse_file(path: &Path) -> Result<(MatrixSpec, Source), MatrixError> {
-    let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
+    let text = read_matrix(path).map_err(|source| MatrixError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     parse_str(path, text)
+}
+
+/// The text of a matrix file: a regular file (not a device such as `/dev/zero`, a FIFO or
+/// a folder, which could be read forever or block) of at most [`MAX_MATRIX_BYTES`], checked
+/// before and while reading (a file can grow, and `/proc` files say they are empty).
+fn read_matrix(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a folder"
+        } else {
+            "not a regular file (a device, FIFO or socket)"
+        };
+        return Err(refuse(format!("{what}; a matrix is a YAML file")));
+    }
+    let too_big = || {
+        refuse(format!(
+            "more than {MAX_MATRIX_BYTES} bytes (4 MiB), the most a matrix file may have"
+        ))
+    };
+    if meta.len() > MAX_MATRIX_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_MATRIX_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_MATRIX_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+        )
+    })
 }
 
 /// Parses matrix text (`path` is only used in messages).
