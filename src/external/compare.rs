@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use indexmap::IndexMap;
 
 use crate::metrics::flops;
+use crate::report::markdown::{code, text};
 use crate::results::{CellResult, Outcome, RunResults};
 
 /// Relative difference past which bench's and a framework's figure are said to disagree.
@@ -199,31 +200,29 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
     let env = &results.environment;
     let mut s = format!(
         "## Framework comparison\n\n{} ({} x {}), run {} started {}.\n\n",
-        results.matrix_name,
+        code(&results.matrix_name),
         env.gpu_count,
-        env.gpu_model.as_deref().unwrap_or("CPU"),
-        results.run_id,
-        results.started_at
+        text(env.gpu_model.as_deref().unwrap_or("CPU")),
+        code(&results.run_id),
+        text(&results.started_at)
     );
     s.push_str("| model x configuration | framework | tokens/s/GPU | MFU | memory (GiB) | days / 1T tokens | GPU-hours / 1T tokens | cost / 1T tokens |\n");
     s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
     for row in &rows {
         for (fw, col) in &row.columns {
-            let name = match &col.version {
+            // The axis values, the framework's name and version (its driver's line) and the
+            // notes are untrusted text.
+            let name = text(&match &col.version {
                 Some(v) => format!("{fw} ({v})"),
                 None => fw.clone(),
-            };
+            });
+            let config = text(&row.config);
             if let Some(note) = &col.note {
-                s.push_str(&format!(
-                    "| {} | {name} | {} | | | | | |\n",
-                    row.config,
-                    note.replace('|', "\\|").replace('\n', " ")
-                ));
+                s.push_str(&format!("| {config} | {name} | {} | | | | | |\n", text(note)));
                 continue;
             }
             s.push_str(&format!(
-                "| {} | {name} | {} | {} | {} | {} | {} | {} |\n",
-                row.config,
+                "| {config} | {name} | {} | {} | {} | {} | {} | {} |\n",
                 fmt(col.tokens_per_s_per_gpu, |v| format!("{v:.0}")),
                 fmt(col.mfu, |v| format!("{:.1}%", v * 100.0)),
                 fmt(col.peak_mem_bytes, |v| format!(
@@ -246,7 +245,7 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
             DISAGREE * 100.0
         ));
         for d in dis {
-            s.push_str(&format!("- {d}\n"));
+            s.push_str(&format!("- {}\n", text(&d)));
         }
     }
     Some(s)

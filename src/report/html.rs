@@ -444,7 +444,8 @@ pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
     // Each placeholder is replaced once, data last, so nothing inside the data or the
     // scripts is taken for a placeholder.
     Ok(TEMPLATE
-        .replacen("{{TITLE}}", &esc(&data.title), 1)
+        // A brace in the title could make a placeholder that a later replacement fills.
+        .replacen("{{TITLE}}", &esc(&data.title).replace('{', "&#123;"), 1)
         .replacen("{{UPLOT_CSS}}", UPLOT_CSS, 1)
         .replacen("{{APP_CSS}}", APP_CSS, 1)
         .replacen(

@@ -3,7 +3,11 @@
 // data is only ever set as textContent, never parsed as HTML.
 "use strict";
 (function () {
-  const data = JSON.parse(document.getElementById("bench-data").textContent);
+  // Every object of the data has no prototype: its keys are axis, metric and framework
+  // names from the run (`constructor`, `__proto__`, `toString` are names too), and a
+  // lookup must find only what the data holds, never an Object method.
+  const bare = (v) => (v && typeof v === "object" && !Array.isArray(v) ? Object.assign(Object.create(null), v) : v);
+  const data = JSON.parse(document.getElementById("bench-data").textContent, (k, v) => bare(v));
 
   // ---- helpers -------------------------------------------------------------------------
   function el(tag, attrs, ...kids) {
@@ -64,7 +68,7 @@
     const m = Math.round(s / 60);
     return Math.floor(m / 60) + "h " + String(m % 60).padStart(2, "0") + "m";
   }
-  const METRICS = {
+  const METRICS = bare({
     tokens_per_s: ["tokens/s", (v) => si(v) + " tok/s"],
     tokens_per_s_per_gpu: ["tokens/s/GPU", (v) => si(v) + " tok/s"],
     mfu: ["MFU", pct],
@@ -73,7 +77,7 @@
     peak_mem_bytes: ["peak memory", bytes],
     time_to_1t_tokens_days: ["time to 1T tokens", (v) => three(v) + " days"],
     time_to_first_step_s: ["time to first step", dur],
-  };
+  });
   const label = (m) => (METRICS[m] ? METRICS[m][0] : m);
   const value = (m, v) => (v === null || v === undefined ? "–" : METRICS[m] ? METRICS[m][1](v) : three(v));
   // Axis ticks: the same units, shorter.

@@ -181,14 +181,14 @@ pub(super) fn regression_chart(
             .join(", ")
     };
     let mut out = format!(
-        "`{}`: {}{}.\n\n```mermaid\nxychart-beta\n    title \"{}\"\n    x-axis [{}]\n    y-axis \"{}\"\n    line [{}]\n",
-        cell.id,
+        "{}: {}{}.\n\n```mermaid\nxychart-beta\n    title \"{}\"\n    x-axis [{}]\n    y-axis \"{}\"\n    line [{}]\n",
+        super::code(cell.id.as_str()),
         data.what,
         if m.baseline.is_some() { "; the flat line is the baseline" } else { "" },
-        cell.id,
+        mermaid_string(cell.id.as_str()),
         data.labels
             .iter()
-            .map(|l| format!("\"{l}\""))
+            .map(|l| format!("\"{}\"", mermaid_string(l)))
             .collect::<Vec<_>>()
             .join(", "),
         format!("{} ({unit})", metric_label(&m.metric)).trim_end_matches(" ()"),
@@ -202,4 +202,17 @@ pub(super) fn regression_chart(
     }
     out.push_str("```\n\n");
     Some(out)
+}
+
+/// Untrusted text inside a Mermaid string (`"..."`): one line, without the quote that would
+/// end it or the backticks, `%%` and braces of Mermaid's directives and Markdown strings.
+fn mermaid_string(s: &str) -> String {
+    crate::report::text::one_line(s)
+        .chars()
+        .map(|c| match c {
+            '"' | '`' => '\'',
+            '{' | '}' | '%' => '_',
+            c => c,
+        })
+        .collect()
 }

@@ -18,13 +18,15 @@
 //! The charts are drawn in [`chart`]; this file lays out the sections and their budget.
 
 mod chart;
+mod escape;
 
 use self::chart::regression_chart;
+pub(crate) use self::escape::{code, code_cell, text};
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, Verdict};
 use crate::baseline::store::hardware_words;
 use crate::history::gate::GateReport;
 use crate::report::text::{
-    cell_change, filtered_out, grouped, metric_label, metric_value, one_line, pct, pct_change,
+    cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change,
     rule_drops, three_digits,
 };
 use crate::report::trend::Trends;
@@ -89,15 +91,6 @@ pub fn render_comment(
     render(results, comparison, trends, history, artifacts_url, true)
 }
 
-/// Text safe inside a Markdown table cell (and not taken for HTML).
-fn esc(s: &str) -> String {
-    one_line(s)
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('|', "\\|")
-}
-
 fn headline(c: &Counts) -> String {
     let mut bad = Vec::new();
     let plural =
@@ -160,7 +153,7 @@ fn verdict_cell(cell: &CellComparison) -> String {
         Some(r),
     ) = (cell.status, &cell.reason)
     {
-        v.push_str(&format!(": {}", esc(r)));
+        v.push_str(&format!(": {}", text(r)));
     }
     if cell.flaky {
         v.push_str(" (flaky)");
@@ -192,9 +185,9 @@ fn change_rows(cells: &[&CellComparison], wanted: Verdict) -> Vec<String> {
                 label.push_str(&format!(" (also {})", also.join(", ")));
             }
             out.push(format!(
-                "| `{}` | {} | {} | {} | {} | {} | {} |\n",
-                cell.id,
-                label,
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                code_cell(cell.id.as_str()),
+                text(&label),
                 fmt(m.baseline),
                 fmt(m.current),
                 m.change.map(pct_change).unwrap_or_default(),
@@ -236,9 +229,9 @@ fn section(heading: &str, table_head: &str, rows: &[String], left: &mut usize) -
 fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -> String {
     let env = &results.environment;
     let mut out = format!(
-        "**Hardware** {} (`{}`)",
-        esc(&hardware_words(env)),
-        env.hardware_key
+        "**Hardware** {} ({})",
+        text(&hardware_words(env)),
+        code(&env.hardware_key)
     );
     for (name, v) in [
         ("driver", &env.driver),
@@ -248,20 +241,20 @@ fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -
         ("NCCL", &env.nccl),
     ] {
         if let Some(v) = v {
-            out.push_str(&format!(", {name} {}", esc(v)));
+            out.push_str(&format!(", {name} {}", text(v)));
         }
     }
     out.push_str("  \n");
     let commit = match &env.git_commit {
-        Some(c) if env.git_dirty => format!("`{}` (uncommitted changes)", esc(c)),
-        Some(c) => format!("`{}`", esc(c)),
+        Some(c) if env.git_dirty => format!("{} (uncommitted changes)", code(c)),
+        Some(c) => code(c),
         None => "unknown".into(),
     };
     out.push_str(&format!(
-        "**Commit** {commit} · **bench** {} · run `{}` · baselines `{}`  \n",
-        esc(&env.bench_version),
-        esc(&results.run_id),
-        esc(&cmp.baseline_file)
+        "**Commit** {commit} · **bench** {} · run {} · baselines {}  \n",
+        text(&env.bench_version),
+        code(&results.run_id),
+        code(&cmp.baseline_file)
     ));
     let filtered = filtered_out(results);
     if filtered > 0 {
@@ -270,7 +263,7 @@ fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -
             results
                 .filters
                 .iter()
-                .map(|f| format!("`{}`", esc(f)))
+                .map(|f| code(f))
                 .collect::<Vec<_>>()
                 .join(" and ")
         ));
@@ -281,7 +274,7 @@ fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -
             "MFU is against {}.  \n",
             policies
                 .iter()
-                .map(|p| esc(p))
+                .map(|p| text(p))
                 .collect::<Vec<_>>()
                 .join("; ")
         ));
@@ -308,9 +301,9 @@ fn render(
     // The filter's drops are a count in the footer, not a status of this run.
     counts.dropped = counts.dropped.saturating_sub(filtered_out(results));
     let mut head = format!(
-        "### bench: `{}` on `{}`: {}\n\n",
-        results.matrix_name,
-        env.hardware_key,
+        "### bench: {} on {}: {}\n\n",
+        code(&results.matrix_name),
+        code(&env.hardware_key),
         headline(&counts)
     );
     head.push_str(&counts_line(&counts));
@@ -320,8 +313,8 @@ fn render(
     }
     if !cmp.baseline_exists && history.is_none_or(|h| h.cells.is_empty()) {
         head.push_str(&format!(
-            "> No baselines for `{}` yet: every cell is new. Write them with `bench baseline update`.\n\n",
-            env.hardware_key
+            "> No baselines for {} yet: every cell is new. Write them with `bench baseline update`.\n\n",
+            code(&env.hardware_key)
         ));
     }
     let foot = footer(results, cmp, artifacts_url);
@@ -344,12 +337,12 @@ fn render(
             let cells = if g.ids.len() == 1 { "cell" } else { "cells" };
             drop_lines.push_str(&format!(
                 "- {}: {}: {} {cells}\n",
-                esc(g.by),
-                esc(g.reason),
+                text(g.by),
+                text(g.reason),
                 g.ids.len()
             ));
-            let ids: Vec<String> = g.ids.iter().map(|id| format!("`{id}`")).collect();
-            drop_ids.push_str(&format!("{}: {}\n\n", esc(g.by), ids.join(", ")));
+            let ids: Vec<String> = g.ids.iter().map(|id| code(id)).collect();
+            drop_ids.push_str(&format!("{}: {}\n\n", text(g.by), ids.join(", ")));
         }
         drop_lines.push('\n');
         drop_ids.push_str("</details>\n\n");
@@ -368,10 +361,10 @@ fn render(
         .filter(|c| matches!(c.status, CellStatus::Failed | CellStatus::TimedOut))
         .map(|c| {
             format!(
-                "- `{}` {}: {}\n",
-                c.id,
+                "- {} {}: {}\n",
+                code(c.id.as_str()),
                 c.status.as_str(),
-                esc(c.reason.as_deref().unwrap_or("no reason given"))
+                text(c.reason.as_deref().unwrap_or("no reason given"))
             )
         })
         .collect();
@@ -404,8 +397,8 @@ fn render(
     table.push_str("|---|---:|---:|---:|---|---|\n");
     for cell in &shown {
         table.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} |\n",
-            cell.id,
+            "| {} | {} | {} | {} | {} | {} |\n",
+            code_cell(cell.id.as_str()),
             metric_cell(cell, "tokens_per_s_per_gpu"),
             metric_cell(cell, "tflops_per_gpu"),
             metric_cell(cell, "mfu"),
@@ -442,17 +435,4 @@ fn render(
         out.push_str(&part);
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::esc;
-
-    #[test]
-    fn reasons_cannot_break_a_table_or_inject_html() {
-        assert_eq!(
-            esc("a | b\n<script>x</script> & c"),
-            "a \\| b &lt;script&gt;x&lt;/script&gt; &amp; c"
-        );
-    }
 }
