@@ -15,7 +15,7 @@
 //! through [`Secrets::scrub`] before it becomes an error.
 
 use std::collections::BTreeSet;
-use std::sync::LazyLock;
+use std::sync::{mpsc, LazyLock};
 use std::time::Duration;
 
 use postgres::types::{ToSql, Type};
@@ -40,11 +40,23 @@ const KEEPALIVE_RETRIES: u32 = 3;
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) struct PgBackend {
+    /// The thread that owns the connection: every statement runs there (see [`Conn`]).
+    jobs: mpsc::Sender<Job>,
+    secrets: Secrets,
+}
+
+/// Work for the connection's thread.
+type Job = Box<dyn FnOnce(&mut Conn) + Send>;
+
+/// The connection, owned by a thread of its own. The `postgres` client blocks on a tokio
+/// runtime of its own, which panics inside another runtime ("Cannot start a runtime from
+/// within a runtime"), and bench writes each finished cell from inside the runner's; on its
+/// own thread the client is outside any runtime, whoever calls.
+struct Conn {
     client: Client,
     /// Prepared statements by their SQL: an import repeats the same few thousands of times,
     /// and preparing costs a round trip to the server.
     prepared: std::collections::HashMap<String, postgres::Statement>,
-    secrets: Secrets,
 }
 
 impl PgBackend {
@@ -55,7 +67,7 @@ impl PgBackend {
         let secrets = Secrets::of(url);
         let mut config: postgres::Config = url
             .parse()
-            .map_err(|e: postgres::Error| secrets.scrub(&e.to_string()))?;
+            .map_err(|e: postgres::Error| secrets.scrub(&message(&e)))?;
         let given = param_names(url);
         let unless_given = |name: &str| !given.contains(name);
         if unless_given("connect_timeout") {
@@ -80,32 +92,76 @@ impl PgBackend {
             );
         }
         // The driver's `connect_timeout` covers the TCP connection only; a server that
-        // accepts it and never answers the start-up would hold `connect` forever. So it runs
-        // on a thread of its own, given up on at the deadline (the thread then stays blocked
-        // until bench exits, holding nothing but its socket).
+        // accepts it and never answers the start-up would hold `connect` forever. So the
+        // connection's thread is given up on at the deadline (it then stays blocked until
+        // bench exits, holding nothing but its socket, and ends if the server answers).
         let deadline = config
             .get_connect_timeout()
             .copied()
             .unwrap_or(CONNECT_TIMEOUT);
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (jobs, job_rx) = mpsc::channel::<Job>();
         std::thread::spawn(move || {
-            let _ = tx.send(config.connect(NoTls));
-        });
-        let client = match rx.recv_timeout(deadline) {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(secrets.scrub(&e.to_string())),
-            Err(_) => {
-                return Err(format!(
-                    "no answer from the server within {} s (connect_timeout): it accepted no connection or never completed the start-up",
-                    deadline.as_secs_f64()
-                ))
+            let client = match config.connect(NoTls) {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            if ready_tx.send(Ok(())).is_err() {
+                return;
             }
-        };
-        Ok(PgBackend {
-            client,
-            prepared: Default::default(),
-            secrets,
-        })
+            let mut conn = Conn {
+                client,
+                prepared: Default::default(),
+            };
+            for job in job_rx {
+                job(&mut conn);
+            }
+        });
+        match ready_rx.recv_timeout(deadline) {
+            Ok(Ok(())) => Ok(PgBackend { jobs, secrets }),
+            Ok(Err(e)) => Err(secrets.scrub(&message(&e))),
+            Err(_) => Err(format!(
+                "no answer from the server within {} s (connect_timeout): it accepted no connection or never completed the start-up",
+                deadline.as_secs_f64()
+            )),
+        }
+    }
+
+    /// Runs `f` on the connection's thread and waits for it (interruptible: Ctrl-C exits
+    /// 130 while it waits); its error is free of credentials.
+    fn call<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Conn) -> Result<T, postgres::Error> + Send + 'static,
+    ) -> Result<T, String> {
+        let _interruptible = Guard::new();
+        let (tx, rx) = mpsc::channel();
+        let job: Job = Box::new(move |c| {
+            let _ = tx.send(f(c));
+        });
+        let gone = || "the connection to the server is gone (its thread ended)".to_string();
+        self.jobs.send(job).map_err(|_| gone())?;
+        match rx.recv() {
+            Ok(r) => r.map_err(|e| self.secrets.scrub(&message(&e))),
+            Err(_) => Err(gone()),
+        }
+    }
+}
+
+/// The driver's error with the server's own words: its `Display` of a server error is only
+/// "db error".
+fn message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut m = format!("{}: {}", db.severity(), db.message());
+            if let Some(d) = db.detail() {
+                m.push_str(&format!(" ({d})"));
+            }
+            m
+        }
+        None => e.to_string(),
     }
 }
 
@@ -164,7 +220,9 @@ static PARAM: LazyLock<Regex> = LazyLock::new(|| {
 /// Whether a parameter's name (percent-encoded or not, in any case) names a credential:
 /// `password`, `sslpassword`.
 fn is_secret_key(key: &str) -> bool {
-    percent_decode(key).to_ascii_lowercase().contains("password")
+    percent_decode(key)
+        .to_ascii_lowercase()
+        .contains("password")
 }
 
 /// `%XX` escapes decoded (the rest, invalid escapes included, as it is); bytes that are not
@@ -273,36 +331,32 @@ fn read(row: &postgres::Row, i: usize) -> Result<Sql, postgres::Error> {
     })
 }
 
-impl PgBackend {
-    fn run<T>(
+impl Conn {
+    /// The prepared statement of `sql` and `params` bound to its placeholders' types.
+    fn prepare(
         &mut self,
         sql: &str,
         params: &[Sql],
-        f: impl FnOnce(
-            &mut Client,
-            &postgres::Statement,
-            &[&(dyn ToSql + Sync)],
-        ) -> Result<T, postgres::Error>,
-    ) -> Result<T, String> {
+    ) -> Result<(postgres::Statement, Vec<Box<dyn ToSql + Sync>>), postgres::Error> {
         let stmt = match self.prepared.get(sql) {
             Some(s) => s.clone(),
             None => {
-                let s = self
-                    .client
-                    .prepare(&number_placeholders(sql))
-                    .map_err(|e| self.secrets.scrub(&e.to_string()))?;
+                let s = self.client.prepare(&number_placeholders(sql))?;
                 self.prepared.insert(sql.to_string(), s.clone());
                 s
             }
         };
-        let boxed: Vec<Box<dyn ToSql + Sync>> = params
+        let boxed = params
             .iter()
             .zip(stmt.params())
             .map(|(v, ty)| bind(v, ty))
             .collect();
-        let refs: Vec<&(dyn ToSql + Sync)> = boxed.iter().map(|b| b.as_ref()).collect();
-        f(&mut self.client, &stmt, &refs).map_err(|e| self.secrets.scrub(&e.to_string()))
+        Ok((stmt, boxed))
     }
+}
+
+fn refs(boxed: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
+    boxed.iter().map(|b| b.as_ref()).collect()
 }
 
 impl Backend for PgBackend {
@@ -311,28 +365,27 @@ impl Backend for PgBackend {
     }
 
     fn batch(&mut self, sql: &str) -> Result<(), String> {
-        let _interruptible = Guard::new();
-        self.client
-            .batch_execute(sql)
-            .map_err(|e| self.secrets.scrub(&e.to_string()))
+        let sql = sql.to_string();
+        self.call(move |c| c.client.batch_execute(&sql))
     }
 
     fn execute(&mut self, sql: &str, params: &[Sql]) -> Result<u64, String> {
-        let _interruptible = Guard::new();
-        self.run(sql, params, |c, stmt, p| c.execute(stmt, p))
+        let (sql, params) = (sql.to_string(), params.to_vec());
+        self.call(move |c| {
+            let (stmt, boxed) = c.prepare(&sql, &params)?;
+            c.client.execute(&stmt, &refs(&boxed))
+        })
     }
 
     fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, String> {
-        let _interruptible = Guard::new();
-        let rows = self.run(sql, params, |c, stmt, p| c.query(stmt, p))?;
-        rows.iter()
-            .map(|row| {
-                (0..row.len())
-                    .map(|i| read(row, i))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.secrets.scrub(&e.to_string()))
+        let (sql, params) = (sql.to_string(), params.to_vec());
+        self.call(move |c| {
+            let (stmt, boxed) = c.prepare(&sql, &params)?;
+            let rows = c.client.query(&stmt, &refs(&boxed))?;
+            rows.iter()
+                .map(|row| (0..row.len()).map(|i| read(row, i)).collect())
+                .collect()
+        })
     }
 }
 
