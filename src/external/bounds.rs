@@ -131,11 +131,18 @@ mod tests {
         // 3.3e15 FLOPs: 0.41 s at 8 x 989.4 TFLOP/s; a real step at 50% MFU takes 0.83 s.
         assert!(b.check(&step(0.83, 2.3), h100, 60.0).is_ok());
         let e = b.check(&step(0.2, 2.3), h100, 60.0).unwrap_err();
-        assert!(e.contains("faster than the H100 SXM bf16 dense 989.4 TFLOP/s allows"), "{e}");
+        assert!(
+            e.contains("faster than the H100 SXM bf16 dense 989.4 TFLOP/s allows"),
+            "{e}"
+        );
         // The forged figures: 1.3e302 tokens/s and 4e-6 tokens/s.
-        let e = b.check(&step(65_536.0 / 1.3e302, 2.3), h100, 60.0).unwrap_err();
+        let e = b
+            .check(&step(65_536.0 / 1.3e302, 2.3), h100, 60.0)
+            .unwrap_err();
         assert!(e.contains("faster than"), "{e}");
-        let e = b.check(&step(65_536.0 / 4e-6, 2.3), h100, 60.0).unwrap_err();
+        let e = b
+            .check(&step(65_536.0 / 4e-6, 2.3), h100, 60.0)
+            .unwrap_err();
         assert!(e.contains("longer than the 60.0 s"), "{e}");
         let e = b.check(&step(0.83, -0.5), h100, 60.0).unwrap_err();
         assert!(e.contains("cross-entropy loss of -0.5"), "{e}");
@@ -143,7 +150,9 @@ mod tests {
         // A CPU is held to the unknown-device bound: a tiny model's real step passes.
         let cpu = Bounds::new(2.0e6, 128, 1, Dtype::Fp32);
         assert!(cpu.check(&step(0.05, 6.9), Some("cpu"), 10.0).is_ok());
-        let e = cpu.check(&step(1e-300, 6.9), Some("cpu"), 10.0).unwrap_err();
+        let e = cpu
+            .check(&step(1e-300, 6.9), Some("cpu"), 10.0)
+            .unwrap_err();
         assert!(e.contains("does not know: cpu"), "{e}");
         assert!(cpu.check(&step(f64::INFINITY, 6.9), None, 10.0).is_err());
     }

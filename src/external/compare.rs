@@ -218,7 +218,10 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
             });
             let config = text(&row.config);
             if let Some(note) = &col.note {
-                s.push_str(&format!("| {config} | {name} | {} | | | | | |\n", text(note)));
+                s.push_str(&format!(
+                    "| {config} | {name} | {} | | | | | |\n",
+                    text(note)
+                ));
                 continue;
             }
             s.push_str(&format!(

@@ -22,7 +22,9 @@ impl SqliteBackend {
     pub(crate) fn open(path: &Path, create: bool) -> Result<SqliteBackend, String> {
         let _interruptible = Guard::new();
         if !path.exists() && !create {
-            return Err("no such file (a command that only reads the history does not create it)".into());
+            return Err(
+                "no such file (a command that only reads the history does not create it)".into(),
+            );
         }
         if path.exists() && !path.is_file() {
             return Err("not a regular file".into());

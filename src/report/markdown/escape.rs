@@ -42,11 +42,7 @@ pub(crate) fn code(s: &str) -> String {
         // An empty span is not a code span; one space is.
         return "` `".into();
     }
-    let longest = line
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = line.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest + 1);
     // A span's content loses one space at each end when it has one at both (and a value
     // beginning or ending with a backtick needs the space to stay apart from the fence);

@@ -26,8 +26,8 @@ use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, V
 use crate::baseline::store::hardware_words;
 use crate::history::gate::GateReport;
 use crate::report::text::{
-    cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change,
-    rule_drops, three_digits,
+    cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change, rule_drops,
+    three_digits,
 };
 use crate::report::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
