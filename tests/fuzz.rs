@@ -1,6 +1,7 @@
-//! Fuzz targets for the four places hostile input enters bench (issue 13): the matrix parser
-//! and expander, the filter language, baseline files, and the worker-event reader (with the
-//! sanitizer behind it).
+//! Fuzz targets for the places hostile input enters bench: the matrix parser and expander,
+//! the filter language, baseline files, and the worker-event reader (with the sanitizer
+//! behind it) of issue 13; the framework log parsers (with the physical bounds and the echo
+//! of framework lines) and the history store's locations (credentials, schemes) of issue 25.
 //!
 //! Each target runs proptest batches with fresh seeds until its time budget is spent:
 //! `BENCH_FUZZ_SECS` seconds per target (2 when unset, so a plain `cargo test` stays quick;
@@ -19,8 +20,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bench::baseline::store::{self, Baselines};
-use bench::cell::{Cell, CellId, Params, Value};
+use bench::cell::{Cell, CellId, Params, Value, Workload};
 use bench::events::{Event, EventReader, LineSplitter, MAX_LINE_BYTES, MAX_TOKENS};
+use bench::external::FrameworkOpts;
 use bench::matrix::budget::Budget;
 use bench::matrix::filter::{Filter, Vocabulary};
 use bench::matrix::{self, parse::parse_str};
@@ -577,6 +579,276 @@ fn fuzz_worker_event_reader() {
     });
 }
 
+// ------------------------------------------------------- framework logs (issue 25)
+
+/// A framework cell on bench's llama-tiny preset: 4 steps of 2 x 64 tokens on one device.
+fn framework_cell(torchtitan: bool, dtype: &str) -> Cell {
+    let mut v = IndexMap::new();
+    v.insert("model".to_string(), Value::Str("llama-tiny".into()));
+    v.insert("dtype".to_string(), Value::Str(dtype.into()));
+    v.insert("gpus".to_string(), Value::Int(1));
+    v.insert("parallel".to_string(), Value::Str("single".into()));
+    v.insert("features".to_string(), Value::Set(Default::default()));
+    let opts = FrameworkOpts::default();
+    Cell {
+        id: CellId::from_values(&v),
+        values: v,
+        params: Params {
+            steps: 4,
+            warmup: 1,
+            seq_len: 64,
+            micro_batch: 2,
+            global_batch: 2,
+            grad_accum: 1,
+            workload: if torchtitan {
+                Workload::Torchtitan(opts)
+            } else {
+                Workload::Hf(opts)
+            },
+            ..Params::default()
+        },
+    }
+}
+
+/// Lines of either framework's log, real-shaped with any figures (absurd ones included),
+/// bench's own events behind escape bytes, rank prefixes and noise.
+fn framework_line() -> impl Strategy<Value = String> {
+    let num = prop_oneof![
+        Just("0.05".to_string()),
+        Just("6.1".to_string()),
+        Just("9.8e-301".to_string()),
+        Just("1e-300".to_string()),
+        Just("3.2e7".to_string()),
+        Just("-1.5".to_string()),
+        Just("0".to_string()),
+        Just("nan".to_string()),
+        Just("inf".to_string()),
+        Just("-inf".to_string()),
+        Just("353,169".to_string()),
+        any::<f64>().prop_map(|f| f.to_string()),
+        "[0-9]{1,4}\\.[0-9]{1,6}".prop_map(|s| s),
+    ];
+    let device = prop_oneof![
+        Just("cpu"),
+        Just("NVIDIA H100 80GB HBM3"),
+        Just("AMD Instinct MI300X"),
+        Just("<img src=x>"),
+    ];
+    let escape = prop_oneof![
+        Just(""),
+        Just("\x1b"),
+        Just("\x07"),
+        Just("  "),
+        Just("\x1b[31m"),
+        Just("\x1b]0;title\x07"),
+        Just("\r"),
+    ];
+    let line = prop_oneof![
+        (device, 0u32..3).prop_map(|(d, w)| format!(
+            "bench-framework: {{\"name\": \"transformers\", \"version\": \"4.57.1\", \"libraries\": {{}}, \"device\": \"{d}\", \"world_size\": {w}}}"
+        )),
+        (1u64..6, num.clone(), prop_oneof![Just(128u64), any::<u64>()]).prop_map(
+            |(i, t, k)| format!("[bench-hf] step: {i} time: {t} tokens: {k} memory: -1")
+        ),
+        num.clone()
+            .prop_map(|l| format!("{{'loss': {l}, 'grad_norm': 1.0, 'learning_rate': 0.0003}}")),
+        num.clone().prop_map(|n| format!(
+            "{{'train_runtime': 1.0, 'train_samples_per_second': {n}, 'train_loss': 6.1}}"
+        )),
+        Just("[titan] 2026-11-22 10:00:00,000 - root - INFO - Trainer is initialized with local batch size 2, global batch size 2, gradient accumulation steps 1, sequence length 64, total steps 4".to_string()),
+        (1u64..6, 0u32..60, 0u32..1000, num.clone(), num.clone(), num).prop_map(
+            |(i, sec, ms, loss, tps, mfu)| format!(
+                "[titan] 2026-11-22 10:00:{sec:02},{ms:03} - root - INFO - step: {i} loss: {loss} grad_norm: 1.0 memory: 1.0GiB(1.0%) tps: {tps} tflops: 1.0 mfu: {mfu}%"
+            )
+        ),
+        (escape, event_line()).prop_map(|(e, l)| format!("{e}{l}")),
+        "\\PC{0,40}".prop_map(|s| s),
+    ];
+    (
+        prop_oneof![Just(""), Just("[rank0]:"), Just("[rank1]:")],
+        line,
+    )
+        .prop_map(|(rank, l)| format!("{rank}{l}"))
+}
+
+fn check_framework_log(cell: &Cell, output: &[u8]) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let result = bench::external::run::read_log(cell, output, 60.0);
+    quick(started, "reading a framework log")?;
+    // Every step the adapter lets through is a measurement: finite, above zero, within the
+    // run's 60 s, a cross-entropy above zero, and far below any forged throughput.
+    for (step, t, loss) in result.iter().flatten() {
+        prop_assert!(
+            t.is_finite() && *t > 0.0 && *t <= 61.0,
+            "step {} took {} s",
+            step,
+            t
+        );
+        prop_assert!(
+            loss.is_finite() && *loss > 0.0,
+            "step {} loss {}",
+            step,
+            loss
+        );
+        prop_assert!(128.0 / t < 1e12, "step {} at {} tokens/s", step, 128.0 / t);
+    }
+    // Whatever the framework printed, the runner reads no event and no broken contract in
+    // what `bench adapt` echoes of it: only the adapter speaks for the cell.
+    let mut lines = Vec::new();
+    let mut split = LineSplitter::default();
+    split.push(output, &mut |l| lines.push(l));
+    lines.extend(split.flush());
+    let mut runner = EventReader::default();
+    for line in &lines {
+        let echoed = format!("{}\n", bench::external::run::echo_line(line));
+        let mut seen = LineSplitter::default();
+        let mut read = Vec::new();
+        seen.push(echoed.as_bytes(), &mut |l| read.push(l));
+        for l in read {
+            prop_assert!(
+                runner.line(0, &l).is_none(),
+                "the runner read an event in {:?}",
+                l
+            );
+        }
+    }
+    prop_assert!(runner.violation().is_none(), "{:?}", runner.violation());
+    Ok(())
+}
+
+#[test]
+fn fuzz_framework_log_parsers() {
+    let strategy = (
+        any::<bool>(),
+        prop_oneof![Just("bf16"), Just("fp32")],
+        prop::collection::vec(framework_line(), 0..24),
+    );
+    fuzz("framework-logs", strategy, |(torchtitan, dtype, lines)| {
+        let cell = framework_cell(torchtitan, dtype);
+        check_framework_log(&cell, lines.join("\n").as_bytes())
+    });
+}
+
+// ------------------------------------------------------ history store locations (issue 25)
+
+/// A `--history` value with credentials in every place one can be given, and those
+/// credentials (as written, and decoded).
+fn store_location() -> impl Strategy<Value = (String, Vec<String>)> {
+    // Characters a password may hold without changing where the URL's parts end.
+    let secret = "[A-Za-z0-9._~!$*+,;-]{4,12}".prop_map(|s| format!("S3c{s}"));
+    let scheme = prop_oneof![
+        Just("postgres://"),
+        Just("postgresql://"),
+        Just("POSTGRES://"),
+        Just("PostgreSQL://"),
+        Just("sqlite://"),
+        Just("https://"),
+        Just("file://"),
+        Just(""),
+    ];
+    let key = prop_oneof![
+        Just("password"),
+        Just("PassWord"),
+        Just("p%61ssword"),
+        Just("sslpassword"),
+    ];
+    let url = (
+        scheme,
+        prop::option::of(secret.clone()),
+        prop::collection::vec((key.clone(), secret.clone(), any::<bool>()), 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(scheme, userinfo, params, encode)| {
+            let mut secrets = Vec::new();
+            let mut loc = scheme.to_string();
+            if let Some(p) = userinfo {
+                // Percent-encoding the first character keeps it a password and hides the
+                // decoded form from a plain search: both forms are secrets.
+                let given = if encode {
+                    format!("%{:02X}{}", p.as_bytes()[0], &p[1..])
+                } else {
+                    p.clone()
+                };
+                loc.push_str(&format!("ci:{given}@"));
+                // Without a scheme it is a file path, shown as given.
+                if !scheme.is_empty() {
+                    secrets.push(given);
+                    secrets.push(p);
+                }
+            }
+            loc.push_str("db.internal:5432/bench?sslmode=disable");
+            for (k, v, _) in &params {
+                loc.push_str(&format!("&{k}={v}"));
+                secrets.push(v.clone());
+            }
+            (loc, secrets)
+        });
+    let keywords = (secret, any::<bool>()).prop_map(|(p, quoted)| {
+        let v = if quoted {
+            format!("'{p} x'")
+        } else {
+            p.clone()
+        };
+        (
+            format!("host=db user=ci password={v} dbname=bench"),
+            vec![p],
+        )
+    });
+    prop_oneof![url, keywords, "\\PC{0,40}".prop_map(|s| (s, vec![]))]
+}
+
+fn check_store_location(location: &str, secrets: &[String]) -> Result<(), TestCaseError> {
+    use bench::history::{parse_location, postgres::redact, Location};
+    let shown = redact(location);
+    let parsed = parse_location(location);
+    let message = match &parsed {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    for s in secrets {
+        prop_assert!(!shown.contains(s.as_str()), "{} shown as {}", s, shown);
+        prop_assert!(!message.contains(s.as_str()), "{} in {}", s, message);
+    }
+    let scheme = location
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .filter(|s| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        });
+    match (scheme.as_deref(), &parsed) {
+        (Some("postgres" | "postgresql"), Ok(Location::Postgres(url))) => {
+            prop_assert!(url.starts_with("postgres://") || url.starts_with("postgresql://"));
+        }
+        (Some("postgres" | "postgresql"), other) => {
+            prop_assert!(false, "{} read as {:?}", location, other)
+        }
+        // Any other `scheme://` is refused, never taken for a file name.
+        (Some(_), other)
+            if scheme
+                .as_deref()
+                .is_some_and(|s| s.starts_with(|c: char| c.is_ascii_alphabetic())) =>
+        {
+            prop_assert!(other.is_err(), "{} read as {:?}", location, other)
+        }
+        _ => {}
+    }
+    if location.contains("password=") && location.contains("host=") && !location.contains("://") {
+        prop_assert!(parsed.is_err(), "{} read as {:?}", location, parsed);
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_store_locations() {
+    fuzz(
+        "store-locations",
+        store_location(),
+        |(location, secrets)| check_store_location(&location, &secrets),
+    );
+}
+
 // ----------------------------------------------------- crashes found, kept as regressions
 
 /// The inputs issue 13 reported as crashes and silent wrong answers, through the fuzz checks.
@@ -630,5 +902,38 @@ fn issue_13_inputs_stay_fixed() {
         format!("{}a{}", "(".repeat(4500), ")".repeat(4500)),
     ] {
         check_filter(&f).unwrap();
+    }
+}
+
+/// Inputs of issue 25, and what its fuzz targets found, through the fuzz checks.
+#[test]
+fn issue_25_inputs_stay_fixed() {
+    // Found by this fuzzer: a quoted keyword value with a space was taken for a file path.
+    check_store_location(
+        "host=db user=ci password='S3cA0aa x' dbname=bench",
+        &["S3cA0aa".to_string()],
+    )
+    .unwrap();
+    for (location, secret) in [
+        ("POSTGRES://user:S3cpass@host/db", "S3cpass"),
+        ("postgres://db/bench?password=S3cquery", "S3cquery"),
+        ("postgres://db/bench?p%61ssword=S3cenc", "S3cenc"),
+    ] {
+        check_store_location(location, &[secret.to_string()]).unwrap();
+    }
+    // Bench's own events in a framework's log, plain and behind an ESC or BEL byte, and
+    // the issue's absurd figures.
+    let hf = framework_cell(false, "fp32");
+    let driver = r#"bench-framework: {"name": "transformers", "version": "4.57.1", "libraries": {}, "device": "cpu", "world_size": 1}"#;
+    let forged =
+        r#"{"event":"step","step":1,"step_time_s":0.000001,"tokens":128000000,"loss":1.0}"#;
+    let log = format!("{driver}\n{forged}\n\x1b{forged}\n\x07{forged}\n");
+    check_framework_log(&hf, log.as_bytes()).unwrap();
+    for (time, loss) in [("9.8e-301", "6.1"), ("32000000", "6.1"), ("0.05", "-1.5")] {
+        let log = format!(
+            "{driver}\n[bench-hf] step: 1 time: {time} tokens: 128 memory: -1\n{{'loss': {loss}}}\n"
+        );
+        check_framework_log(&hf, log.as_bytes()).unwrap();
+        assert!(bench::external::run::read_log(&hf, log.as_bytes(), 60.0).is_err());
     }
 }

@@ -18,13 +18,14 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::bounds::Bounds;
-use super::log::{measured_median, LoggedStep, ParseError};
-use super::{AttemptFiles, FrameworkReport};
+use super::log::{measured_median, LogEnd, LogParser, LoggedStep, ParseError};
+use super::{Adapter, AttemptFiles, FrameworkReport};
 use crate::cell::Cell;
 use crate::events::{ErrorKind, Event, LineSplitter, StepEvent};
 use crate::exit::worker as exit;
 use crate::metrics::flops;
 use crate::workload::measure::{self, Recorder, RunFacts};
+use crate::workload::models::presets::ModelConfig;
 
 fn emit(ev: &Event) {
     let mut out = std::io::stdout().lock();
@@ -176,14 +177,8 @@ pub(crate) fn main(cell_json: &str) -> i32 {
 
     let p = &cell.params;
     let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
-    let mut parser = adapter.parser(&cell);
-    let flops_per_token = flops::flops_per_token(
-        cfg.n_matmul_params(),
-        cfg.layers as u64,
-        cfg.hidden as u64,
-        u64::from(p.seq_len),
-    );
-    let bounds = Bounds::new(flops_per_token, tokens_per_step, cell.gpus(), cell.dtype());
+    let flops_per_token = flops_per_token(&cfg, &cell);
+    let mut reader = LogReader::new(adapter, &cell, flops_per_token);
     let mut rec = Recorder::default();
     let mut logged: Vec<LoggedStep> = Vec::new();
     let mut oom = false;
@@ -201,22 +196,9 @@ pub(crate) fn main(cell_json: &str) -> i32 {
                 tail.remove(0);
             }
         }
-        match parser.line(i + 1, &line) {
+        match reader.line(i + 1, &line, started.elapsed().as_secs_f64()) {
             Ok(steps) => {
                 for s in steps {
-                    if !s.loss.is_finite() {
-                        failure = Some((
-                            ErrorKind::NanLoss,
-                            format!("{}: loss {} at step {}", adapter.name(), s.loss, s.step),
-                        ));
-                        break;
-                    }
-                    let elapsed = started.elapsed().as_secs_f64();
-                    if let Err(why) = bounds.check(&s, parser.device(), elapsed) {
-                        let e = ParseError::new(adapter.name(), i + 1, &line, why);
-                        failure = Some((ErrorKind::BadInput, e.to_string()));
-                        break;
-                    }
                     let warmup = s.step <= u64::from(p.warmup);
                     rec.record(
                         warmup,
@@ -235,7 +217,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
                     logged.push(s);
                 }
             }
-            Err(e) => failure = Some((ErrorKind::BadInput, e.to_string())),
+            Err(e) => failure = Some(e),
         }
         if failure.is_some() {
             // Stop the framework; the runner kills whatever it left in the group.
@@ -266,9 +248,9 @@ pub(crate) fn main(cell_json: &str) -> i32 {
             ),
         );
     }
-    let (rest, end) = match parser.finish(true) {
+    let (rest, end) = match reader.finish(true, started.elapsed().as_secs_f64()) {
         Ok(x) => x,
-        Err(e) => return fail(ErrorKind::BadInput, e.to_string()),
+        Err((kind, message)) => return fail(kind, message),
     };
     logged.extend(rest);
     let info = end.info;
@@ -297,6 +279,114 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     }));
     emit(&Event::Summary(summary));
     exit::OK
+}
+
+/// Model FLOPs per token of a framework cell's preset at the cell's sequence length.
+fn flops_per_token(cfg: &ModelConfig, cell: &Cell) -> f64 {
+    flops::flops_per_token(
+        cfg.n_matmul_params(),
+        cfg.layers as u64,
+        cfg.hidden as u64,
+        u64::from(cell.params.seq_len),
+    )
+}
+
+/// A framework's log read as `bench adapt` reads it: every line through the adapter's
+/// parser, and every step it completes held to a finite loss (a NaN-loss failure, exit 5)
+/// and to the cell's physical bounds ([`Bounds`]; exit 2, with the line).
+pub(crate) struct LogReader {
+    name: &'static str,
+    parser: Box<dyn LogParser>,
+    bounds: Bounds,
+}
+
+impl LogReader {
+    pub(crate) fn new(adapter: &dyn Adapter, cell: &Cell, flops_per_token: f64) -> LogReader {
+        let tokens_per_step = u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len);
+        LogReader {
+            name: adapter.name(),
+            parser: adapter.parser(cell),
+            bounds: Bounds::new(flops_per_token, tokens_per_step, cell.gpus(), cell.dtype()),
+        }
+    }
+
+    /// Takes output line `line_no` (1-based), `elapsed_s` seconds after the framework
+    /// started; returns the steps it completes, or why the cell fails.
+    pub(crate) fn line(
+        &mut self,
+        line_no: usize,
+        line: &str,
+        elapsed_s: f64,
+    ) -> Result<Vec<LoggedStep>, (ErrorKind, String)> {
+        let steps = self
+            .parser
+            .line(line_no, line)
+            .map_err(|e| (ErrorKind::BadInput, e.to_string()))?;
+        self.checked(steps, line_no, line, elapsed_s)
+    }
+
+    /// The log has ended: the steps still held back (checked) and what the parser knows.
+    pub(crate) fn finish(
+        &mut self,
+        exited_ok: bool,
+        elapsed_s: f64,
+    ) -> Result<(Vec<LoggedStep>, LogEnd), (ErrorKind, String)> {
+        let (rest, end) = self
+            .parser
+            .finish(exited_ok)
+            .map_err(|e| (ErrorKind::BadInput, e.to_string()))?;
+        Ok((self.checked(rest, 0, "", elapsed_s)?, end))
+    }
+
+    fn checked(
+        &self,
+        steps: Vec<LoggedStep>,
+        line_no: usize,
+        line: &str,
+        elapsed_s: f64,
+    ) -> Result<Vec<LoggedStep>, (ErrorKind, String)> {
+        for s in &steps {
+            if !s.loss.is_finite() {
+                return Err((
+                    ErrorKind::NanLoss,
+                    format!("{}: loss {} at step {}", self.name, s.loss, s.step),
+                ));
+            }
+            self.bounds
+                .check(s, self.parser.device(), elapsed_s)
+                .map_err(|why| {
+                    let e = ParseError::new(self.name, line_no, line, why);
+                    (ErrorKind::BadInput, e.to_string())
+                })?;
+        }
+        Ok(steps)
+    }
+}
+
+/// Reads a framework cell's output (`cell`'s adapter, its bytes as the framework printed
+/// them) as `bench adapt` does, `elapsed_s` seconds into the run: the steps it gives as
+/// (step, seconds, loss), or why the cell fails. For the fuzz tests.
+pub fn read_log(
+    cell: &Cell,
+    output: &[u8],
+    elapsed_s: f64,
+) -> Result<Vec<(u64, f64, f64)>, String> {
+    let (adapter, _) = super::adapter(&cell.params.workload).ok_or("not a framework cell")?;
+    let cfg = super::llama_preset(cell, adapter.name())?;
+    let mut reader = LogReader::new(adapter, cell, flops_per_token(&cfg, cell));
+    let mut lines = Vec::new();
+    let mut split = LineSplitter::default();
+    split.push(output, &mut |l| lines.push(l));
+    lines.extend(split.flush());
+    let mut steps = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        steps.extend(reader.line(i + 1, line, elapsed_s).map_err(|(_, m)| m)?);
+    }
+    steps.extend(reader.finish(true, elapsed_s).map_err(|(_, m)| m)?.0);
+    Ok(steps
+        .iter()
+        .map(|s| (s.step, s.step_time_s, s.loss))
+        .collect())
 }
 
 fn relative(path: &Path, base: &Path) -> PathBuf {

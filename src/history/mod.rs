@@ -37,7 +37,7 @@ pub mod suspects;
 pub mod trends;
 pub mod twosample;
 
-pub use store::{check, open, open_existing, History};
+pub use store::{check, open, open_existing, parse_location, History, Location};
 
 /// The default history file of the `bench history` commands (also `$BENCH_HISTORY`).
 pub(crate) const DEFAULT_LOCATION: &str = "bench-history.sqlite";

@@ -261,7 +261,7 @@ fn param_names(url: &str) -> BTreeSet<String> {
 /// of the user part replaced by `***`, and the value of every parameter that names a
 /// credential (`?password=`, `sslpassword=`, a keyword/value string's `password='...'`)
 /// too. Anything else, a file path included, is kept as it is.
-pub(crate) fn redact(location: &str) -> String {
+pub fn redact(location: &str) -> String {
     let structural = match location.split_once("://") {
         // The driver takes everything before the first `@` as the user part.
         Some((scheme, rest)) => match rest.split_once('@') {

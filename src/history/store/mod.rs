@@ -85,7 +85,7 @@ pub struct History {
 
 /// What a `--history` value names.
 #[derive(Debug, Clone, PartialEq)]
-enum Location {
+pub enum Location {
     /// A `postgres://` or `postgresql://` URL (the scheme in any case; given to the driver
     /// in lower case, the only case it reads).
     Postgres(String),
@@ -112,7 +112,7 @@ const CONNINFO_KEYWORDS: [&str; 11] = [
 /// that looks like a URL (`scheme://...`, e.g. `sqlite://`, `https://`) or a keyword/value
 /// connection string is refused (exit 2), never taken for a file name that could hold a
 /// password.
-fn parse_location(location: &str) -> Result<Location, HistoryError> {
+pub fn parse_location(location: &str) -> Result<Location, HistoryError> {
     let refuse = |message: String| HistoryError::Input {
         path: super::postgres::redact(location),
         message,
@@ -140,12 +140,13 @@ fn parse_location(location: &str) -> Result<Location, HistoryError> {
             )));
         }
     }
-    let tokens: Vec<&str> = location.split_whitespace().collect();
-    let conninfo = tokens.iter().all(|t| t.contains('='))
-        && tokens.iter().any(|t| {
-            let key = t.split('=').next().unwrap_or("").to_ascii_lowercase();
-            CONNINFO_KEYWORDS.contains(&key.as_str())
-        });
+    // Any word that starts like a keyword's setting (`password=`, `host=`): a quoted value
+    // may hold spaces, so the other words need not look like settings.
+    let conninfo = location.split_whitespace().any(|t| {
+        t.split_once('=').is_some_and(|(key, _)| {
+            CONNINFO_KEYWORDS.contains(&key.to_ascii_lowercase().as_str())
+        })
+    });
     if conninfo {
         return Err(refuse(
             "a PostgreSQL keyword/value connection string: give the store as a postgres:// URL (postgres://user@host:port/db)".into(),
