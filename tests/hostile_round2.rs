@@ -820,7 +820,7 @@ fn names_and_reasons_stay_text_in_every_report() {
     )
     .unwrap();
     let evil = "x` <img src=x onerror=alert(1)> @octocat [click](https://evil.example) `";
-    v["matrix_name"] = format!("{{{{APP_JS}}}} nightly` <img src=x> @org/team").into();
+    v["matrix_name"] = "{{APP_JS}} nightly` <img src=x> @org/team".into();
     v["environment"]["gpu_model"] = "NVIDIA H100 <b>x</b> @octocat".into();
     let c = &mut v["cells"][0];
     c["id"] = "gpt2.`<img src=x onerror=alert(1)>`.@octocat".into();
