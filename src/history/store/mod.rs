@@ -143,9 +143,8 @@ pub fn parse_location(location: &str) -> Result<Location, HistoryError> {
     // Any word that starts like a keyword's setting (`password=`, `host=`): a quoted value
     // may hold spaces, so the other words need not look like settings.
     let conninfo = location.split_whitespace().any(|t| {
-        t.split_once('=').is_some_and(|(key, _)| {
-            CONNINFO_KEYWORDS.contains(&key.to_ascii_lowercase().as_str())
-        })
+        t.split_once('=')
+            .is_some_and(|(key, _)| CONNINFO_KEYWORDS.contains(&key.to_ascii_lowercase().as_str()))
     });
     if conninfo {
         return Err(refuse(
@@ -489,12 +488,14 @@ impl History {
         )?;
         rows.into_iter()
             .map(|r| {
-                let samples: Vec<Option<f64>> =
-                    serde_json::from_str(r[8].text().unwrap_or("[]"))
-                        .map_err(|e| self.bad_row(cell, &r, format!("bench_metrics.samples: {e}")))?;
+                let samples: Vec<Option<f64>> = serde_json::from_str(r[8].text().unwrap_or("[]"))
+                    .map_err(|e| {
+                    self.bad_row(cell, &r, format!("bench_metrics.samples: {e}"))
+                })?;
                 let loss_curve: Vec<Option<f64>> =
-                    serde_json::from_str(r[9].text().unwrap_or("[]"))
-                        .map_err(|e| self.bad_row(cell, &r, format!("bench_cells.loss_curve: {e}")))?;
+                    serde_json::from_str(r[9].text().unwrap_or("[]")).map_err(|e| {
+                        self.bad_row(cell, &r, format!("bench_cells.loss_curve: {e}"))
+                    })?;
                 let json_col =
                     |i: usize, name: &str| -> Result<Option<serde_json::Value>, HistoryError> {
                         match r[i].text() {
@@ -512,10 +513,9 @@ impl History {
                 };
                 let telemetry: Option<CellTelemetry> = match json_col(18, "bench_cells.telemetry")?
                 {
-                    Some(v) if !v.is_null() => Some(
-                        serde_json::from_value(v)
-                            .map_err(|e| self.bad_row(cell, &r, format!("bench_cells.telemetry: {e}")))?,
-                    ),
+                    Some(v) if !v.is_null() => Some(serde_json::from_value(v).map_err(|e| {
+                        self.bad_row(cell, &r, format!("bench_cells.telemetry: {e}"))
+                    })?),
                     _ => None,
                 };
                 let context: IndexMap<String, String> = match json_col(19, "bench_cells.context")? {
