@@ -5,9 +5,9 @@
 //!
 //! - [`text`] for prose and table cells: one line; `&`, `<`, `>` as entities (never HTML,
 //!   an `<img>` or a `<details>` of its own); backslash escapes for the Markdown
-//!   punctuation that would start a code span, a link or a table cell (`` ` ``, `[`, `]`,
-//!   `|`, `\`); and a zero-width joiner after every `@`, so that `@octocat` or `@org/team`
-//!   notifies nobody (GitHub and GitLab only mention a name right after the `@`).
+//!   punctuation that would start a code span or end a table cell (`` ` ``, `|`, `\`); and
+//!   a zero-width joiner after every `@`, so that `@octocat` or `@org/team` notifies nobody
+//!   (GitHub and GitLab only mention a name right after the `@`).
 //! - [`code`] for a value shown as code: a code span whose fence is longer than any run of
 //!   backticks inside, so no backtick in the value can end it (CommonMark 6.1); inside a
 //!   code span nothing is HTML, a mention or a link. [`code_cell`] is the same inside a
@@ -24,7 +24,7 @@ pub(crate) fn text(s: &str) -> String {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            '`' | '[' | ']' | '|' | '\\' => {
+            '`' | '|' | '\\' => {
                 out.push('\\');
                 out.push(c);
             }
@@ -77,7 +77,7 @@ mod tests {
         );
         assert_eq!(
             text("x` <img src=x onerror=alert(1)> [y](https://e.x)"),
-            "x\\` &lt;img src=x onerror=alert(1)&gt; \\[y\\](https://e.x)"
+            "x\\` &lt;img src=x onerror=alert(1)&gt; [y](https://e.x)"
         );
     }
 
