@@ -9,7 +9,10 @@
 //! that were there before come back (the runner's, for a `--confirm` re-run).
 //!
 //! Exiting in the middle is safe for the store: a write is one transaction, which SQLite
-//! rolls back from its journal and PostgreSQL when the connection drops.
+//! rolls back from its journal and PostgreSQL when the connection drops. During a run, the
+//! few milliseconds in which a finished cell is written to the store are the one moment a
+//! Ctrl-C exits at once instead of stopping the cells in order: the cell is already in the
+//! run folder's `results.json`, and the workers die with bench (their parent-death signal).
 
 use std::sync::Mutex;
 
