@@ -450,21 +450,21 @@ fn credentials_never_reach_a_file_a_report_or_a_message() {
 
 // ------------------------------------------------------------------------- 4. the store
 
+/// `bench history import RUN --history LOCATION`, which must succeed.
+fn import(run: &str, location: impl AsRef<std::ffi::OsStr>) {
+    let out = bench()
+        .args(["history", "import", run, "--history"])
+        .arg(location)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
 /// A SQLite store with one run, then its metrics table's first page damaged (its cell
 /// count made nonsense) so that it still opens but SQLite's quick_check fails.
 fn damaged_store(dir: &Path) -> PathBuf {
     let db = dir.join("damaged.sqlite");
-    let out = bench()
-        .args([
-            "history",
-            "import",
-            "tests/fixtures/runs/cpu-ok",
-            "--history",
-        ])
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    import("tests/fixtures/runs/cpu-ok", &db);
     let (page, root): (i64, i64) = {
         let c = rusqlite::Connection::open(&db).unwrap();
         let page = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
@@ -511,17 +511,7 @@ fn a_store_bench_cannot_trust_is_refused_naming_it_and_never_made_up() {
     // Not SQLite, truncated, damaged, from a newer bench, a row that does not read.
     let not_sqlite = write(dir, "text.sqlite", "hello, not a database\n");
     let good = dir.join("good.sqlite");
-    let out = bench()
-        .args([
-            "history",
-            "import",
-            "tests/fixtures/runs/cpu-ok",
-            "--history",
-        ])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    import("tests/fixtures/runs/cpu-ok", &good);
     let truncated = dir.join("truncated.sqlite");
     let bytes = std::fs::read(&good).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
@@ -565,17 +555,7 @@ fn a_store_bench_cannot_trust_is_refused_naming_it_and_never_made_up() {
     // The same through the real PostgreSQL server: a row whose JSON does not read.
     let Some(url) = pg_url() else { return };
     let (mut admin, store) = pg_schema(&url, "t_r2_store");
-    let out = bench()
-        .args([
-            "history",
-            "import",
-            "tests/fixtures/runs/cpu-ok",
-            "--history",
-            &store,
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    import("tests/fixtures/runs/cpu-ok", &store);
     assert!(bench::history::check(&store).is_ok());
     admin
         .batch_execute("UPDATE t_r2_store.bench_cells SET loss_curve = 'nope'")
@@ -737,17 +717,7 @@ fn a_store_that_never_answers_gives_up_and_ctrl_c_exits_130_at_once() {
     // write (a nightly's import waiting on a migration, say).
     let Some(pg) = pg_url() else { return };
     let (mut admin, store) = pg_schema(&pg, "t_r2_hang");
-    let out = bench()
-        .args([
-            "history",
-            "import",
-            "tests/fixtures/runs/cpu-ok",
-            "--history",
-            &store,
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    import("tests/fixtures/runs/cpu-ok", &store);
     let mut lock = admin.transaction().unwrap();
     lock.batch_execute("LOCK TABLE t_r2_hang.bench_runs IN ACCESS EXCLUSIVE MODE")
         .unwrap();
