@@ -11,10 +11,11 @@
 use std::time::Duration;
 
 use super::args::{
-    BaselineAcceptArgs, BaselineUpdateArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
+    BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
     HistoryStudyArgs, HtmlArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs, WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
+use crate::bisect::BisectSettings;
 use crate::env::EnvSettings;
 use crate::error::CliError;
 use crate::history::cmd::{AcceptSettings, ImportSettings, ShowSettings, StudySettings};
@@ -233,6 +234,43 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
         floor: args.floor,
         lookback: args.lookback,
     }
+}
+
+/// `bench bisect`: the matrix must be a relative path (it is read in each probed commit's
+/// tree), `--max-repeats` at least 1 and a `--setup` command not blank.
+pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
+    if args.matrix.is_absolute()
+        || args
+            .matrix
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(CliError::bad_input(miette::miette!(
+            "--matrix {}: give the matrix file's path inside the repository (relative to its root, no `..`): it is read from each probed commit's tree",
+            args.matrix.display()
+        )));
+    }
+    if args.max_repeats == 0 {
+        return Err(CliError::bad_input(miette::miette!(
+            "--max-repeats 0: a commit needs at least one repeat"
+        )));
+    }
+    if args.setup.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err(CliError::bad_input(miette::miette!(
+            "--setup: the command is empty; leave the flag out to run no setup"
+        )));
+    }
+    Ok(BisectSettings {
+        cell: args.cell.clone(),
+        good: args.good.clone(),
+        bad: args.bad.clone(),
+        matrix: args.matrix.clone(),
+        setup: args.setup.clone(),
+        history: args.history.clone(),
+        max_repeats: args.max_repeats,
+        work_dir: args.work_dir.clone(),
+        format: args.format,
+    })
 }
 
 /// `bench worker`: the axes arrive typed (clap parsed them through `axes`), so this only

@@ -94,7 +94,11 @@ impl Default for TwoSamplePolicy {
 
 /// Compares `after` with `before` (NaN and infinite values are left out). `None` when
 /// either sample is empty or `before`'s median is zero.
-pub(crate) fn compare(before: &[f64], after: &[f64], policy: &TwoSamplePolicy) -> Option<TwoSample> {
+pub(crate) fn compare(
+    before: &[f64],
+    after: &[f64],
+    policy: &TwoSamplePolicy,
+) -> Option<TwoSample> {
     let b: Vec<f64> = before.iter().copied().filter(|v| v.is_finite()).collect();
     let a: Vec<f64> = after.iter().copied().filter(|v| v.is_finite()).collect();
     if b.is_empty() || a.is_empty() {
@@ -332,7 +336,12 @@ mod tests {
         let t = compare(&before, &after, &TwoSamplePolicy::default()).unwrap();
         assert_eq!(t.answer, Answer::Same, "{t:?}");
         // One repeat against three: no interval at 95%, and no test can reject.
-        let t = compare(&[1000.0, 1001.0, 999.0], &[970.0], &TwoSamplePolicy::default()).unwrap();
+        let t = compare(
+            &[1000.0, 1001.0, 999.0],
+            &[970.0],
+            &TwoSamplePolicy::default(),
+        )
+        .unwrap();
         assert_eq!(t.answer, Answer::Unknown, "{t:?}");
         assert!(t.ci_rel.0.is_infinite());
     }
