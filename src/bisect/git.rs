@@ -5,6 +5,7 @@
 //! Everything goes through the `git` program (as `env::git_state` does): the repositories
 //! bench bisects are the user's, with their own configuration, hooks and worktrees.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,17 +42,30 @@ fn parse_commit(line: &str) -> Option<Commit> {
     })
 }
 
+/// `git` in `dir`, in a process group of its own: Ctrl-C on the terminal reaches bench
+/// only, which lets a checkout finish (a git killed half-way leaves `index.lock` behind)
+/// and stops at the next step.
+fn git_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir).process_group(0);
+    cmd
+}
+
 /// Runs `git ARGS` in `dir`: its stdout (trimmed) on success, else its stderr.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("git")
+    let out = git_command(dir)
         .args(args)
-        .current_dir(dir)
         .output()
         .map_err(|e| format!("cannot run git: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(if err.is_empty() {
+            format!("git {}", out.status)
+        } else {
+            err
+        })
     }
 }
 
@@ -111,9 +125,8 @@ impl Repo {
 
     /// Whether `a` is an ancestor of `b` (or `b` itself).
     pub(crate) fn is_ancestor(&self, a: &Commit, b: &Commit) -> Result<bool, BisectError> {
-        let st = Command::new("git")
+        let st = git_command(&self.root)
             .args(["merge-base", "--is-ancestor", &a.sha, &b.sha])
-            .current_dir(&self.root)
             .status()
             .map_err(|e| BisectError::Git {
                 args: "merge-base --is-ancestor".into(),

@@ -332,6 +332,27 @@ pub(crate) fn cmd(settings: &BisectSettings) -> Result<i32, CliError> {
     }
     // Before the worktree exists, so that Ctrl-C from here on removes it.
     probe::install_signal_handlers()?;
+    match measure(settings, &repo, good, bad, range) {
+        // A child started just as Ctrl-C came can die of it before it is in a process group
+        // of its own (git, say), and its failure is the error seen: the interruption is
+        // what happened.
+        Err(e) if probe::interrupted() => {
+            eprintln!("bisect: interrupted ({:#})", e.report());
+            Ok(exit::INTERRUPTED)
+        }
+        other => other,
+    }
+}
+
+/// The part of [`cmd`] that runs with the worktree: check the cell at both ends, measure,
+/// report.
+fn measure(
+    settings: &BisectSettings,
+    repo: &Repo,
+    good: Commit,
+    bad: Commit,
+    range: Vec<Commit>,
+) -> Result<i32, CliError> {
     let mut worktree = repo.worktree(&good)?;
     probe::check_cell(&mut worktree, settings, &good, "--good")?;
     probe::check_cell(&mut worktree, settings, &bad, "--bad")?;
@@ -360,13 +381,15 @@ pub(crate) fn cmd(settings: &BisectSettings) -> Result<i32, CliError> {
     // The worktree goes before the report, whatever the ending.
     drop(prober);
     let ending = match ending {
-        Ok(e) => e,
-        Err(Halt::Interrupted) => {
-            eprintln!("{}", report::interrupted(&b));
-            return Ok(exit::INTERRUPTED);
-        }
-        Err(Halt::Error(e)) => return Err(e),
-        Err(Halt::Failed(message)) => Ending::Failed(message),
+        Ok(e) => Some(e),
+        Err(Halt::Failed(message)) if !probe::interrupted() => Some(Ending::Failed(message)),
+        Err(Halt::Error(e)) if !probe::interrupted() => return Err(e),
+        // Interrupted, or a failure the signal caused (see `cmd`).
+        Err(_) => None,
+    };
+    let Some(ending) = ending else {
+        eprintln!("{}", report::interrupted(&b));
+        return Ok(exit::INTERRUPTED);
     };
     report::print(&b, &ending, settings.format)?;
     Ok(match ending {
