@@ -74,9 +74,14 @@ fn git(dir: &Path, args: &[&str]) -> String {
 /// i", each writing its index to index.txt); commit `slow_at` makes the step 3% slower
 /// (never, when it is past n). Returns the commits' shas, index order.
 fn make_repo(dir: &Path, n: usize, slow_at: usize) -> Vec<String> {
+    make_repo_with(dir, n, slow_at, MATRIX)
+}
+
+/// [`make_repo`] with another matrix file.
+fn make_repo_with(dir: &Path, n: usize, slow_at: usize, matrix: &str) -> Vec<String> {
     git(dir, &["init", "-q", "-b", "main"]);
     std::fs::write(dir.join("work.sh"), WORK_SH).unwrap();
-    std::fs::write(dir.join("matrix.yaml"), MATRIX).unwrap();
+    std::fs::write(dir.join("matrix.yaml"), matrix).unwrap();
     std::fs::write(dir.join("speed.txt"), format!("{FAST_US}\n")).unwrap();
     std::fs::write(dir.join("index.txt"), "0\n").unwrap();
     git(dir, &["add", "-A"]);
@@ -104,10 +109,22 @@ fn tmpdir(repo: &Path) -> PathBuf {
 /// `bench bisect toy --good <good> --bad <bad> --matrix matrix.yaml` in `repo`, recording
 /// into `history`, counting runs into `count`.
 fn bisect(repo: &Path, history: &Path, count: &Path, good: &str, bad: &str) -> Command {
+    bisect_cell("toy", repo, history, count, good, bad)
+}
+
+/// [`bisect`] of another cell.
+fn bisect_cell(
+    cell: &str,
+    repo: &Path,
+    history: &Path,
+    count: &Path,
+    good: &str,
+    bad: &str,
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
     cmd.current_dir(repo)
         .env("TMPDIR", tmpdir(repo))
-        .args(["bisect", "toy", "--good", good, "--bad", bad])
+        .args(["bisect", cell, "--good", good, "--bad", bad])
         .args(["--matrix", "matrix.yaml", "--history"])
         .arg(history)
         .env("BISECT_COUNT", count)
@@ -316,6 +333,32 @@ fn an_interrupted_bisection_resumes_from_the_recorded_probes() {
     assert!(out.contains("tokens_per_s: "), "{out}");
     assert!(out.contains("% interval "), "{out}");
     assert!(!count.exists(), "{:?}", runs(&count));
+}
+
+/// A built-in cell runs `<worker-exe> worker ...`: with `--worker-exe`, the program the
+/// setup built in the commit's worktree (here the workload script copied as `fakebench`,
+/// which ignores the worker's arguments), so a change in bench's own workload is found.
+#[test]
+fn a_builtin_cell_runs_the_build_of_each_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let matrix = "name: builtin\naxes:\n  model: [gpt2-tiny]\ndefaults: {steps: 6, warmup: 1, repeats: 5, timeout: 60s, retries: 0}\n";
+    let shas = make_repo_with(&repo, 3, 2, matrix);
+    let count = tmp.path().join("count");
+    let history = tmp.path().join("h.sqlite");
+    let mut cmd = bisect_cell("gpt2-tiny", &repo, &history, &count, "HEAD~3", "HEAD");
+    cmd.args(["--format", "json", "--worker-exe", "fakebench", "--setup"])
+        .arg("cp work.sh fakebench && chmod +x fakebench");
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let d = json(&o);
+    assert_eq!(d["first_bad"]["sha"], shas[2].as_str(), "{d:#}");
+    assert_eq!(
+        runs(&count).values().sum::<usize>(),
+        5 * d["probes"].as_array().unwrap().len()
+    );
+    assert_clean(&repo, &text(&o));
 }
 
 #[test]

@@ -50,6 +50,9 @@ pub(crate) struct BisectSettings {
     pub history: String,
     /// The most repeats (samples) of one commit before it is called undecidable.
     pub max_repeats: usize,
+    /// The executable that runs built-in cells, relative to the worktree (the commit's
+    /// own build); `None`: this bench.
+    pub worker_exe: Option<PathBuf>,
     /// Where probe run folders and logs go; `None`: `bench-bisect` in the repository's
     /// git directory.
     pub work_dir: Option<PathBuf>,

@@ -358,21 +358,31 @@ impl<'a> Prober<'a> {
             commit.subject
         );
         let matrix = self.worktree.path.join(&self.settings.matrix);
-        let status = self.spawn_logged(
-            Command::new(exe)
-                .arg("matrix")
-                .arg(&matrix)
-                .arg("--filter")
-                .arg(format!("id=\"{}\"", self.settings.cell))
-                .arg("--results-dir")
-                .arg(&runs)
-                .arg("--run-id")
-                .arg(&run_id)
-                .arg("--baselines")
-                .arg(self.work_dir.join("baselines"))
-                .arg("--no-progress"),
-            &log,
-        )?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("matrix")
+            .arg(&matrix)
+            .arg("--filter")
+            .arg(format!("id=\"{}\"", self.settings.cell))
+            .arg("--results-dir")
+            .arg(&runs)
+            .arg("--run-id")
+            .arg(&run_id)
+            .arg("--baselines")
+            .arg(self.work_dir.join("baselines"))
+            .arg("--no-progress");
+        if let Some(worker) = &self.settings.worker_exe {
+            let path = self.worktree.path.join(worker);
+            if !path.is_file() {
+                return Err(Halt::Failed(format!(
+                    "--worker-exe {}: no such file in the worktree at commit {} ({}) after the setup",
+                    worker.display(),
+                    commit.short(),
+                    commit.subject
+                )));
+            }
+            cmd.arg("--worker-exe").arg(path);
+        }
+        let status = self.spawn_logged(&mut cmd, &log)?;
         if interrupted() || status.code() == Some(crate::exit::bench::INTERRUPTED) {
             return Err(Halt::Interrupted);
         }

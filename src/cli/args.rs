@@ -95,6 +95,12 @@ pub struct BisectArgs {
     /// cell's `repeats`).
     #[arg(long, value_name = "N", default_value_t = crate::bisect::DEFAULT_MAX_REPEATS)]
     pub max_repeats: usize,
+    /// The bench executable that runs built-in cells at each commit, relative to the
+    /// worktree: the commit's own build (`--setup 'cargo build --release' --worker-exe
+    /// target/release/bench`) when the change to find is in bench's own workload
+    /// (default: this one, which also runs the matrix).
+    #[arg(long, value_name = "PATH")]
+    pub worker_exe: Option<PathBuf>,
     /// Where the probes' run folders and logs go (default: bench-bisect in the
     /// repository's git directory).
     #[arg(long, value_name = "DIR")]
@@ -177,6 +183,10 @@ pub struct MatrixArgs {
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// The bench executable that runs built-in cells (`bench worker`), e.g. another build
+    /// of bench (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub worker_exe: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when a cell is stopped (timeout, Ctrl-C).
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub kill_grace: f64,
