@@ -7,11 +7,13 @@
 //! The built-in training workload lives in [`workload`]; FLOPs, MFU and statistics in
 //! [`metrics`]. Worker text passes through [`sanitize`] before it is kept. [`cli`] parses
 //! the command line and resolves it into each stage's settings struct; no other module
-//! sees clap's types.
+//! sees clap's types. [`bisect`] walks a commit range with [`run`] and [`history`] to find
+//! the commit that changed a cell's speed.
 
 pub mod atomic;
 pub mod axes;
 pub mod baseline;
+pub mod bisect;
 pub mod cell;
 pub mod cli;
 pub mod dist;

@@ -43,6 +43,71 @@ pub enum Command {
     Adapt(AdaptArgs),
     /// Run history: a cell's trend and change points, back-filling, the calibration study.
     History(HistoryArgs),
+    /// Find the commit that changed a cell's speed: measure commits between a good and a
+    /// bad revision of this git repository (binary search), each probe recorded in the
+    /// history.
+    #[command(long_about = BISECT_ABOUT)]
+    Bisect(BisectArgs),
+}
+
+const BISECT_ABOUT: &str = "\
+Find the first commit that changed a cell's speed (tokens_per_s).
+
+Run in a git checkout. The commits of good..bad (bad's first-parent line) are checked out one
+at a time in a temporary worktree; at each probed commit the --setup command runs there
+(through sh -c), then `bench matrix` runs the cell from that commit's own matrix file. Good
+and bad are measured first and must differ; then a binary search measures at most
+ceil(log2(N)) of the N commits. Each commit is measured in rounds (one `bench matrix` run,
+the cell's repeats) until a two-sample test (Mann-Whitney U, Hodges-Lehmann shift; 5% level,
+1% floor) calls it like good or like bad, at most --max-repeats repeats.
+
+Every round is recorded in the history under the branch `bisect` (never judged with a
+branch's nightly runs). Interrupted (Ctrl-C, exit 130), the same command again resumes: the
+recorded rounds are reused, not measured again.
+
+Exit codes: 0 the first bad commit was found; 1 good and bad measure the same, a commit could
+not be decided within --max-repeats, or a commit could not be measured (setup or cell
+failed); 2 bad input (not a git repository, unknown revision, good not an ancestor of bad,
+no such matrix file or cell at good or bad); 130 interrupted.";
+
+#[derive(Debug, Args)]
+pub struct BisectArgs {
+    /// The cell id (as `bench matrix --dry-run` lists it).
+    pub cell: String,
+    /// A revision where the cell is as it should be (commit, tag, branch).
+    #[arg(long, value_name = "REV")]
+    pub good: String,
+    /// A later revision where its speed has changed; good must be its ancestor.
+    #[arg(long, value_name = "REV")]
+    pub bad: String,
+    /// The matrix file, relative to the repository's root, read at each probed commit.
+    #[arg(long, value_name = "FILE")]
+    pub matrix: PathBuf,
+    /// Run before measuring a commit, through `sh -c` in its worktree (install, build);
+    /// $BENCH_BISECT_COMMIT holds the commit.
+    #[arg(long, value_name = "CMD")]
+    pub setup: Option<String>,
+    /// The history store the probes are recorded in and resumed from (a SQLite file or a
+    /// postgres:// URL).
+    #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
+    pub history: String,
+    /// The most repeats of one commit before it is called undecidable (each round adds the
+    /// cell's `repeats`).
+    #[arg(long, value_name = "N", default_value_t = crate::bisect::DEFAULT_MAX_REPEATS)]
+    pub max_repeats: usize,
+    /// The bench executable that runs built-in cells at each commit, relative to the
+    /// worktree: the commit's own build (`--setup 'cargo build --release' --worker-exe
+    /// target/release/bench`) when the change to find is in bench's own workload
+    /// (default: this one, which also runs the matrix).
+    #[arg(long, value_name = "PATH")]
+    pub worker_exe: Option<PathBuf>,
+    /// Where the probes' run folders and logs go (default: bench-bisect in the
+    /// repository's git directory).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Output format of the final report (progress lines go to stderr).
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
 }
 
 #[derive(Debug, Args)]
@@ -119,6 +184,10 @@ pub struct MatrixArgs {
     /// Plain progress lines even on a terminal.
     #[arg(long)]
     pub no_progress: bool,
+    /// The bench executable that runs built-in cells (`bench worker`), e.g. another build
+    /// of bench (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub worker_exe: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when a cell is stopped (timeout, Ctrl-C).
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub kill_grace: f64,

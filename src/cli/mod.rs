@@ -39,5 +39,6 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             Some(HistoryCommand::Study(a)) => crate::history::cmd::study(&resolve::study(a)),
             None => crate::history::cmd::show(&resolve::show(&args)?),
         },
+        Command::Bisect(args) => crate::bisect::cmd(&resolve::bisect(&args)?),
     }
 }

@@ -11,10 +11,11 @@
 use std::time::Duration;
 
 use super::args::{
-    BaselineAcceptArgs, BaselineUpdateArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
+    BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
     HistoryStudyArgs, HtmlArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs, WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
+use crate::bisect::BisectSettings;
 use crate::env::EnvSettings;
 use crate::error::CliError;
 use crate::history::cmd::{AcceptSettings, ImportSettings, ShowSettings, StudySettings};
@@ -106,7 +107,7 @@ fn run_config(args: &MatrixArgs) -> Result<RunConfig, CliError> {
         matrix: args.file.clone(),
         filters: args.filters.clone(),
         no_progress: args.no_progress,
-        bench_exe: None,
+        bench_exe: args.worker_exe.clone(),
         launcher: Launch::Local,
         jobs,
     })
@@ -245,6 +246,56 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
     }
 }
 
+/// `bench bisect`: the matrix must be a relative path (it is read in each probed commit's
+/// tree), `--max-repeats` at least 1 and a `--setup` command not blank.
+pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
+    if args.matrix.is_absolute()
+        || args
+            .matrix
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(CliError::bad_input(miette::miette!(
+            "--matrix {}: give the matrix file's path inside the repository (relative to its root, no `..`): it is read from each probed commit's tree",
+            args.matrix.display()
+        )));
+    }
+    if let Some(exe) = &args.worker_exe {
+        if exe.is_absolute()
+            || exe
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(CliError::bad_input(miette::miette!(
+                "--worker-exe {}: give the path of the commit's build inside the worktree (relative, no `..`)",
+                exe.display()
+            )));
+        }
+    }
+    if args.max_repeats == 0 {
+        return Err(CliError::bad_input(miette::miette!(
+            "--max-repeats 0: a commit needs at least one repeat"
+        )));
+    }
+    if args.setup.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err(CliError::bad_input(miette::miette!(
+            "--setup: the command is empty; leave the flag out to run no setup"
+        )));
+    }
+    Ok(BisectSettings {
+        cell: args.cell.clone(),
+        good: args.good.clone(),
+        bad: args.bad.clone(),
+        matrix: args.matrix.clone(),
+        setup: args.setup.clone(),
+        history: args.history.clone(),
+        max_repeats: args.max_repeats,
+        worker_exe: args.worker_exe.clone(),
+        work_dir: args.work_dir.clone(),
+        format: args.format,
+    })
+}
+
 /// `bench worker`: the axes arrive typed (clap parsed them through `axes`), so this only
 /// copies; the worker checks the values against its presets ([`crate::workload::Settings`]).
 pub(crate) fn worker(args: &WorkerArgs) -> WorkerSettings {
@@ -374,6 +425,44 @@ mod tests {
             panic!("not a post command")
         };
         assert!(bad_input(post(p).unwrap_err()).contains("--timeout 0"));
+    }
+
+    #[test]
+    fn bisect_settings_are_checked_as_bad_input() {
+        let bisect_args = |extra: &[&str]| {
+            let base = ["bisect", "c", "--good", "g", "--bad", "b"];
+            match parse(&[&base[..], extra].concat()) {
+                Command::Bisect(a) => a,
+                other => panic!("not a bisect command: {other:?}"),
+            }
+        };
+        let s = bisect(&bisect_args(&[
+            "--matrix",
+            "matrix/m.yaml",
+            "--worker-exe",
+            "target/release/bench",
+        ]))
+        .unwrap();
+        assert_eq!(s.max_repeats, crate::bisect::DEFAULT_MAX_REPEATS);
+        assert_eq!(s.matrix, std::path::PathBuf::from("matrix/m.yaml"));
+        for (flags, says) in [
+            (&["--matrix", "/m.yaml"][..], "--matrix /m.yaml"),
+            (&["--matrix", "../m.yaml"][..], "--matrix ../m.yaml"),
+            (
+                &["--matrix", "m.yaml", "--max-repeats", "0"][..],
+                "--max-repeats 0",
+            ),
+            (&["--matrix", "m.yaml", "--setup", " "][..], "--setup"),
+            (
+                &["--matrix", "m.yaml", "--worker-exe", "/b"][..],
+                "--worker-exe /b",
+            ),
+        ] {
+            let msg = bad_input(bisect(&bisect_args(flags)).unwrap_err());
+            assert!(msg.contains(says), "{flags:?}: {msg}");
+        }
+        let m = matrix(&matrix_args(&["--worker-exe", "old/bench"])).unwrap();
+        assert_eq!(m.config.bench_exe, Some("old/bench".into()));
     }
 
     /// A command that has subcommands takes its own operand as optional; without either

@@ -24,12 +24,14 @@ pub(super) fn text_matches(value: &Value, text: &str, is_set: bool) -> bool {
     }
 }
 
-/// The value of `name` in `cell`: an axis value, else a parameter.
+/// The value of `name` in `cell`: an axis value, else a parameter, else (for `id`) the
+/// cell id.
 pub(super) fn lookup(cell: &Cell, name: &str) -> Option<Value> {
     if let Some(v) = cell.values.get(name) {
         return Some(v.clone());
     }
     crate::matrix::spec::param_value(&cell.params, name)
+        .or_else(|| (name == super::ID_NAME).then(|| Value::Str(cell.id.as_str().to_string())))
 }
 
 pub(super) fn eval(e: &Expr, cell: &Cell) -> bool {

@@ -15,7 +15,8 @@
 //! A bare word matches a cell when it equals any axis value (or any flag of a set-valued
 //! axis) or is a substring of the cell id, so `--filter fsdp` and `--filter gpt2` do what a
 //! user expects. `name` is an axis, or a parameter such as `seq_len` when no axis has that
-//! name. `=` compares numerically when both sides are numbers, else as text; for set-valued
+//! name, or `id`, the cell id (`id=gpt2-125m.bf16.1gpu.single.compile` selects exactly one
+//! cell; an axis or parameter named `id` keeps that name). `=` compares numerically when both sides are numbers, else as text; for set-valued
 //! axes the value is a `+`-joined set (`features=compile+sac`, `features=base` for the empty
 //! set). `~` is a substring test, `=/re/` a regular-expression search (unanchored, as grep).
 //! Errors carry the byte offset of the fault so the CLI can put a caret under it.
@@ -48,6 +49,11 @@ pub struct Filter {
     source: String,
     expr: Expr,
 }
+
+/// The name that compares the cell id, when no axis or parameter has it: a script (or
+/// `bench bisect`) selects one cell exactly with `id=<cell id>`, which a bare word (a
+/// substring of ids) cannot.
+pub(crate) const ID_NAME: &str = "id";
 
 /// How deep parentheses may nest. Every level costs a few stack frames in the parser and
 /// the evaluator; 100 is far beyond any filter a person writes, and keeps the deepest
@@ -334,6 +340,30 @@ mod tests {
         assert!(!m("features=compile", &c));
         assert!(m("has(sac)", &c));
         assert!(m("seq_len=1024", &c));
+    }
+
+    /// `id` names the cell id exactly (a bare word is only a substring of it), unless the
+    /// matrix has an axis called `id`.
+    #[test]
+    fn id_selects_one_cell_exactly() {
+        let c = cell("gpt2-125m", 8, "fsdp", &["compile", "sac"]);
+        assert_eq!(c.id.as_str(), "gpt2-125m.8gpu.fsdp.compile+sac");
+        assert!(m("id=gpt2-125m.8gpu.fsdp.compile+sac", &c));
+        assert!(!m("id=gpt2-125m.8gpu.fsdp", &c));
+        assert!(m("id~8gpu.fsdp", &c));
+        assert!(m("id=/^gpt2-.*sac$/", &c));
+        let mut v = IndexMap::new();
+        v.insert("id".to_string(), Value::Str("x".into()));
+        let own = Cell {
+            id: CellId::from_values(&v),
+            values: v,
+            params: Params::default(),
+        };
+        let vocab = Vocabulary {
+            axes: vec![("id".into(), vec![Value::Str("x".into())])],
+            ..Vocabulary::default()
+        };
+        assert!(Filter::parse("id=x", &vocab).unwrap().matches(&own));
     }
 
     #[test]

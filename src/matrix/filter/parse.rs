@@ -188,7 +188,10 @@ impl<'a> Parser<'a> {
         if self.vocab.axes.is_empty() && self.vocab.params.is_empty() {
             return Ok(());
         }
-        if self.vocab.axis(name).is_some() || self.vocab.params.iter().any(|p| p == name) {
+        if self.vocab.axis(name).is_some()
+            || self.vocab.params.iter().any(|p| p == name)
+            || name == super::ID_NAME
+        {
             return Ok(());
         }
         let axes: Vec<&str> = self.vocab.axes.iter().map(|(n, _)| n.as_str()).collect();

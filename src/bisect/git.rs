@@ -1,0 +1,243 @@
+//! The git side of a bisection: the repository the command starts in, revisions resolved
+//! to commits, the first-parent range between good and bad, and the detached worktree the
+//! probes run in (removed when dropped, so every way out of the command removes it).
+//!
+//! Everything goes through the `git` program (as `env::git_state` does): the repositories
+//! bench bisects are the user's, with their own configuration, hooks and worktrees.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+use super::BisectError;
+
+/// A commit with what the reports show of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Commit {
+    pub sha: String,
+    pub subject: String,
+    /// `Name <email>`.
+    pub author: String,
+}
+
+impl Commit {
+    /// The abbreviation the tables show (10 hex digits: unambiguous in any real repository).
+    pub(crate) fn short(&self) -> &str {
+        &self.sha[..self.sha.len().min(10)]
+    }
+}
+
+/// The `git log` format of [`Commit`]: fields separated by NUL, which no subject holds.
+const FORMAT: &str = "--format=%H%x00%s%x00%an <%ae>";
+
+fn parse_commit(line: &str) -> Option<Commit> {
+    let mut f = line.splitn(3, '\0');
+    let (sha, subject, author) = (f.next()?, f.next()?, f.next()?);
+    (!sha.is_empty()).then(|| Commit {
+        sha: sha.to_string(),
+        subject: subject.to_string(),
+        author: author.to_string(),
+    })
+}
+
+/// `git` in `dir`, in a process group of its own: Ctrl-C on the terminal reaches bench
+/// only, which lets a checkout finish (a git killed half-way leaves `index.lock` behind)
+/// and stops at the next step.
+fn git_command(dir: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir).process_group(0);
+    cmd
+}
+
+/// Runs `git ARGS` in `dir`: its stdout (trimmed) on success, else its stderr.
+fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = git_command(dir)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(if err.is_empty() {
+            format!("git {}", out.status)
+        } else {
+            err
+        })
+    }
+}
+
+/// The repository a bisection walks.
+#[derive(Debug, Clone)]
+pub(crate) struct Repo {
+    /// The top of its work tree; `--matrix` is relative to it.
+    pub root: PathBuf,
+    /// Its `.git` directory (shared by all its worktrees): the default work folder lives
+    /// there, out of the work tree and so out of `git status`.
+    pub common_dir: PathBuf,
+}
+
+impl Repo {
+    /// The repository `dir` is in.
+    pub(crate) fn discover(dir: &Path) -> Result<Repo, BisectError> {
+        let not_a_repo = |message: String| BisectError::NotARepo {
+            dir: dir.display().to_string(),
+            message,
+        };
+        let root = git(dir, &["rev-parse", "--show-toplevel"]).map_err(not_a_repo)?;
+        let common = git(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )
+        .map_err(not_a_repo)?;
+        Ok(Repo {
+            root: PathBuf::from(root),
+            common_dir: PathBuf::from(common),
+        })
+    }
+
+    fn git(&self, args: &[&str]) -> Result<String, BisectError> {
+        git(&self.root, args).map_err(|message| BisectError::Git {
+            args: args.join(" "),
+            message,
+        })
+    }
+
+    /// The commit `rev` names (`flag` says which argument it was, for the message).
+    pub(crate) fn commit(&self, rev: &str, flag: &str) -> Result<Commit, BisectError> {
+        let unknown = || BisectError::UnknownRev {
+            flag: flag.to_string(),
+            rev: rev.to_string(),
+            repo: self.root.display().to_string(),
+        };
+        // A revision that starts with `-` would be read as an option of rev-parse.
+        if rev.is_empty() || rev.starts_with('-') {
+            return Err(unknown());
+        }
+        let spec = format!("{rev}^{{commit}}");
+        let sha =
+            git(&self.root, &["rev-parse", "--verify", "--quiet", &spec]).map_err(|_| unknown())?;
+        let line = self.git(&["log", "-1", FORMAT, &sha])?;
+        parse_commit(&line).ok_or_else(unknown)
+    }
+
+    /// Whether `a` is an ancestor of `b` (or `b` itself).
+    pub(crate) fn is_ancestor(&self, a: &Commit, b: &Commit) -> Result<bool, BisectError> {
+        let st = git_command(&self.root)
+            .args(["merge-base", "--is-ancestor", &a.sha, &b.sha])
+            .status()
+            .map_err(|e| BisectError::Git {
+                args: "merge-base --is-ancestor".into(),
+                message: e.to_string(),
+            })?;
+        match st.code() {
+            Some(0) => Ok(true),
+            Some(1) => Ok(false),
+            _ => Err(BisectError::Git {
+                args: format!("merge-base --is-ancestor {} {}", a.sha, b.sha),
+                message: format!("exited with {st}"),
+            }),
+        }
+    }
+
+    /// The commits of `good..bad` on bad's first-parent line that descend from good, oldest
+    /// first (bad last). A merge on that line stands for the whole branch it merged: the
+    /// bisection can end at a merge, never inside the merged branch.
+    pub(crate) fn range(&self, good: &Commit, bad: &Commit) -> Result<Vec<Commit>, BisectError> {
+        let spec = format!("{}..{}", good.sha, bad.sha);
+        let out = self.git(&[
+            "log",
+            "--first-parent",
+            "--ancestry-path",
+            "--reverse",
+            FORMAT,
+            &spec,
+        ])?;
+        Ok(out.lines().filter_map(parse_commit).collect())
+    }
+
+    /// A detached worktree at `at`, in a new temporary folder (a temporary folder rather
+    /// than one inside the repository, where tools that look upwards for their project
+    /// root, as cargo looks for a workspace, would find the repository's own).
+    pub(crate) fn worktree(&self, at: &Commit) -> Result<Worktree, BisectError> {
+        let dir = tempfile::Builder::new()
+            .prefix("bench-bisect-")
+            .tempdir()
+            .map_err(|e| BisectError::Io {
+                path: std::env::temp_dir().display().to_string(),
+                message: format!("cannot create the worktree's folder: {e}"),
+            })?;
+        let path = dir.path().join("worktree");
+        let shown = path.display().to_string();
+        self.git(&["worktree", "add", "--quiet", "--detach", &shown, &at.sha])?;
+        Ok(Worktree {
+            repo_root: self.root.clone(),
+            path,
+            head: at.sha.clone(),
+            _dir: dir,
+        })
+    }
+}
+
+/// A detached worktree of the repository; dropping it removes it (`git worktree remove`).
+#[derive(Debug)]
+pub(crate) struct Worktree {
+    repo_root: PathBuf,
+    /// Where the probed commit is checked out.
+    pub path: PathBuf,
+    /// The commit checked out now.
+    head: String,
+    /// Owns the folder, which goes when the worktree does.
+    _dir: tempfile::TempDir,
+}
+
+impl Worktree {
+    /// Checks out `sha` (force: the previous probe's setup may have changed tracked files),
+    /// then removes untracked files that are not ignored, so nothing of the previous
+    /// commit's tree is left; ignored files (build caches) stay, so the next build is
+    /// incremental. Returns whether the checkout changed.
+    pub(crate) fn checkout(&mut self, sha: &str) -> Result<bool, BisectError> {
+        if self.head == sha {
+            return Ok(false);
+        }
+        let run = |args: &[&str]| {
+            git(&self.path, args).map_err(|message| BisectError::Git {
+                args: args.join(" "),
+                message,
+            })
+        };
+        run(&["checkout", "--quiet", "--force", "--detach", sha])?;
+        run(&["clean", "-ffdq"])?;
+        self.head = sha.to_string();
+        Ok(true)
+    }
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        let shown = self.path.display().to_string();
+        if let Err(e) = git(&self.repo_root, &["worktree", "remove", "--force", &shown]) {
+            eprintln!("warning: git worktree remove {shown}: {e}");
+        }
+        // The folder is gone either way (TempDir); prune drops git's record of it.
+        let _ = git(&self.repo_root, &["worktree", "prune"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_parse_into_commits() {
+        let c = parse_commit("abc123\0fix: the thing\0Ann <ann@example.com>").unwrap();
+        assert_eq!(c.sha, "abc123");
+        assert_eq!(c.subject, "fix: the thing");
+        assert_eq!(c.author, "Ann <ann@example.com>");
+        assert_eq!(c.short(), "abc123");
+        assert!(parse_commit("").is_none());
+        assert!(parse_commit("abc").is_none());
+    }
+}

@@ -1,0 +1,452 @@
+//! Measuring one commit: the worktree checked out at it, the setup command run there, one
+//! `bench matrix` run of the cell as a child process, and its samples recorded in the
+//! history; and the rounds the history already holds for a commit, which is what lets an
+//! interrupted bisection resume without measuring them again.
+//!
+//! A probe runs the *current* bench executable on the commit's own matrix file, in the
+//! worktree (so the cell's command line, its relative paths and the commit recorded in
+//! `results.json` are the commit's), with `--filter id=<cell>`, no baselines and no
+//! progress bar. Its run id is `bisect-<sha>-<tag>-<n>`: `tag` hashes the cell and the
+//! hardware key, because the history keys runs by id alone, and `n` counts the rounds of
+//! that commit.
+//!
+//! Children run in process groups of their own, so Ctrl-C reaches this process only: it
+//! passes the signal on to the running child (each one, so a second Ctrl-C stops `bench
+//! matrix` at once as it does on a terminal), waits for it, and the command ends with 130
+//! after removing the worktree.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::git::{Commit, Worktree};
+use super::{BisectError, BisectSettings};
+use crate::error::CliError;
+use crate::history::gate::METRIC;
+use crate::history::record::RunRecord;
+use crate::history::History;
+use crate::results::{Outcome, RunResults};
+
+/// The branch probes are recorded under: never a branch whose history judges nightly runs.
+pub(crate) const BRANCH: &str = "bisect";
+
+/// One `bench matrix` run of the cell at one commit.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Round {
+    pub run_id: String,
+    /// The cell's `tokens_per_s`, one value per repeat.
+    pub samples: Vec<f64>,
+    /// Found in the history rather than measured by this invocation.
+    pub reused: bool,
+}
+
+/// Why a probe did not produce samples.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// The commit cannot be measured (setup failed, the cell failed): the bisection stops
+    /// with this message (exit 1).
+    Failed(String),
+    /// Bad input or a failure of bench itself.
+    Error(CliError),
+}
+
+impl From<CliError> for Halt {
+    fn from(e: CliError) -> Self {
+        Halt::Error(e)
+    }
+}
+
+impl From<BisectError> for Halt {
+    fn from(e: BisectError) -> Self {
+        Halt::Error(e.into())
+    }
+}
+
+impl From<crate::history::HistoryError> for Halt {
+    fn from(e: crate::history::HistoryError) -> Self {
+        Halt::Error(e.into())
+    }
+}
+
+/// Signals received (SIGINT, SIGTERM) since [`install_signal_handlers`].
+static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_signal(_: nix::libc::c_int) {
+    SIGNALS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Counts SIGINT and SIGTERM instead of dying of them, so the worktree is removed and the
+/// probes measured so far stay recorded.
+pub(crate) fn install_signal_handlers() -> Result<(), CliError> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only increments an atomic counter, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }
+            .map_err(|e| CliError::internal(miette::miette!("cannot handle {sig}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Whether Ctrl-C (or SIGTERM) arrived.
+pub(crate) fn interrupted() -> bool {
+    SIGNALS.load(Ordering::SeqCst) > 0
+}
+
+/// Waits for `child` (the leader of its own process group), passing every signal this
+/// process receives on to its group as SIGINT.
+fn wait_forwarding(child: &mut Child) -> std::io::Result<ExitStatus> {
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut forwarded = 0;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        let seen = SIGNALS.load(Ordering::SeqCst);
+        if seen > forwarded {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT);
+            forwarded = seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines of the file at `path` (for a failure's message).
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..]
+        .iter()
+        .map(|l| format!("    {}", crate::sanitize::clean(l)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Checks that the matrix at `commit` (which `flag` named) exists and has the cell:
+/// bad input otherwise, before anything is measured.
+pub(crate) fn check_cell(
+    worktree: &mut Worktree,
+    settings: &BisectSettings,
+    commit: &Commit,
+    flag: &str,
+) -> Result<(), BisectError> {
+    worktree.checkout(&commit.sha)?;
+    let matrix = settings.matrix.display().to_string();
+    let bad = |message: String| BisectError::Matrix {
+        matrix: matrix.clone(),
+        flag: flag.to_string(),
+        commit: commit.short().to_string(),
+        message,
+    };
+    let path = worktree.path.join(&settings.matrix);
+    if !path.is_file() {
+        return Err(bad("no such file in the commit's tree".into()));
+    }
+    let exp = crate::matrix::load_within(&path, &[], Default::default()).map_err(|e| {
+        // Name the file as the repository does, not by the worktree's temporary path.
+        let prefix = format!("{}/", worktree.path.display());
+        bad(e.to_string().replace(&prefix, ""))
+    })?;
+    if exp.cells.iter().any(|c| c.id.as_str() == settings.cell) {
+        return Ok(());
+    }
+    let ids: Vec<&str> = exp.cells.iter().map(|c| c.id.as_str()).collect();
+    let shown = if ids.len() > 10 {
+        format!("{}, ... ({} in all)", ids[..10].join(", "), ids.len())
+    } else if ids.is_empty() {
+        "none".to_string()
+    } else {
+        ids.join(", ")
+    };
+    Err(BisectError::UnknownCell {
+        cell: settings.cell.clone(),
+        matrix,
+        flag: flag.to_string(),
+        commit: commit.short().to_string(),
+        cells: shown,
+    })
+}
+
+/// Measures commits of one bisection.
+pub(crate) struct Prober<'a> {
+    settings: &'a BisectSettings,
+    worktree: Worktree,
+    store: History,
+    hardware_key: String,
+    /// Holds `runs/` (the probes' run folders), `logs/` and an empty baselines folder.
+    work_dir: PathBuf,
+    /// Hash of the cell and the hardware key in run ids.
+    tag: String,
+    /// The commit whose setup ran in the worktree last: its build is what is there.
+    ready: Option<String>,
+}
+
+impl<'a> Prober<'a> {
+    /// Measures in `worktree`, recording into `store`; creates the work folder's parts.
+    pub(crate) fn new(
+        settings: &'a BisectSettings,
+        worktree: Worktree,
+        store: History,
+        hardware_key: String,
+        work_dir: PathBuf,
+    ) -> Result<Prober<'a>, BisectError> {
+        for sub in ["runs", "logs", "baselines"] {
+            let dir = work_dir.join(sub);
+            std::fs::create_dir_all(&dir).map_err(|e| BisectError::Io {
+                path: dir.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
+        let digest = Sha256::digest(format!("{}\0{hardware_key}", settings.cell).as_bytes());
+        let tag = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Prober {
+            settings,
+            worktree,
+            store,
+            hardware_key,
+            work_dir,
+            tag,
+            ready: None,
+        })
+    }
+
+    pub(crate) fn hardware_key(&self) -> &str {
+        &self.hardware_key
+    }
+
+    pub(crate) fn store_location(&self) -> &str {
+        &self.store.location
+    }
+
+    pub(crate) fn runs_dir(&self) -> PathBuf {
+        self.work_dir.join("runs")
+    }
+
+    fn checkout(&mut self, sha: &str) -> Result<(), BisectError> {
+        if self.worktree.checkout(sha)? {
+            self.ready = None;
+        }
+        Ok(())
+    }
+
+    /// The rounds of `commit` the history holds (this cell, this hardware key, recorded
+    /// by a bisection), oldest first.
+    pub(crate) fn recorded(&mut self, commit: &Commit) -> Result<Vec<Round>, CliError> {
+        let trend = self
+            .store
+            .trend(&self.settings.cell, &self.hardware_key, METRIC)?;
+        Ok(trend
+            .into_iter()
+            .filter(|p| {
+                p.branch.as_deref() == Some(BRANCH) && p.commit.as_deref() == Some(&commit.sha)
+            })
+            .map(|p| Round {
+                run_id: p.run_id,
+                samples: if p.samples.is_empty() {
+                    vec![p.value]
+                } else {
+                    p.samples
+                },
+                reused: true,
+            })
+            .collect())
+    }
+
+    /// Runs the setup command in the worktree (its output goes to a log file).
+    fn setup(&mut self, commit: &Commit) -> Result<(), Halt> {
+        let Some(cmd) = &self.settings.setup else {
+            return Ok(());
+        };
+        let log = self
+            .work_dir
+            .join("logs")
+            .join(format!("setup-{}.log", commit.short()));
+        eprintln!("bisect: setup at {} ({cmd})", commit.short());
+        let status = self.spawn_logged(
+            Command::new("sh")
+                .args(["-c", cmd])
+                .env("BENCH_BISECT_COMMIT", &commit.sha),
+            &log,
+        )?;
+        if interrupted() {
+            return Err(Halt::Interrupted);
+        }
+        if !status.success() {
+            return Err(Halt::Failed(format!(
+                "the setup command failed at commit {} ({}) with {status}; its log is {}:\n{}",
+                commit.short(),
+                commit.subject,
+                log.display(),
+                tail(&log, 20)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `cmd` in the worktree, in a process group of its own, stdout and stderr into
+    /// `log`, passing signals on; returns its status.
+    fn spawn_logged(&self, cmd: &mut Command, log: &Path) -> Result<ExitStatus, Halt> {
+        let io = |e: std::io::Error| {
+            Halt::Error(CliError::internal(miette::miette!(
+                "{}: {e}",
+                log.display()
+            )))
+        };
+        let out = File::create(log).map_err(io)?;
+        let err = out.try_clone().map_err(io)?;
+        let mut child = cmd
+            .current_dir(&self.worktree.path)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                Halt::Error(CliError::internal(miette::miette!(
+                    "cannot start {:?}: {e}",
+                    cmd.get_program()
+                )))
+            })?;
+        wait_forwarding(&mut child).map_err(io)
+    }
+
+    /// Measures the cell once more at `commit` (round `n`, counting from 1): checkout and
+    /// setup when the worktree holds another commit, one `bench matrix` run, the run
+    /// recorded in the history.
+    pub(crate) fn measure(&mut self, commit: &Commit, n: usize) -> Result<Round, Halt> {
+        if interrupted() {
+            return Err(Halt::Interrupted);
+        }
+        if self.ready.as_deref() != Some(commit.sha.as_str()) {
+            self.checkout(&commit.sha)?;
+            self.setup(commit)?;
+            self.ready = Some(commit.sha.clone());
+        }
+        let run_id = format!("bisect-{}-{}-{n}", &commit.sha[..12], self.tag);
+        let runs = self.runs_dir();
+        let run_dir = runs.join(&run_id);
+        // A folder of this id is a round that was not recorded (interrupted): start again.
+        if run_dir.exists() {
+            std::fs::remove_dir_all(&run_dir).map_err(|e| {
+                Halt::Error(CliError::internal(miette::miette!(
+                    "{}: {e}",
+                    run_dir.display()
+                )))
+            })?;
+        }
+        let log = self.work_dir.join("logs").join(format!("{run_id}.log"));
+        let exe = std::env::current_exe().map_err(|e| {
+            Halt::Error(CliError::internal(miette::miette!(
+                "cannot find this bench executable: {e}"
+            )))
+        })?;
+        eprintln!(
+            "bisect: measuring {} ({}), round {n}",
+            commit.short(),
+            commit.subject
+        );
+        let matrix = self.worktree.path.join(&self.settings.matrix);
+        let mut cmd = Command::new(exe);
+        cmd.arg("matrix")
+            .arg(&matrix)
+            .arg("--filter")
+            .arg(format!("id=\"{}\"", self.settings.cell))
+            .arg("--results-dir")
+            .arg(&runs)
+            .arg("--run-id")
+            .arg(&run_id)
+            .arg("--baselines")
+            .arg(self.work_dir.join("baselines"))
+            .arg("--no-progress");
+        if let Some(worker) = &self.settings.worker_exe {
+            let path = self.worktree.path.join(worker);
+            if !path.is_file() {
+                return Err(Halt::Failed(format!(
+                    "--worker-exe {}: no such file in the worktree at commit {} ({}) after the setup",
+                    worker.display(),
+                    commit.short(),
+                    commit.subject
+                )));
+            }
+            cmd.arg("--worker-exe").arg(path);
+        }
+        let status = self.spawn_logged(&mut cmd, &log)?;
+        if interrupted() || status.code() == Some(crate::exit::bench::INTERRUPTED) {
+            return Err(Halt::Interrupted);
+        }
+        let failed = |why: String| {
+            Halt::Failed(format!(
+                "cannot measure commit {} ({}): {why}; the log of `bench matrix` is {}:\n{}",
+                commit.short(),
+                commit.subject,
+                log.display(),
+                tail(&log, 20)
+            ))
+        };
+        let results = match RunResults::load(&run_dir) {
+            Ok(r) => r,
+            Err(e) => return Err(failed(format!("{e} (bench matrix exited with {status})"))),
+        };
+        let Some(cell) = results
+            .cells
+            .iter()
+            .find(|c| c.id.as_str() == self.settings.cell)
+        else {
+            return Err(failed(format!(
+                "the run has no cell {}",
+                self.settings.cell
+            )));
+        };
+        let reason = match &cell.outcome {
+            Outcome::Passed => None,
+            Outcome::Failed { reason }
+            | Outcome::TimedOut { reason }
+            | Outcome::Skipped { reason } => Some(reason.clone()),
+        };
+        if let Some(reason) = reason {
+            return Err(failed(format!("the cell did not pass: {reason}")));
+        }
+        let samples: Vec<f64> = cell
+            .metrics
+            .get(METRIC)
+            .map(|m| {
+                m.samples
+                    .iter()
+                    .copied()
+                    .filter(|v| v.is_finite())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if samples.is_empty() {
+            return Err(failed(format!("the cell measured no {METRIC}")));
+        }
+        if results.environment.hardware_key != self.hardware_key {
+            // The child saw other GPUs than this process did (its key is what the history
+            // holds, so that is where the next lookup must search).
+            eprintln!(
+                "warning: the probe ran on hardware key {}, not {}: looking up probes under the former from now on",
+                results.environment.hardware_key, self.hardware_key
+            );
+            self.hardware_key = results.environment.hardware_key.clone();
+        }
+        let record = RunRecord::from_results(&results, Some(BRANCH.to_string()), None);
+        self.store.record_run(&record)?;
+        Ok(Round {
+            run_id,
+            samples,
+            reused: false,
+        })
+    }
+}
