@@ -18,6 +18,9 @@ struct Lab {
     dir: PathBuf,
     smi: PathBuf,
     matrix: PathBuf,
+    /// A git repository of its own on branch `main` where bench runs, so the commit, the
+    /// branch and a pull request's merge-base do not depend on the checkout the tests run in.
+    repo: PathBuf,
 }
 
 impl Lab {
@@ -43,11 +46,35 @@ impl Lab {
             ),
         )
         .unwrap();
+        let repo = dir.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "main",
+            ][..],
+        ] {
+            let o = Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        }
         Lab {
             _tmp: tmp,
             dir,
             smi,
             matrix,
+            repo,
         }
     }
 
@@ -58,7 +85,8 @@ impl Lab {
             std::env::var("PATH").unwrap_or_default()
         );
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
-        cmd.args(["matrix", self.matrix.to_str().unwrap()])
+        cmd.current_dir(&self.repo)
+            .args(["matrix", self.matrix.to_str().unwrap()])
             .args(["--results-dir", self.dir.join("results").to_str().unwrap()])
             .args(["--run-id", id])
             .args(["--baselines", self.dir.join("baselines").to_str().unwrap()])
@@ -229,7 +257,10 @@ fn a_pull_request_is_judged_against_its_base_branch_not_its_own_pushes() {
         assert_eq!(lab.verdict(id), "regressed");
         let h: serde_json::Value = serde_json::from_str(&lab.file(id, "history.json")).unwrap();
         assert!(
-            h["scope"].as_str().unwrap().contains("base branch `main`"),
+            h["scope"]
+                .as_str()
+                .unwrap()
+                .contains("base branch main at its merge-base"),
             "{h}"
         );
     }

@@ -188,10 +188,10 @@ impl Scope {
             });
             let describe = match &merge_base {
                 Some(mb) => format!(
-                    "runs of the base branch `{base}` at its merge-base `{}` or before",
+                    "runs of the base branch {base} at its merge-base {} or before",
                     &mb[..mb.len().min(7)]
                 ),
-                None => format!("runs of the base branch `{base}` (merge-base unknown)"),
+                None => format!("runs of the base branch {base} (merge-base unknown)"),
             };
             return Scope {
                 branch: Some(base),
@@ -201,7 +201,7 @@ impl Scope {
         }
         let branch = super::record::current_branch();
         let describe = match &branch {
-            Some(b) => format!("runs of branch `{b}`"),
+            Some(b) => format!("runs of branch {b}"),
             None => "runs of any branch".into(),
         };
         Scope {

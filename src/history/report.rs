@@ -12,6 +12,7 @@
 
 use super::detect::{HistoryVerdict, NumericsVerdict};
 use super::gate::{CellJudgement, GateReport};
+use crate::report::markdown::{code, text};
 
 fn short(commit: &Option<String>) -> String {
     match commit {
@@ -141,32 +142,6 @@ pub(crate) fn remarkable(c: &CellJudgement) -> bool {
         || (c.verdict() == HistoryVerdict::InsufficientHistory && c.baseline_regressed)
 }
 
-/// Text inside a Markdown code span whose fence is longer than any backtick run in it, so
-/// a value cannot close the span (and nothing inside is taken for HTML or a mention).
-fn code(s: &str) -> String {
-    let one_line: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let mut longest = 0;
-    let mut run = 0;
-    for ch in one_line.chars() {
-        if ch == '`' {
-            run += 1;
-            longest = longest.max(run);
-        } else {
-            run = 0;
-        }
-    }
-    let fence = "`".repeat(longest + 1);
-    let pad = if one_line.starts_with('`') || one_line.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{fence}{pad}{one_line}{pad}{fence}")
-}
-
 /// The history section of `summary.md` and the PR/MR comment (empty when nothing was
 /// judged).
 pub fn markdown(r: &GateReport) -> String {
@@ -176,7 +151,7 @@ pub fn markdown(r: &GateReport) -> String {
     let count = |v: HistoryVerdict| r.cells.iter().filter(|c| c.verdict() == v).count();
     let mut out = format!(
         "#### Against history ({})\n\n{} regressed, {} improved, {} environment, {} suspect, {} unknown, {} unchanged, {} with no history",
-        r.scope,
+        text(&r.scope),
         count(HistoryVerdict::Regressed),
         count(HistoryVerdict::Improved),
         count(HistoryVerdict::Environment),
@@ -292,7 +267,7 @@ mod tests {
             hardware_key: "h100-sxm-80gb".into(),
             store: "bench-history.sqlite".into(),
             policy: Policy::default(),
-            scope: "runs of branch `main`".into(),
+            scope: "runs of branch main".into(),
             confirm_run_id: Some("20261122T020000Z-confirm".into()),
             over_budget: vec![],
             cells: vec![c],

@@ -148,7 +148,12 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     // opened, found after the run would leave no verdict for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = match &args.history {
-        Some(location) => Some(crate::history::open(location)?),
+        Some(location) => {
+            // A damaged store, one of a newer schema or a row bench cannot read is refused
+            // here (exit 2), not after the cells have run.
+            crate::history::check(location)?;
+            Some(crate::history::open(location)?)
+        }
         None => None,
     };
     let outcome = match store.as_mut() {
