@@ -348,16 +348,24 @@ pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
                     clean: vec![],
                     clean_runs: 0,
                     slow: IndexMap::new(),
+                    clean_telemetry: Vec::new(),
+                    slow_telemetry: IndexMap::new(),
+                    slow_runs: IndexMap::new(),
                 });
+            let telemetry = c.telemetry.as_deref().map(|t| (m.value, t.clone()));
             if switch.is_empty() {
                 entry.clean.extend(&m.samples);
                 entry.clean_runs += 1;
+                entry.clean_telemetry.extend(telemetry);
             } else {
+                let key = switch.join(",");
+                entry.slow.entry(key.clone()).or_default().extend(&m.samples);
+                *entry.slow_runs.entry(key.clone()).or_default() += 1;
                 entry
-                    .slow
-                    .entry(switch.join(","))
+                    .slow_telemetry
+                    .entry(key)
                     .or_default()
-                    .extend(&m.samples);
+                    .extend(telemetry);
             }
         }
     }

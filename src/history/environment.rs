@@ -21,6 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::detect::{HistoryVerdict, Judgement};
 use crate::metrics::stats::{mad, median};
 use crate::telemetry::CellTelemetry;
 
@@ -85,6 +86,24 @@ pub struct Finding {
 impl Finding {
     pub(crate) fn explains(&self) -> bool {
         !self.causes.is_empty()
+    }
+}
+
+/// Blames a worse suspect or regressed judgement on the environment when `finding`
+/// explains it: the one place the shipped verdict (the gate) and the calibration study
+/// (`bench history study`) decide it, so the study measures what users get. A drift (a
+/// slow slide over several runs) is the code's whatever the telemetry says.
+pub(crate) fn excuse(judgement: &mut Judgement, finding: Option<&Finding>) {
+    let worse = judgement.rel_change.is_some_and(|r| r < 0.0);
+    if worse
+        && matches!(
+            judgement.verdict,
+            HistoryVerdict::Suspect | HistoryVerdict::Regressed
+        )
+        && !judgement.drift
+        && finding.is_some_and(Finding::explains)
+    {
+        judgement.verdict = HistoryVerdict::Environment;
     }
 }
 

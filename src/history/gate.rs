@@ -30,7 +30,7 @@ use crate::results::{CellResult, Outcome, RunResults};
 use super::detect::{
     judge, judge_loss, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy,
 };
-use super::environment::{explain, Finding};
+use super::environment::{excuse, explain, Finding};
 use super::record::{context_of, CellRecord, RunRecord};
 use super::store::{current_segment, History, Point};
 use super::suspects::{changes, Change, Identity};
@@ -390,17 +390,7 @@ impl Judge<'_> {
             .collect();
         let rel = judgement.rel_change.unwrap_or(0.0);
         let environment = explain(cell.telemetry.as_deref(), m.value, &clean_tele, rel);
-        let worse = rel < 0.0;
-        if worse
-            && matches!(
-                judgement.verdict,
-                HistoryVerdict::Suspect | HistoryVerdict::Regressed
-            )
-            && !judgement.drift
-            && environment.as_ref().is_some_and(Finding::explains)
-        {
-            judgement.verdict = HistoryVerdict::Environment;
-        }
+        excuse(&mut judgement, environment.as_ref());
         let curves: Vec<Vec<f64>> = clean.iter().map(|p| p.loss_curve.clone()).collect();
         let loss = CellRecord::from_result(cell).loss_curve;
         let numerics = judge_loss(&curves, &loss, self.policy.min_history, LOSS_FLOOR_REL);

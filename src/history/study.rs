@@ -12,8 +12,14 @@
 //!   it is slower by more than max(3%, the two runs' spreads added), as `baseline::compare`
 //!   decides.
 //! - New rule: `lookback` clean simulated runs are the history; the new run is judged by
-//!   [`detect::judge`]; a suspect is re-run (another simulated run from the same pool) and
-//!   judged with it, as `--confirm` does. Only `Regressed` counts.
+//!   [`detect::judge`]; a suspect or unknown is re-run (another simulated run from the same
+//!   pool) and judged with it, as `--confirm` does. Only `Regressed` counts.
+//! - Shipped verdict: the new rule, then the environment check the gate applies
+//!   ([`environment::explain`] and [`environment::excuse`], the same functions): each
+//!   simulated run carries the GPU telemetry of one real run of its pool (drawn at random),
+//!   the history's runs that of real clean runs, so a slowdown the telemetry would excuse
+//!   (as every SW-power-capped H100 run was excused before issue 21) counts as missed.
+//!   Only `Regressed` fails a job, so only it counts as detected or as a false alarm.
 //!
 //! A slowdown's size is measured in the same study: 1 - median(slow pool) / median(clean
 //! pool). False-alarm rates this small need many trials: a rate printed as `< x` had no
@@ -29,8 +35,11 @@ use indexmap::IndexMap;
 use crate::baseline::Direction;
 use crate::metrics::stats::{median, rel_spread};
 
+use crate::telemetry::CellTelemetry;
+
 use super::changepoint::SplitMix64;
 use super::detect::{self, HistoryVerdict, Observation, Policy};
+use super::environment;
 
 /// The old rule's fixed tolerance.
 pub(crate) const OLD_TOLERANCE: f64 = 0.03;
@@ -44,6 +53,36 @@ pub(crate) struct CellPools {
     pub clean_runs: usize,
     /// Per slowdown (its switch, e.g. `BENCH_FUSED_ADAMW=0`): the repeats' values.
     pub slow: IndexMap<String, Vec<f64>>,
+    /// The clean runs' telemetry over their measured steps, with each run's value (empty
+    /// when the runs had none: the shipped verdict is then the new rule's).
+    pub clean_telemetry: Vec<(f64, CellTelemetry)>,
+    /// The same for each slowdown's runs.
+    pub slow_telemetry: IndexMap<String, Vec<(f64, CellTelemetry)>>,
+    /// Runs per slowdown.
+    pub slow_runs: IndexMap<String, usize>,
+}
+
+/// One pool of a simulation: repeats' values, and the telemetry of the real runs they
+/// came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pool<'a> {
+    pub values: &'a [f64],
+    pub telemetry: &'a [(f64, CellTelemetry)],
+}
+
+impl<'a> Pool<'a> {
+    /// A pool without telemetry.
+    pub(crate) fn plain(values: &'a [f64]) -> Pool<'a> {
+        Pool {
+            values,
+            telemetry: &[],
+        }
+    }
+
+    /// The telemetry of one of the pool's real runs, at random; `None` without any.
+    fn telemetry(&self, rng: &mut SplitMix64) -> Option<&'a CellTelemetry> {
+        (!self.telemetry.is_empty()).then(|| &self.telemetry[rng.below(self.telemetry.len())].1)
+    }
 }
 
 /// One simulated run: the median of `r` draws and its relative spread.
@@ -71,32 +110,42 @@ pub(crate) struct Rates {
     pub new_single: f64,
     /// After confirmation.
     pub new: f64,
+    /// The shipped verdict: after confirmation and the environment check, regressed.
+    pub shipped: f64,
+    /// Confirmed regressions the environment check excused (verdict `environment`).
+    pub excused: f64,
     pub trials: usize,
 }
 
-/// Simulates `trials` verdicts of both rules (see the module docs).
+/// Simulates `trials` verdicts of both rules and of the shipped verdict (see the module
+/// docs).
 pub(crate) fn simulate(
-    clean: &[f64],
-    pool: &[f64],
+    clean: Pool<'_>,
+    pool: Pool<'_>,
     repeats: usize,
     policy: &Policy,
     trials: usize,
     seed: u64,
 ) -> Rates {
     let mut rng = SplitMix64(seed);
-    let (mut old, mut single, mut new) = (0usize, 0usize, 0usize);
+    let (mut old, mut single, mut new, mut shipped, mut excused) = (0usize, 0, 0, 0, 0);
     let mut history = vec![0.0; policy.lookback];
     for _ in 0..trials {
-        let (base, base_spread) = sim_run(clean, repeats, &mut rng);
-        let (x, x_spread, x_draws) = sim_draws(pool, repeats, &mut rng);
+        let (base, base_spread) = sim_run(clean.values, repeats, &mut rng);
+        let (x, x_spread, x_draws) = sim_draws(pool.values, repeats, &mut rng);
+        let x_tele = pool.telemetry(&mut rng);
         if base - x > OLD_TOLERANCE.max(x_spread + base_spread) * base {
             old += 1;
         }
         let mut pooled = Vec::with_capacity(history.len() * repeats);
+        let mut history_tele = Vec::with_capacity(history.len());
         for h in history.iter_mut() {
-            let (m, _, d) = sim_draws(clean, repeats, &mut rng);
+            let (m, _, d) = sim_draws(clean.values, repeats, &mut rng);
             *h = m;
             pooled.extend(d);
+            if let Some(t) = clean.telemetry(&mut rng) {
+                history_tele.push((m, t));
+            }
         }
         let obs = Observation {
             history: &history,
@@ -108,10 +157,19 @@ pub(crate) fn simulate(
             baseline: None,
             previous_regressed: false,
         };
-        let first = detect::judge(&obs, Direction::Higher, policy).verdict;
-        let verdict = if first == HistoryVerdict::Suspect {
+        let first = detect::judge(&obs, Direction::Higher, policy);
+        if matches!(
+            first.verdict,
+            HistoryVerdict::Suspect | HistoryVerdict::Regressed
+        ) {
             single += 1;
-            let again = sim_draws(pool, repeats, &mut rng).2;
+        }
+        // As `--confirm` does: a suspect or unknown cell is re-run and judged with both.
+        let mut judgement = if matches!(
+            first.verdict,
+            HistoryVerdict::Suspect | HistoryVerdict::Unknown
+        ) {
+            let again = sim_draws(pool.values, repeats, &mut rng).2;
             detect::judge(
                 &Observation {
                     confirm: Some(&again),
@@ -120,15 +178,23 @@ pub(crate) fn simulate(
                 Direction::Higher,
                 policy,
             )
-            .verdict
         } else {
-            if first == HistoryVerdict::Regressed {
-                single += 1;
-            }
             first
         };
-        if verdict == HistoryVerdict::Regressed {
+        if judgement.verdict == HistoryVerdict::Regressed {
             new += 1;
+        }
+        let finding = environment::explain(
+            x_tele,
+            x,
+            &history_tele,
+            judgement.rel_change.unwrap_or(0.0),
+        );
+        environment::excuse(&mut judgement, finding.as_ref());
+        match judgement.verdict {
+            HistoryVerdict::Regressed => shipped += 1,
+            HistoryVerdict::Environment => excused += 1,
+            _ => {}
         }
     }
     let t = trials.max(1) as f64;
@@ -136,6 +202,8 @@ pub(crate) fn simulate(
         old: old as f64 / t,
         new_single: single as f64 / t,
         new: new as f64 / t,
+        shipped: shipped as f64 / t,
+        excused: excused as f64 / t,
         trials,
     }
 }
@@ -162,51 +230,60 @@ pub(crate) fn table(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Policy: lookback {} runs, band {} robust sigmas, floor {:.1}%, confirmation by one re-run; old rule: {:.0}% against one stored run.\n",
+        "Policy: lookback {} runs, band {} robust sigmas, floor {:.1}%, confirmation by one re-run; old rule: {:.0}% against one stored run. Shipped verdict: confirmed, then the environment check on the runs' GPU telemetry; only `regressed` fails a job.\n",
         policy.lookback,
         policy.threshold_sigmas,
         policy.floor_rel * 100.0,
         OLD_TOLERANCE * 100.0
     );
-    let _ = writeln!(out, "| cell | run (switch) | pool | slowdown | repeats | old rule | new, one breach | new, confirmed |");
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    for c in cells {
+        let _ = writeln!(out, "{}\n", telemetry_summary(c));
+    }
+    let _ = writeln!(out, "| cell | run (switch) | pool | slowdown | repeats | old rule | new, one breach | new, confirmed | shipped: regressed | shipped: environment |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     for c in cells {
         let Some(clean_median) = median(&c.clean) else {
             continue;
         };
+        let clean = Pool {
+            values: &c.clean,
+            telemetry: &c.clean_telemetry,
+        };
         for &r in repeat_counts {
-            let fa = simulate(
-                &c.clean,
-                &c.clean,
-                r,
-                policy,
-                alarm_trials,
-                0xa1a2 ^ r as u64,
-            );
+            let fa = simulate(clean, clean, r, policy, alarm_trials, 0xa1a2 ^ r as u64);
             let _ = writeln!(
                 out,
-                "| {} | clean (false alarms) | {} repeats / {} runs | 0 | {r} | {} | {} | {} |",
+                "| {} | clean (false alarms) | {} repeats / {} runs | 0 | {r} | {} | {} | {} | {} | {} |",
                 c.cell,
                 c.clean.len(),
                 c.clean_runs,
                 pct(fa.old, fa.trials),
                 pct(fa.new_single, fa.trials),
-                pct(fa.new, fa.trials)
+                pct(fa.new, fa.trials),
+                pct(fa.shipped, fa.trials),
+                pct(fa.excused, fa.trials)
             );
         }
-        for (switch, pool) in &c.slow {
-            let slow = 1.0 - median(pool).unwrap_or(f64::NAN) / clean_median;
+        for (switch, values) in &c.slow {
+            let slow = 1.0 - median(values).unwrap_or(f64::NAN) / clean_median;
+            let pool = Pool {
+                values,
+                telemetry: c.slow_telemetry.get(switch).map_or(&[], Vec::as_slice),
+            };
             for &r in repeat_counts {
-                let d = simulate(&c.clean, pool, r, policy, detect_trials, 0xd1d2 ^ r as u64);
+                let d = simulate(clean, pool, r, policy, detect_trials, 0xd1d2 ^ r as u64);
                 let _ = writeln!(
                     out,
-                    "| {} | {switch} (detection) | {} repeats | {:.2}% | {r} | {} | {} | {} |",
+                    "| {} | {switch} (detection) | {} repeats / {} runs | {:.2}% | {r} | {} | {} | {} | {} | {} |",
                     c.cell,
-                    pool.len(),
+                    values.len(),
+                    c.slow_runs.get(switch).copied().unwrap_or(0),
                     slow * 100.0,
                     pct(d.old, d.trials),
                     pct(d.new_single, d.trials),
-                    pct(d.new, d.trials)
+                    pct(d.new, d.trials),
+                    pct(d.shipped, d.trials),
+                    pct(d.excused, d.trials)
                 );
             }
         }
@@ -216,6 +293,41 @@ pub(crate) fn table(
         "\nRates by bootstrap resampling of the pools: {detect_trials} trials per detection rate, {alarm_trials} per false-alarm rate; `< x` means no event, x = 3/trials (95% upper bound)."
     );
     out
+}
+
+/// One line on the telemetry the study's runs carried: how many runs had it, the SM clock
+/// and the share of samples at the SW power cap in clean and slowed runs, so a reader sees
+/// that the shipped verdict was measured on runs with telemetry on.
+fn telemetry_summary(c: &CellPools) -> String {
+    let slowed: Vec<&(f64, CellTelemetry)> = c.slow_telemetry.values().flatten().collect();
+    let clean: Vec<&(f64, CellTelemetry)> = c.clean_telemetry.iter().collect();
+    if clean.is_empty() && slowed.is_empty() {
+        return format!(
+            "Telemetry of `{}`: none in these runs (no nvidia-smi, or results older than telemetry): the shipped verdict is the new rule's.",
+            c.cell
+        );
+    }
+    let describe = |runs: &[&(f64, CellTelemetry)]| {
+        let clocks: Vec<f64> = runs.iter().filter_map(|(_, t)| t.sm_clock_mhz).collect();
+        let cap: Vec<f64> = runs
+            .iter()
+            .map(|(_, t)| t.reason_fraction("SW power cap"))
+            .collect();
+        let foreign = runs.iter().filter(|(_, t)| !t.foreign.is_empty()).count();
+        format!(
+            "{} runs, median SM clock {}, SW power cap in {} of samples (median), {} with a foreign process",
+            runs.len(),
+            median(&clocks).map_or("-".into(), |m| format!("{m:.0} MHz")),
+            median(&cap).map_or("-".into(), |m| format!("{:.0}%", m * 100.0)),
+            foreign
+        )
+    };
+    format!(
+        "Telemetry of `{}`: clean {}; slowed {}.",
+        c.cell,
+        describe(&clean),
+        describe(&slowed)
+    )
 }
 
 #[cfg(test)]
@@ -245,9 +357,10 @@ mod tests {
             .map(|v| v * 0.95)
             .collect();
         let p = Policy::default();
-        let d = simulate(&clean, &slow, 3, &p, 2000, 3);
+        let d = simulate(Pool::plain(&clean), Pool::plain(&slow), 3, &p, 2000, 3);
         assert!(d.new > 0.99 && d.old > 0.99, "{d:?}");
-        let fa = simulate(&clean, &clean, 3, &p, 5000, 4);
+        assert_eq!(d.shipped, d.new, "no telemetry, nothing excused");
+        let fa = simulate(Pool::plain(&clean), Pool::plain(&clean), 3, &p, 5000, 4);
         assert!(fa.new < 0.002, "{fa:?}");
         assert!(fa.new <= fa.new_single);
     }
@@ -259,7 +372,14 @@ mod tests {
             .iter()
             .map(|v| v * 0.98)
             .collect();
-        let d = simulate(&clean, &slow, 3, &Policy::default(), 2000, 7);
+        let d = simulate(
+            Pool::plain(&clean),
+            Pool::plain(&slow),
+            3,
+            &Policy::default(),
+            2000,
+            7,
+        );
         assert!(d.new > 0.9, "{d:?}");
         assert!(d.old < 0.05, "{d:?}");
     }
@@ -273,6 +393,9 @@ mod tests {
             slow: [("BENCH_FUSED_ADAMW=0".to_string(), pool(97.0, 0.003, 10, 9))]
                 .into_iter()
                 .collect(),
+            clean_telemetry: vec![],
+            slow_telemetry: IndexMap::new(),
+            slow_runs: [("BENCH_FUSED_ADAMW=0".to_string(), 1)].into_iter().collect(),
         };
         let t = table(&[c], &Policy::default(), &[3], 200, 300);
         assert!(
@@ -280,10 +403,78 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("BENCH_FUSED_ADAMW=0 (detection) | 10 repeats | 2.96% | 3 |"),
+            t.contains("BENCH_FUSED_ADAMW=0 (detection) | 10 repeats / 1 runs | 2.96% | 3 |"),
             "{t}"
         );
         assert!(t.contains("< 1.000%"), "{t}");
         assert_eq!(pct(0.0, 300), "< 1.000%");
+    }
+
+    /// A busy GPU's telemetry: `clock` MHz, SW power cap in every sample.
+    fn capped(clock: f64) -> CellTelemetry {
+        CellTelemetry {
+            samples: 100,
+            gpus: vec![0],
+            sm_clock_mhz: Some(clock),
+            max_sm_clock_mhz: Some(1980.0),
+            power_w: Some(690.0),
+            power_limit_w: Some(700.0),
+            temperature_c: Some(70.0),
+            utilization_pct: Some(100.0),
+            reasons: [("SW power cap".to_string(), 1.0)].into_iter().collect(),
+            foreign: vec![],
+            unverified: vec![],
+        }
+    }
+
+    /// The study's shipped verdict goes through the gate's environment check: a power cap
+    /// every clean run also shows excuses nothing (the H100 case of issue 21), a clock drop
+    /// that accounts for the loss excuses it.
+    #[test]
+    fn the_shipped_verdict_excuses_only_what_the_telemetry_explains() {
+        let clean = pool(1000.0, 0.003, 60, 11);
+        let slow: Vec<f64> = pool(1000.0, 0.003, 30, 12)
+            .iter()
+            .map(|v| v * 0.97)
+            .collect();
+        let jitter = |i: usize| 1755.0 + (i % 2) as f64 * 15.0;
+        let clean_tele: Vec<(f64, CellTelemetry)> =
+            (0..12).map(|i| (1000.0, capped(jitter(i)))).collect();
+        let same_tele: Vec<(f64, CellTelemetry)> =
+            (0..6).map(|i| (970.0, capped(jitter(i)))).collect();
+        let low_clock: Vec<(f64, CellTelemetry)> =
+            (0..6).map(|i| (970.0, capped(jitter(i) * 0.96))).collect();
+        let clean = Pool {
+            values: &clean,
+            telemetry: &clean_tele,
+        };
+        let p = Policy::default();
+        let code = simulate(
+            clean,
+            Pool {
+                values: &slow,
+                telemetry: &same_tele,
+            },
+            3,
+            &p,
+            2000,
+            13,
+        );
+        assert!(code.shipped > 0.95, "{code:?}");
+        assert_eq!(code.excused, 0.0, "{code:?}");
+        let env = simulate(
+            clean,
+            Pool {
+                values: &slow,
+                telemetry: &low_clock,
+            },
+            3,
+            &p,
+            2000,
+            13,
+        );
+        assert!(env.shipped < 0.01 && env.excused > 0.95, "{env:?}");
+        let fa = simulate(clean, clean, 3, &p, 5000, 14);
+        assert!(fa.shipped < 0.002, "{fa:?}");
     }
 }
