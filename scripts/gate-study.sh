@@ -26,6 +26,12 @@
 #              norm and bias+GELU kernels of GPT-2: 1.4-4.7% slowdowns, the sizes the
 #              gate's targets are about; BENCH_FUSED_CE=0, 26%, is found by any rule)
 #   GPUS       --gpus for bench matrix (default 1)
+#   N0         the number the run ids start after (default 0): a second session into the
+#              same history (OUT_DIR/history.sqlite copied there first) gets new run ids
+#   SKIP       runs of this session left out of the tally of the gate's own verdicts
+#              (default 5: a new history judges little before then; 0 for a second session)
+#   STUDY      0: only measure; run the analysis elsewhere (`bench history study` over the
+#              run folders, as below), which spares a lent GPU's time (default 1)
 set -u
 DIR=${1:-.gpu}
 OUTD=${2:-${OUT:-/tmp/gate-study}}
@@ -76,7 +82,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 HIST=()
 if "$BENCH" matrix --help 2>/dev/null | grep -q -- '--history'; then HIST=(--history "$OUTD/history.sqlite"); fi
 START=$(date +%s)
-n=0
+n=${N0:-0}
 # run ID [VAR=0]: one `bench matrix` run of the study matrix, recorded in the history.
 run() {
   local id=$1; shift
@@ -104,6 +110,41 @@ while [ $(( $(date +%s) - START )) -lt "$BUDGET_S" ]; do
   done
 done
 
+# The gate's own verdicts on the real runs (with --history): per kind of run, how many
+# cell-runs came out each way, from the sixth run of the study on.
+python3 - "$OUTD/results" "${SKIP:-5}" <<'PY' | tee "$OUTD/verdicts.md"
+import json, os, sys, collections
+root, skip = sys.argv[1], int(sys.argv[2])
+loaded = []
+for run in os.listdir(root):
+    if run.endswith("-confirm"):
+        continue
+    try:
+        h = json.load(open(os.path.join(root, run, "history.json")))
+        res = json.load(open(os.path.join(root, run, "results.json")))
+    except Exception:
+        continue
+    loaded.append((res["started_at"], run, h, res))
+tally = collections.defaultdict(collections.Counter)
+tele = collections.Counter()
+# In the order the runs started: the first five have too little history to be judged.
+for i, (_, run, h, res) in enumerate(sorted(loaded)):
+    for c in res["cells"]:
+        tele["with telemetry" if c.get("telemetry") else "without telemetry"] += 1
+    if i < skip:
+        continue
+    kind = "clean" if run.startswith("clean") else run.split("-", 2)[-1] + "=0"
+    for c in h["cells"]:
+        tally[kind][c["judgement"]["verdict"]] += 1
+print("Cell-runs: " + ", ".join(f"{n} {k}" for k, n in sorted(tele.items())) + ".\n")
+print(f"| runs (from the {skip + 1}th of this session) | cell-runs | regressed | environment | other verdicts |")
+print("|---|---|---|---|---|")
+for kind, c in sorted(tally.items()):
+    other = ", ".join(f"{v} {n}" for v, n in sorted(c.items()) if v not in ("regressed", "environment"))
+    print(f"| {kind} | {sum(c.values())} | {c['regressed']} | {c['environment']} | {other} |")
+PY
+
+[ "${STUDY:-1}" = 0 ] && exit 0
 # A run's confirmation re-run (`-confirm`) is the gate's own; the study resamples instead.
 "$BENCH" history study $(find "$OUTD/results" -mindepth 1 -maxdepth 1 -type d ! -name '*-confirm' | sort) \
   > "$OUTD/study.md" 2> "$OUTD/logs/study.err"
@@ -113,31 +154,3 @@ first=$(find "$OUTD"/results -mindepth 2 -maxdepth 2 -name results.json | sort |
 for cell in $(python3 -c 'import json,sys; print(" ".join(c["id"] for c in json.load(open(sys.argv[1]))["cells"]))' "$first" 2>/dev/null); do
   "$BENCH" history "$cell" --history "$OUTD/history.sqlite" | tee "$OUTD/trend-$cell.txt" | head -8
 done
-# The gate's own verdicts on the real runs (with --history): per kind of run, how many
-# cell-runs came out each way, from the sixth run of the study on.
-python3 - "$OUTD/results" <<'PY' | tee "$OUTD/verdicts.md"
-import json, os, sys, collections
-root = sys.argv[1]
-runs = sorted(d for d in os.listdir(root) if not d.endswith("-confirm"))
-tally = collections.defaultdict(collections.Counter)
-tele = collections.Counter()
-for i, run in enumerate(runs):
-    try:
-        h = json.load(open(os.path.join(root, run, "history.json")))
-        res = json.load(open(os.path.join(root, run, "results.json")))
-    except Exception:
-        continue
-    for c in res["cells"]:
-        tele["with telemetry" if c.get("telemetry") else "without telemetry"] += 1
-    if i < 5:
-        continue
-    kind = "clean" if run.startswith("clean") else run.split("-", 2)[-1] + "=0"
-    for c in h["cells"]:
-        tally[kind][c["judgement"]["verdict"]] += 1
-print("Cell-runs: " + ", ".join(f"{n} {k}" for k, n in sorted(tele.items())) + ".\n")
-print("| runs (from the 6th) | cell-runs | regressed | environment | other verdicts |")
-print("|---|---|---|---|---|")
-for kind, c in sorted(tally.items()):
-    other = ", ".join(f"{v} {n}" for v, n in sorted(c.items()) if v not in ("regressed", "environment"))
-    print(f"| {kind} | {sum(c.values())} | {c['regressed']} | {c['environment']} | {other} |")
-PY

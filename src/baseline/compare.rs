@@ -284,6 +284,10 @@ pub struct Comparison {
     /// The baseline file compared with (it may not exist: then every cell is new).
     pub baseline_file: String,
     pub baseline_exists: bool,
+    /// When the run history judged the run (`--history`): the runs it was judged against,
+    /// e.g. "runs of branch main". Its verdicts are laid over the baseline's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_scope: Option<String>,
     /// Cells of the run in run order, then dropped cells, then cells only the baseline has.
     pub cells: Vec<CellComparison>,
 }
@@ -432,6 +436,7 @@ pub fn compare(results: &RunResults, baselines: &Baselines) -> Comparison {
         hardware_key: baselines.doc.hardware_key.clone(),
         baseline_file: baselines.path.display().to_string(),
         baseline_exists: baselines.existed,
+        history_scope: None,
         cells,
     }
 }

@@ -359,6 +359,10 @@ pub struct HistoryImportArgs {
 pub struct HistoryStudyArgs {
     /// Run folders of the study (clean runs have no BENCH_FUSED_* switch set).
     pub run_dirs: Vec<PathBuf>,
+    /// Read the study's runs from this history store instead of run folders (every cell
+    /// and hardware key in it; confirmation re-runs left out).
+    #[arg(long, value_name = "FILE|URL", conflicts_with = "run_dirs")]
+    pub history: Option<String>,
     #[arg(long, default_value = "tokens_per_s")]
     pub metric: String,
     /// Repeats per simulated run (several values give several rows).
@@ -460,9 +464,10 @@ pub struct HtmlArgs {
     /// One or more run folders, e.g. results/20261122T101500Z.
     #[arg(required = true, num_args = 1..)]
     pub run_dirs: Vec<PathBuf>,
-    /// Trends of earlier runs to draw (JSON: `{"series": [{"cell", "metric", "points":
-    /// [{"time", "commit", "value", "change_point"}]}]}`).
-    #[arg(long, value_name = "FILE")]
+    /// Trends of earlier runs to draw: a history store (a SQLite file or a postgres://
+    /// URL, as `bench matrix --history` records), or a JSON file (`{"series": [{"cell",
+    /// "metric", "points": [{"time", "commit", "value", "change_point"}]}]}`).
+    #[arg(long, value_name = "FILE|URL")]
     pub history: Option<PathBuf>,
     /// Folder of baseline files.
     #[arg(long, default_value = "baselines", value_name = "DIR")]

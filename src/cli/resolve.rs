@@ -236,6 +236,7 @@ pub(crate) fn import(args: &HistoryImportArgs) -> ImportSettings {
 pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
     StudySettings {
         run_dirs: args.run_dirs.clone(),
+        history: args.history.clone(),
         metric: args.metric.clone(),
         repeats: args.repeats.clone(),
         detect_trials: args.detect_trials,

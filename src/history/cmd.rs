@@ -11,8 +11,10 @@ use indexmap::IndexMap;
 use crate::error::CliError;
 use crate::exit::bench as exit;
 use crate::results::{Outcome, RunResults};
+use crate::telemetry::CellTelemetry;
 
 use super::changepoint::{e_divisive, Settings};
+use super::HistoryError;
 use super::detect::Policy;
 use super::record::RunRecord;
 use super::store::{Point, Segment};
@@ -53,6 +55,8 @@ pub(crate) struct ImportSettings {
 pub(crate) struct StudySettings {
     /// Run folders of the study (clean runs have no BENCH_FUSED_* switch set).
     pub run_dirs: Vec<PathBuf>,
+    /// A history store to read the runs from instead of `run_dirs`.
+    pub history: Option<String>,
     pub metric: String,
     /// Repeats per simulated run (one row each).
     pub repeats: Vec<usize>,
@@ -319,71 +323,134 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     Ok(exit::OK)
 }
 
+/// The speed switches of a run (`BENCH_FUSED_*`), as `VAR=value` joined by commas; empty
+/// for a clean run.
+fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
+    let mut switch: Vec<String> = switches
+        .iter()
+        .filter(|(k, _)| k.starts_with("BENCH_FUSED_"))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    // Results written before `environment.switches` existed: scripts/gate-study.sh names
+    // a slowed run after its switch (`slow-003-BENCH_FUSED_ADAMW`).
+    if switch.is_empty() {
+        if let Some(at) = run_id.find("BENCH_FUSED_") {
+            switch.push(format!("{}=0", &run_id[at..]));
+        }
+    }
+    switch.join(",")
+}
+
+/// Adds one cell-run (its repeats, value and telemetry) to the pools of `cell`.
+fn add_run(
+    cells: &mut IndexMap<String, CellPools>,
+    cell: &str,
+    switch: String,
+    samples: &[f64],
+    telemetry: Option<(f64, CellTelemetry)>,
+) {
+    let entry = cells.entry(cell.to_string()).or_insert_with(|| CellPools {
+        cell: cell.to_string(),
+        clean: vec![],
+        clean_runs: 0,
+        slow: IndexMap::new(),
+        clean_telemetry: Vec::new(),
+        slow_telemetry: IndexMap::new(),
+        slow_runs: IndexMap::new(),
+    });
+    if switch.is_empty() {
+        entry.clean.extend(samples);
+        entry.clean_runs += 1;
+        entry.clean_telemetry.extend(telemetry);
+    } else {
+        entry.slow.entry(switch.clone()).or_default().extend(samples);
+        *entry.slow_runs.entry(switch.clone()).or_default() += 1;
+        entry
+            .slow_telemetry
+            .entry(switch)
+            .or_default()
+            .extend(telemetry);
+    }
+}
+
 /// Groups the run folders' repeats by cell and by speed switches (none set: clean).
 pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
     let mut cells: IndexMap<String, CellPools> = IndexMap::new();
     for r in runs {
-        let mut switch: Vec<String> = r
-            .environment
-            .switches
-            .iter()
-            .filter(|(k, _)| k.starts_with("BENCH_FUSED_"))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        // Results written before `environment.switches` existed: scripts/gate-study.sh
-        // names a slowed run after its switch (`slow-003-BENCH_FUSED_ADAMW`).
-        if switch.is_empty() {
-            if let Some(at) = r.run_id.find("BENCH_FUSED_") {
-                switch.push(format!("{}=0", &r.run_id[at..]));
-            }
-        }
+        let switch = switch_of(&r.environment.switches, &r.run_id);
         for c in r.cells.iter().filter(|c| c.outcome == Outcome::Passed) {
             let Some(m) = c.metrics.get(metric) else {
                 continue;
             };
-            let entry = cells
-                .entry(c.id.as_str().to_string())
-                .or_insert_with(|| CellPools {
-                    cell: c.id.as_str().to_string(),
-                    clean: vec![],
-                    clean_runs: 0,
-                    slow: IndexMap::new(),
-                    clean_telemetry: Vec::new(),
-                    slow_telemetry: IndexMap::new(),
-                    slow_runs: IndexMap::new(),
-                });
             let telemetry = c.telemetry.as_deref().map(|t| (m.value, t.clone()));
-            if switch.is_empty() {
-                entry.clean.extend(&m.samples);
-                entry.clean_runs += 1;
-                entry.clean_telemetry.extend(telemetry);
-            } else {
-                let key = switch.join(",");
-                entry.slow.entry(key.clone()).or_default().extend(&m.samples);
-                *entry.slow_runs.entry(key.clone()).or_default() += 1;
-                entry
-                    .slow_telemetry
-                    .entry(key)
-                    .or_default()
-                    .extend(telemetry);
-            }
+            add_run(&mut cells, c.id.as_str(), switch.clone(), &m.samples, telemetry);
         }
     }
     cells.into_values().filter(|c| c.clean.len() >= 2).collect()
 }
 
+/// [`pools`] from a history store: every cell and hardware key in it (a cell measured on
+/// several hardware keys is one pool per key), leaving out the gate's confirmation
+/// re-runs, whose repeats the study simulates itself.
+pub(crate) fn pools_from_store(
+    store: &mut crate::history::History,
+    metric: &str,
+) -> Result<Vec<CellPools>, HistoryError> {
+    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+    for cell in store.cells(metric)? {
+        let keys = store.hardware_keys(&cell, metric)?;
+        for key in &keys {
+            let name = if keys.len() > 1 {
+                format!("{cell} on {key}")
+            } else {
+                cell.clone()
+            };
+            for p in store.trend(&cell, key, metric)? {
+                if p.run_id.ends_with(super::gate::CONFIRM_SUFFIX) {
+                    continue;
+                }
+                let samples = if p.samples.is_empty() {
+                    vec![p.value]
+                } else {
+                    p.samples.clone()
+                };
+                let telemetry = p.telemetry.clone().map(|t| (p.value, t));
+                add_run(
+                    &mut cells,
+                    &name,
+                    switch_of(&p.switches, &p.run_id),
+                    &samples,
+                    telemetry,
+                );
+            }
+        }
+    }
+    Ok(cells.into_values().filter(|c| c.clean.len() >= 2).collect())
+}
+
 /// `bench history study RUN_DIR...`.
 pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
-    let mut runs = Vec::new();
-    for d in &args.run_dirs {
-        runs.push(RunResults::load(d)?);
-    }
-    let cells = pools(&runs, &args.metric);
+    let (cells, source) = match &args.history {
+        Some(location) => {
+            let mut store = crate::history::open_existing(location)?;
+            let cells = pools_from_store(&mut store, &args.metric)?;
+            (cells, format!("the history {}", store.location))
+        }
+        None => {
+            let mut runs = Vec::new();
+            for d in &args.run_dirs {
+                runs.push(RunResults::load(d)?);
+            }
+            (
+                pools(&runs, &args.metric),
+                format!("{} run folder(s)", runs.len()),
+            )
+        }
+    };
     if cells.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
-            "no cell has two or more clean repeats of {} in the {} run folder(s) given",
+            "no cell has two or more clean repeats of {} in {source}",
             args.metric,
-            runs.len()
         )));
     }
     let policy = Policy {
@@ -392,7 +459,7 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
         lookback: args.lookback.unwrap_or(Policy::default().lookback),
         ..Policy::default()
     };
-    print(&format!("Study of {} run folder(s).\n\n", runs.len()));
+    print(&format!("Study of {source}.\n\n"));
     print(&table(
         &cells,
         &policy,

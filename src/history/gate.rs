@@ -732,6 +732,7 @@ impl ConfirmRunner for MatrixConfirm<'_> {
 /// speed). Peak memory keeps the baseline file's verdict, which the history does not judge.
 /// Cells with no history at all keep the baseline's verdict.
 pub fn overlay(cmp: &mut Comparison, report: &GateReport) {
+    cmp.history_scope = Some(report.scope.clone());
     for j in &report.cells {
         let Some(cell) = cmp.cells.iter_mut().find(|c| c.id == j.cell_id) else {
             continue;

@@ -60,18 +60,8 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
         }
         _ => {}
     }
-    if j.drift {
-        line.push_str("; the recent runs have all drifted past the baseline's tolerance");
-    }
-    if let Some(v) = c.confirm_value {
-        line.push_str(&format!(
-            "; the re-run measured {}",
-            crate::report::text::si(v)
-        ));
-    }
-    if let Some(why) = &c.confirm_failed {
-        line.push_str(&format!("; the confirming re-run {why}"));
-    }
+    // Where the shift began comes right after its size, as the example reads:
+    // `regressed -3.0% (-7.1 sigma) since run X (commit abc1234); ...`.
     if let Some(s) = &c.since {
         line.push_str(&format!(
             " since run {} (commit {})",
@@ -84,6 +74,18 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
                 short(&s.last_good_commit)
             ));
         }
+    }
+    if j.drift {
+        line.push_str("; the recent runs have all drifted past the baseline's tolerance");
+    }
+    if let Some(v) = c.confirm_value {
+        line.push_str(&format!(
+            "; the re-run measured {}",
+            crate::report::text::si(v)
+        ));
+    }
+    if let Some(why) = &c.confirm_failed {
+        line.push_str(&format!("; the confirming re-run {why}"));
     }
     if !c.changes.is_empty() {
         let list: Vec<String> = c.changes.iter().map(|ch| ch.render()).collect();

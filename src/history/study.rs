@@ -72,6 +72,7 @@ pub(crate) struct Pool<'a> {
 
 impl<'a> Pool<'a> {
     /// A pool without telemetry.
+    #[cfg(test)]
     pub(crate) fn plain(values: &'a [f64]) -> Pool<'a> {
         Pool {
             values,
@@ -442,7 +443,16 @@ mod tests {
             (0..12).map(|i| (1000.0, capped(jitter(i)))).collect();
         let same_tele: Vec<(f64, CellTelemetry)> =
             (0..6).map(|i| (970.0, capped(jitter(i)))).collect();
-        let low_clock: Vec<(f64, CellTelemetry)> =
+        // A lower clock at the cap excuses only with a lower power limit (or a hotter
+        // chip): here the limit fell from 700 W to 600 W.
+        let low_clock: Vec<(f64, CellTelemetry)> = (0..6)
+            .map(|i| {
+                let mut t = capped(jitter(i) * 0.96);
+                t.power_limit_w = Some(600.0);
+                (970.0, t)
+            })
+            .collect();
+        let code_clock: Vec<(f64, CellTelemetry)> =
             (0..6).map(|i| (970.0, capped(jitter(i) * 0.96))).collect();
         let clean = Pool {
             values: &clean,
@@ -474,6 +484,19 @@ mod tests {
             13,
         );
         assert!(env.shipped < 0.01 && env.excused > 0.95, "{env:?}");
+        // The same clock drop at the same limit is the code's power, not the machine.
+        let power = simulate(
+            clean,
+            Pool {
+                values: &slow,
+                telemetry: &code_clock,
+            },
+            3,
+            &p,
+            2000,
+            13,
+        );
+        assert_eq!(power.excused, 0.0, "{power:?}");
         let fa = simulate(clean, clean, 3, &p, 5000, 14);
         assert!(fa.shipped < 0.002, "{fa:?}");
     }

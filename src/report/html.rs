@@ -80,6 +80,9 @@ pub struct RunInfo {
     pub mfu_policies: Vec<String>,
     pub baseline_file: String,
     pub baseline_exists: bool,
+    /// The runs the history judged this run against, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_scope: Option<String>,
     pub counts: Counts,
 }
 
@@ -378,6 +381,7 @@ impl HtmlData {
                 mfu_policies: crate::report::mfu_policies(results),
                 baseline_file: cmp.baseline_file.clone(),
                 baseline_exists: cmp.baseline_exists,
+                history_scope: cmp.history_scope.clone(),
                 counts,
             });
             for r in &results.cells {
@@ -488,15 +492,22 @@ pub(crate) struct HtmlSettings {
     pub output: Option<PathBuf>,
 }
 
+/// Whether `--history` names a history store (a PostgreSQL URL or a SQLite file, by its
+/// header) rather than a JSON trend file.
+fn is_store(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return true;
+    }
+    let mut head = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| &head == b"SQLite format 3\0")
+}
+
 /// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
 /// each compared with the baselines of its own hardware key. Prints the page's path.
 pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
-    let trends = match &args.history {
-        Some(path) => {
-            Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)
-        }
-        None => None,
-    };
     let mut runs = Vec::new();
     for dir in &args.run_dirs {
         let results = RunResults::load(dir)?;
@@ -505,6 +516,31 @@ pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
             crate::history::gate::judged_comparison(&results, &baselines, Some(dir));
         runs.push((results, comparison));
     }
+    let trends = match &args.history {
+        Some(path) if is_store(path) => {
+            // A history store (what `bench matrix --history` records into): each run's
+            // cells' trends and change points, read as the run's own report reads them.
+            let location = path.to_string_lossy();
+            let mut all = Trends::default();
+            for (results, _) in &runs {
+                let t = crate::history::trends::for_run(&location, results)?;
+                for s in t.series {
+                    if !all
+                        .series
+                        .iter()
+                        .any(|x| x.cell == s.cell && x.metric == s.metric)
+                    {
+                        all.series.push(s);
+                    }
+                }
+            }
+            Some(all)
+        }
+        Some(path) => {
+            Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)
+        }
+        None => None,
+    };
     let pairs: Vec<(&RunResults, &Comparison)> = runs.iter().map(|(r, c)| (r, c)).collect();
     let data = HtmlData::build(&pairs, trends.as_ref());
     let out = match (&args.output, args.run_dirs.as_slice()) {

@@ -452,6 +452,15 @@ impl History {
             .collect())
     }
 
+    /// The cells that have a value of `metric`, by id.
+    pub fn cells(&mut self, metric: &str) -> Result<Vec<String>, HistoryError> {
+        let rows = self.query(
+            "SELECT DISTINCT cell_id FROM bench_metrics WHERE metric = ? ORDER BY cell_id",
+            &[Sql::Text(metric.into())],
+        )?;
+        Ok(rows.iter().map(|r| text(&r[0])).collect())
+    }
+
     /// The hardware keys that have a value of `metric` for `cell`.
     pub fn hardware_keys(&mut self, cell: &str, metric: &str) -> Result<Vec<String>, HistoryError> {
         let rows = self.query(

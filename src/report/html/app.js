@@ -100,7 +100,9 @@
     head.append(el("div", { class: "run", text: "run " + r.run_id + " · " + r.matrix + " on " + r.hardware +
       " (" + r.hardware_key + ") · " + commit + " · bench " + r.bench_version + " · started " + r.started_at +
       (r.interrupted ? " · interrupted" : "") + filters }), chips);
-    if (!r.baseline_exists) head.append(el("div", { class: "note", text: "No baselines for " + r.hardware_key + " yet: every cell is new." }));
+    if (r.history_scope) head.append(el("div", { class: "note", text: "Judged against the run history (" + r.history_scope + ")" +
+      (r.baseline_exists ? "; the baseline file decides only cells the history could not judge." : "; no baseline file for " + r.hardware_key + ", so the baseline columns read new.") }));
+    else if (!r.baseline_exists) head.append(el("div", { class: "note", text: "No baselines for " + r.hardware_key + " yet: every cell is new." }));
     if (r.mfu_policies.length) head.append(el("div", { class: "note", text: "MFU is against " + r.mfu_policies.join("; ") + "." }));
   }
 
