@@ -14,11 +14,11 @@ use crate::results::{Outcome, RunResults};
 use crate::telemetry::CellTelemetry;
 
 use super::changepoint::{e_divisive, Settings};
-use super::HistoryError;
 use super::detect::Policy;
 use super::record::RunRecord;
 use super::store::{Point, Segment};
 use super::study::{table, CellPools};
+use super::HistoryError;
 
 /// Prints `text` on stdout; a closed pipe (`| head`) is not a failure.
 fn print(text: &str) {
@@ -363,7 +363,11 @@ fn add_run(
         entry.clean_runs += 1;
         entry.clean_telemetry.extend(telemetry);
     } else {
-        entry.slow.entry(switch.clone()).or_default().extend(samples);
+        entry
+            .slow
+            .entry(switch.clone())
+            .or_default()
+            .extend(samples);
         *entry.slow_runs.entry(switch.clone()).or_default() += 1;
         entry
             .slow_telemetry
@@ -383,7 +387,13 @@ pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
                 continue;
             };
             let telemetry = c.telemetry.as_deref().map(|t| (m.value, t.clone()));
-            add_run(&mut cells, c.id.as_str(), switch.clone(), &m.samples, telemetry);
+            add_run(
+                &mut cells,
+                c.id.as_str(),
+                switch.clone(),
+                &m.samples,
+                telemetry,
+            );
         }
     }
     cells.into_values().filter(|c| c.clean.len() >= 2).collect()

@@ -362,7 +362,10 @@ mod tests {
         let now = tele(1580.0, 1.0, 0.0);
         let f = explain(Some(&now), 450_000.0, &pairs(&c), -0.10).unwrap();
         assert!(!f.explains(), "{f:?}");
-        assert!(f.notes[0].contains("follows the power the code draws"), "{f:?}");
+        assert!(
+            f.notes[0].contains("follows the power the code draws"),
+            "{f:?}"
+        );
         // Off the cap (application clocks, thermals), a lower clock is the machine's.
         let calm: Vec<CellTelemetry> = [1755.0, 1770.0, 1740.0, 1760.0]
             .iter()

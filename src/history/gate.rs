@@ -500,12 +500,18 @@ fn bisect_command(j: &CellJudgement, results: &RunResults, store: &str) -> Optio
         return None;
     }
     let short = |c: &str| c.chars().take(12).collect::<String>();
+    // `bench bisect` reads the matrix in each probed commit's tree, so it takes a path
+    // inside the checkout: an absolute one under the current folder is made relative.
+    let matrix = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| results.matrix.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| results.matrix.clone());
     Some(format!(
         "bench bisect {} --good {} --bad {} --matrix {} --history {}",
         j.cell_id,
         short(good),
         short(bad),
-        results.matrix.display(),
+        matrix.display(),
         store
     ))
 }

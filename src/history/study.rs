@@ -396,7 +396,9 @@ mod tests {
                 .collect(),
             clean_telemetry: vec![],
             slow_telemetry: IndexMap::new(),
-            slow_runs: [("BENCH_FUSED_ADAMW=0".to_string(), 1)].into_iter().collect(),
+            slow_runs: [("BENCH_FUSED_ADAMW=0".to_string(), 1)]
+                .into_iter()
+                .collect(),
         };
         let t = table(&[c], &Policy::default(), &[3], 200, 300);
         assert!(
