@@ -36,10 +36,10 @@
 mod amd;
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::os::unix::process::CommandExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -614,7 +614,11 @@ impl Stream {
     fn start_amd() -> Option<Stream> {
         let rocr = std::env::var("ROCR_VISIBLE_DEVICES").ok();
         let mut found = None;
-        for query in [AmdQuery::AmdSmiThrottle, AmdQuery::AmdSmi, AmdQuery::RocmSmi] {
+        for query in [
+            AmdQuery::AmdSmiThrottle,
+            AmdQuery::AmdSmi,
+            AmdQuery::RocmSmi,
+        ] {
             match run_tool(query.program(), query.args(), TOOL_TIMEOUT, None) {
                 Ok(text) => {
                     let samples = query.parse(&text, &Default::default());
@@ -641,9 +645,14 @@ impl Stream {
         // The power cap and HIP's numbering are read once: amd-smi's metric command reports
         // neither, and neither changes while bench runs unless someone sets a new cap.
         let limits = if amd_smi {
-            run_tool("amd-smi", &["static", "--limit", "--json"], TOOL_TIMEOUT, None)
-                .map(|t| amd::parse_limits(&t))
-                .unwrap_or_default()
+            run_tool(
+                "amd-smi",
+                &["static", "--limit", "--json"],
+                TOOL_TIMEOUT,
+                None,
+            )
+            .map(|t| amd::parse_limits(&t))
+            .unwrap_or_default()
         } else {
             Default::default()
         };
@@ -711,7 +720,11 @@ impl Stream {
             }
         }));
         if amd_smi {
-            threads.push(spawn_apps_poller(data.clone(), stop.clone(), query_amd_apps));
+            threads.push(spawn_apps_poller(
+                data.clone(),
+                stop.clone(),
+                query_amd_apps,
+            ));
         }
         Some(Stream {
             child: Mutex::new(None),
@@ -1091,24 +1104,49 @@ mod tests {
         // time limit, whole process group included.
         let t0 = Instant::now();
         let r = run_tool("sh", &["-c", "sleep 30"], Duration::from_millis(300), None);
-        assert!(matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not answer")), "{r:?}");
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not answer")),
+            "{r:?}"
+        );
         let r = run_tool(
             "sh",
             &["-c", "(sleep 30; echo late) & echo '[]'; exit 0"],
             Duration::from_millis(300),
             None,
         );
-        assert!(matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not end")), "{r:?}");
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not end")),
+            "{r:?}"
+        );
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
         // Output past the bound is no answer.
-        let r = run_tool("sh", &["-c", "head -c 9000000 /dev/zero"], TOOL_TIMEOUT, None);
-        assert!(matches!(&r, Err(ToolError::Failed(w)) if w.contains("more than")), "{r:?}");
+        let r = run_tool(
+            "sh",
+            &["-c", "head -c 9000000 /dev/zero"],
+            TOOL_TIMEOUT,
+            None,
+        );
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("more than")),
+            "{r:?}"
+        );
         // A failing tool, a missing one, a stop request, and one that answers.
-        assert!(matches!(run_tool("sh", &["-c", "echo x; exit 2"], TOOL_TIMEOUT, None), Err(ToolError::Failed(_))));
-        assert_eq!(run_tool("bench-no-such-tool-here", &[], TOOL_TIMEOUT, None), Err(ToolError::Missing));
+        assert!(matches!(
+            run_tool("sh", &["-c", "echo x; exit 2"], TOOL_TIMEOUT, None),
+            Err(ToolError::Failed(_))
+        ));
+        assert_eq!(
+            run_tool("bench-no-such-tool-here", &[], TOOL_TIMEOUT, None),
+            Err(ToolError::Missing)
+        );
         let stop = AtomicBool::new(true);
-        assert!(matches!(run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)), Err(ToolError::Failed(w)) if w == "stopped"));
-        assert_eq!(run_tool("sh", &["-c", "echo ok"], TOOL_TIMEOUT, None), Ok("ok\n".to_string()));
+        assert!(
+            matches!(run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)), Err(ToolError::Failed(w)) if w == "stopped")
+        );
+        assert_eq!(
+            run_tool("sh", &["-c", "echo ok"], TOOL_TIMEOUT, None),
+            Ok("ok\n".to_string())
+        );
     }
 
     #[test]

@@ -37,8 +37,7 @@ impl Lab {
         // No NVIDIA GPU here, whatever the machine running the tests has.
         let nv = bin.join("nvidia-smi");
         std::fs::write(&nv, "#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n").unwrap();
-        std::fs::set_permissions(&nv, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(&nv, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let smi = dir.join("smi");
         std::fs::create_dir_all(&smi).unwrap();
         let worker = std::fs::canonicalize("tests/fixtures/speed_worker.sh").unwrap();

@@ -359,7 +359,11 @@ pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
                 entry.clean_telemetry.extend(telemetry);
             } else {
                 let key = switch.join(",");
-                entry.slow.entry(key.clone()).or_default().extend(&m.samples);
+                entry
+                    .slow
+                    .entry(key.clone())
+                    .or_default()
+                    .extend(&m.samples);
                 *entry.slow_runs.entry(key.clone()).or_default() += 1;
                 entry
                     .slow_telemetry

@@ -71,7 +71,8 @@ pub(crate) struct Pool<'a> {
 }
 
 impl<'a> Pool<'a> {
-    /// A pool without telemetry.
+    /// A pool without telemetry (only the tests simulate runs without it).
+    #[cfg(test)]
     pub(crate) fn plain(values: &'a [f64]) -> Pool<'a> {
         Pool {
             values,
@@ -395,7 +396,9 @@ mod tests {
                 .collect(),
             clean_telemetry: vec![],
             slow_telemetry: IndexMap::new(),
-            slow_runs: [("BENCH_FUSED_ADAMW=0".to_string(), 1)].into_iter().collect(),
+            slow_runs: [("BENCH_FUSED_ADAMW=0".to_string(), 1)]
+                .into_iter()
+                .collect(),
         };
         let t = table(&[c], &Policy::default(), &[3], 200, 300);
         assert!(

@@ -117,7 +117,11 @@ fn quantity(v: &Value) -> Option<(f64, String)> {
     match v {
         Value::Number(n) => n.as_f64().map(|x| (x, String::new())),
         Value::String(s) => {
-            let s = s.trim().trim_start_matches('(').trim_end_matches(')').trim();
+            let s = s
+                .trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .trim();
             let end = s
                 .char_indices()
                 .find(|(_, c)| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e')))
@@ -186,10 +190,7 @@ fn violation(v: &Value) -> Option<bool> {
             _ => None,
         },
         Value::Bool(b) => Some(*b),
-        Value::Array(a) => a
-            .iter()
-            .filter_map(violation)
-            .reduce(|a, b| a || b),
+        Value::Array(a) => a.iter().filter_map(violation).reduce(|a, b| a || b),
         Value::Object(o) => o.values().filter_map(violation).reduce(|a, b| a || b),
         _ => None,
     }
@@ -245,11 +246,8 @@ pub(crate) fn parse_metric(text: &str, limits: &HashMap<u32, f64>) -> Vec<Sample
                     Kind::PowerW,
                 ),
                 power_limit_w: limits.get(&gpu).copied(),
-                temperature_c: read(
-                    temp.and_then(|t| t.get("hotspot")),
-                    Kind::TemperatureC,
-                )
-                .or_else(|| read(temp.and_then(|t| t.get("edge")), Kind::TemperatureC)),
+                temperature_c: read(temp.and_then(|t| t.get("hotspot")), Kind::TemperatureC)
+                    .or_else(|| read(temp.and_then(|t| t.get("edge")), Kind::TemperatureC)),
                 utilization_pct: read(
                     o.get("usage").and_then(|u| u.get("gfx_activity")),
                     Kind::Percent,
@@ -332,7 +330,9 @@ pub(crate) fn parse_process(text: &str) -> Vec<AppSample> {
     let mut out = Vec::new();
     for (gpu, o) in gpu_entries(&v) {
         let infos: Vec<&Value> = match (o.get("process_list"), o.get("process_info")) {
-            (Some(Value::Array(list)), _) => list.iter().filter_map(|p| p.get("process_info")).collect(),
+            (Some(Value::Array(list)), _) => {
+                list.iter().filter_map(|p| p.get("process_info")).collect()
+            }
             (_, Some(info)) => vec![info],
             _ => vec![],
         };
@@ -379,7 +379,11 @@ pub(crate) fn parse_rocm_smi(text: &str) -> Vec<Sample> {
     let mut out: Vec<Sample> = cards
         .iter()
         .filter_map(|(card, fields)| {
-            let gpu: u32 = card.strip_prefix("card")?.parse().ok().filter(|g| *g < 4096)?;
+            let gpu: u32 = card
+                .strip_prefix("card")?
+                .parse()
+                .ok()
+                .filter(|g| *g < 4096)?;
             let f = fields.as_object()?;
             let s = Sample {
                 gpu,
@@ -393,8 +397,11 @@ pub(crate) fn parse_rocm_smi(text: &str) -> Vec<Sample> {
                 ),
                 power_limit_w: read(f.get("Max Graphics Package Power (W)"), Kind::PowerW)
                     .filter(|w| *w > 0.0),
-                temperature_c: read(f.get("Temperature (Sensor junction) (C)"), Kind::TemperatureC)
-                    .or_else(|| read(f.get("Temperature (Sensor edge) (C)"), Kind::TemperatureC)),
+                temperature_c: read(
+                    f.get("Temperature (Sensor junction) (C)"),
+                    Kind::TemperatureC,
+                )
+                .or_else(|| read(f.get("Temperature (Sensor edge) (C)"), Kind::TemperatureC)),
                 utilization_pct: read(f.get("GPU use (%)"), Kind::Percent),
                 throttle_reasons: None,
             };
@@ -415,7 +422,11 @@ pub(crate) fn parse_rocm_smi(text: &str) -> Vec<Sample> {
 /// the same, as they are on a host whose GPUs are not partitioned. `None` when the id
 /// cannot be resolved: such a cell gets no telemetry rather than another GPU's.
 pub(crate) fn gpu_of(device: &str, rocr: Option<&str>, list: &[Enumerated]) -> Option<u32> {
-    let by_uuid = |u: &str| list.iter().find(|e| e.hip_uuid.as_deref() == Some(u)).map(|e| e.gpu);
+    let by_uuid = |u: &str| {
+        list.iter()
+            .find(|e| e.hip_uuid.as_deref() == Some(u))
+            .map(|e| e.gpu)
+    };
     let device = device.trim();
     if device.starts_with("GPU-") {
         return by_uuid(device);
@@ -555,8 +566,14 @@ mod tests {
         assert_eq!(p[0].used_mib, Some(0.0));
         // No process, a pid that is not one, a truncated answer.
         assert!(parse_process("[{\"gpu\": 0, \"process_list\": [{\"process_info\": \"No running processes detected\"}]}]").is_empty());
-        assert!(parse_process("[{\"gpu\": 0, \"process_list\": [{\"process_info\": {\"pid\": -3}}]}]").is_empty());
-        assert!(parse_process("[{\"gpu\": 0, \"process_list\": [{\"process_info\": {\"pid\": 9").is_empty());
+        assert!(parse_process(
+            "[{\"gpu\": 0, \"process_list\": [{\"process_info\": {\"pid\": -3}}]}]"
+        )
+        .is_empty());
+        assert!(
+            parse_process("[{\"gpu\": 0, \"process_list\": [{\"process_info\": {\"pid\": 9")
+                .is_empty()
+        );
     }
 
     #[test]
