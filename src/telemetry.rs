@@ -17,11 +17,26 @@
 //! pid this host's `/proc` does not show (another PID namespace) cannot be told apart and
 //! is counted as unverified, never as a cause.
 //!
-//! On a host without `nvidia-smi` (a CPU host) there is no stream and no telemetry. On ROCm
-//! hosts `amd-smi`/`rocm-smi` are not read yet: their cells carry no telemetry, which the
-//! history treats as "nothing to excuse with".
+//! On ROCm the same figures come from `amd-smi` (ROCm 6.x and 7.x), else from `rocm-smi`
+//! ([`amd`]): `amd-smi metric --usage --power --clock --temperature --throttle --json` polled
+//! (its watch mode `-w` takes whole seconds and, in ROCm 7, prints its JSON only when the
+//! watch ends, so it cannot stream), the power cap from `amd-smi static --limit --json` once,
+//! HIP's numbering of the GPUs from `amd-smi list -e --json` once, and the compute processes
+//! from `amd-smi process --json` every second. The SM clock of an AMD GPU is its GFX clock
+//! (the mean over its XCDs), and its violation statuses are counted under NVIDIA's reason
+//! names where they mean the same ([`amd::VIOLATIONS`]). `rocm-smi` reports no reasons and no
+//! processes in JSON; its cells carry clocks, power, temperature and utilisation only.
+//!
+//! The backend is the first that answers: `nvidia-smi`, then `amd-smi`, then `rocm-smi`; on
+//! a host with none of them (a CPU host), or under `BENCH_TELEMETRY=0`, there is no stream
+//! and no telemetry, which the history treats as "nothing to excuse with". Every call of a
+//! tool is bounded ([`TOOL_TIMEOUT`], [`MAX_OUTPUT`]): a tool that hangs or prints garbage
+//! costs a warning and its figures, never the run, and nothing is ever filled in for it.
+
+mod amd;
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,15 +55,35 @@ pub(crate) const APPS_QUERY: &str = "gpu_uuid,pid,process_name,used_memory";
 /// Throttle-reason bits that slow a GPU below what the code would get (NVML's
 /// `nvmlClocksEventReason*`): SW power cap 0x4, HW slowdown 0x8, SW thermal slowdown 0x20,
 /// HW thermal slowdown 0x40, HW power brake 0x80. Idle (0x1), application-clock setting
-/// (0x2), sync boost (0x10) and display clock (0x100) are not slowdowns of a busy GPU.
-pub(crate) const SLOWDOWN_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+/// (0x2), sync boost (0x10) and display clock (0x100) are not slowdowns of a busy GPU. The
+/// AMD violation bits ([`amd::SLOWDOWN_MASK`]) share NVIDIA's bits where the meaning is the
+/// same and sit above bit 32 otherwise, so one mask serves both.
+pub(crate) const SLOWDOWN_MASK: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80 | amd::SLOWDOWN_MASK;
 
 /// Milliseconds between GPU samples: a gpt2-125m repeat measures for about a second, and
 /// a cell needs several samples inside its measured steps.
 pub(crate) const INTERVAL_MS: u64 = 100;
 
-/// Between compute-process polls (each is its own `nvidia-smi` call).
+/// Between compute-process polls (each is its own `nvidia-smi` or `amd-smi` call).
 pub(crate) const APPS_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// The shortest time between the starts of two `amd-smi`/`rocm-smi` metric polls. Each poll
+/// is a Python process that takes from tens of milliseconds to a second or more on a host of
+/// eight GPUs, so the real rate is usually set by the tool; this bound keeps a fast tool
+/// from taking a CPU core away from the cells.
+pub(crate) const AMD_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The longest a single call of a telemetry tool may take before it is killed. amd-smi's
+/// first call on a large host takes a few seconds; anything near this is a hung tool.
+pub(crate) const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most output read from one call of a telemetry tool: an amd-smi answer for eight
+/// MI300X GPUs is about 300 KB; more than this is not an answer.
+pub(crate) const MAX_OUTPUT: u64 = 8 << 20;
+
+/// Failed polls in a row after which a tool is given up for the rest of the run, so that a
+/// broken tool costs one warning and not a stream of hung processes.
+const MAX_FAILURES: u32 = 3;
 
 /// The named slowdown reasons, in report order.
 pub(crate) const REASONS: [(u64, &str); 5] = [
@@ -77,6 +112,9 @@ pub(crate) struct Sample {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct AppSample {
     pub gpu_uuid: String,
+    /// The GPU's index when the tool names it by index (amd-smi) rather than by UUID.
+    #[serde(default)]
+    pub gpu_index: Option<u32>,
     pub pid: u32,
     pub name: String,
     pub used_mib: Option<f64>,
@@ -112,9 +150,9 @@ pub struct GpuSummary {
 pub struct CellTelemetry {
     /// Samples (one per GPU per reading) inside the measured steps.
     pub samples: usize,
-    /// The GPUs (nvidia-smi indices) the cell ran on.
+    /// The GPUs (nvidia-smi or amd-smi indices) the cell ran on.
     pub gpus: Vec<u32>,
-    /// Mean SM clock over the samples.
+    /// Mean SM clock over the samples (on AMD GPUs the GFX clock, averaged over the XCDs).
     pub sm_clock_mhz: Option<f64>,
     pub max_sm_clock_mhz: Option<f64>,
     pub power_w: Option<f64>,
@@ -188,6 +226,7 @@ pub(crate) fn parse_apps(text: &str) -> Vec<AppSample> {
             }
             Some(AppSample {
                 gpu_uuid: f[0].to_string(),
+                gpu_index: None,
                 pid: f[1].parse().ok()?,
                 name: f[2].to_string(),
                 used_mib: f[3].parse().ok(),
@@ -310,24 +349,219 @@ struct Collected {
     apps: Vec<SeenApp>,
 }
 
-/// The run's telemetry stream: one `nvidia-smi -lms` child read by a thread, and a thread
-/// polling the compute processes. [`Stream::cell`] summarizes a cell's windows;
-/// [`Stream::finish`] stops both and summarizes the run.
+/// Which tool the stream reads, and what it needs to turn a cell's device ids into the
+/// tool's GPU indices.
+enum Backend {
+    /// Device ids are nvidia-smi indices or GPU UUIDs.
+    Nvidia,
+    /// `amd-smi`: device ids in HIP's numbering, resolved by [`amd::gpu_of`] with the
+    /// `ROCR_VISIBLE_DEVICES` bench runs under and `amd-smi list -e`.
+    AmdSmi {
+        rocr: Option<String>,
+        list: Vec<amd::Enumerated>,
+    },
+    /// `rocm-smi`: as amd-smi, without `list -e`.
+    RocmSmi { rocr: Option<String> },
+}
+
+impl Backend {
+    fn reasons(&self) -> &'static [(u64, &'static str)] {
+        match self {
+            Backend::Nvidia => &REASONS,
+            Backend::AmdSmi { .. } | Backend::RocmSmi { .. } => &amd::REASONS,
+        }
+    }
+}
+
+/// How a poll of the AMD tools asks for its metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AmdQuery {
+    /// `amd-smi metric` with `--throttle` (ROCm 6.3 on; 7.x calls it `--violation` and keeps
+    /// `--throttle` as a hidden alias).
+    AmdSmiThrottle,
+    /// `amd-smi metric` without it (before ROCm 6.3, which refuses the option).
+    AmdSmi,
+    RocmSmi,
+}
+
+impl AmdQuery {
+    fn program(self) -> &'static str {
+        match self {
+            AmdQuery::AmdSmiThrottle | AmdQuery::AmdSmi => "amd-smi",
+            AmdQuery::RocmSmi => "rocm-smi",
+        }
+    }
+
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            AmdQuery::AmdSmiThrottle => &[
+                "metric",
+                "--usage",
+                "--power",
+                "--clock",
+                "--temperature",
+                "--throttle",
+                "--json",
+            ],
+            AmdQuery::AmdSmi => &[
+                "metric",
+                "--usage",
+                "--power",
+                "--clock",
+                "--temperature",
+                "--json",
+            ],
+            AmdQuery::RocmSmi => &[
+                "--showuse",
+                "--showpower",
+                "--showmaxpower",
+                "--showclocks",
+                "--showtemp",
+                "--json",
+            ],
+        }
+    }
+
+    fn parse(self, text: &str, limits: &std::collections::HashMap<u32, f64>) -> Vec<Sample> {
+        match self {
+            AmdQuery::AmdSmiThrottle | AmdQuery::AmdSmi => amd::parse_metric(text, limits),
+            AmdQuery::RocmSmi => amd::parse_rocm_smi(text),
+        }
+    }
+
+    fn command_line(self) -> String {
+        format!("{} {}", self.program(), self.args().join(" "))
+    }
+}
+
+/// Why a call of a telemetry tool gave nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ToolError {
+    /// The program is not installed (not on PATH): silent, the next backend is tried.
+    Missing,
+    /// It ran and failed: exit status, timeout, too much output, a stop request.
+    Failed(String),
+}
+
+/// Runs a telemetry tool with a time limit and a bound on its output, in a process group of
+/// its own so that a timed-out tool is killed with whatever it started (a helper holding
+/// the pipe open would otherwise keep the reader waiting). Returns its stdout when it exits
+/// 0 within `timeout`. `stop`, when set, ends the wait early, so a run never waits for a
+/// tool at its end.
+pub(crate) fn run_tool(
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<String, ToolError> {
+    let mut child = match Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ToolError::Missing),
+        Err(e) => return Err(ToolError::Failed(format!("could not start: {e}"))),
+    };
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let kill_group = || {
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    };
+    let Some(stdout) = child.stdout.take() else {
+        kill_group();
+        let _ = child.wait();
+        return Err(ToolError::Failed("no stdout".into()));
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = stdout.take(MAX_OUTPUT + 1).read_to_end(&mut buf);
+        let _ = tx.send(r.map(|_| buf));
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => {
+                kill_group();
+                let _ = child.wait();
+                return Err(ToolError::Failed(format!("wait: {e}")));
+            }
+        }
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            kill_group();
+            let _ = child.wait();
+            return Err(ToolError::Failed("stopped".into()));
+        }
+        if started.elapsed() >= timeout {
+            kill_group();
+            let _ = child.wait();
+            return Err(ToolError::Failed(format!(
+                "did not answer within {} s",
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The tool has exited; what it started may still hold the pipe, which is given a moment
+    // and then killed with it.
+    let out = match rx.recv_timeout(Duration::from_secs(1)) {
+        Ok(Ok(buf)) => buf,
+        Ok(Err(e)) => return Err(ToolError::Failed(format!("reading its output: {e}"))),
+        Err(_) => {
+            kill_group();
+            return Err(ToolError::Failed(
+                "its output did not end when it exited".into(),
+            ));
+        }
+    };
+    if out.len() as u64 > MAX_OUTPUT {
+        return Err(ToolError::Failed(format!(
+            "printed more than {MAX_OUTPUT} bytes"
+        )));
+    }
+    if !status.success() {
+        return Err(ToolError::Failed(format!("exited with {status}")));
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Says once, on stderr, that a telemetry tool is not usable and what that costs.
+fn warn(what: &str, why: &str) {
+    eprintln!("warning: GPU telemetry: `{what}` {why}; the cells measured meanwhile carry no telemetry from it");
+}
+
+/// The run's telemetry stream: on NVIDIA one `nvidia-smi -lms` child read by a thread, on
+/// AMD a thread polling `amd-smi`/`rocm-smi`; and a thread polling the compute processes.
+/// [`Stream::cell`] summarizes a cell's windows; [`Stream::finish`] stops them and
+/// summarizes the run.
 pub(crate) struct Stream {
     child: Mutex<Option<Child>>,
     stop: Arc<AtomicBool>,
     data: Arc<Mutex<Collected>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    backend: Backend,
 }
 
 impl Stream {
-    /// Starts the stream when `nvidia-smi` answers the query once; `None` otherwise (a CPU
-    /// host, or `BENCH_TELEMETRY=0`).
+    /// Starts the stream on the first tool that answers its query once: `nvidia-smi`, then
+    /// `amd-smi`, then `rocm-smi`; `None` when none does (a CPU host) or under
+    /// `BENCH_TELEMETRY=0`.
     pub(crate) fn start() -> Option<Stream> {
         if std::env::var("BENCH_TELEMETRY").is_ok_and(|v| v == "0") {
             return None;
         }
-        let first = query_once()?;
+        if let Some(first) = query_once() {
+            return Self::start_nvidia(first);
+        }
+        Self::start_amd()
+    }
+
+    fn start_nvidia(first: Vec<Sample>) -> Option<Stream> {
         let now = Instant::now();
         let data = Arc::new(Mutex::new(Collected {
             samples: first.into_iter().map(|s| (now, s)).collect(),
@@ -365,42 +599,159 @@ impl Stream {
                 }
             }
         }));
-        let (d, st) = (data.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            let me = std::process::id();
-            let tick = Duration::from_millis(50);
-            let mut waited = APPS_INTERVAL;
-            while !st.load(Ordering::Relaxed) {
-                if waited >= APPS_INTERVAL {
-                    waited = Duration::ZERO;
-                    if let Some(apps) = query_apps() {
-                        let at = Instant::now();
-                        let seen: Vec<SeenApp> = apps
-                            .into_iter()
-                            .map(|app| SeenApp {
-                                owner: owner_of(app.pid, me),
-                                app,
-                                at,
-                            })
-                            .collect();
-                        lock(&d).apps.extend(seen);
-                    }
-                }
-                std::thread::sleep(tick);
-                waited += tick;
-            }
-        }));
+        threads.push(spawn_apps_poller(data.clone(), stop.clone(), query_apps));
         Some(Stream {
             child: Mutex::new(Some(child)),
             stop,
             data,
             threads: Mutex::new(threads),
+            backend: Backend::Nvidia,
         })
     }
 
+    /// Starts polling `amd-smi` (with `--throttle` when this version has it), else
+    /// `rocm-smi`, whichever answers first with at least one GPU.
+    fn start_amd() -> Option<Stream> {
+        let rocr = std::env::var("ROCR_VISIBLE_DEVICES").ok();
+        let mut found = None;
+        for query in [
+            AmdQuery::AmdSmiThrottle,
+            AmdQuery::AmdSmi,
+            AmdQuery::RocmSmi,
+        ] {
+            match run_tool(query.program(), query.args(), TOOL_TIMEOUT, None) {
+                Ok(text) => {
+                    let samples = query.parse(&text, &Default::default());
+                    if !samples.is_empty() {
+                        found = Some((query, samples));
+                        break;
+                    }
+                    // An amd-smi that refuses `--throttle` prints usage and exits non-zero;
+                    // one that answers with nothing readable is not worth a second try.
+                    if query != AmdQuery::AmdSmiThrottle {
+                        warn(&query.command_line(), "printed nothing readable");
+                    }
+                }
+                Err(ToolError::Missing) => {}
+                Err(ToolError::Failed(why)) => {
+                    if query != AmdQuery::AmdSmiThrottle {
+                        warn(&query.command_line(), &why);
+                    }
+                }
+            }
+        }
+        let (query, first) = found?;
+        let amd_smi = query != AmdQuery::RocmSmi;
+        // The power cap and HIP's numbering are read once: amd-smi's metric command reports
+        // neither, and neither changes while bench runs unless someone sets a new cap.
+        let limits = if amd_smi {
+            run_tool(
+                "amd-smi",
+                &["static", "--limit", "--json"],
+                TOOL_TIMEOUT,
+                None,
+            )
+            .map(|t| amd::parse_limits(&t))
+            .unwrap_or_default()
+        } else {
+            Default::default()
+        };
+        let backend = if amd_smi {
+            let list = run_tool("amd-smi", &["list", "-e", "--json"], TOOL_TIMEOUT, None)
+                .map(|t| amd::parse_list(&t))
+                .unwrap_or_default();
+            Backend::AmdSmi { rocr, list }
+        } else {
+            Backend::RocmSmi { rocr }
+        };
+        let now = Instant::now();
+        let first = if amd_smi {
+            first
+                .into_iter()
+                .map(|mut s| {
+                    s.power_limit_w = limits.get(&s.gpu).copied();
+                    s
+                })
+                .collect()
+        } else {
+            first
+        };
+        let data = Arc::new(Mutex::new(Collected {
+            samples: first.into_iter().map(|s| (now, s)).collect(),
+            apps: Vec::new(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let (d, st) = (data.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut failures = 0;
+            while !st.load(Ordering::Relaxed) {
+                let began = Instant::now();
+                let result = run_tool(query.program(), query.args(), TOOL_TIMEOUT, Some(&st));
+                if st.load(Ordering::Relaxed) {
+                    break;
+                }
+                // A sample is stamped when its answer arrives, as nvidia-smi's lines are: the
+                // tool reads the GPUs at the end of its run, after its start-up.
+                let samples = match result {
+                    Ok(text) => query.parse(&text, &limits),
+                    Err(ToolError::Missing) => vec![],
+                    Err(ToolError::Failed(why)) => {
+                        failures += 1;
+                        if failures >= MAX_FAILURES {
+                            warn(&query.command_line(), &format!("{why} {MAX_FAILURES} times in a row, so it is no longer polled"));
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                if samples.is_empty() {
+                    failures += 1;
+                    if failures >= MAX_FAILURES {
+                        warn(&query.command_line(), &format!("printed nothing readable {MAX_FAILURES} times in a row, so it is no longer polled"));
+                        break;
+                    }
+                } else {
+                    failures = 0;
+                    let at = Instant::now();
+                    lock(&d).samples.extend(samples.into_iter().map(|s| (at, s)));
+                }
+                sleep_until(began + AMD_POLL_INTERVAL, &st);
+            }
+        }));
+        if amd_smi {
+            threads.push(spawn_apps_poller(
+                data.clone(),
+                stop.clone(),
+                query_amd_apps,
+            ));
+        }
+        Some(Stream {
+            child: Mutex::new(None),
+            stop,
+            data,
+            threads: Mutex::new(threads),
+            backend,
+        })
+    }
+
+    /// The GPU index in the tool's numbering of a cell's device id (see [`Backend`]).
+    fn gpu_of(&self, device: &str, uuid_of: &IndexMap<u32, String>) -> Option<u32> {
+        match &self.backend {
+            Backend::Nvidia => device.parse::<u32>().ok().or_else(|| {
+                uuid_of
+                    .iter()
+                    .find(|(_, u)| u.as_str() == device)
+                    .map(|(g, _)| *g)
+            }),
+            Backend::AmdSmi { rocr, list } => amd::gpu_of(device, rocr.as_deref(), list),
+            Backend::RocmSmi { rocr } => amd::gpu_of(device, rocr.as_deref(), &[]),
+        }
+    }
+
     /// The telemetry of a cell that measured in `windows` on `devices` (device ids as the
-    /// runner hands them out: nvidia-smi indices, or GPU UUIDs). `None` when no sample fell
-    /// inside the windows.
+    /// runner hands them out: nvidia-smi indices or GPU UUIDs on NVIDIA, HIP device ids on
+    /// ROCm). `None` when no sample fell inside the windows.
     pub(crate) fn cell(
         &self,
         windows: &[(Instant, Instant)],
@@ -422,14 +773,7 @@ impl Stream {
             .collect();
         let gpus: Vec<u32> = devices
             .iter()
-            .filter_map(|d| {
-                d.parse::<u32>().ok().or_else(|| {
-                    uuid_of
-                        .iter()
-                        .find(|(_, u)| u.as_str() == d.as_str())
-                        .map(|(g, _)| *g)
-                })
-            })
+            .filter_map(|d| self.gpu_of(d, &uuid_of))
             .collect();
         if gpus.is_empty() {
             return None;
@@ -445,14 +789,19 @@ impl Stream {
             .iter()
             .filter(|a| near(a.at))
             .filter_map(|a| {
-                uuid_of
-                    .iter()
-                    .find(|(_, u)| u.as_str() == a.app.gpu_uuid)
-                    .map(|(g, _)| (a, *g))
+                a.app
+                    .gpu_index
+                    .or_else(|| {
+                        uuid_of
+                            .iter()
+                            .find(|(_, u)| u.as_str() == a.app.gpu_uuid)
+                            .map(|(g, _)| *g)
+                    })
+                    .map(|g| (a, g))
             })
             .filter(|(_, g)| gpus.contains(g))
             .collect();
-        summarize_cell(&samples, &gpus, &apps)
+        summarize_cell(&samples, &gpus, &apps, self.backend.reasons())
     }
 
     /// Stops the stream and summarizes every sample of the run.
@@ -469,6 +818,47 @@ impl Stream {
         let all: Vec<Sample> = data.samples.iter().map(|(_, s)| s.clone()).collect();
         summarize(&all)
     }
+}
+
+/// Sleeps until `until`, waking every 50 ms to see whether the stream was stopped.
+fn sleep_until(until: Instant, stop: &AtomicBool) {
+    let tick = Duration::from_millis(50);
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        std::thread::sleep(tick.min(until - now));
+    }
+}
+
+/// A thread that polls the compute processes with `query` every [`APPS_INTERVAL`] and
+/// classifies each as bench's own or not when it is seen (a process may exit before the
+/// cell is summarized).
+fn spawn_apps_poller(
+    data: Arc<Mutex<Collected>>,
+    stop: Arc<AtomicBool>,
+    query: fn(&AtomicBool) -> Option<Vec<AppSample>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let me = std::process::id();
+        while !stop.load(Ordering::Relaxed) {
+            let began = Instant::now();
+            if let Some(apps) = query(&stop) {
+                let at = Instant::now();
+                let seen: Vec<SeenApp> = apps
+                    .into_iter()
+                    .map(|app| SeenApp {
+                        owner: owner_of(app.pid, me),
+                        app,
+                        at,
+                    })
+                    .collect();
+                lock(&data).apps.extend(seen);
+            }
+            sleep_until(began + APPS_INTERVAL, &stop);
+        }
+    })
 }
 
 impl Drop for Stream {
@@ -490,6 +880,7 @@ fn summarize_cell(
     samples: &[&Sample],
     gpus: &[u32],
     apps: &[(&SeenApp, u32)],
+    reason_names: &[(u64, &str)],
 ) -> Option<CellTelemetry> {
     if samples.is_empty() {
         return None;
@@ -507,7 +898,7 @@ fn summarize_cell(
     let with_reasons: Vec<u64> = samples.iter().filter_map(|s| s.throttle_reasons).collect();
     let mut reasons = IndexMap::new();
     if !with_reasons.is_empty() {
-        for (bit, name) in REASONS {
+        for &(bit, name) in reason_names {
             let n = with_reasons.iter().filter(|r| *r & bit != 0).count();
             reasons.insert(name.to_string(), n as f64 / with_reasons.len() as f64);
         }
@@ -553,36 +944,49 @@ fn summarize_cell(
     })
 }
 
+/// One reading of every GPU from `nvidia-smi`, bounded like every tool call: `None` when it
+/// is missing, fails, hangs or answers with nothing readable.
 fn query_once() -> Option<Vec<Sample>> {
-    let out = Command::new("nvidia-smi")
-        .args([
-            &format!("--query-gpu={QUERY}"),
-            "--format=csv,noheader,nounits",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let samples = parse(&String::from_utf8_lossy(&out.stdout));
+    let q = format!("--query-gpu={QUERY}");
+    let text = match run_tool(
+        "nvidia-smi",
+        &[&q, "--format=csv,noheader,nounits"],
+        TOOL_TIMEOUT,
+        None,
+    ) {
+        Ok(t) => t,
+        Err(ToolError::Missing) => return None,
+        Err(ToolError::Failed(why)) => {
+            // A host with the tool but no usable GPU (driver not loaded) is common on CI
+            // runners; only a hang is worth a word.
+            if why.contains("did not answer") {
+                warn("nvidia-smi --query-gpu", &why);
+            }
+            return None;
+        }
+    };
+    let samples = parse(&text);
     (!samples.is_empty()).then_some(samples)
 }
 
-fn query_apps() -> Option<Vec<AppSample>> {
-    let out = Command::new("nvidia-smi")
-        .args([
-            &format!("--query-compute-apps={APPS_QUERY}"),
-            "--format=csv,noheader,nounits",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| parse_apps(&String::from_utf8_lossy(&out.stdout)))
+fn query_apps(stop: &AtomicBool) -> Option<Vec<AppSample>> {
+    let q = format!("--query-compute-apps={APPS_QUERY}");
+    run_tool(
+        "nvidia-smi",
+        &[&q, "--format=csv,noheader,nounits"],
+        TOOL_TIMEOUT,
+        Some(stop),
+    )
+    .ok()
+    .map(|t| parse_apps(&t))
+}
+
+/// The compute processes per GPU from `amd-smi process --json`. A failed poll is no answer
+/// (not "no process"), so it adds nothing.
+fn query_amd_apps(stop: &AtomicBool) -> Option<Vec<AppSample>> {
+    run_tool("amd-smi", &["process", "--json"], TOOL_TIMEOUT, Some(stop))
+        .ok()
+        .map(|t| amd::parse_process(&t))
 }
 
 /// The file in a run folder.
@@ -656,7 +1060,7 @@ mod tests {
             owner: Owner::Foreign,
         };
         let refs: Vec<&Sample> = s.iter().collect();
-        let t = summarize_cell(&refs, &[0, 1], &[(&own, 1), (&other, 1)]).unwrap();
+        let t = summarize_cell(&refs, &[0, 1], &[(&own, 1), (&other, 1)], &REASONS).unwrap();
         assert_eq!(t.samples, 2);
         assert_eq!(t.reason_fraction("SW power cap"), 0.5);
         assert_eq!(t.reason_fraction("HW slowdown"), 0.0);
@@ -664,7 +1068,7 @@ mod tests {
         assert_eq!(t.foreign.len(), 1);
         assert_eq!(t.foreign[0].name, "python3");
         assert_eq!(t.foreign[0].used_mib, Some(2048.0));
-        assert!(summarize_cell(&[], &[0], &[]).is_none());
+        assert!(summarize_cell(&[], &[0], &[], &REASONS).is_none());
     }
 
     #[test]
@@ -692,5 +1096,72 @@ mod tests {
         assert_eq!(load(dir.path()), Ok(t));
         std::fs::write(dir.path().join(FILE), "{").unwrap();
         assert!(load(dir.path()).unwrap_err().contains("telemetry.json:1:"));
+    }
+
+    #[test]
+    fn telemetry_tool_calls_are_bounded_in_time_and_size() {
+        // A tool that hangs, and one whose child keeps the pipe open: both are killed at the
+        // time limit, whole process group included.
+        let t0 = Instant::now();
+        let r = run_tool("sh", &["-c", "sleep 30"], Duration::from_millis(300), None);
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not answer")),
+            "{r:?}"
+        );
+        let r = run_tool(
+            "sh",
+            &["-c", "(sleep 30; echo late) & echo '[]'; exit 0"],
+            Duration::from_millis(300),
+            None,
+        );
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not end")),
+            "{r:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        // Output past the bound is no answer.
+        let r = run_tool(
+            "sh",
+            &["-c", "head -c 9000000 /dev/zero"],
+            TOOL_TIMEOUT,
+            None,
+        );
+        assert!(
+            matches!(&r, Err(ToolError::Failed(w)) if w.contains("more than")),
+            "{r:?}"
+        );
+        // A failing tool, a missing one, a stop request, and one that answers.
+        assert!(matches!(
+            run_tool("sh", &["-c", "echo x; exit 2"], TOOL_TIMEOUT, None),
+            Err(ToolError::Failed(_))
+        ));
+        assert_eq!(
+            run_tool("bench-no-such-tool-here", &[], TOOL_TIMEOUT, None),
+            Err(ToolError::Missing)
+        );
+        let stop = AtomicBool::new(true);
+        assert!(
+            matches!(run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)), Err(ToolError::Failed(w)) if w == "stopped")
+        );
+        assert_eq!(
+            run_tool("sh", &["-c", "echo ok"], TOOL_TIMEOUT, None),
+            Ok("ok\n".to_string())
+        );
+    }
+
+    #[test]
+    fn telemetry_amd_cells_count_amd_reason_names() {
+        // A cell on an AMD GPU reports the AMD table's names, with the power cap under the
+        // name the history treats as "any busy GPU may show it".
+        let s = amd::parse_metric(
+            "[{\"gpu\": 0, \"clock\": {\"gfx_0\": {\"clk\": {\"value\": 2100, \"unit\": \"MHz\"}}}, \"throttle\": {\"ppt_violation_status\": \"ACTIVE\", \"vr_thermal_violation_status\": \"NOT ACTIVE\"}}]",
+            &Default::default(),
+        );
+        let refs: Vec<&Sample> = s.iter().collect();
+        let t = summarize_cell(&refs, &[0], &[], &amd::REASONS).unwrap();
+        assert_eq!(t.reason_fraction("SW power cap"), 1.0);
+        assert_eq!(t.reasons.get("VR thermal slowdown"), Some(&0.0));
+        assert!(!t.reasons.contains_key("HW power brake"));
+        assert!(summarize(&s).unwrap().throttled);
     }
 }
