@@ -183,17 +183,30 @@ fn rocm_telemetry_power_cap_excuses_nothing_and_a_lower_gfx_clock_is_the_environ
     assert!(out.contains("BENCH_FUSED_ADAMW (unset) -> 0"), "{out}");
     assert_eq!(lab.telemetry("s1")["reasons"]["SW power cap"], 1.0);
 
-    // The GFX clock drops to 1500 MHz and the cell is 25% slower: the environment, with the
-    // clocks named, and the job does not fail.
+    // At the power cap, a GFX clock drop on a chip as cool as in the clean runs is what the
+    // code's power allows: the code's, regressed.
     std::fs::write(lab.smi.join("amd_gfx"), "1500").unwrap();
+    std::fs::write(lab.dir.join("slow"), "").unwrap();
+    let o = lab.run("c1", &[("SPEED_SLOW_FACTOR", "1.25")]);
+    std::fs::remove_file(lab.dir.join("slow")).unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(lab.verdict("c1"), "regressed", "{out}");
+    assert!(out.contains("follows the power the code draws"), "{out}");
+
+    // The same drop on a chip 24 C hotter than in its clean runs: the environment, with the
+    // clocks and the temperature named, and the job does not fail.
+    std::fs::write(lab.smi.join("amd_hotspot"), "95").unwrap();
     std::fs::write(lab.dir.join("slow"), "").unwrap();
     let o = lab.run("e1", &[("SPEED_SLOW_FACTOR", "1.25")]);
     std::fs::remove_file(lab.smi.join("amd_gfx")).unwrap();
+    std::fs::remove_file(lab.smi.join("amd_hotspot")).unwrap();
     std::fs::remove_file(lab.dir.join("slow")).unwrap();
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert_eq!(lab.verdict("e1"), "environment", "{out}");
     assert!(out.contains("1500 MHz against 2100"), "{out}");
+    assert!(out.contains("95 C against 71 C"), "{out}");
     assert_eq!(lab.telemetry("e1")["sm_clock_mhz"], 1500.0);
 
     // A process that is not bench's computes on the cell's GPU, as `amd-smi process` shows
