@@ -139,9 +139,44 @@ pub(crate) fn sanitize(s: &str) -> String {
     }
 }
 
+/// Options of a framework workload (`workload: {kind: torchtitan, ...}`); all optional.
+///
+/// Plain data owned by the cell, so that cells, results and matrix files do not depend on
+/// the adapters that read it (`crate::external`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FrameworkOpts {
+    /// The Python interpreter that has the framework installed (default: `$BENCH_PYTHON`,
+    /// else `python3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// A folder with a Hugging Face tokenizer (`tokenizer.json`); torchtitan needs one to
+    /// build its data loader (its repository's `tests/assets/tokenizer` serves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// The framework's source tree, for frameworks that are built or run from a checkout:
+    /// llm.c (where `make train_gpt2cu` builds), MaxText and Megatron-LM (put on
+    /// `PYTHONPATH`). Default: the framework's `$BENCH_<NAME>_SOURCE` variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Extra arguments appended to the framework's command line (after bench's own, so
+    /// they win), e.g. `[--training.gc_freq, "100"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment variables of the framework's processes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
 /// What runs for a cell.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+///
+/// Written as `{kind: builtin}`, `{kind: command, argv: [...], env: {...}}`, or a framework
+/// adapter's name with its options, e.g. `{kind: torchtitan, tokenizer: ...}`. A framework
+/// kind is a plain string here: which names exist is the adapter registry's business
+/// (`crate::external::ADAPTERS`), checked when a matrix is loaded, so that adding a
+/// framework never touches this type.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(try_from = "WorkloadSpec", into = "WorkloadSpec")]
 pub enum Workload {
     /// The built-in libtorch workload: `bench worker` with arguments from the cell.
     #[default]
@@ -151,24 +186,153 @@ pub enum Workload {
     /// executed directly, never through a shell, so matrix values cannot inject commands.
     Command {
         argv: Vec<String>,
-        #[serde(default)]
         env: BTreeMap<String, String>,
     },
-    /// torchtitan (PyTorch's reference trainer), launched with torchrun; its log is read
-    /// into step events by `crate::external` (docs/frameworks.md has the mapping).
-    Torchtitan(crate::external::FrameworkOpts),
-    /// The Hugging Face Trainer on a Llama config built from the cell's model preset.
-    Hf(crate::external::FrameworkOpts),
+    /// A training framework run by its adapter under `bench adapt` (torchtitan, hf,
+    /// megatron, deepspeed, maxtext, llmc; docs/frameworks.md has each one's mapping).
+    Framework {
+        /// The adapter's name, e.g. `torchtitan`.
+        kind: String,
+        opts: FrameworkOpts,
+    },
+}
+
+/// A workload as matrix files and results write it: one flat object whose `kind` says which
+/// of the other keys apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Workload")]
+pub struct WorkloadSpec {
+    /// `builtin`, `command`, or a framework adapter: `torchtitan`, `hf`, `megatron`,
+    /// `deepspeed`, `maxtext`, `llmc` (docs/frameworks.md).
+    pub kind: String,
+    /// `command` only: the program and its arguments, with `{axis}`/`{param}` placeholders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// `command` and frameworks: extra environment variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Frameworks: the Python interpreter that has the framework installed (default:
+    /// `$BENCH_PYTHON`, else `python3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    /// torchtitan: a folder with a Hugging Face tokenizer (`tokenizer.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// llm.c, MaxText, Megatron-LM: the framework's source tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Frameworks: extra arguments appended to the framework's command line (they win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+}
+
+impl TryFrom<WorkloadSpec> for Workload {
+    type Error = String;
+
+    fn try_from(w: WorkloadSpec) -> Result<Self, String> {
+        let framework_keys = [
+            ("python", w.python.is_some()),
+            ("tokenizer", w.tokenizer.is_some()),
+            ("source", w.source.is_some()),
+            ("args", w.args.is_some()),
+        ];
+        let refuse = |kind: &str, keys: &[(&str, bool)]| match keys.iter().find(|(_, set)| *set) {
+            Some((k, _)) => Err(format!("a `{kind}` workload takes no `{k}`")),
+            None => Ok(()),
+        };
+        match w.kind.as_str() {
+            "builtin" => {
+                refuse("builtin", &framework_keys)?;
+                refuse(
+                    "builtin",
+                    &[("argv", w.argv.is_some()), ("env", w.env.is_some())],
+                )?;
+                Ok(Workload::Builtin)
+            }
+            "command" => {
+                refuse("command", &framework_keys)?;
+                let argv = w
+                    .argv
+                    .ok_or_else(|| "a `command` workload needs `argv`".to_string())?;
+                Ok(Workload::Command {
+                    argv,
+                    env: w.env.unwrap_or_default(),
+                })
+            }
+            "" => Err("the workload's `kind` is empty".to_string()),
+            kind => {
+                refuse(kind, &[("argv", w.argv.is_some())])?;
+                Ok(Workload::Framework {
+                    kind: kind.to_string(),
+                    opts: FrameworkOpts {
+                        python: w.python,
+                        tokenizer: w.tokenizer,
+                        source: w.source,
+                        args: w.args.unwrap_or_default(),
+                        env: w.env.unwrap_or_default(),
+                    },
+                })
+            }
+        }
+    }
+}
+
+impl From<Workload> for WorkloadSpec {
+    fn from(w: Workload) -> Self {
+        let mut spec = WorkloadSpec {
+            kind: w.kind().to_string(),
+            argv: None,
+            env: None,
+            python: None,
+            tokenizer: None,
+            source: None,
+            args: None,
+        };
+        match w {
+            Workload::Builtin => {}
+            // A command's environment was always written, empty or not; results keep that.
+            Workload::Command { argv, env } => {
+                spec.argv = Some(argv);
+                spec.env = Some(env);
+            }
+            Workload::Framework { opts, .. } => {
+                spec.python = opts.python;
+                spec.tokenizer = opts.tokenizer;
+                spec.source = opts.source;
+                spec.args = Some(opts.args).filter(|a| !a.is_empty());
+                spec.env = Some(opts.env).filter(|e| !e.is_empty());
+            }
+        }
+        spec
+    }
+}
+
+impl JsonSchema for Workload {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        WorkloadSpec::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        WorkloadSpec::json_schema(generator)
+    }
 }
 
 impl Workload {
     /// The workload's kind as written in matrix files (`builtin`, `command`, `hf`, ...).
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &str {
         match self {
             Workload::Builtin => "builtin",
             Workload::Command { .. } => "command",
-            Workload::Torchtitan(_) => "torchtitan",
-            Workload::Hf(_) => "hf",
+            Workload::Framework { kind, .. } => kind,
+        }
+    }
+
+    /// A framework workload of `kind` with default options.
+    pub fn framework(kind: &str) -> Workload {
+        Workload::Framework {
+            kind: kind.to_string(),
+            opts: FrameworkOpts::default(),
         }
     }
 }

@@ -14,7 +14,8 @@
 //! increase on each rank), or the attempt fails with the first violation as its reason,
 //! instead of passing with nothing measured.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -106,7 +107,38 @@ pub struct SummaryEvent {
     /// A framework adapter's record: the framework's version, its config file and hash, and
     /// the figures the framework itself printed (beside bench's own above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub framework: Option<Box<crate::external::FrameworkReport>>,
+    pub framework: Option<Box<FrameworkReport>>,
+}
+
+/// What a framework adapter records per repeat: the framework's identity and config, and
+/// the figures the framework itself printed, kept beside bench's own measurements.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FrameworkReport {
+    /// The framework's own name as its driver reports it (`torchtitan`, `transformers`,
+    /// `megatron-core`, ...).
+    pub name: String,
+    /// The framework's version as its package reports it, e.g. `0.2.2`.
+    pub version: String,
+    /// Versions of the libraries under it, e.g. `{"torch": "2.11.0+cu130"}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub libraries: BTreeMap<String, String>,
+    /// The config file bench wrote for the framework, relative to the run folder.
+    pub config_file: PathBuf,
+    /// SHA-256 of that file (hex), so that a config change shows as a cause.
+    pub config_sha256: String,
+    /// The framework's own tokens/s per GPU (median over the measured steps, or its
+    /// end-of-run figure when it prints no per-step throughput).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s_per_gpu: Option<f64>,
+    /// The framework's own achieved TFLOP/s per GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tflops_per_gpu: Option<f64>,
+    /// The framework's own MFU (0..1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    /// How the framework's figures were measured, for the report.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
 }
 
 /// One line of worker output.

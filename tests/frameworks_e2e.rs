@@ -55,6 +55,10 @@ fn dry_run_lists_cells_per_framework_with_every_drop_reason() {
         "hf.llama-3.1-8b-proxy.bf16.1gpu.fsdp.compile+sac",
         "workload hf",
         "no fp8 training of its own",
+        "megatron.llama-3.1-8b-proxy.bf16.2gpu.fsdp.sac",
+        "deepspeed.llama-3.1-8b-proxy.bf16.2gpu.fsdp.compile+sac",
+        "maxtext.llama-3.1-8b-proxy.fp8.1gpu.fsdp.compile+sac",
+        "workload megatron: Megatron-Core has no torch.compile",
     ] {
         assert!(text.contains(want), "missing `{want}`:\n{text}");
     }
@@ -148,4 +152,26 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         "{table}"
     );
     assert!(table.contains('$'), "cost at --gpu-hour-price: {table}");
+}
+
+#[test]
+fn an_unknown_framework_kind_is_bad_input_with_the_known_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("m.yaml");
+    std::fs::write(
+        &m,
+        "axes:\n  framework: [nemo]\n  model: [llama-tiny]\noverrides:\n  framework:\n    nemo:\n      workload: {kind: nemo}\n",
+    )
+    .unwrap();
+    let (code, text) = bench(&["matrix", m.to_str().unwrap(), "--dry-run"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("overrides.framework.nemo.workload.kind"),
+        "the key path: {text}"
+    );
+    assert!(
+        text.contains("unknown workload kind `nemo`")
+            && text.contains("torchtitan, hf, megatron, deepspeed, maxtext"),
+        "{text}"
+    );
 }

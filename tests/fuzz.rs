@@ -22,7 +22,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bench::baseline::store::{self, Baselines};
 use bench::cell::{Cell, CellId, Params, Value, Workload};
 use bench::events::{Event, EventReader, LineSplitter, MAX_LINE_BYTES, MAX_TOKENS};
-use bench::external::FrameworkOpts;
 use bench::matrix::budget::Budget;
 use bench::matrix::filter::{Filter, Vocabulary};
 use bench::matrix::{self, parse::parse_str};
@@ -589,7 +588,6 @@ fn framework_cell(torchtitan: bool, dtype: &str) -> Cell {
     v.insert("gpus".to_string(), Value::Int(1));
     v.insert("parallel".to_string(), Value::Str("single".into()));
     v.insert("features".to_string(), Value::Set(Default::default()));
-    let opts = FrameworkOpts::default();
     Cell {
         id: CellId::from_values(&v),
         values: v,
@@ -600,11 +598,7 @@ fn framework_cell(torchtitan: bool, dtype: &str) -> Cell {
             micro_batch: 2,
             global_batch: 2,
             grad_accum: 1,
-            workload: if torchtitan {
-                Workload::Torchtitan(opts)
-            } else {
-                Workload::Hf(opts)
-            },
+            workload: Workload::framework(if torchtitan { "torchtitan" } else { "hf" }),
             ..Params::default()
         },
     }

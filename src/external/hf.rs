@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn mapping_and_drops() {
         let mut c = crate::external::tests::cell("llama-tiny", "bf16", 1, "single", &["sac"]);
-        c.params.workload = crate::cell::Workload::Hf(FrameworkOpts::default());
+        c.params.workload = crate::cell::Workload::framework("hf");
         assert_eq!(Hf.unexpressible(&c), None);
         let files = AttemptFiles {
             dir: "/r/x".into(),

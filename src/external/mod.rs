@@ -15,71 +15,21 @@
 //! parser) and one line in [`adapter`]; docs/frameworks.md walks through it.
 
 pub(crate) mod bounds;
-pub mod compare;
+pub mod deepspeed;
 pub mod hf;
 pub mod log;
+pub mod maxtext;
+pub mod megatron;
 pub mod run;
 pub mod torchtitan;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::cell::{Cell, Value, Workload};
 use crate::workload::models::presets::{self, Family, ModelConfig};
 
-/// Options of a framework workload (`workload: {kind: torchtitan, ...}`); all optional.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FrameworkOpts {
-    /// The Python interpreter that has the framework installed (default: `$BENCH_PYTHON`,
-    /// else `python3`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<String>,
-    /// A folder with a Hugging Face tokenizer (`tokenizer.json`); torchtitan needs one to
-    /// build its data loader (its repository's `tests/assets/tokenizer` serves).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer: Option<String>,
-    /// Extra arguments appended to the framework's command line (after bench's own, so
-    /// they win), e.g. `[--training.gc_freq, "100"]`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<String>,
-    /// Extra environment variables of the framework's processes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-}
-
-/// What a framework adapter records per repeat: the framework's identity and config, and
-/// the figures the framework itself printed, kept beside bench's own measurements.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct FrameworkReport {
-    /// `torchtitan` or `hf`.
-    pub name: String,
-    /// The framework's version as its package reports it, e.g. `0.2.2`.
-    pub version: String,
-    /// Versions of the libraries under it, e.g. `{"torch": "2.11.0+cu130"}`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub libraries: BTreeMap<String, String>,
-    /// The config file bench wrote for the framework, relative to the run folder.
-    pub config_file: PathBuf,
-    /// SHA-256 of that file (hex), so that a config change shows as a cause.
-    pub config_sha256: String,
-    /// The framework's own tokens/s per GPU (median over the measured steps, or its
-    /// end-of-run figure when it prints no per-step throughput).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens_per_s_per_gpu: Option<f64>,
-    /// The framework's own achieved TFLOP/s per GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tflops_per_gpu: Option<f64>,
-    /// The framework's own MFU (0..1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mfu: Option<f64>,
-    /// How the framework's figures were measured, for the report.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub method: String,
-}
+pub use crate::cell::FrameworkOpts;
+pub use crate::events::FrameworkReport;
 
 /// A framework config file and command line for one attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,7 +41,7 @@ pub(crate) struct Prepared {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     /// Further files the framework reads (e.g. generated data), written before it starts.
-    pub files: Vec<(PathBuf, String)>,
+    pub files: Vec<(PathBuf, Vec<u8>)>,
 }
 
 /// Where an attempt's files go and what the adapter may use.
@@ -116,11 +66,31 @@ pub(crate) trait Adapter: Sync {
     fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
 }
 
-/// The adapter of a workload, `None` for built-in and command workloads.
+/// Every framework adapter bench knows, by the name a matrix's `workload: {kind: ...}`
+/// gives. Adding a framework is one file implementing [`Adapter`] and one line here.
+pub(crate) static ADAPTERS: &[&dyn Adapter] = &[
+    &torchtitan::Torchtitan,
+    &hf::Hf,
+    &megatron::Megatron,
+    &deepspeed::DeepSpeed,
+    &maxtext::MaxText,
+];
+
+/// The adapter called `kind`.
+pub(crate) fn find(kind: &str) -> Option<&'static dyn Adapter> {
+    ADAPTERS.iter().copied().find(|a| a.name() == kind)
+}
+
+/// The names of the known adapters, in registry order (for error messages).
+pub(crate) fn names() -> Vec<&'static str> {
+    ADAPTERS.iter().map(|a| a.name()).collect()
+}
+
+/// The adapter of a workload, `None` for built-in and command workloads and for a
+/// framework kind no adapter has (refused when the matrix is loaded).
 pub(crate) fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
     match w {
-        Workload::Torchtitan(o) => Some((&torchtitan::Torchtitan, o)),
-        Workload::Hf(o) => Some((&hf::Hf, o)),
+        Workload::Framework { kind, opts } => find(kind).map(|a| (a, opts)),
         Workload::Builtin | Workload::Command { .. } => None,
     }
 }
@@ -292,7 +262,7 @@ mod tests {
             micro_batch: 2,
             grad_accum: 1,
             global_batch: 2 * gpus as u32,
-            workload: Workload::Torchtitan(FrameworkOpts::default()),
+            workload: Workload::framework("torchtitan"),
             ..Params::default()
         };
         Cell {
@@ -338,17 +308,54 @@ mod tests {
         let w: Workload =
             serde_saphyr::from_str("{kind: torchtitan, python: /usr/bin/python3, args: [--x]}")
                 .unwrap();
-        match w {
-            Workload::Torchtitan(o) => {
-                assert_eq!(o.python.as_deref(), Some("/usr/bin/python3"));
-                assert_eq!(o.args, vec!["--x"]);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (a, o) = adapter(&w).unwrap();
+        assert_eq!(a.name(), "torchtitan");
+        assert_eq!(o.python.as_deref(), Some("/usr/bin/python3"));
+        assert_eq!(o.args, vec!["--x"]);
         assert!(serde_saphyr::from_str::<Workload>("{kind: hf, nope: 1}").is_err());
         assert_eq!(
             serde_saphyr::from_str::<Workload>("{kind: hf}").unwrap(),
-            Workload::Hf(FrameworkOpts::default())
+            Workload::framework("hf")
         );
+        // The keys of one kind are refused on another.
+        let e = serde_saphyr::from_str::<Workload>("{kind: hf, argv: [x]}").unwrap_err();
+        assert!(
+            e.to_string().contains("`hf` workload takes no `argv`"),
+            "{e}"
+        );
+        let e = serde_saphyr::from_str::<Workload>("{kind: command, python: x, argv: [y]}")
+            .unwrap_err();
+        assert!(e.to_string().contains("takes no `python`"), "{e}");
+        assert!(serde_saphyr::from_str::<Workload>("{kind: command}").is_err());
+        // An unknown kind parses (the registry, not the cell type, knows the names) and has
+        // no adapter; matrix loading refuses it with the known names.
+        let w = serde_saphyr::from_str::<Workload>("{kind: nemo}").unwrap();
+        assert!(adapter(&w).is_none());
+    }
+
+    #[test]
+    fn workloads_serialize_as_before() {
+        // results.json of earlier versions wrote these shapes; they read back, and are
+        // written the same way again.
+        for json in [
+            r#"{"kind":"builtin"}"#,
+            r#"{"kind":"command","argv":["x","{model}"],"env":{}}"#,
+            r#"{"kind":"torchtitan","tokenizer":"t","args":["--a"]}"#,
+            r#"{"kind":"hf"}"#,
+        ] {
+            let w: Workload = serde_json::from_str(json).unwrap();
+            assert_eq!(serde_json::to_string(&w).unwrap(), json);
+        }
+    }
+
+    #[test]
+    fn registry_names_are_unique_and_found() {
+        let names = names();
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        for n in &names {
+            assert_eq!(find(n).unwrap().name(), *n);
+        }
+        assert!(names.len() >= 5, "{names:?}");
     }
 }

@@ -297,7 +297,7 @@ impl super::Adapter for Torchtitan {
             env: vec![("BENCH_TT_MODEL".into(), model.to_string())],
             files: vec![(
                 data_dir.join("data.json"),
-                synthetic_text(p.seed, 2000, 200),
+                synthetic_text(p.seed, 2000, 200).into_bytes(),
             )],
         }
     }

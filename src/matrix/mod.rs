@@ -133,6 +133,37 @@ fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError>
     Ok(())
 }
 
+/// Refuses a framework workload whose `kind` no adapter has, at its `kind` key, with the
+/// names of the adapters bench knows: a typo found by `--dry-run`, not by a cell that fails
+/// after the cells before it ran for hours.
+fn check_workloads(spec: &spec::MatrixSpec, src: &parse::Source) -> Result<(), MatrixError> {
+    let mut places: Vec<(String, &crate::cell::Workload)> = Vec::new();
+    if let Some(w) = &spec.defaults.workload {
+        places.push(("defaults.workload.kind".to_string(), w));
+    }
+    for (axis, values) in &spec.overrides {
+        for (value, patch) in values {
+            if let Some(w) = &patch.workload {
+                places.push((format!("overrides.{axis}.{value}.workload.kind"), w));
+            }
+        }
+    }
+    for (path, w) in places {
+        if let crate::cell::Workload::Framework { kind, .. } = w {
+            if crate::external::find(kind).is_none() {
+                return Err(src.error_at(
+                    &path,
+                    format!(
+                        "unknown workload kind `{kind}` (known: builtin, command, {})",
+                        crate::external::names().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// [`load`] within `budget`.
 pub(crate) fn load_within(
     path: &Path,
@@ -140,6 +171,7 @@ pub(crate) fn load_within(
     budget: budget::Budget,
 ) -> Result<Expansion, MatrixError> {
     let (spec, src) = parse::parse_file(path)?;
+    check_workloads(&spec, &src)?;
     let exp = from_spec_within(spec, &src, filters, budget)?;
     check_models(&exp, &src)?;
     Ok(exp)

@@ -9,6 +9,7 @@
 //! [`human`] (the terminal summary, also kept as `summary.txt`). [`trend`] is the shape of
 //! earlier runs' values that the Markdown and HTML reports draw when a history is given.
 
+pub mod frameworks;
 pub mod html;
 pub mod human;
 pub mod json;
@@ -98,14 +99,15 @@ impl From<ReportError> for CliError {
 }
 
 /// The sinks that write files into the run directory.
-pub(crate) fn file_exporters() -> Vec<Box<dyn Exporter>> {
+/// `gpu_hour_price` is the price of one GPU-hour for the framework comparison's cost column.
+pub(crate) fn file_exporters(gpu_hour_price: Option<f64>) -> Vec<Box<dyn Exporter>> {
     vec![
         Box::new(junit::JunitExporter),
         Box::new(markdown::MarkdownExporter),
         Box::new(json::JsonExporter),
         Box::new(human::HumanExporter),
         Box::new(html::HtmlExporter),
-        Box::new(crate::external::compare::FrameworksExporter),
+        Box::new(frameworks::FrameworksExporter { gpu_hour_price }),
     ]
 }
 
@@ -117,9 +119,10 @@ pub(crate) fn file_exporters() -> Vec<Box<dyn Exporter>> {
 pub(crate) fn write_reports(
     run_dir: &Path,
     input: &ReportInput<'_>,
+    gpu_hour_price: Option<f64>,
 ) -> Result<Vec<PathBuf>, ReportError> {
     let mut written = Vec::new();
-    for exporter in file_exporters() {
+    for exporter in file_exporters(gpu_hour_price) {
         let path = run_dir.join(exporter.file_name());
         if !exporter.applies(input) {
             match std::fs::remove_file(&path) {
@@ -178,6 +181,7 @@ pub(crate) fn finish_run(
     baselines_dir: &Path,
     format: Format,
     verbose: bool,
+    gpu_hour_price: Option<f64>,
 ) -> Result<i32, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
     // A run judged against its history (`history.json`) is reported with the history's
@@ -193,7 +197,7 @@ pub(crate) fn finish_run(
         trends: trends.as_ref(),
         history: gate.as_ref(),
     };
-    write_reports(run_dir, &input)?;
+    write_reports(run_dir, &input, gpu_hour_price)?;
     // The job summary is a convenience: failing to append to it must not hide the verdict.
     if let Err(e) = append_step_summary(&markdown::render_summary(&input)) {
         eprintln!("warning: {e}");
@@ -212,7 +216,6 @@ pub(crate) fn finish_run(
 /// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
 /// a finished run again from its `results.json`, against the baselines as they are now.
 pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
-    crate::external::compare::set_gpu_hour_price(settings.gpu_hour_price);
     let run_dir = &settings.run_dir;
     let results = RunResults::load(run_dir)?;
     let dir = if run_dir.is_dir() {
@@ -229,6 +232,7 @@ pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError>
         &settings.baselines,
         settings.format,
         settings.verbose,
+        settings.gpu_hour_price,
     )
 }
 

@@ -223,9 +223,7 @@ pub(crate) fn command(
         }
         // Framework adapters run under `bench adapt`, which reads the framework's log into
         // worker events (crate::external).
-        Workload::Torchtitan(_) | Workload::Hf(_) => {
-            (bench_exe.to_path_buf(), crate::external::adapt_args(cell))
-        }
+        Workload::Framework { .. } => (bench_exe.to_path_buf(), crate::external::adapt_args(cell)),
     };
     env.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(ProcSpec {

@@ -142,7 +142,6 @@ pub fn run_with(
 /// Exit code: 130 when interrupted (the reports of the finished cells are still written);
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
-    crate::external::compare::set_gpu_hour_price(args.gpu_hour_price);
     let expansion = crate::matrix::cmd::load(&args.source)?;
     // Before the first cell: a malformed baseline file, or a history store that cannot be
     // opened, found after the run would leave no verdict for cells that took hours.
@@ -208,6 +207,7 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
         &args.baselines,
         args.format,
         args.verbose,
+        args.gpu_hour_price,
     )?;
     if interrupted {
         return Ok(exit::INTERRUPTED);

@@ -4,9 +4,8 @@
 //! framework's own figures and bench's disagree by more than [`DISAGREE`].
 //!
 //! [`rows`] produces the table's data; [`markdown`] renders it (the `frameworks.md`
-//! report of a run whose cells include framework workloads).
-
-use std::sync::OnceLock;
+//! report of a run whose cells include framework workloads). It reads only results, so
+//! the reports do not depend on the adapters that produced them (`crate::external`).
 
 use indexmap::IndexMap;
 
@@ -16,18 +15,6 @@ use crate::results::{CellResult, Outcome, RunResults};
 
 /// Relative difference past which bench's and a framework's figure are said to disagree.
 pub(crate) const DISAGREE: f64 = 0.02;
-
-static GPU_HOUR_PRICE: OnceLock<Option<f64>> = OnceLock::new();
-
-/// Sets the price per GPU-hour of the run's reports (`--gpu-hour-price`); the first call
-/// wins.
-pub(crate) fn set_gpu_hour_price(price: Option<f64>) {
-    let _ = GPU_HOUR_PRICE.set(price);
-}
-
-fn gpu_hour_price() -> Option<f64> {
-    GPU_HOUR_PRICE.get().copied().flatten()
-}
 
 /// One framework's figures for one model x configuration.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -187,7 +174,8 @@ fn fmt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 /// runs a framework adapter's workload.
 pub(crate) fn has_framework_cells(results: &RunResults) -> bool {
     results.cells.iter().any(|c| {
-        c.values.contains_key("framework") || crate::external::adapter(&c.params.workload).is_some()
+        c.values.contains_key("framework")
+            || matches!(c.params.workload, crate::cell::Workload::Framework { .. })
     })
 }
 
@@ -256,7 +244,10 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
 
 /// The `frameworks.md` sink: the comparison table, written only for a run with framework
 /// cells (a file in every run folder that only says there is nothing to compare is noise).
-pub(crate) struct FrameworksExporter;
+pub(crate) struct FrameworksExporter {
+    /// Price of one GPU-hour (`--gpu-hour-price`), for the cost per 1T tokens.
+    pub gpu_hour_price: Option<f64>,
+}
 
 impl crate::report::Exporter for FrameworksExporter {
     fn file_name(&self) -> &'static str {
@@ -271,7 +262,7 @@ impl crate::report::Exporter for FrameworksExporter {
         &self,
         input: &crate::report::ReportInput<'_>,
     ) -> Result<String, crate::report::ReportError> {
-        Ok(markdown(input.results, gpu_hour_price())
+        Ok(markdown(input.results, self.gpu_hour_price)
             .unwrap_or_else(|| "No framework cells in this run.\n".to_string()))
     }
 }

@@ -1,0 +1,84 @@
+"""Megatron-LM's own pretrain_gpt.py, started by `bench adapt` for a `megatron` cell.
+
+bench writes one JSON file: the cell id, the Megatron-LM checkout (`source`, else
+$BENCH_MEGATRON_SOURCE) and the command-line flags of pretrain_gpt.py (`argv`): the
+cell's Llama preset as a Megatron-Core GPTModel with the local layer spec
+(`--transformer-impl local`), mock data (`--mock-data`, NullTokenizer), and one log line
+per iteration (`--log-interval 1 --log-throughput`). This driver prints its version line
+and then runs pretrain_gpt.py as `__main__` in this process, so every step line bench
+reads is printed by Megatron's own training_log.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import runpy
+import subprocess
+import sys
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def source_commit(source: str) -> str:
+    """The checkout's commit, which names a Megatron-LM that is not an installed package."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", source, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    args = parser.parse_args()
+    with open(args.config) as f:
+        config = json.load(f)
+    source = config.get("source") or os.environ.get("BENCH_MEGATRON_SOURCE")
+    if not source or not os.path.isfile(os.path.join(source, "pretrain_gpt.py")):
+        sys.exit(
+            f"megatron_train.py: no Megatron-LM checkout with pretrain_gpt.py at {source!r}: "
+            "set the workload's `source` or $BENCH_MEGATRON_SOURCE"
+        )
+    # pretrain_gpt.py imports its sibling modules (gpt_builders, model_provider) and the
+    # checkout's `megatron` package, which wins over an installed megatron-core.
+    sys.path.insert(0, source)
+    import torch  # noqa: E402 (after the path is set, as Megatron's own scripts do)
+    import megatron.core  # noqa: E402
+
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        info = {
+            "name": "megatron-core",
+            "version": getattr(megatron.core, "__version__", "") or version("megatron-core"),
+            "libraries": {
+                k: v
+                for k, v in {
+                    "torch": torch.__version__,
+                    "megatron-lm": source_commit(source),
+                    "transformer-engine": version("transformer-engine"),
+                }.items()
+                if v
+            },
+            "device": device,
+            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        }
+        print("bench-framework: " + json.dumps(info), flush=True)
+    sys.argv = [os.path.join(source, "pretrain_gpt.py")] + list(config["argv"])
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

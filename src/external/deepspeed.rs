@@ -1,0 +1,403 @@
+//! The DeepSpeed adapter: bench's axes to a DeepSpeed config (ZeRO stage, precision,
+//! batch sizes) and a Llama model of the cell's preset (transformers' `LlamaForCausalLM`
+//! from random weights), trained by DeepSpeed's engine in
+//! `scripts/frameworks/deepspeed_train.py` under torchrun.
+//!
+//! The ZeRO stage is the `zero` axis (0 to 3) when the matrix has one, else follows
+//! `parallel`: `single` and `ddp` are stage 0 (plain data parallelism), `fsdp` is stage 3
+//! (parameters sharded). A `zero` value that contradicts `parallel` (stage 3 with ddp, stage
+//! 0 to 2 with fsdp on several GPUs) is dropped: bench's `parallel` says whether parameters
+//! are sharded, and the cell must run as it says.
+//!
+//! DeepSpeed prints no loss and no step time of its own per step; its `ThroughputTimer`
+//! prints `epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
+//! MemAllocated=..GB, MaxMemAllocated=..GB` at every `steps_per_print` (set to 1), from the
+//! third global step on. The driver prints `[bench-ds] step: N time: T loss: L tokens: K
+//! memory: B` after each `engine.step()` (T: seconds between step ends after a device
+//! synchronisation). bench's step time is the driver's; DeepSpeed's own tokens/s is its
+//! `CurrSamplesPerSec` x seq_len / GPUs of the same step.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
+use super::{AttemptFiles, FrameworkOpts, Prepared};
+use crate::cell::{Cell, Value};
+
+pub(crate) struct DeepSpeed;
+
+const NAME: &str = "deepspeed";
+
+/// The ZeRO stage of a cell: the `zero` axis, else what `parallel` means (see the module
+/// doc); `Err` for a `zero` value that is not an integer.
+pub(crate) fn zero_stage(cell: &Cell) -> Result<i64, String> {
+    match cell.values.get("zero") {
+        Some(Value::Int(z)) => Ok(*z),
+        Some(other) => Err(format!("zero `{other}` is not a ZeRO stage (0, 1, 2 or 3)")),
+        None if cell.parallel().name() == "fsdp" => Ok(3),
+        None => Ok(0),
+    }
+}
+
+impl super::Adapter for DeepSpeed {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn unexpressible(&self, cell: &Cell) -> Option<String> {
+        if let Err(e) = super::llama_preset(cell, "DeepSpeed") {
+            return Some(e);
+        }
+        if let Some(why) = super::common_checks(cell, "DeepSpeed", &["compile", "sac"]) {
+            return Some(why);
+        }
+        match cell.dtype().name() {
+            "bf16" | "fp32" => {}
+            "fp8" => {
+                return Some(
+                    "DeepSpeed's engine has no fp8 training of its own (it needs Transformer Engine layers the adapter does not build)"
+                        .into(),
+                )
+            }
+            other => return Some(format!("dtype `{other}` is not bf16 or fp32")),
+        }
+        if cell.features().contains("sac") && cell.params.sac_every != 1 {
+            return Some(format!(
+                "the model's gradient checkpointing covers every block; sac_every {} has no equivalent",
+                cell.params.sac_every
+            ));
+        }
+        if super::degree(cell, "tp") > 1 || super::degree(cell, "pp") > 1 {
+            return Some(
+                "DeepSpeed's ZeRO engine has no tensor parallelism, and its pipeline engine needs a model split into stages the adapter does not build".into(),
+            );
+        }
+        let zero = match zero_stage(cell) {
+            Ok(z) => z,
+            Err(e) => return Some(e),
+        };
+        let sharded = cell.parallel().name() == "fsdp";
+        match zero {
+            0..=2 if sharded && cell.gpus() > 1 => Some(format!(
+                "ZeRO stage {zero} keeps every parameter on every rank, which bench calls ddp, not fsdp"
+            )),
+            3 if !sharded => Some(
+                "ZeRO stage 3 shards the parameters, which bench calls fsdp, not ddp or single"
+                    .into(),
+            ),
+            0..=3 => None,
+            z => Some(format!("ZeRO has stages 0 to 3, not {z}")),
+        }
+    }
+
+    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+        let p = &cell.params;
+        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
+            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
+        });
+        let features = cell.features();
+        let bf16 = cell.dtype().name() == "bf16";
+        let ds_config = serde_json::json!({
+            "train_batch_size": p.global_batch,
+            "train_micro_batch_size_per_gpu": p.micro_batch,
+            "gradient_accumulation_steps": p.grad_accum,
+            "steps_per_print": 1,
+            "wall_clock_breakdown": false,
+            "bf16": {"enabled": bf16},
+            "zero_optimization": {"stage": zero_stage(cell).unwrap_or(0)},
+            "optimizer": {
+                "type": "AdamW",
+                "params": {"lr": p.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+            },
+            "gradient_clipping": 1.0,
+        });
+        let config = serde_json::json!({
+            "cell": cell.id.as_str(),
+            "seq_len": p.seq_len,
+            "steps": p.steps,
+            "seed": p.seed,
+            "compile": features.contains("compile"),
+            "gradient_checkpointing": features.contains("sac"),
+            "model": {
+                "hidden_size": cfg.hidden,
+                "intermediate_size": cfg.ffn,
+                "num_hidden_layers": cfg.layers,
+                "num_attention_heads": cfg.heads,
+                "num_key_value_heads": cfg.kv_heads,
+                "vocab_size": cfg.vocab,
+                "rope_theta": cfg.rope_theta,
+                "rms_norm_eps": cfg.norm_eps,
+                "max_position_embeddings": p.seq_len.max(2048),
+                "tie_word_embeddings": cfg.tied_embeddings,
+                "attention_bias": false,
+            },
+            "deepspeed": ds_config,
+        });
+        let mut argv = super::torchrun(&files.python, cell.gpus());
+        argv.push(
+            files
+                .scripts
+                .join("deepspeed_train.py")
+                .display()
+                .to_string(),
+        );
+        argv.extend(["--config".into(), "{config}".into()]);
+        argv.extend(opts.args.iter().cloned());
+        Prepared {
+            config_ext: "json",
+            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
+            argv,
+            env: vec![],
+            files: vec![],
+        }
+    }
+
+    fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
+        Box::new(DeepSpeedLog {
+            steps_expected: cell.params.steps,
+            tokens_per_step: u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len),
+            seq_len: cell.params.seq_len,
+            ..DeepSpeedLog::default()
+        })
+    }
+}
+
+static STEP: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^\[bench-ds\] step: (\d+) time: (\S+) loss: (\S+) tokens: (\d+) memory: (-?\d+)\s*$",
+    )
+    .expect("static regex")
+});
+static THROUGHPUT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), ",
+        r"CurrSamplesPerSec=([^,]+), MemAllocated=([^G]+)GB, MaxMemAllocated=([^G]+)GB"
+    ))
+    .expect("static regex")
+});
+
+/// DeepSpeed's log with the driver's step lines, as `bench adapt` reads it.
+#[derive(Default)]
+pub(crate) struct DeepSpeedLog {
+    steps_expected: u32,
+    tokens_per_step: u64,
+    seq_len: u32,
+    info: Option<DriverInfo>,
+    order: StepOrder,
+    /// DeepSpeed's `CurrSamplesPerSec` of the lowest rank by global step, until that step's
+    /// driver line comes.
+    samples_per_s: BTreeMap<u64, f64>,
+    ds_rank: Option<Option<u32>>,
+    peak_mem: Option<u64>,
+}
+
+impl LogParser for DeepSpeedLog {
+    fn device(&self) -> Option<&str> {
+        self.info.as_ref().map(|i| i.device.as_str())
+    }
+
+    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
+        let (rank, text) = log::split_rank(raw);
+        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
+        if let Some(info) = log::driver_info(NAME, line_no, &text) {
+            self.info = Some(info?);
+            return Ok(vec![]);
+        }
+        if text.contains("CurrSamplesPerSec=") {
+            let c = THROUGHPUT.captures(&text).ok_or_else(|| {
+                bad("a ThroughputTimer line that does not read as DeepSpeed's `epoch=../micro_step=../global_step=G, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=.., MemAllocated=..GB, MaxMemAllocated=..GB`".into())
+            })?;
+            // Every rank prints it; the first rank seen speaks for the run.
+            let first = *self.ds_rank.get_or_insert(rank);
+            if first != rank {
+                return Ok(vec![]);
+            }
+            let step: u64 = c[1]
+                .parse()
+                .map_err(|_| bad("global step out of range".into()))?;
+            let curr = log::number(c[3].trim())
+                .ok_or_else(|| bad("unreadable CurrSamplesPerSec".into()))?;
+            self.samples_per_s.insert(step, curr);
+            return Ok(vec![]);
+        }
+        if !text.starts_with("[bench-ds] step:") {
+            return Ok(vec![]);
+        }
+        let c = STEP.captures(&text).ok_or_else(|| {
+            bad("a step line that does not read as `[bench-ds] step: N time: T loss: L tokens: K memory: B`".into())
+        })?;
+        let step: u64 = c[1]
+            .parse()
+            .map_err(|_| bad("step number out of range".into()))?;
+        self.order.check(rank, step).map_err(bad)?;
+        let tokens: u64 = c[4]
+            .parse()
+            .map_err(|_| bad("token count out of range".into()))?;
+        if tokens != self.tokens_per_step {
+            return Err(bad(format!(
+                "DeepSpeed ran {tokens} tokens a step; the cell asks for {}",
+                self.tokens_per_step
+            )));
+        }
+        let time = log::number(&c[2])
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| bad("step time is not a positive number".into()))?;
+        let loss = log::number(&c[3]).ok_or_else(|| bad("unreadable loss".into()))?;
+        if let Ok(m) = c[5].parse::<u64>() {
+            self.peak_mem = Some(self.peak_mem.unwrap_or(0).max(m));
+        }
+        let world = f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)));
+        let own = self
+            .samples_per_s
+            .remove(&step)
+            .map(|s| s * f64::from(self.seq_len) / world);
+        Ok(vec![LoggedStep {
+            step,
+            step_time_s: time,
+            loss,
+            tokens_per_s_per_gpu: own,
+            tflops_per_gpu: None,
+            mfu: None,
+        }])
+    }
+
+    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
+        let info = log::check_complete(
+            NAME,
+            &self.info,
+            self.order.last_step(),
+            self.steps_expected,
+            exited_ok,
+        )?;
+        Ok((
+            vec![],
+            LogEnd {
+                info,
+                peak_mem_bytes: self.peak_mem.into_iter().collect(),
+                run_tokens_per_s_per_gpu: None,
+                method: "DeepSpeed ThroughputTimer (steps_per_print 1): CurrSamplesPerSec x seq_len / GPUs, timed from the engine's forward to its optimizer step (data loading and the driver's synchronisation outside it), from the third global step on; bench's step time is between step ends".into(),
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::external::Adapter;
+
+    fn cell(gpus: i64, parallel: &str, zero: Option<i64>) -> Cell {
+        let mut c = crate::external::tests::cell("llama-tiny", "bf16", gpus, parallel, &["sac"]);
+        if let Some(z) = zero {
+            c.values.insert("zero".into(), Value::Int(z));
+        }
+        c.params.workload = crate::cell::Workload::framework(NAME);
+        c
+    }
+
+    #[test]
+    fn zero_stages_follow_parallel_or_the_axis() {
+        let files = AttemptFiles {
+            dir: "/r/x".into(),
+            scripts: "/s".into(),
+            python: "py".into(),
+        };
+        for (gpus, parallel, zero, stage) in [
+            (1, "single", None, 0),
+            (2, "ddp", None, 0),
+            (2, "fsdp", None, 3),
+            (2, "ddp", Some(1), 1),
+            (2, "ddp", Some(2), 2),
+            (2, "fsdp", Some(3), 3),
+            (1, "fsdp", Some(2), 2),
+        ] {
+            let c = cell(gpus, parallel, zero);
+            assert_eq!(DeepSpeed.unexpressible(&c), None, "{}", c.id);
+            let p = DeepSpeed.prepare(&c, &FrameworkOpts::default(), &files);
+            let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+            assert_eq!(
+                v["deepspeed"]["zero_optimization"]["stage"], stage,
+                "{}",
+                c.id
+            );
+            assert_eq!(v["deepspeed"]["train_batch_size"], 2 * gpus);
+            assert_eq!(v["deepspeed"]["bf16"]["enabled"], true);
+            assert_eq!(v["gradient_checkpointing"], true);
+            assert!(p.argv.contains(&"/s/deepspeed_train.py".to_string()));
+        }
+        for (gpus, parallel, zero, why) in [
+            (2, "ddp", Some(3), "calls fsdp"),
+            (2, "fsdp", Some(1), "calls ddp"),
+            (2, "ddp", Some(4), "0 to 3"),
+        ] {
+            let c = cell(gpus, parallel, zero);
+            let got = DeepSpeed.unexpressible(&c).unwrap();
+            assert!(got.contains(why), "{}: {got}", c.id);
+        }
+        let mut tp = cell(2, "ddp", None);
+        tp.values.insert("tp".into(), Value::Int(2));
+        tp.params.global_batch = 2;
+        assert!(DeepSpeed.unexpressible(&tp).unwrap().contains("tensor"));
+    }
+
+    fn fixture() -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/frameworks/deepspeed-0.19.6-2rank-from-source.log");
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn parser() -> DeepSpeedLog {
+        DeepSpeedLog {
+            steps_expected: 6,
+            tokens_per_step: 4 * 1024,
+            seq_len: 1024,
+            ..DeepSpeedLog::default()
+        }
+    }
+
+    #[test]
+    fn fixture_from_deepspeeds_logging_code() {
+        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
+        assert_eq!(steps.len(), 6);
+        assert!((steps[3].step_time_s - 0.4012).abs() < 1e-12);
+        assert!((steps[3].loss - 10.4375).abs() < 1e-12);
+        // Steps 1 and 2 have no ThroughputTimer line (it starts at the third global step).
+        assert_eq!(steps[1].tokens_per_s_per_gpu, None);
+        // CurrSamplesPerSec 10.02 x 1024 tokens / 2 GPUs, rank 0's line.
+        let own = steps[3].tokens_per_s_per_gpu.unwrap();
+        assert!((own - 10.02 * 1024.0 / 2.0).abs() < 1e-9, "{own}");
+        assert_eq!(end.info.name, "deepspeed");
+        assert_eq!(end.peak_mem_bytes, vec![3_221_225_472]);
+    }
+
+    #[test]
+    fn hostile_logs_are_refused() {
+        let text = fixture();
+        let cut = text.find("[rank0]:[bench-ds] step: 6").unwrap();
+        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        assert!(e.message.contains("ends after step 5 of 6"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("CurrSamplesPerSec=10.02,", "CurrSamplesPerSec=10.02"),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("ThroughputTimer line"), "{e}");
+        let mixed = text.replace("[rank0]:[bench-ds] step: 3", "[bench-ds] step: 3");
+        let e = log::read_all(&mut parser(), &mixed, true).unwrap_err();
+        assert!(e.message.contains("missing"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("time: 0.401200", "time: -0.4"),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("positive"), "{e}");
+        let mut other = parser();
+        other.tokens_per_step = 8 * 1024;
+        let e = log::read_all(&mut other, &text, true).unwrap_err();
+        assert!(e.message.contains("asks for 8192"), "{e}");
+    }
+}

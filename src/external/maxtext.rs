@@ -1,0 +1,374 @@
+//! The MaxText adapter (JAX): bench's axes to MaxText config keys (its `base.yml` with
+//! `key=value` overrides), run by `scripts/frameworks/maxtext_train.py` as one JAX process
+//! for the host's GPUs, on MaxText's synthetic data; its `completed step: N, seconds: X,
+//! TFLOP/s/device: Y, Tokens/s/device: Z, total_weights: W, loss: L, ...` lines read back.
+//!
+//! The model is the cell's Llama preset as MaxText's `llama2` decoder block (the Llama 3
+//! shapes: grouped-query attention, SwiGLU, RoPE at the preset's theta, untied output).
+//! MaxText counts steps from 0 and its `seconds` is the time between consecutive step ends
+//! (its `perf/step_time_seconds`), printed with millisecond resolution.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
+use super::{AttemptFiles, FrameworkOpts, Prepared};
+use crate::cell::Cell;
+
+pub(crate) struct MaxText;
+
+const NAME: &str = "maxtext";
+
+impl super::Adapter for MaxText {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn unexpressible(&self, cell: &Cell) -> Option<String> {
+        let cfg = match super::llama_preset(cell, "MaxText") {
+            Ok(c) => c,
+            Err(e) => return Some(e),
+        };
+        if let Some(why) = super::common_checks(cell, "MaxText", &["compile", "sac"]) {
+            return Some(why);
+        }
+        if !cell.features().contains("compile") {
+            return Some(
+                "MaxText always runs its train step under jax.jit (XLA-compiled); a cell without `compile` would not run as it says"
+                    .into(),
+            );
+        }
+        if !matches!(cell.dtype().name(), "bf16" | "fp32" | "fp8") {
+            return Some(format!(
+                "dtype `{}` is not bf16, fp32 or fp8",
+                cell.dtype().name()
+            ));
+        }
+        if cell.features().contains("sac") && cell.params.sac_every != 1 {
+            return Some(format!(
+                "MaxText's `remat_policy: full` checkpoints every decoder layer; sac_every {} has no MaxText equivalent",
+                cell.params.sac_every
+            ));
+        }
+        if super::degree(cell, "pp") > 1 {
+            return Some("the MaxText adapter does not map pipeline stages (pp > 1)".into());
+        }
+        let tp = super::degree(cell, "tp");
+        if tp > 1 && cell.parallel().name() == "ddp" {
+            return Some(
+                "the adapter maps ddp to MaxText's data axis and tensor parallelism to its tensor axis only with fsdp"
+                    .into(),
+            );
+        }
+        if cfg.heads % i64::from(tp) != 0 || cfg.kv_heads % i64::from(tp) != 0 {
+            return Some(format!(
+                "tp {tp} does not divide the {} heads and {} key/value heads",
+                cfg.heads, cfg.kv_heads
+            ));
+        }
+        None
+    }
+
+    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+        let p = &cell.params;
+        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
+            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
+        });
+        let tp = super::degree(cell, "tp");
+        let dp = cell.gpus() / tp.max(1);
+        let (data, fsdp) = match cell.parallel().name() {
+            "ddp" => (dp, 1),
+            _ => (1, dp),
+        };
+        // MaxText's global batch is per_device_batch_size x every device (tensor-parallel ones
+        // included) x gradient accumulation; bench's is data-parallel ranks x micro batch x
+        // accumulation, so a tensor-parallel group shares one micro batch.
+        let per_device = f64::from(p.micro_batch) / f64::from(tp.max(1));
+        let (dtype, quantization) = match cell.dtype().name() {
+            "fp32" => ("float32", ""),
+            "fp8" => ("bfloat16", "fp8"),
+            _ => ("bfloat16", ""),
+        };
+        let remat = if cell.features().contains("sac") {
+            "full"
+        } else {
+            // MaxText has no policy that saves everything; `minimal` saves every matmul
+            // output and recomputes only the cheap elementwise ops.
+            "minimal"
+        };
+        let overrides = serde_json::json!({
+            "run_name": cell.id.as_str(),
+            "base_output_directory": files.dir.join("outputs").display().to_string(),
+            "dataset_type": "synthetic",
+            "enable_checkpointing": false,
+            "enable_goodput_recording": false,
+            "decoder_block": "llama2",
+            "base_emb_dim": cfg.hidden,
+            "base_num_query_heads": cfg.heads,
+            "base_num_kv_heads": cfg.kv_heads,
+            "base_mlp_dim": cfg.ffn,
+            "base_num_decoder_layers": cfg.layers,
+            "head_dim": cfg.hidden / cfg.heads,
+            "vocab_size": cfg.vocab,
+            "mlp_activations": ["silu", "linear"],
+            "logits_via_embedding": cfg.tied_embeddings,
+            "normalization_layer_epsilon": cfg.norm_eps,
+            "rope_max_timescale": cfg.rope_theta as u64,
+            "enable_dropout": false,
+            "max_target_length": p.seq_len,
+            "per_device_batch_size": per_device,
+            "gradient_accumulation_steps": p.grad_accum,
+            "steps": p.steps,
+            "learning_rate": p.lr,
+            "warmup_steps_fraction": 0.0,
+            "cosine_learning_rate_final_fraction": 1.0,
+            "init_weights_seed": p.seed,
+            "dtype": dtype,
+            "weight_dtype": "float32",
+            "quantization": quantization,
+            "remat_policy": remat,
+            "ici_data_parallelism": data,
+            "ici_fsdp_parallelism": fsdp,
+            "ici_tensor_parallelism": tp,
+        });
+        let config = serde_json::json!({
+            "cell": cell.id.as_str(),
+            "source": opts.source,
+            "overrides": overrides,
+        });
+        let mut argv = vec![
+            files.python.clone(),
+            files.scripts.join("maxtext_train.py").display().to_string(),
+            "--config".into(),
+            "{config}".into(),
+        ];
+        argv.extend(opts.args.iter().cloned());
+        Prepared {
+            config_ext: "json",
+            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
+            argv,
+            env: vec![],
+            files: vec![],
+        }
+    }
+
+    fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
+        Box::new(MaxTextLog {
+            steps_expected: cell.params.steps,
+            tokens_per_step: u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len),
+            ..MaxTextLog::default()
+        })
+    }
+}
+
+static STEP: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"completed step: (\d+), seconds: ([^,]+), TFLOP/s/device: ([^,]+), ",
+        r"Tokens/s/device: ([^,]+), total_weights: ([^,]+), loss: ([^,\s]+)"
+    ))
+    .expect("static regex")
+});
+
+/// MaxText's training log, as `bench adapt` reads it.
+#[derive(Default)]
+pub(crate) struct MaxTextLog {
+    steps_expected: u32,
+    tokens_per_step: u64,
+    info: Option<DriverInfo>,
+    order: StepOrder,
+}
+
+impl LogParser for MaxTextLog {
+    fn device(&self) -> Option<&str> {
+        self.info.as_ref().map(|i| i.device.as_str())
+    }
+
+    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
+        let (rank, text) = log::split_rank(raw);
+        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
+        if let Some(info) = log::driver_info(NAME, line_no, &text) {
+            self.info = Some(info?);
+            return Ok(vec![]);
+        }
+        if text.contains("[Rampup Batch Size Phase]") {
+            return Err(bad(
+                "MaxText ramps up its batch size, so its steps are not the cell's batch (set rampup off)"
+                    .into(),
+            ));
+        }
+        if !text.contains("completed step:") {
+            return Ok(vec![]);
+        }
+        let c = STEP.captures(&text).ok_or_else(|| {
+            bad("a step line that does not read as MaxText's `completed step: N, seconds: X, TFLOP/s/device: Y, Tokens/s/device: Z, total_weights: W, loss: L`".into())
+        })?;
+        // MaxText counts from 0; bench's framework steps are 1-based.
+        let step = c[1]
+            .parse::<u64>()
+            .map_err(|_| bad("step number out of range".into()))?
+            + 1;
+        self.order.check(rank, step).map_err(bad)?;
+        let weights = log::number(&c[5]).ok_or_else(|| bad("unreadable total_weights".into()))?;
+        if weights != self.tokens_per_step as f64 {
+            return Err(bad(format!(
+                "MaxText trained on {weights} target tokens a step; the cell asks for {}",
+                self.tokens_per_step
+            )));
+        }
+        let seconds = log::number(&c[2])
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| bad("seconds is not a positive number".into()))?;
+        let num = |i: usize, what: &str| {
+            log::number(c[i].trim()).ok_or_else(|| bad(format!("unreadable {what}")))
+        };
+        Ok(vec![LoggedStep {
+            step,
+            step_time_s: seconds,
+            loss: num(6, "loss")?,
+            tokens_per_s_per_gpu: Some(num(4, "Tokens/s/device")?),
+            tflops_per_gpu: Some(num(3, "TFLOP/s/device")?),
+            mfu: None,
+        }])
+    }
+
+    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
+        let info = log::check_complete(
+            NAME,
+            &self.info,
+            self.order.last_step(),
+            self.steps_expected,
+            exited_ok,
+        )?;
+        Ok((
+            vec![],
+            LogEnd {
+                info,
+                peak_mem_bytes: vec![],
+                run_tokens_per_s_per_gpu: None,
+                method: "MaxText metric_logger: seconds between consecutive step ends (millisecond resolution), Tokens/s/device and TFLOP/s/device (its own FLOP count, causal attention at half) per step; medians over the measured steps".into(),
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::external::Adapter;
+
+    fn cell(gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
+        let mut c = crate::external::tests::cell("llama-tiny", "bf16", gpus, parallel, feats);
+        c.params.workload = crate::cell::Workload::framework(NAME);
+        c
+    }
+
+    #[test]
+    fn mapping_and_drops() {
+        let files = AttemptFiles {
+            dir: "/r/x".into(),
+            scripts: "/s".into(),
+            python: "py".into(),
+        };
+        let c = cell(2, "fsdp", &["compile", "sac"]);
+        assert_eq!(MaxText.unexpressible(&c), None);
+        let p = MaxText.prepare(&c, &FrameworkOpts::default(), &files);
+        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let o = &v["overrides"];
+        assert_eq!(o["base_num_kv_heads"], 2);
+        assert_eq!(o["head_dim"], 16);
+        assert_eq!(o["ici_fsdp_parallelism"], 2);
+        assert_eq!(o["remat_policy"], "full");
+        assert_eq!(o["dataset_type"], "synthetic");
+        assert_eq!(o["per_device_batch_size"], 2.0);
+        assert_eq!(
+            p.argv,
+            vec!["py", "/s/maxtext_train.py", "--config", "{config}"]
+        );
+        let mut tp = cell(2, "fsdp", &["compile"]);
+        tp.values.insert("tp".into(), crate::cell::Value::Int(2));
+        tp.params.global_batch = 2;
+        assert_eq!(MaxText.unexpressible(&tp), None);
+        let p = MaxText.prepare(&tp, &FrameworkOpts::default(), &files);
+        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        assert_eq!(v["overrides"]["per_device_batch_size"], 1.0);
+        assert_eq!(v["overrides"]["ici_tensor_parallelism"], 2);
+        assert_eq!(v["overrides"]["ici_fsdp_parallelism"], 1);
+        assert!(MaxText
+            .unexpressible(&cell(1, "single", &[]))
+            .unwrap()
+            .contains("jax.jit"));
+    }
+
+    fn fixture() -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/frameworks/maxtext-0.2.4-from-source.log");
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn parser() -> MaxTextLog {
+        MaxTextLog {
+            steps_expected: 6,
+            tokens_per_step: 8192,
+            ..MaxTextLog::default()
+        }
+    }
+
+    #[test]
+    fn fixture_from_maxtexts_logging_code() {
+        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
+        assert_eq!(steps.len(), 6);
+        assert_eq!(steps[0].step, 1);
+        assert!((steps[3].step_time_s - 0.125).abs() < 1e-12);
+        assert!((steps[3].loss - 10.123).abs() < 1e-12);
+        assert_eq!(steps[3].tokens_per_s_per_gpu, Some(32768.0));
+        assert_eq!(steps[3].tflops_per_gpu, Some(250.5));
+        assert_eq!(end.info.name, "maxtext");
+    }
+
+    #[test]
+    fn hostile_logs_are_refused() {
+        let text = fixture();
+        let cut = text.find("completed step: 5,").unwrap();
+        let cut = text[..cut].rfind('\n').unwrap() + 1;
+        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        assert!(e.message.contains("ends after step 5 of 6"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("seconds: 0.125,", "seconds: 0.0,"),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("positive"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("total_weights: 8192,", "total_weights: 4096,"),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("asks for 8192"), "{e}");
+        // A second process's lines mixed in without prefixes repeat a step.
+        let line = text
+            .lines()
+            .find(|l| l.contains("completed step: 2,"))
+            .unwrap();
+        let e = log::read_all(
+            &mut parser(),
+            &text.replacen(line, &format!("{line}\n{line}"), 1),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("mixed"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replacen(
+                "completed step: 0,",
+                "[Rampup Batch Size Phase], completed step: 0,",
+                1,
+            ),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("ramps up"), "{e}");
+    }
+}
