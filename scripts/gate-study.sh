@@ -145,9 +145,9 @@ for kind, c in sorted(tally.items()):
 PY
 
 [ "${STUDY:-1}" = 0 ] && exit 0
-# A run's confirmation re-run (`-confirm`) is the gate's own; the study resamples instead.
-"$BENCH" history study $(find "$OUTD/results" -mindepth 1 -maxdepth 1 -type d ! -name '*-confirm' | sort) \
-  > "$OUTD/study.md" 2> "$OUTD/logs/study.err"
+# From the store the gate judged with (its confirmation re-runs left out: the study
+# simulates its own).
+"$BENCH" history study --history "$OUTD/history.sqlite" > "$OUTD/study.md" 2> "$OUTD/logs/study.err"
 echo "study rc=$?"
 cat "$OUTD/study.md"
 first=$(find "$OUTD"/results -mindepth 2 -maxdepth 2 -name results.json | sort | head -1)
