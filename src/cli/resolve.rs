@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::args::{
     BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
-    HistoryStudyArgs, HtmlArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs, WorkerArgs,
+    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs,
+    WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
@@ -292,6 +293,61 @@ pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
         max_repeats: args.max_repeats,
         worker_exe: args.worker_exe.clone(),
         work_dir: args.work_dir.clone(),
+        format: args.format,
+    })
+}
+
+/// `bench ingest`: counts above zero, a finite parameter count and peak; the model, peak
+/// and cell are checked by the stage (`ingest::model`, `ingest::figures`).
+pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings, CliError> {
+    use crate::ingest::{model::ModelSpec, PeakSource};
+    let bad = |m: String| CliError::bad_input(miette::miette!("{m}"));
+    for (flag, v) in [
+        ("--global-batch", args.global_batch),
+        ("--seq-len", args.seq_len),
+        ("--gpus", u64::from(args.gpus)),
+    ] {
+        if v == 0 {
+            return Err(bad(format!("{flag} 0: it must be at least 1")));
+        }
+    }
+    if args
+        .global_batch
+        .checked_mul(args.seq_len)
+        .is_none_or(|t| t > 1 << 50)
+    {
+        return Err(bad(format!(
+            "--global-batch {} x --seq-len {}: more tokens per step than any run has",
+            args.global_batch, args.seq_len
+        )));
+    }
+    let model = match (&args.model, args.params_billion) {
+        (Some(m), _) => ModelSpec::Named(m.clone()),
+        (None, Some(b)) => ModelSpec::ParamsBillion(b),
+        (None, None) => return Err(bad("give --model NAME or --params-billion N".into())),
+    };
+    let peak = match (&args.gpu, args.peak_tflops) {
+        (Some(g), _) => PeakSource::Gpu(g.clone()),
+        (None, Some(p)) => PeakSource::Tflops(p),
+        (None, None) => PeakSource::None,
+    };
+    Ok(crate::ingest::IngestSettings {
+        logs: args.logs.clone(),
+        framework: args.framework,
+        model,
+        flops_per_sequence: args.flops_per_sequence,
+        global_batch: args.global_batch,
+        seq_len: args.seq_len,
+        gpus: args.gpus,
+        dtype: args.dtype,
+        peak,
+        skip_steps: args.skip_steps,
+        cell: args.cell.clone(),
+        run_id: args.run_id.clone(),
+        hardware_key: args.hardware_key.clone(),
+        history: args.history.clone(),
+        results_dir: args.results_dir.clone(),
+        baselines: args.baselines.clone(),
         format: args.format,
     })
 }
