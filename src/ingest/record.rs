@@ -17,6 +17,7 @@ use super::{IngestError, IngestSettings, PeakSource};
 use crate::cell::{CellId, Params, Value};
 use crate::error::CliError;
 use crate::events::{StepEvent, SummaryEvent};
+use crate::history::gate::{ConfirmOutcome, ConfirmRunner, CONFIRM_SUFFIX};
 use crate::metrics::flops::Peak;
 use crate::results::{CellResult, Environment, Outcome, Repeat, RunResults};
 
@@ -331,6 +332,49 @@ fn render(
     out
 }
 
+/// The fewest measured steps whose later half can confirm a breach (two per half).
+const MIN_CONFIRM_STEPS: usize = 4;
+
+/// The confirmation of an ingested run. bench did not start the job and cannot start it
+/// again, so the gate's re-run is the run's own later half: the cell measured again from
+/// the second half of its measured steps (run id `<run>-confirm`, recorded as a confirming
+/// re-run is). A breach the later half shows too held through the run; one it does not
+/// show (a slow start, a transient) leaves the run unchanged. A log of fewer than
+/// [`MIN_CONFIRM_STEPS`] measured steps gets no confirmation: a breach stays suspect until
+/// the next run shows it too.
+struct LaterHalf<'a> {
+    s: &'a IngestSettings,
+    log: &'a Log,
+    model: &'a ModelFlops,
+    peak: Option<&'a Peak>,
+    run_id: String,
+}
+
+impl ConfirmRunner for LaterHalf<'_> {
+    fn rerun(&mut self, _cells: &[(String, u32)]) -> Result<ConfirmOutcome, CliError> {
+        let measured = &self.log.steps[self.s.skip_steps..];
+        let later = Log {
+            steps: measured[measured.len() / 2..].to_vec(),
+            ..self.log.clone()
+        };
+        let mut s = self.s.clone();
+        s.skip_steps = 0;
+        s.run_id = Some(format!("{}{CONFIRM_SUFFIX}", self.run_id));
+        let fig = super::figures::compute(&s, &later, self.model, self.peak)?;
+        eprintln!(
+            "history: the confirmation of an ingested run is its later half: steps {}..{} ({} steps, median {:.4} s)",
+            later.steps[0].step,
+            later.steps[later.steps.len() - 1].step,
+            later.steps.len(),
+            fig.step_time_s
+        );
+        Ok(ConfirmOutcome {
+            results: results(&s, &later, self.model, self.peak, &fig)?,
+            interrupted: false,
+        })
+    }
+}
+
 /// Writes the run folder, records and judges the run (with `--history`), writes the
 /// reports and returns the exit code (1 when the gate fails the run).
 pub(crate) fn write_and_judge(
@@ -382,14 +426,26 @@ pub(crate) fn write_and_judge(
     eprintln!("results: {}", run_dir.join(RunResults::FILE).display());
     if let Some(location) = &s.history {
         let mut store = crate::history::open(location)?;
-        // No confirming re-run: bench did not start this job and cannot start it again.
+        let measured = log.steps.len() - s.skip_steps;
+        let mut later = LaterHalf {
+            s,
+            log,
+            model,
+            peak,
+            run_id: results.run_id.clone(),
+        };
+        let runner: Option<&mut dyn ConfirmRunner> = if measured >= MIN_CONFIRM_STEPS {
+            Some(&mut later)
+        } else {
+            None
+        };
         crate::history::gate::after_run(
             &mut store,
             &run_dir,
             &results,
             None,
             &s.baselines,
-            None,
+            runner,
             None,
         )?;
     }
