@@ -13,7 +13,7 @@ use regex::Regex;
 use super::parse::{count, field, Framework, LineParser, Logged};
 
 static TIMER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"global_step=(\d+), RunningAvgSamplesPerSec=([^,]*), CurrSamplesPerSec=([^,]*)")
+    Regex::new(r"global_step=(\d+), RunningAvgSamplesPerSec=([^,]*), CurrSamplesPerSec=([^,]*),")
         .expect("static regex")
 });
 
@@ -31,7 +31,7 @@ impl LineParser for Deepspeed {
             return Ok(None);
         }
         let c = TIMER.captures(text).ok_or_else(|| {
-            "a `CurrSamplesPerSec=` line without `global_step=N, RunningAvgSamplesPerSec=X, ` before it (truncated?)".to_string()
+            "a `CurrSamplesPerSec=` line that is not `global_step=N, RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y, ...` (the line is cut: truncated log?)".to_string()
         })?;
         let per_s = field("CurrSamplesPerSec", &c[3])?;
         Ok(Some(Logged {
@@ -62,5 +62,7 @@ mod tests {
             .parse(None, "CurrSamplesPerSec=1")
             .unwrap_err()
             .contains("truncated"));
+        let cut = &line[..line.find("CurrSamplesPerSec=64").unwrap() + 19];
+        assert!(p.parse(None, cut).unwrap_err().contains("cut"));
     }
 }

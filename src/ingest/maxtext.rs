@@ -12,7 +12,7 @@ use regex::Regex;
 use super::parse::{count, field, pairs, Framework, LineParser, Logged, Own};
 
 static COMPLETED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"completed step: (\d+), seconds: ([^,]*)(.*)$").expect("static regex")
+    Regex::new(r"completed step: (\d+), seconds: ([^,]*),(.*)$").expect("static regex")
 });
 
 pub(crate) struct Maxtext;
@@ -27,7 +27,8 @@ impl LineParser for Maxtext {
             return Ok(None);
         }
         let c = COMPLETED.captures(text).ok_or_else(|| {
-            "a `completed step:` line without `, seconds: X` (truncated?)".to_string()
+            "a `completed step:` line without `, seconds: X,` (the line is cut: truncated log?)"
+                .to_string()
         })?;
         let f = pairs(c.get(3).map_or("", |m| m.as_str()), ",", ':');
         let get = |k: &str| f.get(k).map(|v| field(k, v)).transpose();
@@ -59,9 +60,9 @@ mod tests {
         );
         assert_eq!(l.own.tokens_per_s_per_gpu, Some(57000.0));
         assert!(Maxtext
-            .parse(None, "completed step: 9, seconds: ")
+            .parse(None, "completed step: 9, seconds: 1.1")
             .unwrap_err()
-            .contains("not a number"));
+            .contains("cut"));
         assert!(Maxtext
             .parse(None, "completed step: 9")
             .unwrap_err()

@@ -30,6 +30,13 @@ impl LineParser for Megatron {
         if !text.contains(ELAPSED) {
             return Ok(None);
         }
+        // Every field ends with ` |`: a value with none after it may be cut short.
+        let after = &text[text.find(ELAPSED).unwrap_or(0)..];
+        if !after.contains('|') {
+            return Err(format!(
+                "the `{ELAPSED}` value is not followed by ` |`: the line is cut (truncated log?)"
+            ));
+        }
         let c = ITERATION.captures(text).ok_or_else(|| {
             format!("an `{ELAPSED}` line without `iteration N/ M |` before it (truncated?)")
         })?;
@@ -83,9 +90,11 @@ mod tests {
     fn nan_iterations_and_cut_lines() {
         let nan = LINE.replace("nan iterations:   0", "nan iterations:   3");
         assert!(Megatron.parse(None, &nan).unwrap_err().contains("NaN"));
-        let cut = &LINE[..LINE.find("1234.5").unwrap()];
+        let cut = &LINE[..LINE.find("1234.5").unwrap() + 2];
+        assert!(Megatron.parse(None, cut).unwrap_err().contains("cut"));
+        let empty = LINE.replace("(ms): 1234.5", "(ms): ");
         assert!(Megatron
-            .parse(None, cut)
+            .parse(None, &empty)
             .unwrap_err()
             .contains("not a number"));
         assert_eq!(

@@ -58,6 +58,16 @@ impl LineParser for Nemo {
         let timing = fields
             .get(TIMING)
             .ok_or_else(|| format!("no `{TIMING}` value in the step's fields (a cut line?)"))?;
+        // The printer's fields after the first step end with ` | consumed_samples: N`; a
+        // timing that ends the line there may be cut short.
+        if PRINTER.is_match(text) && step > 0 {
+            let after = &text[text.find(TIMING).unwrap_or(0)..];
+            if !after.contains('|') {
+                return Err(format!(
+                    "the `{TIMING}` value ends the line after iteration 0, where NeMo prints more fields: the line is cut (truncated log?)"
+                ));
+            }
+        }
         let get = |k: &str| fields.get(k).map(|v| field(k, v)).transpose();
         Ok(Some(Logged {
             step: Some(step),
@@ -111,11 +121,16 @@ mod tests {
 
     #[test]
     fn broken_step_lines_are_errors() {
-        let cut = "Training epoch 0, iteration 45/99 | lr: 6.897e-06 | train_step_timing in s: ";
-        assert!(Nemo.parse(None, cut).unwrap_err().contains("not a number"));
+        let cut = "Training epoch 0, iteration 45/99 | lr: 6.897e-06 | train_step_timing in s: 6.0";
+        assert!(Nemo.parse(None, cut).unwrap_err().contains("cut"));
+        let empty = "Training epoch 0, iteration 0/99 | lr: 6.897e-06 | train_step_timing in s: ";
+        assert!(Nemo
+            .parse(None, empty)
+            .unwrap_err()
+            .contains("not a number"));
         let odd = "something train_step_timing in s=1.0";
         assert!(Nemo.parse(None, odd).unwrap_err().contains("truncated"));
-        let nan = "Training epoch 0, iteration 4/9 | reduced_train_loss: nan | train_step_timing in s: 1.0";
+        let nan = "Training epoch 0, iteration 4/9 | reduced_train_loss: nan | train_step_timing in s: 1.0 | consumed_samples: 40";
         assert!(Nemo
             .parse(None, nan)
             .unwrap()

@@ -48,6 +48,13 @@ impl LineParser for Torchtitan {
         if !(text.contains(" - INFO - step:") && text.contains("tps:")) {
             return Ok(None);
         }
+        // The line ends with `mfu: X%`; without it the line is cut and `tps` may be too.
+        if !(text.contains("mfu:") && text.trim_end().ends_with('%')) {
+            return Err(
+                "a torchtitan step line that does not end with `mfu: X%`: the line is cut (truncated log?)"
+                    .into(),
+            );
+        }
         let c = STEP.captures(text).ok_or_else(|| {
             "a torchtitan step line without its `YYYY-MM-DD HH:MM:SS,mmm - root - INFO - step: N` head (truncated?)".to_string()
         })?;
