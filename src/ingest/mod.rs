@@ -125,6 +125,20 @@ impl From<IngestError> for CliError {
     }
 }
 
+/// One log's bytes through the reader and the collector (`--framework auto`), as
+/// `bench ingest` reads a file: the accepted steps as `(step time, loss)`, or the error.
+/// The fuzz target (`tests/fuzz.rs`) holds every accepted step to the collector's bounds.
+pub fn read_bytes(
+    bytes: &[u8],
+    global_batch: u64,
+    gpus: u32,
+) -> Result<Vec<(f64, Option<f64>)>, IngestError> {
+    let mut c = parse::Collector::new(Framework::Auto, parse::Context { global_batch, gpus });
+    read::for_each_line("log", bytes, |n, text| c.line("log", n, text))?;
+    let (steps, ..) = c.finish();
+    Ok(steps.iter().map(|s| (s.step_time_s, s.loss)).collect())
+}
+
 /// `bench ingest`: read the log, compute the figures, write the run folder, record and
 /// judge it. Exit 0 when it passes, 1 on a regression, 2 on a log or argument bench cannot
 /// trust.
