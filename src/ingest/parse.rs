@@ -68,7 +68,7 @@ impl Framework {
         Some(match self {
             Framework::Auto => return None,
             Framework::Nemo => Box::new(super::nemo::Nemo),
-            Framework::Paxml => Box::new(super::paxml::Paxml::default()),
+            Framework::Paxml => Box::new(super::paxml::Paxml),
             Framework::Megatron => Box::new(super::megatron::Megatron),
             Framework::Maxtext => Box::new(super::maxtext::Maxtext),
             Framework::Torchtitan => Box::new(super::torchtitan::Torchtitan::default()),

@@ -19,7 +19,6 @@ static ABSL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+(\d+)\s").expect("static regex")
 });
 
-#[derive(Default)]
 pub(crate) struct Paxml;
 
 impl LineParser for Paxml {
