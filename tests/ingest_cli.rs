@@ -324,6 +324,46 @@ fn a_slower_night_regresses_in_the_history() {
     // The same fast log again is judged unchanged: the regression does not enter the band.
     let o = night("nemo-24.09-llama31-405b-576gpu-fp8.log", "night7");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // A slow start: the first 25 measured steps at the slower log's 11.80 s, the rest at
+    // 11.24 s. The run's median breaches the band, its later half does not: unchanged.
+    let fast = std::fs::read_to_string(fixture("nemo-24.09-llama31-405b-576gpu-fp8.log")).unwrap();
+    let mut n = 0;
+    let start: Vec<String> = fast
+        .split('\r')
+        .map(|u| {
+            n += 1;
+            // Updates 2..=26 are the first 25 measured steps (update 1 is the warm-up).
+            if (2..=26).contains(&n) {
+                let at = u.rfind("s=").unwrap() + 2;
+                format!("{}11.80]", &u[..at])
+            } else {
+                u.to_string()
+            }
+        })
+        .collect();
+    let path = dir.join("slow-start.log");
+    std::fs::write(&path, start.join("\r")).unwrap();
+    let mut args = vec![
+        path.to_str().unwrap(),
+        "--gpu",
+        "h100",
+        "--history",
+        store,
+        "--run-id",
+        "night8",
+    ];
+    args.extend(LLAMA_405B);
+    let o = ingest(dir, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(value(&metrics(dir, "night8"), "step_time_s"), 11.80);
+    let history: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("results/night8/history.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        history["cells"][0]["judgement"]["verdict"], "unchanged",
+        "{history}"
+    );
 }
 
 /// Writes `content` to `name` in `dir` and ingests it as a Megatron log of a small model.

@@ -484,6 +484,57 @@ mod tests {
     }
 
     #[test]
+    fn ingest_settings_are_checked_as_bad_input() {
+        let ingest_args = |extra: &[&str]| {
+            let base = ["ingest", "run.log", "--seq-len", "16"];
+            match parse(&[&base[..], extra].concat()) {
+                Command::Ingest(a) => a,
+                other => panic!("not an ingest command: {other:?}"),
+            }
+        };
+        let s = ingest(&ingest_args(&[
+            "--gpus",
+            "2",
+            "--model",
+            "llama-tiny",
+            "--gpu",
+            "h100",
+            "--global-batch",
+            "8",
+        ]))
+        .unwrap();
+        assert_eq!(s.skip_steps, 1);
+        assert_eq!(s.peak, crate::ingest::PeakSource::Gpu("h100".into()));
+        assert_eq!(
+            s.model,
+            crate::ingest::model::ModelSpec::Named("llama-tiny".into())
+        );
+        let s = ingest(&ingest_args(&[
+            "--gpus",
+            "2",
+            "--params-billion",
+            "7",
+            "--global-batch",
+            "8",
+        ]))
+        .unwrap();
+        assert_eq!(s.peak, crate::ingest::PeakSource::None);
+        for (flags, says) in [
+            (
+                &["--gpus", "0", "--model", "m", "--global-batch", "8"][..],
+                "--gpus 0",
+            ),
+            (
+                &["--gpus", "1", "--model", "m", "--global-batch", "0"][..],
+                "--global-batch 0",
+            ),
+        ] {
+            let msg = bad_input(ingest(&ingest_args(flags)).unwrap_err());
+            assert!(msg.contains(says), "{flags:?}: {msg}");
+        }
+    }
+
+    #[test]
     fn bisect_settings_are_checked_as_bad_input() {
         let bisect_args = |extra: &[&str]| {
             let base = ["bisect", "c", "--good", "g", "--bad", "b"];
