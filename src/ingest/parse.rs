@@ -178,6 +178,11 @@ pub(crate) fn pairs<'a>(text: &'a str, sep: &str, kv: char) -> BTreeMap<&'a str,
         .collect()
 }
 
+/// The most step lines one log may have. A month-long run at 3 s per step logs under a
+/// million; the bound keeps the steps held in memory to a few hundred megabytes whatever a
+/// file holds.
+pub(crate) const MAX_STEP_LINES: usize = 1_000_000;
+
 /// The longest a training step may take and still be believed: a day.
 pub(crate) const MAX_STEP_S: f64 = 86_400.0;
 
@@ -217,7 +222,7 @@ pub(crate) struct Collector {
     wanted: Framework,
     streams: BTreeMap<Option<u32>, Stream>,
     writer: Option<String>,
-    /// Lines that looked like another framework's step lines while this one was read.
+    /// The step lines read so far (every rank's).
     pub step_lines: usize,
 }
 
@@ -273,6 +278,11 @@ impl Collector {
         };
         let Some(l) = logged else { return Ok(()) };
         self.step_lines += 1;
+        if self.step_lines > MAX_STEP_LINES {
+            return Err(err(format!(
+                "more than {MAX_STEP_LINES} step lines: more than any training log bench reads holds (several runs' logs concatenated?)"
+            )));
+        }
         self.take(file, line_no, raw, rank, l)
     }
 
