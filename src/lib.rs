@@ -8,7 +8,8 @@
 //! [`metrics`]. Worker text passes through [`sanitize`] before it is kept. [`cli`] parses
 //! the command line and resolves it into each stage's settings struct; no other module
 //! sees clap's types. [`bisect`] walks a commit range with [`run`] and [`history`] to find
-//! the commit that changed a cell's speed.
+//! the commit that changed a cell's speed. [`ingest`] judges a run launched elsewhere from its
+//! log, through [`history`].
 
 pub mod atomic;
 pub mod axes;
@@ -23,6 +24,7 @@ pub mod events;
 pub mod exit;
 pub mod external;
 pub mod history;
+pub mod ingest;
 pub mod matrix;
 pub mod metrics;
 pub mod publish;

@@ -1,7 +1,9 @@
 //! Fuzz targets for the places hostile input enters bench: the matrix parser and expander,
 //! the filter language, baseline files, and the worker-event reader (with the sanitizer
 //! behind it) of issue 13; the framework log parsers (with the physical bounds and the echo
-//! of framework lines) and the history store's locations (credentials, schemes) of issue 25.
+//! of framework lines) and the history store's locations (credentials, schemes) of issue 25;
+//! the log reader of `bench ingest` (every framework's step lines, rank prefixes, cut lines,
+//! binary bytes) of issue 22.
 //!
 //! Each target runs proptest batches with fresh seeds until its time budget is spent:
 //! `BENCH_FUZZ_SECS` seconds per target (2 when unset, so a plain `cargo test` stays quick;
@@ -721,6 +723,107 @@ fn fuzz_framework_log_parsers() {
         let cell = framework_cell(torchtitan, dtype);
         check_framework_log(&cell, lines.join("\n").as_bytes())
     });
+}
+
+// ------------------------------------------------------------ bench ingest logs (issue 22)
+
+/// Step lines of every framework `bench ingest` reads, with any figures (absurd ones
+/// included), launcher prefixes, cut ends, progress-bar carriage returns and noise.
+fn ingest_line() -> impl Strategy<Value = String> {
+    let num = prop_oneof![
+        Just("11.24".to_string()),
+        Just("8500.0".to_string()),
+        Just("1e-300".to_string()),
+        Just("1e300".to_string()),
+        Just("-1.5".to_string()),
+        Just("0".to_string()),
+        Just("nan".to_string()),
+        Just("inf".to_string()),
+        Just("1,234".to_string()),
+        any::<f64>().prop_map(|f| f.to_string()),
+        "[0-9]{1,4}\\.[0-9]{1,3}".prop_map(|s| s),
+    ];
+    let step = prop_oneof![0u64..4, Just(u64::MAX), Just(1u64 << 53)];
+    let line = prop_oneof![
+        (step.clone(), num.clone(), num.clone()).prop_map(|(i, t, l)| format!(
+            "Training epoch 0, iteration {i}/9 | global_batch_size: 8 | reduced_train_loss: {l} | train_step_timing in s: {t} | consumed_samples: 8"
+        )),
+        (step.clone(), num.clone(), num.clone()).prop_map(|(i, t, l)| format!(
+            "Epoch 0: : 10%|█ | {i}/9 [00:01<00:09, reduced_train_loss={l}, global_step={i}.00, train_step_timing in s={t}]"
+        )),
+        num.clone().prop_map(|t| format!(
+            "I0411 15:03:26.866614 1407 programs.py:366] [PAX STATUS]: train_step() took {t} seconds."
+        )),
+        (step.clone(), num.clone(), num.clone()).prop_map(|(i, t, l)| format!(
+            " [2025-03-01 10:00:00] iteration {i:8}/ 9 | elapsed time per iteration (ms): {t} | global batch size: 8 | lm loss: {l} | number of nan iterations: 0 |"
+        )),
+        (step.clone(), num.clone(), num.clone()).prop_map(|(i, t, l)| format!(
+            "completed step: {i}, seconds: {t}, TFLOP/s/device: 1.0, Tokens/s/device: 1.0, total_weights: 8, loss: {l}"
+        )),
+        (step.clone(), 0u32..60, num.clone(), num.clone()).prop_map(|(i, sec, l, tps)| format!(
+            "[titan] 2026-11-22 10:00:{sec:02},000 - root - INFO - step: {i} loss: {l} memory: 1.0GiB(1.0%) tps: {tps} tflops: 1.0 mfu: 1.0%"
+        )),
+        (step.clone(), num.clone(), num.clone()).prop_map(|(i, t, l)| format!(
+            "step {i}/9 | loss {l} | norm 1.0 | lr 1e-4 | {t} ms | 1000 tok/s"
+        )),
+        (step, num).prop_map(|(i, r)| format!(
+            "epoch=0/micro_step={i}/global_step={i}, RunningAvgSamplesPerSec=1.0, CurrSamplesPerSec={r}, MemAllocated=1GB"
+        )),
+        "\\PC{0,40}".prop_map(|s| s),
+    ];
+    (
+        prop_oneof![
+            Just(""),
+            Just("[rank0]:"),
+            Just("[rank1]:"),
+            Just(" 0: "),
+            Just("\x1b[32m")
+        ],
+        line,
+        prop_oneof![Just(0usize), 1usize..200],
+        prop_oneof![Just("\n"), Just("\r"), Just("\0")],
+    )
+        .prop_map(|(rank, l, cut, end)| {
+            let full = format!("{rank}{l}");
+            // Sometimes cut the line short, as a truncated log does (on a char boundary).
+            let mut at = if cut == 0 {
+                full.len()
+            } else {
+                cut.min(full.len())
+            };
+            while !full.is_char_boundary(at) {
+                at -= 1;
+            }
+            format!("{}{end}", &full[..at])
+        })
+}
+
+fn check_ingest(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let result = bench::ingest::read_bytes(bytes, 8, 1);
+    quick(started, "reading an ingested log")?;
+    // Every step let through is a step bench believes: a finite time above 0 and at most a
+    // day, and a finite loss of 0 or more when there is one.
+    for (t, loss) in result.iter().flatten() {
+        prop_assert!(
+            t.is_finite() && *t > 0.0 && *t <= 86_400.0,
+            "step time {}",
+            t
+        );
+        if let Some(l) = loss {
+            prop_assert!(l.is_finite() && *l >= 0.0, "loss {}", l);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_ingest_log_reader() {
+    fuzz(
+        "ingest-logs",
+        prop::collection::vec(ingest_line(), 0..24),
+        |lines| check_ingest(lines.concat().as_bytes()),
+    );
 }
 
 // ------------------------------------------------------ history store locations (issue 25)

@@ -48,6 +48,77 @@ pub enum Command {
     /// history.
     #[command(long_about = BISECT_ABOUT)]
     Bisect(BisectArgs),
+    /// Judge a run launched elsewhere from its log (NeMo, Paxml, Megatron, MaxText,
+    /// torchtitan, llm.c, DeepSpeed): figures, history, verdict (docs/ingest.md).
+    Ingest(Box<IngestArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// The run's log file(s), read in this order as one log.
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+    /// The framework that wrote the log (auto: the first step line decides).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub framework: crate::ingest::Framework,
+    /// The model: a bench preset or a recipe model (gpt3-175b); its shape gives the FLOPs.
+    #[arg(
+        long,
+        value_name = "NAME",
+        required_unless_present = "params_billion",
+        conflicts_with = "params_billion"
+    )]
+    pub model: Option<String>,
+    /// The model's parameter count in billions, when it has no known shape (FLOPs = 6N).
+    #[arg(long, value_name = "N")]
+    pub params_billion: Option<f64>,
+    /// The recipe's own model FLOPs per sequence (e.g. 2.17e16), taken as given.
+    #[arg(long, value_name = "FLOPS")]
+    pub flops_per_sequence: Option<f64>,
+    /// Sequences per optimizer step, all GPUs together.
+    #[arg(long, value_name = "B")]
+    pub global_batch: u64,
+    /// Tokens per sequence.
+    #[arg(long, value_name = "S")]
+    pub seq_len: u64,
+    /// GPUs the run trained on.
+    #[arg(long, value_name = "G")]
+    pub gpus: u32,
+    /// The dtype the matmuls ran in (MFU is against that dtype's peak).
+    #[arg(long, value_enum, default_value_t)]
+    pub dtype: Dtype,
+    /// The GPU (h100, h200, a100, mi300x, mi250x): its peak and hardware key.
+    #[arg(long, value_name = "NAME", conflicts_with = "peak_tflops")]
+    pub gpu: Option<String>,
+    /// Peak dense TFLOP/s of one GPU for the dtype (instead of --gpu).
+    #[arg(long, value_name = "P")]
+    pub peak_tflops: Option<f64>,
+    /// The leading step lines left out as warm-up.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub skip_steps: usize,
+    /// The cell id (default: framework.model.dtype.<G>gpu.gbs<B>.seq<S>).
+    #[arg(long, value_name = "ID")]
+    pub cell: Option<String>,
+    /// The run id (default: ingest-<digest of the steps>, so a log ingested again replaces
+    /// its run).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// The hardware key the run is judged under (default: from --gpu).
+    #[arg(long, value_name = "KEY")]
+    pub hardware_key: Option<String>,
+    /// Record the run in this history store and judge it against the cell's past (a
+    /// SQLite file or a postgres:// URL).
+    #[arg(long, value_name = "FILE|URL")]
+    pub history: Option<String>,
+    /// Where the run folder is written.
+    #[arg(long, default_value = "results", value_name = "DIR")]
+    pub results_dir: PathBuf,
+    /// Folder of baseline files (decides when the history has no earlier run).
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
 }
 
 const BISECT_ABOUT: &str = "\

@@ -40,5 +40,6 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             None => crate::history::cmd::show(&resolve::show(&args)?),
         },
         Command::Bisect(args) => crate::bisect::cmd(&resolve::bisect(&args)?),
+        Command::Ingest(args) => crate::ingest::cmd(&resolve::ingest(&args)?),
     }
 }

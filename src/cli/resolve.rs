@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::args::{
     BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
-    HistoryStudyArgs, HtmlArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs, WorkerArgs,
+    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs,
+    WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
@@ -297,6 +298,61 @@ pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
     })
 }
 
+/// `bench ingest`: counts above zero, a finite parameter count and peak; the model, peak
+/// and cell are checked by the stage (`ingest::model`, `ingest::figures`).
+pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings, CliError> {
+    use crate::ingest::{model::ModelSpec, PeakSource};
+    let bad = |m: String| CliError::bad_input(miette::miette!("{m}"));
+    for (flag, v) in [
+        ("--global-batch", args.global_batch),
+        ("--seq-len", args.seq_len),
+        ("--gpus", u64::from(args.gpus)),
+    ] {
+        if v == 0 {
+            return Err(bad(format!("{flag} 0: it must be at least 1")));
+        }
+    }
+    if args
+        .global_batch
+        .checked_mul(args.seq_len)
+        .is_none_or(|t| t > 1 << 50)
+    {
+        return Err(bad(format!(
+            "--global-batch {} x --seq-len {}: more tokens per step than any run has",
+            args.global_batch, args.seq_len
+        )));
+    }
+    let model = match (&args.model, args.params_billion) {
+        (Some(m), _) => ModelSpec::Named(m.clone()),
+        (None, Some(b)) => ModelSpec::ParamsBillion(b),
+        (None, None) => return Err(bad("give --model NAME or --params-billion N".into())),
+    };
+    let peak = match (&args.gpu, args.peak_tflops) {
+        (Some(g), _) => PeakSource::Gpu(g.clone()),
+        (None, Some(p)) => PeakSource::Tflops(p),
+        (None, None) => PeakSource::None,
+    };
+    Ok(crate::ingest::IngestSettings {
+        logs: args.logs.clone(),
+        framework: args.framework,
+        model,
+        flops_per_sequence: args.flops_per_sequence,
+        global_batch: args.global_batch,
+        seq_len: args.seq_len,
+        gpus: args.gpus,
+        dtype: args.dtype,
+        peak,
+        skip_steps: args.skip_steps,
+        cell: args.cell.clone(),
+        run_id: args.run_id.clone(),
+        hardware_key: args.hardware_key.clone(),
+        history: args.history.clone(),
+        results_dir: args.results_dir.clone(),
+        baselines: args.baselines.clone(),
+        format: args.format,
+    })
+}
+
 /// `bench worker`: the axes arrive typed (clap parsed them through `axes`), so this only
 /// copies; the worker checks the values against its presets ([`crate::workload::Settings`]).
 pub(crate) fn worker(args: &WorkerArgs) -> WorkerSettings {
@@ -426,6 +482,57 @@ mod tests {
             panic!("not a post command")
         };
         assert!(bad_input(post(p).unwrap_err()).contains("--timeout 0"));
+    }
+
+    #[test]
+    fn ingest_settings_are_checked_as_bad_input() {
+        let ingest_args = |extra: &[&str]| {
+            let base = ["ingest", "run.log", "--seq-len", "16"];
+            match parse(&[&base[..], extra].concat()) {
+                Command::Ingest(a) => a,
+                other => panic!("not an ingest command: {other:?}"),
+            }
+        };
+        let s = ingest(&ingest_args(&[
+            "--gpus",
+            "2",
+            "--model",
+            "llama-tiny",
+            "--gpu",
+            "h100",
+            "--global-batch",
+            "8",
+        ]))
+        .unwrap();
+        assert_eq!(s.skip_steps, 1);
+        assert_eq!(s.peak, crate::ingest::PeakSource::Gpu("h100".into()));
+        assert_eq!(
+            s.model,
+            crate::ingest::model::ModelSpec::Named("llama-tiny".into())
+        );
+        let s = ingest(&ingest_args(&[
+            "--gpus",
+            "2",
+            "--params-billion",
+            "7",
+            "--global-batch",
+            "8",
+        ]))
+        .unwrap();
+        assert_eq!(s.peak, crate::ingest::PeakSource::None);
+        for (flags, says) in [
+            (
+                &["--gpus", "0", "--model", "m", "--global-batch", "8"][..],
+                "--gpus 0",
+            ),
+            (
+                &["--gpus", "1", "--model", "m", "--global-batch", "0"][..],
+                "--global-batch 0",
+            ),
+        ] {
+            let msg = bad_input(ingest(&ingest_args(flags)).unwrap_err());
+            assert!(msg.contains(says), "{flags:?}: {msg}");
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@ use crate::axes::Dtype;
 
 /// The shape of a dense decoder-only transformer, as far as FLOPs are concerned.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[cfg(test)]
 pub(crate) struct DenseShape {
     pub layers: u64,
     pub hidden: u64,
@@ -28,7 +27,7 @@ pub(crate) fn flops_per_token(n_matmul_params: u64, layers: u64, hidden: u64, se
 /// Model FLOPs per token in the per-layer form of the published recipes (Megatron-LM's
 /// `num_floating_point_operations`): `12 L h^2 (1 + kv_heads/heads + seq/h)` for attention,
 /// `18 L ffn h` (gated) or `12 L ffn h` (plain MLP), and `6 vocab h` for the output head.
-#[cfg(test)]
+/// `bench ingest` judges the published recipes' runs with it (`crate::ingest::model`).
 pub(crate) fn recipe_flops_per_token(s: &DenseShape, seq_len: u64) -> f64 {
     let (l, h) = (s.layers as f64, s.hidden as f64);
     let attn = 12.0 * l * h * h * (1.0 + s.kv_heads as f64 / s.heads as f64 + seq_len as f64 / h);
