@@ -449,5 +449,5 @@ pub(crate) fn write_and_judge(
             None,
         )?;
     }
-    crate::report::finish_run(&run_dir, &results, &s.baselines, s.format, false)
+    crate::report::finish_run(&run_dir, &results, &s.baselines, s.format, false, None)
 }
