@@ -96,12 +96,15 @@ pub(crate) fn install_signal_handlers() -> Result<(), CliError> {
         unsafe { sigaction(sig, &action) }
             .map_err(|e| CliError::internal(miette::miette!("cannot handle {sig}: {e}")))?;
     }
+    // A Ctrl-C while the history store is read or written is the same request to stop,
+    // not an exit that would leave the worktree behind.
+    crate::history::interrupt::defer_first_signal();
     Ok(())
 }
 
 /// Whether Ctrl-C (or SIGTERM) arrived.
 pub(crate) fn interrupted() -> bool {
-    SIGNALS.load(Ordering::SeqCst) > 0
+    SIGNALS.load(Ordering::SeqCst) > 0 || crate::history::interrupt::deferred() > 0
 }
 
 /// Waits for `child` (the leader of its own process group), passing every signal this
@@ -113,7 +116,7 @@ fn wait_forwarding(child: &mut Child) -> std::io::Result<ExitStatus> {
         if let Some(status) = child.try_wait()? {
             return Ok(status);
         }
-        let seen = SIGNALS.load(Ordering::SeqCst);
+        let seen = SIGNALS.load(Ordering::SeqCst) + crate::history::interrupt::deferred();
         if seen > forwarded {
             let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT);
             forwarded = seen;

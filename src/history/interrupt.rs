@@ -14,6 +14,7 @@
 //! Ctrl-C exits at once instead of stopping the cells in order: the cell is already in the
 //! run folder's `results.json`, and the workers die with bench (their parent-death signal).
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -25,7 +26,29 @@ static STATE: Mutex<(usize, Vec<(Signal, SigAction)>)> = Mutex::new((0, Vec::new
 
 const SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGTERM];
 
+/// Set by a command with its own orderly stop (`bench bisect`: remove the worktree, keep the
+/// probes): the first signal during a store operation is only counted, for it to read with
+/// [`deferred`]; a second one still exits at once, so a store that hangs never traps anyone.
+static PATIENT: AtomicBool = AtomicBool::new(false);
+/// Signals counted while [`PATIENT`].
+static DEFERRED: AtomicUsize = AtomicUsize::new(0);
+
+/// Makes the first SIGINT or SIGTERM during a store operation a counted request to stop
+/// instead of an exit (see [`PATIENT`]).
+pub(crate) fn defer_first_signal() {
+    PATIENT.store(true, Ordering::SeqCst);
+}
+
+/// Signals that arrived during store operations and were deferred to the caller.
+pub(crate) fn deferred() -> usize {
+    DEFERRED.load(Ordering::SeqCst)
+}
+
 extern "C" fn on_signal(_: nix::libc::c_int) {
+    // Atomics are async-signal-safe.
+    if PATIENT.load(Ordering::SeqCst) && DEFERRED.fetch_add(1, Ordering::SeqCst) == 0 {
+        return;
+    }
     const LINE: &[u8] = b"\nbench: interrupted while waiting for the history store\n";
     // SAFETY: write(2) and _exit(2) are async-signal-safe; nothing else is touched.
     unsafe {
