@@ -33,15 +33,14 @@ fn pct(x: f64) -> String {
 
 /// The interval of a comparison, or why there is none.
 fn interval(t: &TwoSample) -> String {
-    if t.ci_rel.0.is_finite() && t.ci_rel.1.is_finite() {
-        format!(
+    match t.ci_rel {
+        Some((lo, hi)) if lo.is_finite() && hi.is_finite() => format!(
             "{:.0}% interval {} .. {}",
             t.ci_level * 100.0,
-            pct(t.ci_rel.0),
-            pct(t.ci_rel.1)
-        )
-    } else {
-        "too few repeats for an interval".to_string()
+            pct(lo),
+            pct(hi)
+        ),
+        _ => "too few repeats for an interval".to_string(),
     }
 }
 
