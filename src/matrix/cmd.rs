@@ -4,14 +4,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use indexmap::IndexMap;
 use serde::Serialize;
 
+use super::expand::plan::Plan;
 use super::{Expansion, MatrixError};
-use crate::cell::{Params, Value};
 use crate::error::CliError;
 use crate::report::Format;
-use crate::results::FILTER_DROP_PREFIX;
 
 impl From<MatrixError> for CliError {
     fn from(e: MatrixError) -> Self {
@@ -58,18 +56,40 @@ pub(crate) fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
 }
 
 /// `bench matrix --dry-run`.
+///
+/// The listing is written cell by cell as the plan rebuilds each cell, through one buffer:
+/// a matrix of a million combinations is never held as a million cells, nor as one JSON
+/// document (see [`super::expand::plan`]).
 pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
-    let exp = load(&args.source)?;
-    let mut out = std::io::stdout().lock();
-    let written = match args.format {
-        Format::Json => {
-            let doc = DryRun::from(&exp);
-            serde_json::to_writer_pretty(&mut out, &doc)
-                .map_err(std::io::Error::other)
-                .and_then(|_| writeln!(out))
-        }
-        Format::Human => write_human(&mut out, &exp, args.verbose),
+    let budget = super::budget::Budget {
+        max_cells: args.source.max_cells,
     };
+    let (spec, src) = super::parse::parse_file(&args.source.file)?;
+    let plan = Plan::new(
+        &spec,
+        &src,
+        budget,
+        &args.source.filters,
+        &mut super::model_check(&spec, &src),
+    )?;
+    for w in &plan.warnings {
+        eprintln!("warning: {w}");
+    }
+    let listing = Listing {
+        name: super::budget::matrix_name(&spec, &src),
+        file: src.path.display().to_string(),
+        plan: &plan,
+    };
+    // Standard output is line-buffered; a listing of a million cells is tens of millions
+    // of lines, so it goes through a buffer of its own.
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let written = match args.format {
+        Format::Json => serde_json::to_writer_pretty(&mut out, &listing.json())
+            .map_err(std::io::Error::other)
+            .and_then(|_| writeln!(out)),
+        Format::Human => write_human(&mut out, &listing, args.verbose),
+    }
+    .and_then(|_| out.flush());
     // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
     match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
@@ -94,70 +114,63 @@ struct Counts {
     dropped_by_filters: usize,
 }
 
-#[derive(Serialize)]
-struct CellDoc<'a> {
-    id: &'a str,
-    values: &'a IndexMap<String, Value>,
-    params: &'a Params,
+/// What a dry run lists: the matrix and its plan.
+struct Listing<'p> {
+    name: String,
+    file: String,
+    plan: &'p Plan<'p>,
 }
 
-#[derive(Serialize)]
-struct DroppedDoc<'a> {
-    id: &'a str,
-    values: &'a IndexMap<String, Value>,
-    by: &'a str,
-    reason: &'a str,
+impl<'p> Listing<'p> {
+    fn counts(&self) -> Counts {
+        let p = self.plan;
+        Counts {
+            combinations: p.combinations,
+            run: p.run,
+            dropped: p.dropped_by_rules + p.dropped_by_filters,
+            dropped_by_rules: p.dropped_by_rules,
+            dropped_by_filters: p.dropped_by_filters,
+        }
+    }
+
+    fn json(&self) -> DryRun<'_> {
+        DryRun {
+            matrix: &self.name,
+            file: &self.file,
+            counts: self.counts(),
+            cells: Cells(self.plan),
+            dropped: DroppedCells(self.plan),
+            warnings: &self.plan.warnings,
+        }
+    }
 }
 
-/// The JSON form of a dry run.
+/// The JSON form of a dry run. Its lists serialize from the plan one cell at a time.
 #[derive(Serialize)]
 struct DryRun<'a> {
     matrix: &'a str,
-    file: String,
+    file: &'a str,
     counts: Counts,
-    cells: Vec<CellDoc<'a>>,
-    dropped: Vec<DroppedDoc<'a>>,
+    cells: Cells<'a>,
+    dropped: DroppedCells<'a>,
     warnings: &'a [String],
 }
 
-impl<'a> From<&'a Expansion> for DryRun<'a> {
-    fn from(exp: &'a Expansion) -> Self {
-        let by_filters = exp
-            .dropped
-            .iter()
-            .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
-            .count();
-        DryRun {
-            matrix: &exp.name,
-            file: exp.file.display().to_string(),
-            counts: Counts {
-                combinations: exp.combinations,
-                run: exp.cells.len(),
-                dropped: exp.dropped.len(),
-                dropped_by_rules: exp.dropped.len() - by_filters,
-                dropped_by_filters: by_filters,
-            },
-            cells: exp
-                .cells
-                .iter()
-                .map(|c| CellDoc {
-                    id: c.id.as_str(),
-                    values: &c.values,
-                    params: &c.params,
-                })
-                .collect(),
-            dropped: exp
-                .dropped
-                .iter()
-                .map(|d| DroppedDoc {
-                    id: d.cell.id.as_str(),
-                    values: &d.cell.values,
-                    by: &d.by,
-                    reason: &d.reason,
-                })
-                .collect(),
-            warnings: &exp.warnings,
-        }
+/// The cells that run, each as `{id, values, params}`.
+struct Cells<'a>(&'a Plan<'a>);
+
+impl Serialize for Cells<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.cells())
+    }
+}
+
+/// The dropped cells, each as `{id, values, by, reason}`.
+struct DroppedCells<'a>(&'a Plan<'a>);
+
+impl Serialize for DroppedCells<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.dropped_listing())
     }
 }
 
@@ -169,38 +182,25 @@ fn fmt_duration(secs: u64) -> String {
     }
 }
 
-fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io::Result<()> {
-    let by_filters = exp
-        .dropped
-        .iter()
-        .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
-        .count();
-    writeln!(out, "matrix {} ({})", exp.name, exp.file.display())?;
+fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::io::Result<()> {
+    let plan = listing.plan;
+    let c = listing.counts();
+    writeln!(out, "matrix {} ({})", listing.name, listing.file)?;
     writeln!(
         out,
         "  {} combinations -> {} to run, {} dropped ({} by rules, {} by filters)",
-        exp.combinations,
-        exp.cells.len(),
-        exp.dropped.len(),
-        exp.dropped.len() - by_filters,
-        by_filters
+        c.combinations, c.run, c.dropped, c.dropped_by_rules, c.dropped_by_filters
     )?;
     writeln!(out)?;
-    writeln!(out, "Cells to run ({}):", exp.cells.len())?;
-    let w = exp
-        .cells
-        .iter()
-        .map(|c| c.id.as_str().len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let n = exp.cells.len().to_string().len().max(1);
+    writeln!(out, "Cells to run ({}):", c.run)?;
+    let w = plan.longest_id.max(4);
+    let n = c.run.to_string().len().max(1);
     writeln!(
         out,
         "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  workload",
         "#", "cell", "steps", "seq", "mbs", "accum", "global", "repeats", "timeout"
     )?;
-    for (i, c) in exp.cells.iter().enumerate() {
+    for (i, c) in plan.cells().enumerate() {
         let p = &c.params;
         let workload = match &p.workload {
             crate::cell::Workload::Builtin => "builtin".to_string(),
@@ -224,29 +224,23 @@ fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io:
             workload
         )?;
     }
-    if !exp.dropped.is_empty() {
+    if c.dropped > 0 {
         writeln!(out)?;
-        writeln!(out, "Dropped ({}):", exp.dropped.len())?;
+        writeln!(out, "Dropped ({}):", c.dropped)?;
         // One line per rule (and per filter) with its count, in order of first appearance:
         // a nightly drops hundreds of combinations, and their ids drown the cells that run.
         // --verbose lists the ids under each line.
-        let mut groups: IndexMap<(&str, &str), Vec<&str>> = IndexMap::new();
-        for d in &exp.dropped {
-            groups
-                .entry((d.by.as_str(), d.reason.as_str()))
-                .or_default()
-                .push(d.cell.id.as_str());
-        }
+        let groups = plan.drop_groups();
         let w = groups
-            .values()
-            .map(|ids| ids.len().to_string().len())
+            .iter()
+            .map(|(_, _, n)| n.to_string().len())
             .max()
             .unwrap_or(1);
-        for ((by, reason), ids) in groups {
-            let cells = if ids.len() == 1 { "cell " } else { "cells" };
-            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", ids.len())?;
+        for &(by, reason, count) in &groups {
+            let cells = if count == 1 { "cell " } else { "cells" };
+            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", count)?;
             if verbose {
-                for id in ids {
+                for id in plan.dropped_ids(by, reason) {
                     writeln!(out, "      {id}")?;
                 }
             }
