@@ -10,7 +10,8 @@
 # (VmHWM) of the process. The run section times `bench matrix` over CELLS cells of a
 # command workload, `sh worker.sh` printing two steps and a summary (a worker that costs
 # one fork/exec and nothing else), against as many bare `sh worker.sh` runs in a loop, so
-# the difference per cell is what bench itself costs.
+# the difference per cell is what bench itself costs; a second run of CELLS/10 cells gives
+# the marginal cost per cell, without what a run costs once (start-up, reports).
 #
 # Usage: scripts/dry-run-scale.sh [path/to/bench]   (default: target/release/bench)
 #   SIZES="10000 100000 1000000"  combinations to dry-run
@@ -88,8 +89,11 @@ printf '{"event":"step","step":0,"step_time_s":0.01,"tokens":1024,"loss":2.5}\n'
 printf '{"event":"step","step":1,"step_time_s":0.01,"tokens":1024,"loss":2.4}\n'
 printf '{"event":"summary"}\n'
 SH
-seeds=$(seq -s ', ' 0 $((CELLS - 1)))
-cat > "$TMP/run.yaml" <<YAML
+# run.yaml N: the run matrix with N cells.
+run_matrix() {
+  local seeds
+  seeds=$(seq -s ', ' 0 $(($1 - 1)))
+  cat > "$TMP/run-$1.yaml" <<YAML
 name: runner-overhead
 axes:
   seed: [$seeds]
@@ -99,15 +103,25 @@ defaults:
   retries: 0
   workload: {kind: command, argv: [sh, $TMP/worker.sh]}
 YAML
+}
 cd "$TMP"
 start=$(date +%s.%N)
 for _ in $(seq "$CELLS"); do sh "$TMP/worker.sh" > /dev/null; done
 end=$(date +%s.%N)
 bare=$(echo "$end - $start" | bc -l)
-read -r wall mb < <(measure "$BENCH" matrix run.yaml --gpus 0 --baselines "$TMP/none" --results-dir "$TMP/results")
+# Two runs, CELLS/10 and CELLS cells: the difference per cell leaves out what a run costs
+# once (start-up, the environment probe, the reports at the end).
+small=$((CELLS / 10))
+run_matrix "$small"
+run_matrix "$CELLS"
+read -r wall_small _ < <(measure "$BENCH" matrix "run-$small.yaml" --gpus 0 --baselines "$TMP/none" --results-dir "$TMP/results")
+read -r wall mb < <(measure "$BENCH" matrix "run-$CELLS.yaml" --gpus 0 --baselines "$TMP/none" --results-dir "$TMP/results")
 per_cell=$(echo "($wall - $bare) * 1000 / $CELLS" | bc -l)
-printf '\n%-34s %8s %8s\n' "run of $CELLS cells" "wall s" "peak MB"
-printf '%-34s %8.2f %8s\n' "sh worker.sh, bare loop" "$bare" ""
-printf '%-34s %8.2f %8s\n' "bench matrix" "$wall" "$mb"
-printf '%-34s %8.2f ms\n' "bench's cost per cell" "$per_cell"
-printf '%-34s %8.0f\n' "cells/s" "$(echo "$CELLS / $wall" | bc -l)"
+marginal=$(echo "(($wall - $wall_small) / ($CELLS - $small) - $bare / $CELLS) * 1000" | bc -l)
+printf '\n%-40s %8s %8s\n' "run of $CELLS cells" "wall s" "peak MB"
+printf '%-40s %8.2f %8s\n' "sh worker.sh, bare loop" "$bare" ""
+printf '%-40s %8.2f %8s\n' "bench matrix, $small cells" "$wall_small" ""
+printf '%-40s %8.2f %8s\n' "bench matrix, $CELLS cells" "$wall" "$mb"
+printf '%-40s %8.2f ms\n' "bench's cost per cell, average" "$per_cell"
+printf '%-40s %8.2f ms\n' "bench's cost per cell, marginal" "$marginal"
+printf '%-40s %8.0f\n' "cells/s" "$(echo "$CELLS / $wall" | bc -l)"

@@ -4,9 +4,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+#[cfg(test)]
+use serde::ser::SerializeSeq;
 use serde::Serialize;
 
-use super::expand::plan::Plan;
+use super::expand::plan::{DroppedRef, Plan};
 use super::{Expansion, MatrixError};
 use crate::error::CliError;
 use crate::report::Format;
@@ -84,9 +86,7 @@ pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
     // of lines, so it goes through a buffer of its own.
     let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     let written = match args.format {
-        Format::Json => serde_json::to_writer_pretty(&mut out, &listing.json())
-            .map_err(std::io::Error::other)
-            .and_then(|_| writeln!(out)),
+        Format::Json => write_json(&mut out, &listing).and_then(|_| writeln!(out)),
         Format::Human => write_human(&mut out, &listing, args.verbose),
     }
     .and_then(|_| out.flush());
@@ -133,6 +133,7 @@ impl<'p> Listing<'p> {
         }
     }
 
+    #[cfg(test)]
     fn json(&self) -> DryRun<'_> {
         DryRun {
             matrix: &self.name,
@@ -145,7 +146,9 @@ impl<'p> Listing<'p> {
     }
 }
 
-/// The JSON form of a dry run. Its lists serialize from the plan one cell at a time.
+/// The JSON form of a dry run through serde, which [`write_json`] writes by hand in
+/// parallel: the tests check that both give the same bytes.
+#[cfg(test)]
 #[derive(Serialize)]
 struct DryRun<'a> {
     matrix: &'a str,
@@ -157,21 +160,202 @@ struct DryRun<'a> {
 }
 
 /// The cells that run, each as `{id, values, params}`.
+#[cfg(test)]
 struct Cells<'a>(&'a Plan<'a>);
 
+#[cfg(test)]
 impl Serialize for Cells<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.cells())
+        let mut seq = s.serialize_seq(Some(self.0.run))?;
+        self.0.each_cell(|c| seq.serialize_element(c))?;
+        seq.end()
     }
 }
 
 /// The dropped cells, each as `{id, values, by, reason}`.
+#[cfg(test)]
 struct DroppedCells<'a>(&'a Plan<'a>);
 
+#[cfg(test)]
 impl Serialize for DroppedCells<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.dropped_listing())
+        let p = self.0;
+        let mut seq = s.serialize_seq(Some(p.dropped_by_rules + p.dropped_by_filters))?;
+        p.each_dropped(|id, values, by, reason| {
+            seq.serialize_element(&DroppedRef {
+                id,
+                values,
+                by,
+                reason,
+            })
+        })?;
+        seq.end()
     }
+}
+
+/// Combinations per block of a JSON listing: one thread renders a block while another
+/// renders the next (about 2.5 MB of text each at most, a few blocks in flight).
+const BLOCK: usize = 4096;
+
+/// One block of a JSON list: cells of the product in `range` (those that run, or those
+/// dropped by rules or by filters), then, when `added`, the matching cells include added.
+struct Block {
+    range: std::ops::Range<usize>,
+    added: bool,
+    dropped_by_rules: Option<bool>,
+}
+
+/// Writes what `serde_json::to_writer_pretty` writes for [`DryRun`], with the two long
+/// lists rendered by blocks on several threads (serializing a million cells was most of a
+/// dry run's time) and written in order as they come, a few blocks buffered at most.
+fn write_json(out: &mut impl Write, listing: &Listing) -> std::io::Result<()> {
+    let plan = listing.plan;
+    let to_io = std::io::Error::other;
+    out.write_all(b"{\n  \"matrix\": ")?;
+    serde_json::to_writer(&mut *out, &listing.name).map_err(to_io)?;
+    out.write_all(b",\n  \"file\": ")?;
+    serde_json::to_writer(&mut *out, &listing.file).map_err(to_io)?;
+    out.write_all(b",\n  \"counts\": ")?;
+    write_nested(out, &listing.counts(), 2)?;
+    let n = plan.combinations;
+    let blocks = |dropped_by_rules: Option<bool>, added: bool| {
+        let mut v: Vec<Block> = (0..n)
+            .step_by(BLOCK)
+            .map(|start| Block {
+                range: start..(start + BLOCK).min(n),
+                added: false,
+                dropped_by_rules,
+            })
+            .collect();
+        v.push(Block {
+            range: n..n,
+            added,
+            dropped_by_rules,
+        });
+        v
+    };
+    out.write_all(b",\n  \"cells\": ")?;
+    write_list(out, plan, &blocks(None, true))?;
+    out.write_all(b",\n  \"dropped\": ")?;
+    let mut dropped = blocks(Some(true), false);
+    dropped.extend(blocks(Some(false), true));
+    write_list(out, plan, &dropped)?;
+    out.write_all(b",\n  \"warnings\": ")?;
+    write_nested(out, &plan.warnings, 2)?;
+    out.write_all(b"\n}")
+}
+
+/// `value` pretty-printed as a field of an object `indent` spaces deep.
+fn write_nested(
+    out: &mut impl Write,
+    value: &impl Serialize,
+    indent: usize,
+) -> std::io::Result<()> {
+    let text = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    let mut nested = Vec::with_capacity(text.len() + text.len() / 4);
+    indent_into(&mut nested, &text, indent);
+    out.write_all(&nested)
+}
+
+/// Appends `text` (pretty-printed JSON) to `buf` with every line after the first indented
+/// by `indent` spaces more: the value as it looks nested in a document. JSON strings hold
+/// no raw newline, so every newline is between tokens.
+fn indent_into(buf: &mut Vec<u8>, text: &[u8], indent: usize) {
+    let mut rest = text;
+    while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+        buf.extend_from_slice(&rest[..=at]);
+        buf.resize(buf.len() + indent, b' ');
+        rest = &rest[at + 1..];
+    }
+    buf.extend_from_slice(rest);
+}
+
+/// Renders the elements of `block` into `buf`, each as `,\n    <element>`.
+fn render_block(plan: &Plan, block: &Block, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut text = Vec::new();
+    let mut element = |buf: &mut Vec<u8>, value: &dyn erased::Element| {
+        text.clear();
+        value.write_to(&mut text)?;
+        buf.extend_from_slice(b",\n    ");
+        indent_into(buf, &text, 4);
+        Ok::<(), std::io::Error>(())
+    };
+    match block.dropped_by_rules {
+        None => plan.each_cell_in(block.range.clone(), block.added, |c| element(buf, c)),
+        Some(by_rules) => plan.each_dropped_in(
+            by_rules,
+            block.range.clone(),
+            block.added,
+            |id, values, by, reason| {
+                element(
+                    buf,
+                    &DroppedRef {
+                        id,
+                        values,
+                        by,
+                        reason,
+                    },
+                )
+            },
+        ),
+    }
+}
+
+/// The one kind of value a block renders, as a trait object.
+mod erased {
+    use serde::Serialize;
+
+    pub(super) trait Element {
+        fn write_to(&self, out: &mut Vec<u8>) -> std::io::Result<()>;
+    }
+
+    impl<T: Serialize> Element for T {
+        fn write_to(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+            serde_json::to_writer_pretty(out, self).map_err(std::io::Error::other)
+        }
+    }
+}
+
+/// Writes a JSON list of the elements of `blocks` (as `to_writer_pretty` writes a list one
+/// level deep), rendering blocks on up to four threads and writing them in order.
+fn write_list(out: &mut impl Write, plan: &Plan, blocks: &[Block]) -> std::io::Result<()> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    out.write_all(b"[")?;
+    let mut any = false;
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        let mut queues = Vec::with_capacity(threads);
+        for t in 0..threads {
+            // Two rendered blocks wait per thread at most, so memory stays bounded
+            // however fast the threads render and however slowly `out` takes them.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+            queues.push(rx);
+            scope.spawn(move || {
+                for block in blocks.iter().skip(t).step_by(threads) {
+                    let mut buf = Vec::new();
+                    let rendered = render_block(plan, block, &mut buf).map(|()| buf);
+                    // A closed queue means the writer stopped (an error): so do we.
+                    if tx.send(rendered).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        for k in 0..blocks.len() {
+            let buf = queues[k % threads]
+                .recv()
+                .map_err(std::io::Error::other)??;
+            if buf.is_empty() {
+                continue;
+            }
+            // Every element comes with a leading comma; the list's first has none.
+            out.write_all(if any { &buf } else { &buf[1..] })?;
+            any = true;
+        }
+        Ok(())
+    })?;
+    out.write_all(if any { b"\n  ]" } else { b"]" })
 }
 
 fn fmt_duration(secs: u64) -> String {
@@ -200,7 +384,8 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
         "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  workload",
         "#", "cell", "steps", "seq", "mbs", "accum", "global", "repeats", "timeout"
     )?;
-    for (i, c) in plan.cells().enumerate() {
+    let mut i = 0;
+    plan.each_cell(|c| {
         let p = &c.params;
         let workload = match &p.workload {
             crate::cell::Workload::Builtin => "builtin".to_string(),
@@ -223,7 +408,9 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
             fmt_duration(p.timeout_s),
             workload
         )?;
-    }
+        i += 1;
+        Ok::<(), std::io::Error>(())
+    })?;
     if c.dropped > 0 {
         writeln!(out)?;
         writeln!(out, "Dropped ({}):", c.dropped)?;
@@ -240,9 +427,7 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
             let cells = if count == 1 { "cell " } else { "cells" };
             writeln!(out, "  {:>w$} {cells}  {by}: {reason}", count)?;
             if verbose {
-                for id in plan.dropped_ids(by, reason) {
-                    writeln!(out, "      {id}")?;
-                }
+                plan.each_dropped_id(by, reason, |id| writeln!(out, "      {id}"))?;
             }
         }
         if !verbose {
@@ -250,4 +435,57 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::budget::Budget;
+    use crate::matrix::parse::parse_str;
+    use std::path::Path;
+
+    /// The hand-written, parallel JSON listing is byte for byte what serde writes.
+    #[test]
+    fn json_listing_is_the_pretty_document() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut yamls: Vec<String> = [
+            "matrix/nightly-h100.yaml",
+            "tests/fixtures/matrix/showcase.yaml",
+        ]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+        // More combinations than a block, an added cell, a rule matching nothing.
+        let seeds: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
+        yamls.push(format!(
+            "axes:\n  m: [a, b]\n  seed: [{}]\nrules:\n  - exclude: {{m: a}}\n    reason: r\n  - when: m=a and m=b\n    reason: never\ninclude:\n  - {{m: c, note: x}}\n",
+            seeds.join(", ")
+        ));
+        yamls.push("axes:\n  m: [a]\nrules:\n  - exclude: {m: a}\n    reason: all\n".into());
+        for yaml in &yamls {
+            for filters in [
+                vec![],
+                vec!["seed>10".to_string()],
+                vec!["fsdp".to_string()],
+            ] {
+                let (spec, src) = parse_str(Path::new("t.yaml"), yaml.clone()).unwrap();
+                let Ok(plan) = Plan::new(&spec, &src, Budget::default(), &filters, &mut |_| Ok(()))
+                else {
+                    continue;
+                };
+                let listing = Listing {
+                    name: "t".into(),
+                    file: "t.yaml".into(),
+                    plan: &plan,
+                };
+                let mut ours = Vec::new();
+                write_json(&mut ours, &listing).unwrap();
+                let theirs = serde_json::to_vec_pretty(&listing.json()).unwrap();
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    String::from_utf8(theirs).unwrap()
+                );
+            }
+        }
+    }
 }

@@ -14,7 +14,8 @@
 //! error reported is the one a walk that built every cell first would report.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
 
 use indexmap::IndexMap;
 
@@ -109,10 +110,16 @@ impl Hasher for IdentityHasher {
     }
 }
 
+/// A 64-bit hash of an id: FNV-1a, which needs no key (the map holds ids of one matrix,
+/// and two ids with one hash are compared whole) and is several times cheaper than SipHash
+/// on ids of a few dozen bytes.
 fn id_hash(id: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in id.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 /// The ids of the cells seen so far, to find the first id used twice: 64-bit hashes, each
@@ -270,6 +277,19 @@ impl<'a> Plan<'a> {
         ok: Result<(), MatrixError>,
         matched: Option<&mut [bool]>,
     ) -> Result<Cell, MatrixError> {
+        match self.extension(&cell, matched) {
+            None => ok.map(|()| cell),
+            Some(extended) => extended,
+        }
+    }
+
+    /// [`Plan::extend`] without taking the cell: `None` when no entry extends it (the
+    /// cell runs as it is).
+    fn extension(
+        &self,
+        cell: &Cell,
+        matched: Option<&mut [bool]>,
+    ) -> Option<Result<Cell, MatrixError>> {
         let fitting: Vec<usize> = self
             .spec
             .include
@@ -284,14 +304,14 @@ impl<'a> Plan<'a> {
             .map(|(e, _)| e)
             .collect();
         if fitting.is_empty() {
-            return ok.map(|()| cell);
+            return None;
         }
         if let Some(matched) = matched {
             for &e in &fitting {
                 matched[e] = true;
             }
         }
-        let mut values = cell.values;
+        let mut values = cell.values.clone();
         let mut params: Vec<(String, Value)> = Vec::new();
         for &e in &fitting {
             // Keys that are axes are original and never overwritten; parameters set the
@@ -308,7 +328,7 @@ impl<'a> Plan<'a> {
                 }
             }
         }
-        self.draft_cell((values, params))
+        Some(self.draft_cell((values, params)))
     }
 
     /// The cell of a draft: values (in order) and parameters set by include.
@@ -344,6 +364,144 @@ impl<'a> Plan<'a> {
         (values, params)
     }
 
+    /// A cell to load combinations into (see [`Scratch`]).
+    fn scratch(&self) -> Scratch {
+        let choice = vec![0usize; self.axes.len()];
+        Scratch {
+            cell: self.product_cell(&choice).0,
+            loaded: choice.clone(),
+            choice,
+        }
+    }
+
+    /// Loads combination `i` into `s`: the values of the axes that changed, the id, and
+    /// (when asked) the parameters, whose error it returns; without them, or when they do
+    /// not resolve, the cell has the default parameters.
+    fn load(&self, s: &mut Scratch, i: usize, with_params: bool) -> Result<(), MatrixError> {
+        self.decode(i, &mut s.choice);
+        for (a, (&now, was)) in s.choice.iter().zip(s.loaded.iter_mut()).enumerate() {
+            if now != *was {
+                if let Some((_, v)) = s.cell.values.get_index_mut(a) {
+                    *v = self.axes[a].values[now].clone();
+                }
+                *was = now;
+            }
+        }
+        s.cell.id = CellId::join(
+            s.choice
+                .iter()
+                .enumerate()
+                .map(|(a, &v)| self.fragments[a][v].as_str()),
+        );
+        if !with_params {
+            return Ok(());
+        }
+        match self.builder.params(&s.cell.values, &s.cell.id, &[]) {
+            Ok(p) => {
+                s.cell.params = p;
+                Ok(())
+            }
+            Err(e) => {
+                s.cell.params = self.builder.base().clone();
+                Err(e)
+            }
+        }
+    }
+
+    /// Calls `f` with each cell that runs, in order. Cells of the product are loaded into
+    /// one [`Scratch`] cell, so writing a listing allocates next to nothing per cell.
+    pub(crate) fn each_cell<E>(&self, f: impl FnMut(&Cell) -> Result<(), E>) -> Result<(), E> {
+        self.each_cell_in(0..self.combinations, true, f)
+    }
+
+    /// [`Plan::each_cell`] for the cells of the product whose combination lies in `range`,
+    /// then, when `added`, the cells include added: a listing is written by blocks of
+    /// combinations, rendered side by side (see `matrix::cmd`).
+    pub(crate) fn each_cell_in<E>(
+        &self,
+        range: Range<usize>,
+        added: bool,
+        mut f: impl FnMut(&Cell) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut s = self.scratch();
+        for i in range {
+            if self.fates[i] != Fate::Run {
+                continue;
+            }
+            let ok = self.load(&mut s, i, true);
+            match self.extension(&s.cell, None) {
+                None => {
+                    checked(ok);
+                    f(&s.cell)?;
+                }
+                Some(extended) => f(&checked(extended))?,
+            }
+        }
+        if added {
+            for (draft, fate) in &self.added {
+                if *fate == Fate::Run {
+                    f(&checked(self.draft_cell(draft.clone())))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the id, values, `by` and `reason` of each dropped cell, in the order
+    /// of [`Plan::dropped`]; as [`Plan::each_cell`], without a cell built per call.
+    pub(crate) fn each_dropped<E>(
+        &self,
+        mut f: impl FnMut(&CellId, &IndexMap<String, Value>, &str, &str) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.each_dropped_in(true, 0..self.combinations, false, &mut f)?;
+        self.each_dropped_in(false, 0..self.combinations, true, &mut f)
+    }
+
+    /// The cells rules dropped (`by_rules`) or those filters dropped, among the
+    /// combinations in `range` and then, when `added`, among the cells include added, to
+    /// `f` as [`Plan::each_dropped`] gives them.
+    pub(crate) fn each_dropped_in<E>(
+        &self,
+        by_rules: bool,
+        range: Range<usize>,
+        added: bool,
+        mut f: impl FnMut(&CellId, &IndexMap<String, Value>, &str, &str) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut s = self.scratch();
+        for i in range {
+            let fate = self.fates[i];
+            if by_rules && fate.by_rules() {
+                // The rules saw the cell before include; a listing shows no parameters.
+                let _ = self.load(&mut s, i, false);
+                let (by, reason) = self.label(fate);
+                f(&s.cell.id, &s.cell.values, by, reason)?;
+            } else if !by_rules && matches!(fate, Fate::Filter(_)) {
+                let ok = self.load(&mut s, i, true);
+                let (by, reason) = self.label(fate);
+                match self.extension(&s.cell, None) {
+                    None => {
+                        checked(ok);
+                        f(&s.cell.id, &s.cell.values, by, reason)?;
+                    }
+                    Some(extended) => {
+                        let c = checked(extended);
+                        f(&c.id, &c.values, by, reason)?;
+                    }
+                }
+            }
+        }
+        if added && !by_rules {
+            for (draft, fate) in &self.added {
+                if let Fate::Filter(_) = fate {
+                    let c = checked(self.draft_cell(draft.clone()));
+                    let (by, reason) = self.label(*fate);
+                    f(&c.id, &c.values, by, reason)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The first walk: every combination's fate, the cells include adds, the checks.
     /// Returns which rules matched at least one cell.
     fn walk(
@@ -358,10 +516,11 @@ impl<'a> Plan<'a> {
         let mut adapters: HashMap<(String, String), u32> = HashMap::new();
         let mut seen = SeenIds::default();
         let mut position = 0usize;
-        let mut choice = vec![0usize; self.axes.len()];
+        // One cell is updated in place from combination to combination (see `Scratch`).
+        let mut scratch = self.scratch();
         for i in 0..self.combinations {
-            self.decode(i, &mut choice);
-            let (cell, ok) = self.product_cell(&choice);
+            let ok = self.load(&mut scratch, i, true);
+            let cell = &scratch.cell;
             let mut fate = Fate::Run;
             for (r, rule) in self.rules.iter().enumerate() {
                 // The first rule that matches drops the cell; later rules are still tried
@@ -370,7 +529,7 @@ impl<'a> Plan<'a> {
                 if fate != Fate::Run && hits[r] {
                     continue;
                 }
-                if rule.matcher.matches(&cell, &self.set_axes) {
+                if rule.matcher.matches(cell, &self.set_axes) {
                     hits[r] = true;
                     if fate == Fate::Run {
                         fate = Fate::Rule(r as u32);
@@ -379,7 +538,7 @@ impl<'a> Plan<'a> {
             }
             if fate == Fate::Run {
                 // A framework adapter drops what its framework cannot express, like a rule.
-                if let Some(label) = crate::external::unexpressible(&cell) {
+                if let Some(label) = crate::external::unexpressible(cell) {
                     let next = adapters.len() as u32;
                     let k = *adapters.entry(label.clone()).or_insert_with(|| {
                         self.adapter_labels.push(label);
@@ -393,8 +552,21 @@ impl<'a> Plan<'a> {
                 self.fates.push(fate);
                 continue;
             }
-            let cell = self.extend(cell, ok, Some(&mut matched))?;
-            let fate = self.settle(&cell, position, src, &mut seen, run_check, late)?;
+            let extended = match self.extension(cell, Some(&mut matched)) {
+                None => {
+                    ok?;
+                    None
+                }
+                Some(extended) => Some(extended?),
+            };
+            let fate = self.settle(
+                extended.as_ref().unwrap_or(cell),
+                position,
+                src,
+                &mut seen,
+                run_check,
+                late,
+            )?;
             self.fates.push(fate);
             position += 1;
         }
@@ -531,12 +703,7 @@ impl<'a> Plan<'a> {
 
     /// [`Plan::try_cell_at`] of a cell the walk built without error.
     fn cell_at(&self, slot: Slot) -> Cell {
-        match self.try_cell_at(slot) {
-            Ok(c) => c,
-            // The walk returned the first error of any cell that survived the rules, so
-            // none of those it kept can fail to build now.
-            Err(e) => unreachable!("a cell the expansion checked failed to build: {e}"),
-        }
+        checked(self.try_cell_at(slot))
     }
 
     /// The slots of the cells that run, in order.
@@ -590,18 +757,6 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// The id and values of a dropped cell, without the parameters of one that rules
-    /// dropped: what a listing of dropped cells shows.
-    fn dropped_id_values(&self, slot: Slot, fate: Fate) -> (CellId, IndexMap<String, Value>) {
-        match (slot, fate.by_rules()) {
-            (Slot::Product(i), true) => self.product_values(&self.choice(i)),
-            _ => {
-                let cell = self.cell_at(slot);
-                (cell.id, cell.values)
-            }
-        }
-    }
-
     /// The cells that run, in order, each built as it is asked for.
     pub(crate) fn cells(&self) -> impl Iterator<Item = Cell> + '_ {
         self.run_slots().map(|s| self.cell_at(s))
@@ -619,21 +774,6 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// [`Plan::dropped`] without the parameters of the cells rules dropped, and with what
-    /// dropped them borrowed: what a listing of dropped cells shows.
-    pub(crate) fn dropped_listing(&self) -> impl Iterator<Item = DroppedRef<'_>> + '_ {
-        self.drop_slots().map(|(slot, fate)| {
-            let (by, reason) = self.label(fate);
-            let (id, values) = self.dropped_id_values(slot, fate);
-            DroppedRef {
-                id,
-                values,
-                by,
-                reason,
-            }
-        })
-    }
-
     /// What dropped cells, with how many each, in order of first appearance: (by,
     /// reason, count). Counted from the fates, without building a cell.
     pub(crate) fn drop_groups(&self) -> Vec<(&str, &str, usize)> {
@@ -644,15 +784,20 @@ impl<'a> Plan<'a> {
         groups.into_iter().map(|((b, r), n)| (b, r, n)).collect()
     }
 
-    /// The ids of the dropped cells with this `by` and `reason`, in order.
-    pub(crate) fn dropped_ids<'s>(
-        &'s self,
-        by: &'s str,
-        reason: &'s str,
-    ) -> impl Iterator<Item = CellId> + 's {
-        self.drop_slots()
-            .filter(move |(_, fate)| self.label(*fate) == (by, reason))
-            .map(|(slot, fate)| self.dropped_id_values(slot, fate).0)
+    /// The ids of the dropped cells with this `by` and `reason`, in order, to `f`.
+    pub(crate) fn each_dropped_id<E>(
+        &self,
+        by: &str,
+        reason: &str,
+        mut f: impl FnMut(&CellId) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.each_dropped(|id, _, b, r| {
+            if (b, r) == (by, reason) {
+                f(id)
+            } else {
+                Ok(())
+            }
+        })
     }
 }
 
@@ -676,9 +821,31 @@ struct LateErrors {
 
 /// A dropped cell as listings show it: id, values, and what dropped it.
 #[derive(Debug, serde::Serialize)]
-pub(crate) struct DroppedRef<'p> {
-    pub id: CellId,
-    pub values: IndexMap<String, Value>,
-    pub by: &'p str,
-    pub reason: &'p str,
+pub(crate) struct DroppedRef<'c> {
+    pub id: &'c CellId,
+    pub values: &'c IndexMap<String, Value>,
+    pub by: &'c str,
+    pub reason: &'c str,
+}
+
+/// One cell that combinations are loaded into in turn ([`Plan::load`]): from one
+/// combination to the next usually only the last axis changes, so only its value is copied,
+/// and the map of values is never rebuilt. A fresh cell per combination was most of the
+/// allocations of a walk over a million of them.
+struct Scratch {
+    cell: Cell,
+    /// The value index of each axis in the cell now.
+    loaded: Vec<usize>,
+    /// Room to decode the next combination into.
+    choice: Vec<usize>,
+}
+
+/// The cell (or nothing) the walk already built once without error.
+fn checked<T>(built: Result<T, MatrixError>) -> T {
+    match built {
+        Ok(t) => t,
+        // The walk returned the first error of any cell that survived the rules, so none
+        // of those it kept can fail to build again.
+        Err(e) => unreachable!("a cell the expansion checked failed to build: {e}"),
+    }
 }

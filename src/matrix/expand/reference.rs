@@ -255,11 +255,29 @@ mod equivalence {
             plan.dropped_by_rules + plan.dropped_by_filters,
             dropped.len()
         );
-        let listing: Vec<_> = plan.dropped_listing().collect();
+        let mut listing = Vec::new();
+        plan.each_dropped(|id, values, by, reason| {
+            listing.push((
+                id.clone(),
+                values.clone(),
+                by.to_string(),
+                reason.to_string(),
+            ));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(listing.len(), dropped.len());
         for (d, l) in dropped.iter().zip(&listing) {
-            assert_eq!((&d.cell.id, &d.cell.values), (&l.id, &l.values));
-            assert_eq!((d.by.as_str(), d.reason.as_str()), (l.by, l.reason));
+            assert_eq!((&d.cell.id, &d.cell.values), (&l.0, &l.1));
+            assert_eq!((&d.by, &d.reason), (&l.2, &l.3));
         }
+        let mut visited = Vec::new();
+        plan.each_cell(|c| {
+            visited.push(c.clone());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(visited, cells);
         let longest = cells.iter().map(|c| c.id.as_str().len()).max().unwrap_or(0);
         assert_eq!(plan.longest_id, longest);
         Ok((plan.combinations, cells, dropped, plan.warnings.clone()))
