@@ -3,10 +3,11 @@
 //!
 //! A [`Plan`] keeps, per combination of the product, only what became of it (a [`Fate`]:
 //! run, or dropped by which rule, adapter or filter), plus the few cells `include` adds.
-//! [`Plan::cells`] and [`Plan::dropped`] rebuild the cells from their combination's index
-//! when asked, in the documented order, so `bench matrix --dry-run` writes each cell as it
-//! is rebuilt, and [`super::expand_within`] collects them for a run. Both paths go through
-//! this one walk, so what a dry run shows is what a run runs.
+//! [`Plan::each_cell`] and [`Plan::each_dropped`] rebuild the cells from their
+//! combinations' indices when asked, in the documented order, so `bench matrix --dry-run`
+//! writes each cell as it is rebuilt; [`Plan::cells`] and [`Plan::dropped`] hand them out
+//! one by one for `matrix::load_within` to collect for a run. Both paths go through this
+//! one walk, so what a dry run shows is what a run runs.
 //!
 //! The first walk does every check in the order the stages are documented: a cell's
 //! parameters and typed values (in cell order), then unique ids, then the filters, then the
