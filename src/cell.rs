@@ -6,6 +6,7 @@
 //! mapping from a cell to the `bench worker` command line, so that the runner and the
 //! built-in workload agree on one contract.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -35,13 +36,20 @@ impl Value {
     /// Sets are written as their flags joined by `+` in sorted order, and the empty set as
     /// `base`, so that `{compile, sac}` and `{sac, compile}` give the same id.
     pub fn id_fragment(&self) -> String {
+        self.fragment().into_owned()
+    }
+
+    /// [`Value::id_fragment`], borrowed when the value is a string: rules and filters
+    /// compare fragments of every cell of the product, and a million cells should not
+    /// cost a million copies of each string value.
+    pub(crate) fn fragment(&self) -> Cow<'_, str> {
         match self {
-            Value::Bool(b) => b.to_string(),
-            Value::Int(i) => i.to_string(),
-            Value::Float(f) => f.to_string(),
-            Value::Str(s) => s.clone(),
-            Value::Set(s) if s.is_empty() => "base".to_string(),
-            Value::Set(s) => s.iter().cloned().collect::<Vec<_>>().join("+"),
+            Value::Bool(b) => Cow::Owned(b.to_string()),
+            Value::Int(i) => Cow::Owned(i.to_string()),
+            Value::Float(f) => Cow::Owned(f.to_string()),
+            Value::Str(s) => Cow::Borrowed(s),
+            Value::Set(s) if s.is_empty() => Cow::Borrowed("base"),
+            Value::Set(s) => Cow::Owned(s.iter().map(String::as_str).collect::<Vec<_>>().join("+")),
         }
     }
 
@@ -91,17 +99,20 @@ impl CellId {
     /// a file name on every platform. Fragments may contain `.` (`gpt2-1.5b`): ids are
     /// compared whole and never split, and the matrix rejects two cells with one id.
     pub fn from_values(values: &IndexMap<String, Value>) -> CellId {
-        let parts: Vec<String> = values
-            .iter()
-            .map(|(axis, v)| {
-                let frag = match (axis.as_str(), v) {
-                    ("gpus", Value::Int(n)) => format!("{n}gpu"),
-                    _ => v.id_fragment(),
-                };
-                sanitize(&frag)
-            })
-            .collect();
-        let mut id = parts.join(".");
+        let parts: Vec<String> = values.iter().map(|(axis, v)| fragment(axis, v)).collect();
+        CellId::join(parts.iter().map(String::as_str))
+    }
+
+    /// Joins fragments made by [`fragment`] into an id, as [`CellId::from_values`] does;
+    /// expansion makes each axis value's fragment once and joins them for every cell.
+    pub(crate) fn join<'f>(fragments: impl IntoIterator<Item = &'f str>) -> CellId {
+        let mut id = String::new();
+        for (i, f) in fragments.into_iter().enumerate() {
+            if i > 0 {
+                id.push('.');
+            }
+            id.push_str(f);
+        }
         // A leading dot would make a hidden file (and `..` a parent directory).
         if id.starts_with('.') {
             id.replace_range(..1, "_");
@@ -117,6 +128,22 @@ impl CellId {
 impl fmt::Display for CellId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// [`Cell::gpus`] of a cell whose `gpus` value is `v`.
+pub(crate) fn gpus_of(v: Option<&Value>) -> u32 {
+    v.and_then(Value::as_f64)
+        .map(|g| g.max(1.0) as u32)
+        .unwrap_or(1)
+}
+
+/// The part of a cell id that the value `v` of axis `axis` gives: `gpus` as `<n>gpu`, any
+/// other value as its [`Value::id_fragment`], sanitised.
+pub(crate) fn fragment(axis: &str, v: &Value) -> String {
+    match (axis, v) {
+        ("gpus", Value::Int(n)) => sanitize(&format!("{n}gpu")),
+        _ => sanitize(&v.fragment()),
     }
 }
 
@@ -437,11 +464,7 @@ impl Cell {
     /// GPUs the cell needs (world size); 1 when the matrix has no `gpus` axis. A CPU cell
     /// still has one rank.
     pub fn gpus(&self) -> u32 {
-        self.values
-            .get("gpus")
-            .and_then(Value::as_f64)
-            .map(|g| g.max(1.0) as u32)
-            .unwrap_or(1)
+        gpus_of(self.values.get("gpus"))
     }
 
     /// How the ranks share the work; [`Parallel::default`] when the matrix has no

@@ -2,10 +2,10 @@
 //! expand to, checked from the axis sizes alone before any cell or `subsets_of` value is
 //! built.
 //!
-//! Expansion materialises every combination of the product (kept cells and dropped ones
-//! alike, since `--dry-run` lists both), so a file of a few lines (`100` axes of two
-//! values, `subsets_of` over 40 flags) would otherwise ask for more memory than any machine
-//! has. The count is the product of the dimensions' sizes (a `zip` group is one dimension,
+//! Expansion builds every combination of the product (kept cells and dropped ones alike,
+//! since `--dry-run` lists both), and a run keeps them all, so a file of a few lines (`100`
+//! axes of two values, `subsets_of` over 40 flags) would otherwise ask for more time and
+//! memory than any machine has. The count is the product of the dimensions' sizes (a `zip` group is one dimension,
 //! a `subsets_of` axis of `n` flags has `2^n` values, counted without generating them) plus
 //! one per `include` entry (each may add a cell), computed with checked arithmetic. The
 //! size estimate multiplies that count by the bytes one cell takes at most: its axis names

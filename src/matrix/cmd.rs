@@ -4,14 +4,14 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use indexmap::IndexMap;
+#[cfg(test)]
+use serde::ser::SerializeSeq;
 use serde::Serialize;
 
+use super::expand::plan::{DroppedRef, Plan};
 use super::{Expansion, MatrixError};
-use crate::cell::{Params, Value};
 use crate::error::CliError;
 use crate::report::Format;
-use crate::results::FILTER_DROP_PREFIX;
 
 impl From<MatrixError> for CliError {
     fn from(e: MatrixError) -> Self {
@@ -58,18 +58,39 @@ pub(crate) fn load(source: &MatrixSource) -> Result<Expansion, CliError> {
 }
 
 /// `bench matrix --dry-run`.
+///
+/// The listing is written cell by cell as the plan rebuilds each cell, through one buffer:
+/// a matrix of a million combinations is never held as a million cells, nor as one JSON
+/// document (see [`super::expand::plan`]).
 pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
-    let exp = load(&args.source)?;
-    let mut out = std::io::stdout().lock();
-    let written = match args.format {
-        Format::Json => {
-            let doc = DryRun::from(&exp);
-            serde_json::to_writer_pretty(&mut out, &doc)
-                .map_err(std::io::Error::other)
-                .and_then(|_| writeln!(out))
-        }
-        Format::Human => write_human(&mut out, &exp, args.verbose),
+    let budget = super::budget::Budget {
+        max_cells: args.source.max_cells,
     };
+    let (spec, src) = super::parse::parse_file(&args.source.file)?;
+    super::check_workloads(&spec, &src)?;
+    let plan = Plan::new(
+        &spec,
+        &src,
+        budget,
+        &args.source.filters,
+        &mut super::model_check(&spec, &src),
+    )?;
+    for w in &plan.warnings {
+        eprintln!("warning: {w}");
+    }
+    let listing = Listing {
+        name: super::budget::matrix_name(&spec, &src),
+        file: src.path.display().to_string(),
+        plan: &plan,
+    };
+    // Standard output is line-buffered; a listing of a million cells is tens of millions
+    // of lines, so it goes through a buffer of its own.
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let written = match args.format {
+        Format::Json => write_json(&mut out, &listing).and_then(|_| writeln!(out)),
+        Format::Human => write_human(&mut out, &listing, args.verbose),
+    }
+    .and_then(|_| out.flush());
     // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
     match written {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
@@ -94,71 +115,248 @@ struct Counts {
     dropped_by_filters: usize,
 }
 
-#[derive(Serialize)]
-struct CellDoc<'a> {
-    id: &'a str,
-    values: &'a IndexMap<String, Value>,
-    params: &'a Params,
+/// What a dry run lists: the matrix and its plan.
+struct Listing<'p> {
+    name: String,
+    file: String,
+    plan: &'p Plan<'p>,
 }
 
-#[derive(Serialize)]
-struct DroppedDoc<'a> {
-    id: &'a str,
-    values: &'a IndexMap<String, Value>,
-    by: &'a str,
-    reason: &'a str,
+impl<'p> Listing<'p> {
+    fn counts(&self) -> Counts {
+        let p = self.plan;
+        Counts {
+            combinations: p.combinations,
+            run: p.run,
+            dropped: p.dropped_by_rules + p.dropped_by_filters,
+            dropped_by_rules: p.dropped_by_rules,
+            dropped_by_filters: p.dropped_by_filters,
+        }
+    }
+
+    #[cfg(test)]
+    fn json(&self) -> DryRun<'_> {
+        DryRun {
+            matrix: &self.name,
+            file: &self.file,
+            counts: self.counts(),
+            cells: Cells(self.plan),
+            dropped: DroppedCells(self.plan),
+            warnings: &self.plan.warnings,
+        }
+    }
 }
 
-/// The JSON form of a dry run.
+/// The JSON form of a dry run through serde, which [`write_json`] writes by hand in
+/// parallel: the tests check that both give the same bytes.
+#[cfg(test)]
 #[derive(Serialize)]
 struct DryRun<'a> {
     matrix: &'a str,
-    file: String,
+    file: &'a str,
     counts: Counts,
-    cells: Vec<CellDoc<'a>>,
-    dropped: Vec<DroppedDoc<'a>>,
+    cells: Cells<'a>,
+    dropped: DroppedCells<'a>,
     warnings: &'a [String],
 }
 
-impl<'a> From<&'a Expansion> for DryRun<'a> {
-    fn from(exp: &'a Expansion) -> Self {
-        let by_filters = exp
-            .dropped
-            .iter()
-            .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
-            .count();
-        DryRun {
-            matrix: &exp.name,
-            file: exp.file.display().to_string(),
-            counts: Counts {
-                combinations: exp.combinations,
-                run: exp.cells.len(),
-                dropped: exp.dropped.len(),
-                dropped_by_rules: exp.dropped.len() - by_filters,
-                dropped_by_filters: by_filters,
+/// The cells that run, each as `{id, values, params}`.
+#[cfg(test)]
+struct Cells<'a>(&'a Plan<'a>);
+
+#[cfg(test)]
+impl Serialize for Cells<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.run))?;
+        self.0.each_cell(|c| seq.serialize_element(c))?;
+        seq.end()
+    }
+}
+
+/// The dropped cells, each as `{id, values, by, reason}`.
+#[cfg(test)]
+struct DroppedCells<'a>(&'a Plan<'a>);
+
+#[cfg(test)]
+impl Serialize for DroppedCells<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut seq = s.serialize_seq(Some(p.dropped_by_rules + p.dropped_by_filters))?;
+        p.each_dropped(|id, values, by, reason| {
+            seq.serialize_element(&DroppedRef {
+                id,
+                values,
+                by,
+                reason,
+            })
+        })?;
+        seq.end()
+    }
+}
+
+/// Combinations per block of a JSON listing: one thread renders a block while another
+/// renders the next (about 2.5 MB of text each at most, a few blocks in flight).
+const BLOCK: usize = 4096;
+
+/// One block of a JSON list: cells of the product in `range` (those that run, or those
+/// dropped by rules or by filters), then, when `added`, the matching cells include added.
+struct Block {
+    range: std::ops::Range<usize>,
+    added: bool,
+    dropped_by_rules: Option<bool>,
+}
+
+/// Writes what `serde_json::to_writer_pretty` writes for [`DryRun`], with the two long
+/// lists rendered by blocks on several threads (serializing a million cells was most of a
+/// dry run's time) and written in order as they come, a few blocks buffered at most.
+fn write_json(out: &mut impl Write, listing: &Listing) -> std::io::Result<()> {
+    let plan = listing.plan;
+    let to_io = std::io::Error::other;
+    out.write_all(b"{\n  \"matrix\": ")?;
+    serde_json::to_writer(&mut *out, &listing.name).map_err(to_io)?;
+    out.write_all(b",\n  \"file\": ")?;
+    serde_json::to_writer(&mut *out, &listing.file).map_err(to_io)?;
+    out.write_all(b",\n  \"counts\": ")?;
+    write_nested(out, &listing.counts(), 2)?;
+    let n = plan.combinations;
+    let blocks = |dropped_by_rules: Option<bool>, added: bool| {
+        let mut v: Vec<Block> = (0..n)
+            .step_by(BLOCK)
+            .map(|start| Block {
+                range: start..(start + BLOCK).min(n),
+                added: false,
+                dropped_by_rules,
+            })
+            .collect();
+        v.push(Block {
+            range: n..n,
+            added,
+            dropped_by_rules,
+        });
+        v
+    };
+    out.write_all(b",\n  \"cells\": ")?;
+    write_list(out, plan, &blocks(None, true))?;
+    out.write_all(b",\n  \"dropped\": ")?;
+    let mut dropped = blocks(Some(true), false);
+    dropped.extend(blocks(Some(false), true));
+    write_list(out, plan, &dropped)?;
+    out.write_all(b",\n  \"warnings\": ")?;
+    write_nested(out, &plan.warnings, 2)?;
+    out.write_all(b"\n}")
+}
+
+/// `value` pretty-printed as a field of an object `indent` spaces deep.
+fn write_nested(
+    out: &mut impl Write,
+    value: &impl Serialize,
+    indent: usize,
+) -> std::io::Result<()> {
+    let text = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    let mut nested = Vec::with_capacity(text.len() + text.len() / 4);
+    indent_into(&mut nested, &text, indent);
+    out.write_all(&nested)
+}
+
+/// Appends `text` (pretty-printed JSON) to `buf` with every line after the first indented
+/// by `indent` spaces more: the value as it looks nested in a document. JSON strings hold
+/// no raw newline, so every newline is between tokens.
+fn indent_into(buf: &mut Vec<u8>, text: &[u8], indent: usize) {
+    let mut rest = text;
+    while let Some(at) = rest.iter().position(|&b| b == b'\n') {
+        buf.extend_from_slice(&rest[..=at]);
+        buf.resize(buf.len() + indent, b' ');
+        rest = &rest[at + 1..];
+    }
+    buf.extend_from_slice(rest);
+}
+
+/// Renders the elements of `block` into `buf`, each as `,\n    <element>`.
+fn render_block(plan: &Plan, block: &Block, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut text = Vec::new();
+    let mut element = |buf: &mut Vec<u8>, value: &dyn erased::Element| {
+        text.clear();
+        value.write_to(&mut text)?;
+        buf.extend_from_slice(b",\n    ");
+        indent_into(buf, &text, 4);
+        Ok::<(), std::io::Error>(())
+    };
+    match block.dropped_by_rules {
+        None => plan.each_cell_in(block.range.clone(), block.added, |c| element(buf, c)),
+        Some(by_rules) => plan.each_dropped_in(
+            by_rules,
+            block.range.clone(),
+            block.added,
+            |id, values, by, reason| {
+                element(
+                    buf,
+                    &DroppedRef {
+                        id,
+                        values,
+                        by,
+                        reason,
+                    },
+                )
             },
-            cells: exp
-                .cells
-                .iter()
-                .map(|c| CellDoc {
-                    id: c.id.as_str(),
-                    values: &c.values,
-                    params: &c.params,
-                })
-                .collect(),
-            dropped: exp
-                .dropped
-                .iter()
-                .map(|d| DroppedDoc {
-                    id: d.cell.id.as_str(),
-                    values: &d.cell.values,
-                    by: &d.by,
-                    reason: &d.reason,
-                })
-                .collect(),
-            warnings: &exp.warnings,
+        ),
+    }
+}
+
+/// The one kind of value a block renders, as a trait object.
+mod erased {
+    use serde::Serialize;
+
+    pub(super) trait Element {
+        fn write_to(&self, out: &mut Vec<u8>) -> std::io::Result<()>;
+    }
+
+    impl<T: Serialize> Element for T {
+        fn write_to(&self, out: &mut Vec<u8>) -> std::io::Result<()> {
+            serde_json::to_writer_pretty(out, self).map_err(std::io::Error::other)
         }
     }
+}
+
+/// Writes a JSON list of the elements of `blocks` (as `to_writer_pretty` writes a list one
+/// level deep), rendering blocks on up to four threads and writing them in order.
+fn write_list(out: &mut impl Write, plan: &Plan, blocks: &[Block]) -> std::io::Result<()> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 4);
+    out.write_all(b"[")?;
+    let mut any = false;
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        let mut queues = Vec::with_capacity(threads);
+        for t in 0..threads {
+            // Two rendered blocks wait per thread at most, so memory stays bounded
+            // however fast the threads render and however slowly `out` takes them.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+            queues.push(rx);
+            scope.spawn(move || {
+                for block in blocks.iter().skip(t).step_by(threads) {
+                    let mut buf = Vec::new();
+                    let rendered = render_block(plan, block, &mut buf).map(|()| buf);
+                    // A closed queue means the writer stopped (an error): so do we.
+                    if tx.send(rendered).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        for k in 0..blocks.len() {
+            let buf = queues[k % threads]
+                .recv()
+                .map_err(std::io::Error::other)??;
+            if buf.is_empty() {
+                continue;
+            }
+            // Every element comes with a leading comma; the list's first has none.
+            out.write_all(if any { &buf } else { &buf[1..] })?;
+            any = true;
+        }
+        Ok(())
+    })?;
+    out.write_all(if any { b"\n  ]" } else { b"]" })
 }
 
 fn fmt_duration(secs: u64) -> String {
@@ -169,38 +367,26 @@ fn fmt_duration(secs: u64) -> String {
     }
 }
 
-fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io::Result<()> {
-    let by_filters = exp
-        .dropped
-        .iter()
-        .filter(|d| d.by.starts_with(FILTER_DROP_PREFIX))
-        .count();
-    writeln!(out, "matrix {} ({})", exp.name, exp.file.display())?;
+fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::io::Result<()> {
+    let plan = listing.plan;
+    let c = listing.counts();
+    writeln!(out, "matrix {} ({})", listing.name, listing.file)?;
     writeln!(
         out,
         "  {} combinations -> {} to run, {} dropped ({} by rules, {} by filters)",
-        exp.combinations,
-        exp.cells.len(),
-        exp.dropped.len(),
-        exp.dropped.len() - by_filters,
-        by_filters
+        c.combinations, c.run, c.dropped, c.dropped_by_rules, c.dropped_by_filters
     )?;
     writeln!(out)?;
-    writeln!(out, "Cells to run ({}):", exp.cells.len())?;
-    let w = exp
-        .cells
-        .iter()
-        .map(|c| c.id.as_str().len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let n = exp.cells.len().to_string().len().max(1);
+    writeln!(out, "Cells to run ({}):", c.run)?;
+    let w = plan.longest_id.max(4);
+    let n = c.run.to_string().len().max(1);
     writeln!(
         out,
         "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  workload",
         "#", "cell", "steps", "seq", "mbs", "accum", "global", "repeats", "timeout"
     )?;
-    for (i, c) in exp.cells.iter().enumerate() {
+    let mut i = 0;
+    plan.each_cell(|c| {
         let p = &c.params;
         let workload = match &p.workload {
             crate::cell::Workload::Builtin => "builtin".to_string(),
@@ -223,32 +409,26 @@ fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io:
             fmt_duration(p.timeout_s),
             workload
         )?;
-    }
-    if !exp.dropped.is_empty() {
+        i += 1;
+        Ok::<(), std::io::Error>(())
+    })?;
+    if c.dropped > 0 {
         writeln!(out)?;
-        writeln!(out, "Dropped ({}):", exp.dropped.len())?;
+        writeln!(out, "Dropped ({}):", c.dropped)?;
         // One line per rule (and per filter) with its count, in order of first appearance:
         // a nightly drops hundreds of combinations, and their ids drown the cells that run.
         // --verbose lists the ids under each line.
-        let mut groups: IndexMap<(&str, &str), Vec<&str>> = IndexMap::new();
-        for d in &exp.dropped {
-            groups
-                .entry((d.by.as_str(), d.reason.as_str()))
-                .or_default()
-                .push(d.cell.id.as_str());
-        }
+        let groups = plan.drop_groups();
         let w = groups
-            .values()
-            .map(|ids| ids.len().to_string().len())
+            .iter()
+            .map(|(_, _, n)| n.to_string().len())
             .max()
             .unwrap_or(1);
-        for ((by, reason), ids) in groups {
-            let cells = if ids.len() == 1 { "cell " } else { "cells" };
-            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", ids.len())?;
+        for &(by, reason, count) in &groups {
+            let cells = if count == 1 { "cell " } else { "cells" };
+            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", count)?;
             if verbose {
-                for id in ids {
-                    writeln!(out, "      {id}")?;
-                }
+                plan.each_dropped_id(by, reason, |id| writeln!(out, "      {id}"))?;
             }
         }
         if !verbose {
@@ -256,4 +436,57 @@ fn write_human(out: &mut impl Write, exp: &Expansion, verbose: bool) -> std::io:
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::budget::Budget;
+    use crate::matrix::parse::parse_str;
+    use std::path::Path;
+
+    /// The hand-written, parallel JSON listing is byte for byte what serde writes.
+    #[test]
+    fn json_listing_is_the_pretty_document() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut yamls: Vec<String> = [
+            "matrix/nightly-h100.yaml",
+            "tests/fixtures/matrix/showcase.yaml",
+        ]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+        // More combinations than a block, an added cell, a rule matching nothing.
+        let seeds: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
+        yamls.push(format!(
+            "axes:\n  m: [a, b]\n  seed: [{}]\nrules:\n  - exclude: {{m: a}}\n    reason: r\n  - when: m=a and m=b\n    reason: never\ninclude:\n  - {{m: c, note: x}}\n",
+            seeds.join(", ")
+        ));
+        yamls.push("axes:\n  m: [a]\nrules:\n  - exclude: {m: a}\n    reason: all\n".into());
+        for yaml in &yamls {
+            for filters in [
+                vec![],
+                vec!["seed>10".to_string()],
+                vec!["fsdp".to_string()],
+            ] {
+                let (spec, src) = parse_str(Path::new("t.yaml"), yaml.clone()).unwrap();
+                let Ok(plan) = Plan::new(&spec, &src, Budget::default(), &filters, &mut |_| Ok(()))
+                else {
+                    continue;
+                };
+                let listing = Listing {
+                    name: "t".into(),
+                    file: "t.yaml".into(),
+                    plan: &plan,
+                };
+                let mut ours = Vec::new();
+                write_json(&mut ours, &listing).unwrap();
+                let theirs = serde_json::to_vec_pretty(&listing.json()).unwrap();
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    String::from_utf8(theirs).unwrap()
+                );
+            }
+        }
+    }
 }

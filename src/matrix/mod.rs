@@ -18,6 +18,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::cell::Cell;
+use expand::plan::Plan;
 use filter::{Filter, FilterError, Vocabulary};
 
 /// A cell removed by a rule or a filter, with what removed it.
@@ -97,30 +98,35 @@ impl fmt::Display for Located {
 /// Refuses a cell to run on the built-in workload whose `model` has no preset, located at
 /// the axis value (or the `include` that added it), so that `--dry-run` says so instead of
 /// every such cell failing at run time. A `command` workload's models are its own, and
-/// [`expand::expand`] stays a pure function of the matrix text, so this check sits here, on
-/// the path from a matrix file to cells that will run.
-fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError> {
+/// expansion stays a pure function of the matrix text, so this check sits here, on the path
+/// from a matrix file to cells that will run: it is given to the expansion as the check of
+/// each cell that runs.
+fn model_check<'s>(
+    spec: &'s spec::MatrixSpec,
+    src: &'s parse::Source,
+) -> impl FnMut(&Cell) -> Result<(), MatrixError> + 's {
     use crate::workload::models::presets;
-    for cell in &exp.cells {
+    // Listed once: the presets are built afresh by each call of `presets::all`.
+    let known: Vec<&'static str> = presets::all().iter().map(|c| c.name).collect();
+    move |cell: &Cell| {
         if cell.params.workload != crate::cell::Workload::Builtin {
-            continue;
+            return Ok(());
         }
         let Some(v) = cell.values.get("model") else {
-            continue;
+            return Ok(());
         };
-        let name = v.id_fragment();
-        if presets::get(&name).is_some() {
-            continue;
+        let name = v.fragment();
+        if known.contains(&name.as_ref()) {
+            return Ok(());
         }
-        let at = match exp.spec.axes.get("model") {
+        let at = match spec.axes.get("model") {
             Some(spec::AxisSpec::Values(vs)) => vs
                 .iter()
                 .position(|w| expand::value_eq(v, w))
                 .map(|i| format!("axes.model[{i}]")),
             _ => None,
         };
-        let known: Vec<&str> = presets::all().iter().map(|c| c.name).collect();
-        return Err(src.error_at(
+        Err(src.error_at(
             at.as_deref().unwrap_or("include"),
             format!(
                 "cell `{}`: the built-in workload has no model `{name}` (known: {}); a \
@@ -128,9 +134,8 @@ fn check_models(exp: &Expansion, src: &parse::Source) -> Result<(), MatrixError>
                 cell.id,
                 known.join(", ")
             ),
-        ));
+        ))
     }
-    Ok(())
 }
 
 /// Refuses a framework workload whose `kind` no adapter has, at its `kind` key, with the
@@ -172,9 +177,10 @@ pub(crate) fn load_within(
 ) -> Result<Expansion, MatrixError> {
     let (spec, src) = parse::parse_file(path)?;
     check_workloads(&spec, &src)?;
-    let exp = from_spec_within(spec, &src, filters, budget)?;
-    check_models(&exp, &src)?;
-    Ok(exp)
+    let plan = Plan::new(&spec, &src, budget, filters, &mut model_check(&spec, &src))?;
+    let parts = collect(&plan);
+    drop(plan);
+    Ok(parts.into_expansion(spec, &src))
 }
 
 /// Expands an already-parsed matrix within the default budget and applies `filters`.
@@ -193,34 +199,45 @@ pub fn from_spec_within(
     filters: &[String],
     budget: budget::Budget,
 ) -> Result<Expansion, MatrixError> {
-    let expanded = expand::expand_within(&spec, src, budget)?;
-    let compiled = filters
-        .iter()
-        .map(|f| Filter::parse(f, &expanded.vocab).map_err(MatrixError::Filter))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut cells = Vec::with_capacity(expanded.cells.len());
-    let mut dropped = expanded.dropped;
-    for cell in expanded.cells {
-        match compiled.iter().find(|f| !f.matches(&cell)) {
-            None => cells.push(cell),
-            Some(f) => dropped.push(Dropped {
-                cell,
-                by: format!("--filter '{}'", f.source()),
-                reason: "not selected by the filter".to_string(),
-            }),
+    let plan = Plan::new(&spec, src, budget, filters, &mut |_| Ok(()))?;
+    let parts = collect(&plan);
+    drop(plan);
+    Ok(parts.into_expansion(spec, src))
+}
+
+/// An [`Expansion`] but for the matrix it came from.
+struct Collected {
+    combinations: usize,
+    cells: Vec<Cell>,
+    dropped: Vec<Dropped>,
+    warnings: Vec<String>,
+    vocab: Vocabulary,
+}
+
+/// Every cell of `plan`, built: what a run needs.
+fn collect(plan: &Plan) -> Collected {
+    Collected {
+        combinations: plan.combinations,
+        cells: plan.cells().collect(),
+        dropped: plan.dropped().collect(),
+        warnings: plan.warnings.clone(),
+        vocab: plan.vocab.clone(),
+    }
+}
+
+impl Collected {
+    fn into_expansion(self, spec: spec::MatrixSpec, src: &parse::Source) -> Expansion {
+        Expansion {
+            name: budget::matrix_name(&spec, src),
+            file: src.path.clone(),
+            spec,
+            combinations: self.combinations,
+            cells: self.cells,
+            dropped: self.dropped,
+            warnings: self.warnings,
+            vocab: self.vocab,
         }
     }
-    let name = budget::matrix_name(&spec, src);
-    Ok(Expansion {
-        name,
-        file: src.path.clone(),
-        spec,
-        combinations: expanded.combinations,
-        cells,
-        dropped,
-        warnings: expanded.warnings,
-        vocab: expanded.vocab,
-    })
 }
 
 /// Parses filter expressions against a known vocabulary (e.g. one rebuilt from results),

@@ -204,6 +204,68 @@ pub(crate) fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
+/// What the shim's shell runs: `$0` is bench's pid, the rest the worker's command line.
+/// A worker whose parent is no longer bench (it died before setpriv set the death signal)
+/// would outlive it, so it stops there instead, as the fork path's check does.
+const SHIM_SCRIPT: &str = r#"[ "$PPID" = "$0" ] || { echo "bench exited before the worker started" >&2; exit 1; }; exec "$@""#;
+
+/// `setpriv` when it can set the parent-death signal (util-linux 2.33 or later), found once.
+///
+/// Setting the signal in the child needs code between fork and exec, and with such code
+/// the standard library forks bench instead of using `posix_spawn`. bench maps libtorch
+/// (hundreds of MB): copying its page tables at fork and dropping them at exec took most
+/// of the runner's time per cell (a profile of 60 trivial cells: 41% of all samples in
+/// `copy_page_range` and `unmap_page_range`, about 30 ms per cell on a loaded 2-core
+/// machine). Started through setpriv, the worker is spawned without a fork of bench, and
+/// still dies with it. Without setpriv the fork path stays.
+fn pdeathsig_shim() -> Option<&'static Path> {
+    static SHIM: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let setpriv = find_in_path(Path::new("setpriv"), None)?;
+        let help = std::process::Command::new(&setpriv)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&help.stdout);
+        (text.contains("--pdeathsig") && Path::new("/bin/sh").exists()).then_some(setpriv)
+    })
+    .as_deref()
+}
+
+/// Whether `program` names an executable file (through `PATH`, the worker's own when its
+/// environment sets one): the shim's shell would report a missing program as exit 127,
+/// where a spawn reports it as a spawn failure with the system's words, so such a program
+/// takes the fork path.
+fn resolvable(program: &Path, env: &[(String, String)]) -> bool {
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    find_in_path(program, path).is_some()
+}
+
+/// `program` as `execvp` would find it: a name with a `/` as it is, any other in `PATH`.
+fn find_in_path(program: &Path, path: Option<&str>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return executable(program).then(|| program.to_path_buf());
+    }
+    let path = match path {
+        Some(p) => p.to_string(),
+        None => std::env::var("PATH").ok()?,
+    };
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+}
+
 /// The `BENCH_CELL_ID` an attempt's processes carry (and pass to their descendants).
 fn cell_id(spec: &AttemptSpec) -> Option<String> {
     spec.plan
@@ -227,12 +289,8 @@ fn reap_orphans(cell: &str) {
     let me = std::process::id();
     let needle = format!("BENCH_CELL_ID={cell}");
     for _ in 0..16 {
-        let orphans: Vec<i32> = std::fs::read_dir("/proc")
+        let orphans: Vec<i32> = children_of(me)
             .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| parent_of(*pid) == Some(me))
             .filter(|pid| {
                 std::fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
@@ -247,6 +305,38 @@ fn reap_orphans(cell: &str) {
             let _ = waitpid(pid, None);
         }
     }
+}
+
+/// The pids of `me`'s children. Each thread's `/proc/<me>/task/<tid>/children` lists the
+/// children it started or was given as subreaper, so this reads a handful of small files
+/// instead of every process on the host: a scan of all of `/proc` after every cell cost a
+/// few milliseconds per hundred processes, a real part of a short cell on a busy runner.
+/// Kernels built without those files fall back to that scan.
+fn children_of(me: u32) -> Vec<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{me}/task"));
+    let mut lists = tasks
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|t| std::fs::read_to_string(t.path().join("children")))
+        .peekable();
+    if lists.peek().is_some_and(Result::is_ok) {
+        return lists
+            .flatten()
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+    }
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| parent_of(*pid) == Some(me))
+        .collect()
 }
 
 /// The parent pid of `pid` from `/proc/<pid>/stat` (the field after the parenthesised
@@ -315,33 +405,54 @@ pub(crate) async fn execute(
     let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
     let mut pgids: Vec<Pid> = Vec::with_capacity(n);
     for (i, p) in spec.plan.procs.iter().enumerate() {
-        let mut cmd = tokio::process::Command::new(&p.program);
-        cmd.args(&p.args)
-            .envs(p.env.iter().map(|(k, v)| (k, v)))
+        let bench_pid = nix::unistd::getpid();
+        let shim = pdeathsig_shim().filter(|_| resolvable(&p.program, &p.env));
+        let mut cmd = match shim {
+            // posix_spawn (no fork of bench, see `pdeathsig_shim`): setpriv sets the death
+            // signal, then the shell checks that bench is still its parent and becomes
+            // the worker (the signal survives both execs; the pid, and so the process
+            // group, stay the worker's).
+            Some(setpriv) => {
+                let mut c = tokio::process::Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--", "/bin/sh", "-c", SHIM_SCRIPT])
+                    .arg(bench_pid.to_string())
+                    .arg(&p.program)
+                    .args(&p.args);
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new(&p.program);
+                c.args(&p.args);
+                // SAFETY: between fork and exec the closure only makes async-signal-safe
+                // system calls (prctl, getppid) and touches no memory the parent shares.
+                unsafe {
+                    c.pre_exec(move || {
+                        // The worker dies with bench, even when bench is killed with
+                        // SIGKILL and can stop nothing itself (the signal survives exec,
+                        // not a fork: the worker's own children are ended by
+                        // `reap_orphans` or by its group).
+                        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                            .map_err(std::io::Error::from)?;
+                        // bench may have died before the call above: then nothing would
+                        // come.
+                        if nix::unistd::getppid() != bench_pid {
+                            return Err(std::io::Error::other(
+                                "bench exited before the worker started",
+                            ));
+                        }
+                        Ok(())
+                    });
+                }
+                c
+            }
+        };
+        cmd.envs(p.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // A new group led by the worker: signals reach its whole tree.
             .process_group(0)
             .kill_on_drop(true);
-        let bench_pid = nix::unistd::getpid();
-        // SAFETY: between fork and exec the closure only makes async-signal-safe system
-        // calls (prctl, getppid) and touches no memory the parent shares.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The worker dies with bench, even when bench is killed with SIGKILL and
-                // can stop nothing itself (the signal survives exec, not a fork: the
-                // worker's own children are ended by `reap_orphans` or by its group).
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
-                // bench may have died before the call above: then nothing would come.
-                if nix::unistd::getppid() != bench_pid {
-                    return Err(std::io::Error::other(
-                        "bench exited before the worker started",
-                    ));
-                }
-                Ok(())
-            });
-        }
         match cmd.spawn() {
             Ok(mut child) => {
                 if let Some(id) = child.id() {

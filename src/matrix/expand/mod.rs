@@ -12,39 +12,47 @@
 //!    parameters, then parameters set by `include`; then derived values;
 //! 7. cell ids, which must be unique.
 //!
-//! Filters are applied afterwards by the caller.
+//! 8. `--filter` expressions, when the caller gives any.
 //!
-//! The order lives in one place, [`expand_within`]; the steps' own rules live beside it:
-//! [`validate`] checks axes and overrides, [`rules`] compiles and matches `rules:`, and
+//! The order lives in one place, [`plan::Plan`], which walks the product once to decide
+//! each combination's fate and keeps only those fates, rebuilding cells when asked (a dry
+//! run of a million combinations writes them one by one); the steps' own rules live beside
+//! it: [`validate`] checks axes and overrides, [`rules`] compiles and matches `rules:`, and
 //! [`params`] resolves each cell's parameters.
 
 mod params;
+pub(crate) mod plan;
+#[cfg(test)]
+mod reference;
 mod rules;
 mod validate;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use indexmap::IndexMap;
-use itertools::Itertools;
 
+#[cfg(test)]
 use super::budget::Budget;
 use super::filter::Vocabulary;
 use super::parse::Source;
 use super::spec::{MatrixSpec, PARAM_NAMES};
-use super::{Dropped, MatrixError};
-use crate::cell::{Cell, Value};
+#[cfg(test)]
+use super::Dropped;
+use super::MatrixError;
+#[cfg(test)]
+use crate::cell::Cell;
+use crate::cell::{CellId, Value};
 
-use self::params::ParamBuilder;
-use self::rules::{compile_rules, rule_label, CompiledRule};
+use self::validate::unknown_axis;
 pub(crate) use self::validate::MAX_GPUS;
-use self::validate::{check_cell_values, unknown_axis, validate_axes, validate_overrides};
 
 /// A surviving combination before parameters: its values, and parameters set by include.
 type Draft = (IndexMap<String, Value>, Vec<(String, Value)>);
 /// One dimension of the product: each choice sets one or more (axis, value index) pairs.
 type Dimension = Vec<Vec<(usize, usize)>>;
 
-/// The cells of a matrix before filtering.
+/// The cells of a matrix before filtering, collected (for the tests).
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub(crate) struct Expanded {
     pub cells: Vec<Cell>,
@@ -107,102 +115,21 @@ pub(crate) fn expand(spec: &MatrixSpec, src: &Source) -> Result<Expanded, Matrix
     expand_within(spec, src, Budget::default())
 }
 
-/// Expands `spec` into cells, refusing it before any value is generated when it would
-/// exceed `budget` (see [`super::budget`]).
+/// Expands `spec` into cells (no filters), refusing it before any value is generated when
+/// it would exceed `budget` (see [`super::budget`]).
+#[cfg(test)]
 pub(crate) fn expand_within(
     spec: &MatrixSpec,
     src: &Source,
     budget: Budget,
 ) -> Result<Expanded, MatrixError> {
-    super::budget::check(spec, src, budget)?;
-    let axes = validate_axes(spec, src)?;
-    let axis_index: HashMap<&str, usize> = axes
-        .iter()
-        .enumerate()
-        .map(|(i, a)| (a.name.as_str(), i))
-        .collect();
-    let set_axes: HashSet<String> = axes
-        .iter()
-        .filter(|a| a.is_set)
-        .map(|a| a.name.clone())
-        .collect();
-    let dims = dimensions(spec, src, &axes, &axis_index)?;
-    validate_overrides(spec, src, &axes, &axis_index)?;
-    let vocab = vocabulary(spec, &axes);
-    let rules = compile_rules(spec, src, &axes, &axis_index, &vocab)?;
-    let builder = ParamBuilder::new(spec, src)?;
-
-    // The product, first dimension slowest.
-    let combinations: usize = dims.iter().map(Vec::len).product();
-    let mut kept: Vec<Draft> = Vec::new();
-    let mut dropped = Vec::new();
-    let mut rule_hits = vec![0usize; rules.len()];
-    for combo in dims.iter().map(|d| d.iter()).multi_cartesian_product() {
-        let mut picked: Vec<(usize, usize)> = combo.into_iter().flatten().copied().collect();
-        picked.sort_unstable();
-        let values: IndexMap<String, Value> = picked
-            .iter()
-            .map(|&(a, v)| (axes[a].name.clone(), axes[a].values[v].clone()))
-            .collect();
-        // A cell that a rule drops may have parameters that do not derive (e.g. a global
-        // batch that its GPU count does not divide); rules still see it, with the
-        // parameters as far as they resolve, and only kept cells must derive cleanly.
-        let cell = builder
-            .cell(values.clone(), &[])
-            .unwrap_or_else(|_| builder.lenient(values.clone()));
-        let mut first: Option<&CompiledRule> = None;
-        for (i, r) in rules.iter().enumerate() {
-            if r.matcher.matches(&cell, &set_axes) {
-                rule_hits[i] += 1;
-                first.get_or_insert(r);
-            }
-        }
-        match first {
-            Some(r) => dropped.push(Dropped {
-                by: rule_label(r),
-                reason: r.rule.reason.clone(),
-                cell,
-            }),
-            // A framework adapter drops what its framework cannot express, like a rule.
-            None => match crate::external::unexpressible(&cell) {
-                Some((by, reason)) => dropped.push(Dropped { by, reason, cell }),
-                None => kept.push((values, Vec::new())),
-            },
-        }
-    }
-    // Dimensions are never empty (validated), so the product always has a first element;
-    // `multi_cartesian_product` of zero dimensions yields nothing, which cannot happen as a
-    // matrix has at least one axis.
-
-    let mut warnings = Vec::new();
-    for (r, hits) in rules.iter().zip(&rule_hits) {
-        if *hits == 0 {
-            let path = format!("rules[{}]", r.index);
-            let loc = match src.key_pos(&path) {
-                Some(p) => format!("{}:{}:{}: ", src.path.display(), p.line, p.column),
-                None => format!("{}: ", src.path.display()),
-            };
-            warnings.push(format!("{loc}{} matches no cell", rule_label(r)));
-        }
-    }
-
-    apply_include(spec, &axis_index, &mut kept);
-
-    let mut cells = Vec::with_capacity(kept.len());
-    for (values, include_params) in kept {
-        let cell = builder.cell(values, &include_params)?;
-        check_cell_values(&cell, &axes, src)?;
-        cells.push(cell);
-    }
-    check_unique_ids(&cells, src)?;
-
-    let vocab = filter_vocabulary(vocab, spec, &axis_index);
+    let plan = plan::Plan::new(spec, src, budget, &[], &mut |_| Ok(()))?;
     Ok(Expanded {
-        cells,
-        dropped,
-        warnings,
-        vocab,
-        combinations,
+        cells: plan.cells().collect(),
+        dropped: plan.dropped().collect(),
+        warnings: plan.warnings.clone(),
+        vocab: plan.vocab.clone(),
+        combinations: plan.combinations,
     })
 }
 
@@ -318,78 +245,17 @@ fn filter_vocabulary(
     vocab
 }
 
-/// GitHub Actions `include`: extend matching original cells without overwriting original
-/// values; an entry that matches no original cell becomes a new cell. Cells added by
-/// include are never matched by later entries (as in GitHub Actions).
-fn apply_include(spec: &MatrixSpec, axis_index: &HashMap<&str, usize>, kept: &mut Vec<Draft>) {
-    let originals = kept.len();
-    for entry in &spec.include {
-        let mut matched = false;
-        for (values, params) in kept.iter_mut().take(originals) {
-            let fits = entry
-                .iter()
-                .filter(|(k, _)| axis_index.contains_key(k.as_str()))
-                .all(|(k, v)| values.get(k).is_some_and(|w| value_eq(v, w)));
-            if !fits {
-                continue;
-            }
-            matched = true;
-            for (k, v) in entry {
-                if axis_index.contains_key(k.as_str()) {
-                    continue;
-                }
-                if PARAM_NAMES.contains(&k.as_str()) {
-                    params.retain(|(n, _)| n != k);
-                    params.push((k.clone(), v.clone()));
-                } else {
-                    values.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        if !matched {
-            // New cell: declared axes first in axis order, then other keys in entry order,
-            // so its id reads like the others'.
-            let mut values: IndexMap<String, Value> = IndexMap::new();
-            let mut params = Vec::new();
-            let mut axis_keys: Vec<(&String, &Value)> = entry
-                .iter()
-                .filter(|(k, _)| axis_index.contains_key(k.as_str()))
-                .collect();
-            axis_keys.sort_by_key(|(k, _)| axis_index[k.as_str()]);
-            for (k, v) in axis_keys {
-                values.insert(k.clone(), v.clone());
-            }
-            for (k, v) in entry {
-                if axis_index.contains_key(k.as_str()) {
-                    continue;
-                }
-                if PARAM_NAMES.contains(&k.as_str()) {
-                    params.push((k.clone(), v.clone()));
-                } else {
-                    values.insert(k.clone(), v.clone());
-                }
-            }
-            kept.push((values, params));
-        }
-    }
-}
-
-fn check_unique_ids(cells: &[Cell], src: &Source) -> Result<(), MatrixError> {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (i, c) in cells.iter().enumerate() {
-        if let Some(j) = seen.insert(c.id.as_str(), i) {
-            return Err(src.error_at(
-                "axes",
-                format!(
-                    "duplicate cell id `{}` (cells #{} and #{}): axis values that differ only in such characters give the same id (characters outside [A-Za-z0-9._+-] become `_`); rename one",
-                    c.id,
-                    j + 1,
-                    i + 1
-                ),
-            ));
-        }
-    }
-    Ok(())
+/// The error for the cell at `position` whose id the cell at `earlier` already has
+/// (positions among the cells that survived the rules, counted from 0).
+fn duplicate_id(src: &Source, id: &CellId, earlier: usize, position: usize) -> MatrixError {
+    src.error_at(
+        "axes",
+        format!(
+            "duplicate cell id `{id}` (cells #{} and #{}): axis values that differ only in such characters give the same id (characters outside [A-Za-z0-9._+-] become `_`); rename one",
+            earlier + 1,
+            position + 1
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use indexmap::IndexMap;
 
 use super::MAX_GPUS;
-use crate::cell::{Cell, CellId, Params, Value};
+use crate::cell::{CellId, Params, Value};
 use crate::matrix::parse::Source;
 use crate::matrix::spec::{set_param, Explicit, MatrixSpec, PARAM_NAMES};
 use crate::matrix::MatrixError;
@@ -33,30 +33,30 @@ impl<'a> ParamBuilder<'a> {
         })
     }
 
-    pub(super) fn lenient(&self, values: IndexMap<String, Value>) -> Cell {
-        Cell {
-            id: CellId::from_values(&values),
-            values,
-            params: self.base.clone(),
-        }
+    /// The parameters before any cell's values: `defaults` over the built-in defaults.
+    /// A cell that a rule drops gets these when its own do not resolve.
+    pub(super) fn base(&self) -> &Params {
+        &self.base
     }
 
-    pub(super) fn cell(
+    /// The parameters of the cell with `values` and id `id`: defaults, overrides in axis
+    /// order, axis values named like parameters, `include_params`, then derived values.
+    pub(super) fn params(
         &self,
-        values: IndexMap<String, Value>,
+        values: &IndexMap<String, Value>,
+        id: &CellId,
         include_params: &[(String, Value)],
-    ) -> Result<Cell, MatrixError> {
+    ) -> Result<Params, MatrixError> {
         let mut p = self.base.clone();
         let mut explicit = self.base_explicit;
         for (axis, per_value) in &self.spec.overrides {
             let Some(v) = values.get(axis) else { continue };
-            if let Some(patch) = per_value.get(&v.id_fragment()) {
+            if let Some(patch) = per_value.get(v.fragment().as_ref()) {
                 // Validated in validate_overrides, so this cannot fail.
                 let _ = patch.apply(&mut p, &mut explicit);
             }
         }
-        let id = CellId::from_values(&values);
-        for (name, v) in &values {
+        for (name, v) in values {
             if PARAM_NAMES.contains(&name.as_str()) {
                 set_param(&mut p, &mut explicit, name, v)
                     .map_err(|m| self.src.error_at(&format!("axes.{name}"), m))?;
@@ -66,52 +66,44 @@ impl<'a> ParamBuilder<'a> {
             set_param(&mut p, &mut explicit, name, v)
                 .map_err(|m| self.src.error_at("include", format!("cell `{id}`: {m}")))?;
         }
-        let cell = Cell {
-            id,
-            values,
-            params: p,
-        };
-        derive(cell, explicit, self.src)
+        derive(values, id, &mut p, explicit, self.src)?;
+        Ok(p)
     }
 }
 
 /// global_batch = gpus x micro_batch x grad_accum unless set; when it is set and grad_accum
 /// is not, grad_accum follows from it.
-pub(super) fn derive(
-    mut cell: Cell,
+fn derive(
+    values: &IndexMap<String, Value>,
+    id: &CellId,
+    p: &mut Params,
     explicit: Explicit,
     src: &Source,
-) -> Result<Cell, MatrixError> {
+) -> Result<(), MatrixError> {
     // An `include` entry may set `gpus` too, so the range is checked here for every cell
     // (`Cell::gpus` would saturate 4294967296 to 4294967295).
-    if let Some(g) = cell.values.get("gpus") {
+    let gpus_value = values.get("gpus");
+    if let Some(g) = gpus_value {
         if !matches!(g, Value::Int(n) if (0..=MAX_GPUS).contains(n)) {
             return Err(src.error_at(
                 "axes.gpus",
-                format!(
-                    "cell `{}`: `gpus` value `{g}` must be an integer from 0 to {MAX_GPUS}",
-                    cell.id
-                ),
+                format!("cell `{id}`: `gpus` value `{g}` must be an integer from 0 to {MAX_GPUS}"),
             ));
         }
     }
-    let gpus = cell.gpus();
-    let p = &mut cell.params;
+    let gpus = crate::cell::gpus_of(gpus_value);
     if p.micro_batch == 0 || p.grad_accum == 0 || p.seq_len == 0 || p.steps == 0 {
         return Err(src.error_at(
             "defaults",
-            format!(
-                "cell `{}`: steps, seq_len, micro_batch and grad_accum must be at least 1",
-                cell.id
-            ),
+            format!("cell `{id}`: steps, seq_len, micro_batch and grad_accum must be at least 1"),
         ));
     }
     if p.warmup >= p.steps {
         return Err(src.error_at(
             "defaults.warmup",
             format!(
-                "cell `{}`: warmup ({}) must be less than steps ({}) so that some steps are measured",
-                cell.id, p.warmup, p.steps
+                "cell `{id}`: warmup ({}) must be less than steps ({}) so that some steps are measured",
+                p.warmup, p.steps
             ),
         ));
     }
@@ -121,8 +113,7 @@ pub(super) fn derive(
             src.error_at(
                 "defaults",
                 format!(
-                    "cell `{}`: {what} = {a} x {b} does not fit in a batch size (at most {})",
-                    cell.id,
+                    "cell `{id}`: {what} = {a} x {b} does not fit in a batch size (at most {})",
                     u32::MAX
                 ),
             )
@@ -136,8 +127,8 @@ pub(super) fn derive(
             return Err(src.error_at(
                 "defaults.global_batch",
                 format!(
-                    "cell `{}`: global_batch {} is not a multiple of gpus x micro_batch = {per_step}",
-                    cell.id, p.global_batch
+                    "cell `{id}`: global_batch {} is not a multiple of gpus x micro_batch = {per_step}",
+                    p.global_batch
                 ),
             ));
         }
@@ -146,12 +137,11 @@ pub(super) fn derive(
         return Err(src.error_at(
             "defaults.global_batch",
             format!(
-                "cell `{}`: global_batch {} != gpus x micro_batch x grad_accum = {}",
-                cell.id,
+                "cell `{id}`: global_batch {} != gpus x micro_batch x grad_accum = {}",
                 p.global_batch,
                 u64::from(per_step) * u64::from(p.grad_accum)
             ),
         ));
     }
-    Ok(cell)
+    Ok(())
 }

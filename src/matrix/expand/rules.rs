@@ -39,7 +39,9 @@ pub(super) fn match_value(actual: Option<&Value>, want: &MatchValue, is_set_axis
     };
     match want {
         // On a scalar axis a list of strings is a list of alternatives.
-        MatchValue::One(Value::Set(alts)) if !is_set_axis => alts.contains(&actual.id_fragment()),
+        MatchValue::One(Value::Set(alts)) if !is_set_axis => {
+            alts.contains(actual.fragment().as_ref())
+        }
         MatchValue::One(v) => value_eq(actual, v),
         MatchValue::AnyOf(vs) => vs.iter().any(|v| value_eq(actual, v)),
     }
@@ -58,7 +60,7 @@ pub(super) fn partial_match(
 pub(super) fn has_flag(cell: &Cell, flag: &str) -> bool {
     cell.values.values().any(|v| match v {
         Value::Set(s) => s.contains(flag),
-        other => other.id_fragment() == flag,
+        other => other.fragment() == flag,
     })
 }
 

@@ -1,5 +1,7 @@
 //! Evaluating a parsed filter against a cell.
 
+use std::borrow::Cow;
+
 use super::{Expr, Op, Operand};
 use crate::cell::{Cell, Value};
 
@@ -20,18 +22,20 @@ pub(super) fn text_matches(value: &Value, text: &str, is_set: bool) -> bool {
             Ok(n) => value.as_f64() == Some(n),
             Err(_) => false,
         },
-        other => other.id_fragment() == text,
+        other => other.fragment() == text,
     }
 }
 
 /// The value of `name` in `cell`: an axis value, else a parameter, else (for `id`) the
-/// cell id.
-pub(super) fn lookup(cell: &Cell, name: &str) -> Option<Value> {
+/// cell id. An axis value is borrowed: filters and `when:` rules look up a value in every
+/// cell of the product.
+pub(super) fn lookup<'c>(cell: &'c Cell, name: &str) -> Option<Cow<'c, Value>> {
     if let Some(v) = cell.values.get(name) {
-        return Some(v.clone());
+        return Some(Cow::Borrowed(v));
     }
     crate::matrix::spec::param_value(&cell.params, name)
         .or_else(|| (name == super::ID_NAME).then(|| Value::Str(cell.id.as_str().to_string())))
+        .map(Cow::Owned)
 }
 
 pub(super) fn eval(e: &Expr, cell: &Cell) -> bool {
@@ -42,8 +46,8 @@ pub(super) fn eval(e: &Expr, cell: &Cell) -> bool {
         Expr::Word(w) => {
             cell.id.as_str().contains(w.as_str())
                 || cell.values.values().any(|v| match v {
-                    Value::Set(s) => s.contains(w) || v.id_fragment() == *w,
-                    other => other.id_fragment() == *w,
+                    Value::Set(s) => s.contains(w) || v.fragment() == w.as_str(),
+                    other => other.fragment() == w.as_str(),
                 })
         }
         Expr::Has(flag) => cell
@@ -56,13 +60,14 @@ pub(super) fn eval(e: &Expr, cell: &Cell) -> bool {
                 // equals anything, so only `!=` holds.
                 return *op == Op::Ne;
             };
+            let actual: &Value = &actual;
             let is_set = matches!(actual, Value::Set(_));
             match (op, value) {
-                (Op::Eq, Operand::Regex(re)) => re.is_match(&actual.id_fragment()),
-                (Op::Ne, Operand::Regex(re)) => !re.is_match(&actual.id_fragment()),
-                (Op::Eq, Operand::Text(t)) => text_matches(&actual, t, is_set),
-                (Op::Ne, Operand::Text(t)) => !text_matches(&actual, t, is_set),
-                (Op::Contains, Operand::Text(t)) => actual.id_fragment().contains(t.as_str()),
+                (Op::Eq, Operand::Regex(re)) => re.is_match(&actual.fragment()),
+                (Op::Ne, Operand::Regex(re)) => !re.is_match(&actual.fragment()),
+                (Op::Eq, Operand::Text(t)) => text_matches(actual, t, is_set),
+                (Op::Ne, Operand::Text(t)) => !text_matches(actual, t, is_set),
+                (Op::Contains, Operand::Text(t)) => actual.fragment().contains(t.as_str()),
                 (Op::Contains, Operand::Regex(_)) => false,
                 (cmp, Operand::Text(t)) => {
                     let (Some(a), Ok(b)) = (actual.as_f64(), t.parse::<f64>()) else {

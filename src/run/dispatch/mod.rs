@@ -136,25 +136,21 @@ pub(crate) async fn run(
         .into_iter()
         .map(|c| (c.id.clone(), c))
         .collect();
-    let mut book = Book {
-        dir: dir.clone(),
-        doc,
-        slots: vec![None; cells.len()],
-        others: vec![],
-    };
     let mut pending: Vec<usize> = Vec::new();
-    let mut resumed = 0;
+    let mut kept = Vec::new();
     for (i, cell) in cells.iter().enumerate() {
         match prior.remove(&cell.id) {
-            Some(r) if is_finished(&r.outcome) => {
-                book.slots[i] = Some(r);
-                resumed += 1;
-            }
+            Some(r) if is_finished(&r.outcome) => kept.push((i, r)),
             _ => pending.push(i),
         }
     }
-    book.others = prior.into_values().collect();
-    book.others.sort_by(|a, b| a.id.cmp(&b.id));
+    let resumed = kept.len();
+    let mut others: Vec<CellResult> = prior.into_values().collect();
+    others.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut book = Book::new(dir.clone(), doc, cells.len(), others)?;
+    for (i, r) in kept {
+        book.set(i, r)?;
+    }
 
     reporter.on_event(&RunEvent::RunStarted {
         run_id: book.doc.run_id.clone(),
@@ -164,11 +160,11 @@ pub(crate) async fn run(
         gpu_slots: launcher.gpu_slots(),
         slurm: launcher.describe(config.jobs),
     });
-    for slot in book.slots.iter().flatten() {
+    for slot in book.results() {
         finish(reporter, slot, true);
     }
     book.save()?;
-    for slot in book.slots.iter().flatten() {
+    for slot in book.results() {
         saved(reporter, &book.doc, slot);
     }
 
@@ -179,7 +175,7 @@ pub(crate) async fn run(
             Some(reason) => {
                 let r = skipped(&cells[i], reason);
                 finish(reporter, &r, false);
-                book.slots[i] = Some(r.clone());
+                book.set(i, r.clone())?;
                 book.save()?;
                 saved(reporter, &book.doc, &r);
             }
@@ -321,7 +317,7 @@ impl Dispatcher<'_> {
             self.failures += 1;
         }
         finish(self.reporter, &result, false);
-        self.book.slots[i] = Some(result.clone());
+        self.book.set(i, result.clone())?;
         self.book.save()?;
         saved(self.reporter, &self.book.doc, &result);
         if self.stop.is_none() {
@@ -369,7 +365,7 @@ impl Dispatcher<'_> {
             for &i in &self.pending {
                 let r = skipped(&self.cells[i], format!("not run: {why}"));
                 finish(self.reporter, &r, false);
-                self.book.slots[i] = Some(r);
+                self.book.set(i, r)?;
             }
         }
         if let Some(message) = node_env::submit_host_warning(&self.book.doc) {
@@ -379,7 +375,7 @@ impl Dispatcher<'_> {
         self.book.doc.finished_at = Some(now_rfc3339());
         self.book.save()?;
         let (mut passed, mut failed, mut skipped_n) = (0, 0, 0);
-        for r in self.book.slots.iter().flatten() {
+        for r in self.book.results() {
             match r.outcome {
                 Outcome::Passed => passed += 1,
                 Outcome::Failed { .. } | Outcome::TimedOut { .. } => failed += 1,
@@ -396,9 +392,10 @@ impl Dispatcher<'_> {
         if let Some(e) = self.refused {
             return Err(e);
         }
+        let (run_dir, results) = self.book.finish();
         Ok(RunOutcome {
-            run_dir: self.book.dir,
-            results: self.book.doc,
+            run_dir,
+            results,
             interrupted: self.interrupted,
             telemetry: None,
         })

@@ -154,12 +154,7 @@ pub(crate) fn on_report(
             let was = &book.doc.environment.hardware_key;
             if was != &adopted.hardware_key
                 && book.doc.environment_source == Some(EnvironmentSource::SubmitHost)
-                && book
-                    .slots
-                    .iter()
-                    .flatten()
-                    .chain(book.others.iter())
-                    .any(|c| c.outcome == Outcome::Passed)
+                && book.all().any(|c| c.outcome == Outcome::Passed)
             {
                 reporter.on_event(&RunEvent::Warning {
                     message: format!(

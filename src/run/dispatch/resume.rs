@@ -147,23 +147,244 @@ pub(crate) fn open_run(
 }
 
 /// The results being built: the document's header plus one slot per expansion cell.
+///
+/// `results.json` is rewritten whole after every cell. Each cell's JSON is rendered once,
+/// when its slot is set, and every save splices those renderings into the header's: a save
+/// then costs a copy of the document's bytes, not a clone and a fresh serialization of
+/// every cell finished so far, which made a run of thousands of short cells quadratic.
 pub(crate) struct Book {
     pub dir: PathBuf,
+    /// The document's header; its `cells` stay empty until [`Book::finish`].
     pub doc: RunResults,
-    pub slots: Vec<Option<CellResult>>,
+    slots: Vec<Option<Rendered>>,
     /// Cells of a resumed run that the current expansion no longer has: kept, not run.
-    pub others: Vec<CellResult>,
+    others: Vec<Rendered>,
+    /// `doc.dropped` rendered, with how many cells it held then.
+    dropped: Option<(usize, Vec<u8>)>,
+}
+
+/// A cell's result and its JSON as it stands in the document.
+struct Rendered {
+    result: CellResult,
+    json: Vec<u8>,
+}
+
+impl Rendered {
+    fn new(result: CellResult) -> Result<Rendered, RunError> {
+        let json = element_json(&result)?;
+        Ok(Rendered { result, json })
+    }
+}
+
+/// `value` as `serde_json::to_vec_pretty` writes it as an element of a list that is a field
+/// of the document: the same text, every line after the first indented by four spaces
+/// more. (JSON strings hold no raw newline, so every newline is between tokens.)
+fn element_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, RunError> {
+    let text = serde_json::to_vec_pretty(value).map_err(encode_error)?;
+    let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+    for &b in &text {
+        out.push(b);
+        if b == b'\n' {
+            out.extend_from_slice(b"    ");
+        }
+    }
+    Ok(out)
+}
+
+fn encode_error(e: serde_json::Error) -> RunError {
+    RunError::Results(crate::results::ResultsError::Write {
+        path: PathBuf::from(RunResults::FILE),
+        source: std::io::Error::other(e),
+    })
+}
+
+/// Replaces the empty list of the document's top-level field `key` in `doc` (as
+/// `to_vec_pretty` wrote it: `\n  "key": []`) with `elements`, each rendered by
+/// [`element_json`]. Only a top-level key has exactly two spaces of indentation.
+fn splice<'e>(doc: &mut Vec<u8>, key: &str, elements: impl Iterator<Item = &'e [u8]>) {
+    let marker = format!("\n  \"{key}\": []");
+    let Some(at) = doc
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+    else {
+        return;
+    };
+    let list_at = at + marker.len() - 2;
+    let mut elements = elements.peekable();
+    if elements.peek().is_none() {
+        return;
+    }
+    // Copied slice by slice into a new buffer: a document of thousands of cells is
+    // megabytes, and moving it byte by byte (as `Vec::splice` did) was most of a save.
+    let mut out = Vec::with_capacity(doc.len() + (1 << 16));
+    out.extend_from_slice(&doc[..list_at]);
+    out.push(b'[');
+    for (i, e) in elements.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\n    ");
+        out.extend_from_slice(e);
+    }
+    out.extend_from_slice(b"\n  ]");
+    out.extend_from_slice(&doc[list_at + 2..]);
+    *doc = out;
 }
 
 impl Book {
-    pub(crate) fn save(&mut self) -> Result<(), RunError> {
-        self.doc.cells = self
+    /// A book for `slots` cells of the expansion, and `others` kept from a resumed run.
+    pub(crate) fn new(
+        dir: PathBuf,
+        doc: RunResults,
+        slots: usize,
+        others: Vec<CellResult>,
+    ) -> Result<Book, RunError> {
+        Ok(Book {
+            dir,
+            doc,
+            slots: (0..slots).map(|_| None).collect(),
+            others: others
+                .into_iter()
+                .map(Rendered::new)
+                .collect::<Result<_, _>>()?,
+            dropped: None,
+        })
+    }
+
+    /// Records the result of cell `i` (rendering it once for every later save).
+    pub(crate) fn set(&mut self, i: usize, result: CellResult) -> Result<(), RunError> {
+        self.slots[i] = Some(Rendered::new(result)?);
+        Ok(())
+    }
+
+    /// The results recorded for the expansion's cells, in expansion order.
+    pub(crate) fn results(&self) -> impl Iterator<Item = &CellResult> {
+        self.slots.iter().flatten().map(|r| &r.result)
+    }
+
+    /// Every cell of the document: the expansion's, then those kept from a resumed run.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &CellResult> {
+        self.results().chain(self.others.iter().map(|r| &r.result))
+    }
+
+    /// The document as `results.json` holds it: the header, every cell, the dropped ones.
+    fn render(&mut self) -> Result<Vec<u8>, RunError> {
+        let n = self.doc.dropped.len();
+        if self.dropped.as_ref().is_none_or(|(m, _)| *m != n) {
+            let mut json = Vec::new();
+            for (i, d) in self.doc.dropped.iter().enumerate() {
+                if i > 0 {
+                    json.extend_from_slice(b",\n    ");
+                }
+                json.extend_from_slice(&element_json(d)?);
+            }
+            self.dropped = Some((n, json));
+        }
+        // The header with both lists empty; they are spliced in below.
+        let dropped = std::mem::take(&mut self.doc.dropped);
+        let cells = std::mem::take(&mut self.doc.cells);
+        let head = serde_json::to_vec_pretty(&self.doc).map_err(encode_error);
+        self.doc.dropped = dropped;
+        self.doc.cells = cells;
+        let mut doc = head?;
+        let cells = self
             .slots
             .iter()
             .flatten()
             .chain(self.others.iter())
-            .cloned()
+            .map(|r| r.json.as_slice());
+        splice(&mut doc, "cells", cells);
+        if let Some((_, json)) = self.dropped.as_ref().filter(|(n, _)| *n > 0) {
+            splice(&mut doc, "dropped", std::iter::once(json.as_slice()));
+        }
+        Ok(doc)
+    }
+
+    /// Writes `results.json` atomically (see [`RunResults::save_atomic`]).
+    pub(crate) fn save(&mut self) -> Result<(), RunError> {
+        let bytes = self.render()?;
+        let path = self.dir.join(RunResults::FILE);
+        crate::atomic::write(&path, &bytes).map_err(|source| {
+            RunError::Results(crate::results::ResultsError::Write { path, source })
+        })
+    }
+
+    /// The finished document, cells included.
+    pub(crate) fn finish(self) -> (PathBuf, RunResults) {
+        let mut doc = self.doc;
+        doc.cells = self
+            .slots
+            .into_iter()
+            .flatten()
+            .chain(self.others)
+            .map(|r| r.result)
             .collect();
-        self.doc.save_atomic(&self.dir).map_err(RunError::Results)
+        (self.dir, doc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::DroppedCell;
+
+    fn result(id: &str, reason: &str) -> CellResult {
+        serde_json::from_value(serde_json::json!({
+            "id": id,
+            "values": {"model": "gpt2-125m", "note": "a \"quoted\"\nline"},
+            "params": crate::cell::Params::default(),
+            "status": "failed",
+            "reason": reason,
+            "duration_s": 1.5,
+        }))
+        .unwrap()
+    }
+
+    /// What a save writes is what `to_vec_pretty` writes for the whole document.
+    #[test]
+    fn a_save_is_the_pretty_document() {
+        let doc: RunResults = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "run_id": "r", "matrix": "m.yaml", "matrix_name": "m",
+            "filters": ["x"], "started_at": "t", "environment": Environment::default(),
+            "cells": [], "dropped": [],
+        }))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let dropped = DroppedCell {
+            id: crate::cell::CellId("d".into()),
+            values: Default::default(),
+            by: "rules[0] exclude".into(),
+            reason: "why\nnot".into(),
+        };
+        for (cells, others, dropped) in [
+            (0, 0, vec![]),
+            (1, 0, vec![]),
+            (3, 2, vec![dropped.clone()]),
+            (0, 1, vec![dropped.clone(), dropped]),
+        ] {
+            let mut want = doc.clone();
+            want.dropped = dropped;
+            let mut book = Book::new(
+                dir.path().to_path_buf(),
+                want.clone(),
+                cells + 1,
+                (0..others)
+                    .map(|k| result(&format!("o{k}"), "old"))
+                    .collect(),
+            )
+            .unwrap();
+            for i in 0..cells {
+                book.set(i, result(&format!("c{i}"), "]\n  \"cells\": []"))
+                    .unwrap();
+            }
+            book.save().unwrap();
+            want.cells = book.all().cloned().collect();
+            let text = std::fs::read(dir.path().join(RunResults::FILE)).unwrap();
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                String::from_utf8(serde_json::to_vec_pretty(&want).unwrap()).unwrap()
+            );
+            assert_eq!(book.finish().1, want);
+        }
     }
 }
