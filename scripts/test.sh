@@ -4,6 +4,12 @@
 # shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r scripts/test-requirements.txt
+# DeepSpeed, for its CPU cell (tests/frameworks_e2e.rs): an sdist whose setup.py imports torch,
+# so it is built against the venv's torch (no build isolation), as pure Python: none of its
+# C++/CUDA ops are compiled (DS_BUILD_OPS=0; the adapter needs none of them).
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check setuptools wheel
+DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+  --no-build-isolation deepspeed==0.19.8
 export BENCH_PYTHON="$VENV/bin/python"
 # The fuzz targets (tests/fuzz.rs) run for a fixed budget: 45 s each, four targets, about
 # three minutes of CPU in all.

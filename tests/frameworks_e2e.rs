@@ -1,7 +1,8 @@
-//! A framework cell end to end through the built binary, on CPU: the Hugging Face Trainer
-//! (transformers and accelerate from scripts/test-requirements.txt, in the Python that
-//! `BENCH_PYTHON` names) trains bench's `llama-tiny` preset next to the built-in workload,
-//! from `matrix/frameworks-cpu.yaml`. CI sets BENCH_PYTHON, so the test cannot silently not
+//! Framework cells end to end through the built binary, on CPU: the Hugging Face Trainer
+//! (transformers and accelerate from scripts/test-requirements.txt) and DeepSpeed's engine
+//! (DeepSpeed 0.19.8 built with DS_BUILD_OPS=0 by scripts/test.sh), in the Python that
+//! `BENCH_PYTHON` names, train bench's `llama-tiny` preset next to the built-in workload,
+//! from `matrix/frameworks-cpu.yaml`. CI sets BENCH_PYTHON, so the tests cannot silently not
 //! run there.
 
 use std::process::Command;
@@ -11,19 +12,25 @@ use sha2::{Digest, Sha256};
 
 /// The Python with transformers and accelerate, or `None` (outside CI) when there is none.
 fn hf_python() -> Option<String> {
+    python_with("transformers, accelerate")
+}
+
+/// The Python (`BENCH_PYTHON`) that imports `modules`, or `None` outside CI when it does
+/// not; under CI a missing framework fails the test instead of skipping it.
+fn python_with(modules: &str) -> Option<String> {
     let py = std::env::var("BENCH_PYTHON").ok();
     let ok = py.as_ref().is_some_and(|py| {
         Command::new(py)
-            .args(["-c", "import transformers, accelerate"])
+            .args(["-c", &format!("import {modules}")])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "BENCH_PYTHON must name a python with transformers and accelerate when CI is set"
+            "BENCH_PYTHON must name a python with {modules} when CI is set"
         );
-        eprintln!("no BENCH_PYTHON with transformers: HF Trainer cell not run");
+        eprintln!("no BENCH_PYTHON with {modules}: cell not run");
         return None;
     }
     py
@@ -59,6 +66,10 @@ fn dry_run_lists_cells_per_framework_with_every_drop_reason() {
         "deepspeed.llama-3.1-8b-proxy.bf16.2gpu.fsdp.compile+sac",
         "maxtext.llama-3.1-8b-proxy.fp8.1gpu.fsdp.compile+sac",
         "workload megatron: Megatron-Core has no torch.compile",
+        "llmc.gpt2-125m.bf16.1gpu.single",
+        "llmc.gpt2-125m.bf16.2gpu.ddp",
+        "builtin.gpt2-125m.bf16.1gpu.single",
+        "workload llmc: llm.c builds GPT-2 of depth",
     ] {
         assert!(text.contains(want), "missing `{want}`:\n{text}");
     }
@@ -80,7 +91,7 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
             "matrix",
             "matrix/frameworks-cpu.yaml",
             "--filter",
-            "model=llama-tiny",
+            "model=llama-tiny and framework!=deepspeed",
             "--gpus",
             "0",
             "--no-progress",
@@ -173,5 +184,70 @@ fn an_unknown_framework_kind_is_bad_input_with_the_known_names() {
         text.contains("unknown workload kind `nemo`")
             && text.contains("torchtitan, hf, megatron, deepspeed, maxtext"),
         "{text}"
+    );
+}
+
+#[test]
+fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
+    let Some(python) = python_with("deepspeed, transformers") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "matrix",
+            "matrix/frameworks-cpu.yaml",
+            "--filter",
+            "model=llama-tiny and (framework=deepspeed or framework=builtin)",
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "ds",
+            "--results-dir",
+        ])
+        .arg(tmp.path())
+        .arg("--baselines")
+        .arg(tmp.path().join("no-baselines"))
+        .env("BENCH_PYTHON", &python)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let run = tmp.path().join("ds");
+    let results = RunResults::load(&run).unwrap();
+    let ds: Vec<_> = results
+        .cells
+        .iter()
+        .filter(|c| c.id.as_str().starts_with("deepspeed."))
+        .collect();
+    assert_eq!(ds.len(), 2, "{text}");
+    for c in ds {
+        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
+        let r = &c.repeats[0];
+        assert_eq!(r.steps.len(), 8);
+        assert!(r
+            .steps
+            .iter()
+            .all(|s| s.loss.is_finite() && s.loss > 0.0 && s.tokens == 128));
+        let fw = r.summary.framework.as_ref().expect("framework record");
+        assert_eq!(fw.name, "deepspeed");
+        assert!(fw.version.starts_with("0.19"), "{}", fw.version);
+        // DeepSpeed's own ThroughputTimer figure (INFO lines from its third step on).
+        assert!(fw.tokens_per_s_per_gpu.is_some_and(|t| t > 0.0), "{fw:?}");
+        let config = std::fs::read(run.join(&fw.config_file)).unwrap();
+        let cfg: serde_json::Value = serde_json::from_slice(&config).unwrap();
+        assert_eq!(cfg["deepspeed"]["zero_optimization"]["stage"], 0);
+        assert_eq!(cfg["gradient_checkpointing"], c.id.as_str().ends_with(".sac"));
+    }
+    let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.base | deepspeed (deepspeed 0.19"),
+        "{table}"
     );
 }

@@ -6,16 +6,29 @@ DeepSpeed config (`deepspeed`: batch sizes, bf16, ZeRO stage, AdamW, steps_per_p
 the sequence length, steps, seed and the `compile` / `gradient_checkpointing` switches. The
 model starts from random weights and trains on synthetic uniform tokens, so nothing is
 downloaded. The loop is DeepSpeed's own engine API: `engine(...)`, `engine.backward(loss)`,
-`engine.step()`; DeepSpeed's ThroughputTimer prints its samples/s lines, and this driver
-prints `[bench-ds] step: N time: T loss: L tokens: K memory: B` after each optimizer step
-(T: seconds between step ends after a device synchronisation; B: peak reserved device
-memory in bytes, -1 on CPU).
+`engine.step()` (once per micro-batch; the engine steps the optimizer at the accumulation
+boundary); DeepSpeed's ThroughputTimer prints its samples/s lines, and this driver prints
+`[bench-ds] step: N time: T loss: L tokens: K memory: B` after each optimizer step (T:
+seconds between step ends after a device synchronisation; B: peak reserved device memory
+in bytes, -1 on CPU).
+
+Nothing of DeepSpeed's is compiled, ahead of time or at run time (torch.compile, with the
+`compile` switch, is torch's): DeepSpeed installs as a pure-Python wheel (`DS_BUILD_OPS=0`),
+and the run needs none of its C++/CUDA ops:
+- the optimizer is `torch.optim.AdamW` (`torch_adam` in the config; DeepSpeed's own
+  `FusedAdam` would be JIT-compiled with nvcc on a GPU, or with g++ on CPU);
+- on CPU, DeepSpeed's accelerator is `cpu` (`DS_ACCELERATOR=cpu`) with gloo as its
+  communication backend (what it falls back to without oneCCL's
+  `oneccl_bindings_for_pytorch`), and its shared-memory all-reduce op (`deepspeed_shm_comm`,
+  JIT-compiled with ninja and g++ when the first process group starts) is marked
+  unavailable, so collectives go through gloo.
 """
 
 import argparse
 import importlib.metadata
 import json
 import os
+import sys
 import time
 
 import torch
@@ -35,16 +48,30 @@ def main() -> None:
     with open(args.config) as f:
         config = json.load(f)
 
+    cuda = torch.cuda.is_available()
+    # DeepSpeed picks its accelerator once, on first use (at import: engine.compile's default
+    # backend is read then), so it is named before the import. Without a GPU its auto-detection
+    # falls back to `cpu` too, with a warning; an explicit setting of the caller's is kept.
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
+
     import deepspeed
+    import deepspeed.comm
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cuda = torch.cuda.is_available()
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if cuda:
         torch.cuda.set_device(local_rank)
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    else:
+        # The cpu accelerator's TorchBackend JIT-compiles `deepspeed_shm_comm` (ninja, g++,
+        # minutes on a small machine) unless the op is marked incompatible; the compatibility
+        # table is computed once and edits to it persist (deepspeed/ops/__init__.py).
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    backend = get_accelerator().communication_backend_name()
+    deepspeed.init_distributed(dist_backend=backend)
     if rank == 0:
         info = {
             "name": "deepspeed",
@@ -62,19 +89,36 @@ def main() -> None:
         }
         print("bench-framework: " + json.dumps(info), flush=True)
 
+    ds = config["deepspeed"]
+    # For configs written before the adapter set these two (bench adapt writes both): torch's
+    # AdamW, not FusedAdam, which would need nvcc (GPU) or g++ (CPU) at run time; and
+    # DeepSpeed's log at INFO, the level of its ThroughputTimer lines (its logger's default
+    # is WARNING).
+    opt = ds.get("optimizer", {}).get("params")
+    if opt is not None:
+        opt.setdefault("torch_adam", True)
+    ds.setdefault("log_level", "info")
+
     torch.manual_seed(config["seed"])
     model_cfg = LlamaConfig(**config["model"])
-    model = LlamaForCausalLM(model_cfg)
+    # On a GPU the weights are created and initialised on the rank's device rather than on
+    # the host and then copied; every rank draws the same weights (same seed), and DeepSpeed
+    # broadcasts rank 0's (ZeRO 0-2) or partitions them (ZeRO-3).
+    with torch.device(f"cuda:{local_rank}" if cuda else "cpu"):
+        model = LlamaForCausalLM(model_cfg)
     if config["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable()
+        # Non-reentrant checkpointing (torch's recommended mode; the reentrant one is a graph
+        # break for torch.compile).
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
     model.config.use_cache = False
     engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=model.parameters(), config=config["deepspeed"]
+        model=model, model_parameters=model.parameters(), config=ds
     )
     if config["compile"]:
         engine.compile()
 
-    ds = config["deepspeed"]
     micro, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
     seq, vocab = config["seq_len"], model_cfg.vocab_size
     tokens_per_step = ds["train_batch_size"] * seq
@@ -111,6 +155,18 @@ def main() -> None:
                 flush=True,
             )
         last = sync_now()
+
+    # Leave without the interpreter's teardown. A finished collective's work object can be
+    # freed on a communication thread after the main thread has begun finalising Python;
+    # freeing its tensors needs the GIL, the thread is made to exit, and the process aborts
+    # ("terminate called without an active exception", seen in about 1 run in 4 with 2 ranks
+    # over gloo, with or without destroy_process_group), so torchrun would fail a run whose
+    # every step ran. The barrier keeps a rank from leaving while a peer still talks to it.
+    if world > 1:
+        deepspeed.comm.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,14 @@
 //! 0 to 2 with fsdp on several GPUs) is dropped: bench's `parallel` says whether parameters
 //! are sharded, and the cell must run as it says.
 //!
+//! The optimizer is torch's fused AdamW through DeepSpeed's `torch_adam` switch, so that
+//! nothing of DeepSpeed is compiled at run time (its FusedAdam would be, with nvcc or g++).
+//!
 //! DeepSpeed prints no loss and no step time of its own per step; its `ThroughputTimer`
 //! prints `epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
 //! MemAllocated=..GB, MaxMemAllocated=..GB` at every `steps_per_print` (set to 1), from the
-//! third global step on. The driver prints `[bench-ds] step: N time: T loss: L tokens: K
+//! third global step on, at INFO (`log_level` set to `info`: DeepSpeed's own default is
+//! WARNING, which hides it). The driver prints `[bench-ds] step: N time: T loss: L tokens: K
 //! memory: B` after each `engine.step()` (T: seconds between step ends after a device
 //! synchronisation). bench's step time is the driver's; DeepSpeed's own tokens/s is its
 //! `CurrSamplesPerSec` x seq_len / GPUs of the same step.
@@ -105,11 +109,22 @@ impl super::Adapter for DeepSpeed {
             "gradient_accumulation_steps": p.grad_accum,
             "steps_per_print": 1,
             "wall_clock_breakdown": false,
+            // DeepSpeed's logger defaults to WARNING; its ThroughputTimer lines are INFO.
+            "log_level": "info",
             "bf16": {"enabled": bf16},
             "zero_optimization": {"stage": zero_stage(cell).unwrap_or(0)},
+            // torch's fused AdamW (`torch_adam`): DeepSpeed's FusedAdam is compiled at run
+            // time (nvcc on a GPU, g++ on CPU), which a pure-Python install cannot count on.
             "optimizer": {
                 "type": "AdamW",
-                "params": {"lr": p.lr, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0},
+                "params": {
+                    "lr": p.lr,
+                    "betas": [0.9, 0.95],
+                    "eps": 1e-8,
+                    "weight_decay": 0.0,
+                    "torch_adam": true,
+                    "fused": true,
+                },
             },
             "gradient_clipping": 1.0,
         });
@@ -324,6 +339,8 @@ mod tests {
             );
             assert_eq!(v["deepspeed"]["train_batch_size"], 2 * gpus);
             assert_eq!(v["deepspeed"]["bf16"]["enabled"], true);
+            assert_eq!(v["deepspeed"]["log_level"], "info");
+            assert_eq!(v["deepspeed"]["optimizer"]["params"]["torch_adam"], true);
             assert_eq!(v["gradient_checkpointing"], true);
             assert!(p.argv.contains(&"/s/deepspeed_train.py".to_string()));
         }
@@ -370,6 +387,33 @@ mod tests {
         assert!((own - 10.02 * 1024.0 / 2.0).abs() < 1e-9, "{own}");
         assert_eq!(end.info.name, "deepspeed");
         assert_eq!(end.peak_mem_bytes, vec![3_221_225_472]);
+    }
+
+    #[test]
+    fn captured_cpu_log_two_ranks_zero3() {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/frameworks/deepspeed-0.19.8-cpu-2rank-zero3.log");
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let mut parser = DeepSpeedLog {
+            steps_expected: 8,
+            tokens_per_step: 4 * 64,
+            seq_len: 64,
+            ..DeepSpeedLog::default()
+        };
+        let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
+        assert_eq!(steps.len(), 8);
+        assert_eq!(steps[7].step, 8);
+        assert!((steps[7].step_time_s - 0.127966).abs() < 1e-12);
+        assert!((steps[7].loss - 6.258643).abs() < 1e-12);
+        assert_eq!(steps[1].tokens_per_s_per_gpu, None);
+        // CurrSamplesPerSec of global step 3 x 64 tokens / 2 ranks.
+        let own = steps[2].tokens_per_s_per_gpu.unwrap();
+        assert!((own - 40.76303232084185 * 64.0 / 2.0).abs() < 1e-9, "{own}");
+        assert!(steps[2..].iter().all(|s| s.tokens_per_s_per_gpu.is_some()));
+        assert_eq!(end.info.version, "0.19.8");
+        assert_eq!(end.info.device, "cpu");
+        assert_eq!(end.info.world_size, 2);
+        assert!(end.peak_mem_bytes.is_empty(), "memory -1 on CPU");
     }
 
     #[test]

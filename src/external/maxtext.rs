@@ -45,6 +45,12 @@ impl super::Adapter for MaxText {
                 cell.dtype().name()
             ));
         }
+        if cell.dtype().name() == "fp8" && cell.params.grad_accum > 1 {
+            return Some(
+                "MaxText's fp8 (`quantization: fp8`) does not run with gradient accumulation"
+                    .into(),
+            );
+        }
         if cell.features().contains("sac") && cell.params.sac_every != 1 {
             return Some(format!(
                 "MaxText's `remat_policy: full` checkpoints every decoder layer; sac_every {} has no MaxText equivalent",
@@ -103,6 +109,13 @@ impl super::Adapter for MaxText {
             "dataset_type": "synthetic",
             "enable_checkpointing": false,
             "enable_goodput_recording": false,
+            "enable_tensorboard": false,
+            // One JAX process drives the host's devices: MaxText's jax.distributed set-up
+            // (which on CPU reads a launcher's JOB_INDEX variables) has nothing to do.
+            "skip_jax_distributed_system": true,
+            // No persistent compilation cache (MaxText's default is ~/jax_cache): every
+            // attempt compiles as the first one did, and nothing is left outside the run.
+            "jax_cache_dir": "",
             "decoder_block": "llama2",
             "base_emb_dim": cfg.hidden,
             "base_num_query_heads": cfg.heads,
@@ -122,7 +135,7 @@ impl super::Adapter for MaxText {
             "steps": p.steps,
             "learning_rate": p.lr,
             "warmup_steps_fraction": 0.0,
-            "cosine_learning_rate_final_fraction": 1.0,
+            "learning_rate_final_fraction": 1.0,
             "init_weights_seed": p.seed,
             "dtype": dtype,
             "weight_dtype": "float32",
@@ -281,6 +294,8 @@ mod tests {
         assert_eq!(o["remat_policy"], "full");
         assert_eq!(o["dataset_type"], "synthetic");
         assert_eq!(o["per_device_batch_size"], 2.0);
+        assert_eq!(o["learning_rate_final_fraction"], 1.0);
+        assert_eq!(o["skip_jax_distributed_system"], true);
         assert_eq!(
             p.argv,
             vec!["py", "/s/maxtext_train.py", "--config", "{config}"]
@@ -298,6 +313,16 @@ mod tests {
             .unexpressible(&cell(1, "single", &[]))
             .unwrap()
             .contains("jax.jit"));
+        let mut fp8 = cell(1, "single", &["compile"]);
+        fp8.values
+            .insert("dtype".into(), crate::cell::Value::Str("fp8".into()));
+        assert_eq!(MaxText.unexpressible(&fp8), None);
+        fp8.params.grad_accum = 2;
+        fp8.params.global_batch = 4;
+        assert!(MaxText
+            .unexpressible(&fp8)
+            .unwrap()
+            .contains("gradient accumulation"));
     }
 
     fn fixture() -> String {

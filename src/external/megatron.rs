@@ -142,6 +142,9 @@ impl super::Adapter for Megatron {
             // apex, which the local spec does not require.
             "--no-gradient-accumulation-fusion",
             "--no-masked-softmax-fusion",
+            // Megatron-Core 0.19 refuses its default rope fusion without Transformer Engine
+            // ("apply_rope_fusion is not available. Please install TE >= 1.4").
+            "--no-rope-fusion",
         ] {
             flags.push(f.to_string());
         }

@@ -1,4 +1,5 @@
-//! External training frameworks as workloads: torchtitan and the Hugging Face Trainer.
+//! External training frameworks as workloads: torchtitan, the Hugging Face Trainer,
+//! Megatron-Core, DeepSpeed, MaxText and llm.c.
 //!
 //! This stage owns everything between a framework cell and the runner's worker events:
 //! which combinations a framework can express (the rest is dropped at expansion with the
@@ -17,6 +18,7 @@
 pub(crate) mod bounds;
 pub mod deepspeed;
 pub mod hf;
+pub mod llmc;
 pub mod log;
 pub mod maxtext;
 pub mod megatron;
@@ -74,6 +76,7 @@ pub(crate) static ADAPTERS: &[&dyn Adapter] = &[
     &megatron::Megatron,
     &deepspeed::DeepSpeed,
     &maxtext::MaxText,
+    &llmc::Llmc,
 ];
 
 /// The adapter called `kind`.
