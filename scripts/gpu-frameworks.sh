@@ -51,7 +51,8 @@ TL=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib
 export LD_LIBRARY_PATH=$TL:$TL/../../nvidia/nccl/lib:$TL/../../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export BENCH_PYTHON=python3 BENCH_MEGATRON_SOURCE=$R/fw/megatron-lm BENCH_LLMC_SOURCE=$R/fw/llm.c
 
-{
+# SKIP_PROBE=1 leaves out the import probe (half a minute) when device time is short.
+[ "${SKIP_PROBE:-0}" = 1 ] || {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   # One line per framework: the version that imports, or the import error, so a cell that
   # fails can be told apart from a framework that is not there.
@@ -61,7 +62,7 @@ export BENCH_PYTHON=python3 BENCH_MEGATRON_SOURCE=$R/fw/megatron-lm BENCH_LLMC_S
   PYTHONPATH=/tmp/site-mt timeout 120 python3 -c "import maxtext.trainers.pre_train.train, flax, importlib.metadata as md; print('maxtext', md.version('maxtext'), 'flax', flax.__version__)" 2>&1 | tail -1
   command -v nvcc || ls /usr/local/cuda/bin/nvcc
 } > "$OUTD/probe.log" 2>&1
-cat "$OUTD/probe.log"
+cat "$OUTD/probe.log" 2>/dev/null
 
 RUNS=/tmp/gpu-frameworks
 mkdir -p "$RUNS"
@@ -72,5 +73,5 @@ timeout -s INT -k 30 "${LIMIT:-86400}" "$R/bench" matrix "$MATRIX" --filter "$FI
 rc=$?
 echo "bench matrix rc=$rc"
 cp "$OUTD/probe.log" "$RUNS/" 2>/dev/null
-tar czf "$OUTD/run.tgz" -C "$RUNS" run probe.log
+tar czf "$OUTD/run.tgz" -C "$RUNS" run $(cd "$RUNS" && ls probe.log 2>/dev/null)
 exit $rc

@@ -39,6 +39,27 @@ def source_commit(source: str) -> str:
         return ""
 
 
+def use_prebuilt_dataset_helpers() -> None:
+    """initialize_megatron runs `make` in megatron/core/datasets on rank 0 to build the C++
+    dataset helpers. The megatron-core wheel ships them built (helpers_cpp.*.so) but not the
+    Makefile, so that `make` fails ("No targets specified and no makefile found", seen on an
+    H100 with megatron-core 0.19.0) and Megatron exits. Where the Makefile is missing and the
+    built helpers import, the build step is what make would find: nothing to do. A checkout
+    (with its Makefile) builds as Megatron always does."""
+    import megatron.core.datasets as datasets
+    import megatron.core.datasets.utils as utils
+
+    folder = os.path.dirname(datasets.__file__)
+    if os.path.exists(os.path.join(folder, "Makefile")):
+        return
+    try:
+        from megatron.core.datasets import helpers_cpp  # noqa: F401 (the check is the import)
+    except ImportError:
+        return  # Megatron's own make runs and reports what is missing
+    utils.compile_helpers = lambda: None
+    print("megatron_train.py: megatron-core's dataset helpers are prebuilt (wheel without their Makefile): not rebuilt", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
@@ -76,6 +97,7 @@ def main() -> None:
             "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         }
         print("bench-framework: " + json.dumps(info), flush=True)
+    use_prebuilt_dataset_helpers()
     sys.argv = [os.path.join(source, "pretrain_gpt.py")] + list(config["argv"])
     runpy.run_path(sys.argv[0], run_name="__main__")
 

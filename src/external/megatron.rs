@@ -124,7 +124,9 @@ impl super::Adapter for Megatron {
         kv("--lr-decay-style", "constant".into());
         kv("--lr-warmup-iters", s(&0));
         kv("--weight-decay", s(&0.0));
-        kv("--seed", s(&p.seed));
+        // Megatron refuses seed 0 ("Seed (0) should be a positive integer", seen on the
+        // H100): the cell's seed s is Megatron's s + 1, so distinct seeds stay distinct.
+        kv("--seed", s(&(p.seed + 1)));
         kv("--tensor-model-parallel-size", s(&tp));
         kv("--pipeline-model-parallel-size", s(&pp));
         // One line per iteration, so each line's time is one step's; no evaluation or

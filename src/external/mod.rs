@@ -127,6 +127,13 @@ pub(crate) fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, 
     Ok(cfg)
 }
 
+/// The bench preset a framework cell trains, of any family (each adapter's `unexpressible`
+/// says which it can build), for FLOPs per token and the parameter count.
+pub(crate) fn preset(cell: &Cell) -> Result<ModelConfig, String> {
+    presets::get(cell.model())
+        .ok_or_else(|| format!("model `{}` is not a bench preset", cell.model()))
+}
+
 /// An integer axis such as `tp` or `pp` (1 when the matrix has no such axis).
 pub(crate) fn degree(cell: &Cell, axis: &str) -> u32 {
     cell.values

@@ -12,9 +12,10 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, LazyLock};
 use std::time::Instant;
 
+use regex::Regex;
 use sha2::{Digest, Sha256};
 
 use super::bounds::Bounds;
@@ -103,7 +104,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     if let Some(why) = adapter.unexpressible(&cell) {
         return fail(ErrorKind::BadInput, format!("{}: {why}", adapter.name()));
     }
-    let cfg = match super::llama_preset(&cell, adapter.name()) {
+    let cfg = match super::preset(&cell) {
         Ok(c) => c,
         Err(e) => return fail(ErrorKind::BadInput, e),
     };
@@ -183,6 +184,9 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     let mut logged: Vec<LoggedStep> = Vec::new();
     let mut oom = false;
     let mut tail: Vec<String> = Vec::new();
+    // The framework's own last exception line (a launcher such as torchrun prints its own
+    // banner after it, so the last line alone rarely says what went wrong).
+    let mut exception: Option<String> = None;
     let mut failure: Option<(ErrorKind, String)> = None;
     for (i, line) in rx.iter().enumerate() {
         eprintln!("{}", echo_line(&line));
@@ -195,6 +199,9 @@ pub(crate) fn main(cell_json: &str) -> i32 {
             if tail.len() > 4 {
                 tail.remove(0);
             }
+        }
+        if EXCEPTION.is_match(&line) {
+            exception = Some(line.clone());
         }
         match reader.line(i + 1, &line, started.elapsed().as_secs_f64()) {
             Ok(steps) => {
@@ -244,7 +251,10 @@ pub(crate) fn main(cell_json: &str) -> i32 {
             format!(
                 "{} {how}: {}",
                 adapter.name(),
-                tail.last().cloned().unwrap_or_default()
+                exception
+                    .or_else(|| tail.last().cloned())
+                    .unwrap_or_default()
+                    .trim()
             ),
         );
     }
@@ -280,6 +290,13 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     emit(&Event::Summary(summary));
     exit::OK
 }
+
+/// A Python exception line with its message (`ValueError: Seed (0) should be ...`), also
+/// behind rank prefixes; a bare `...Error: ` with nothing after it (torchrun's
+/// `ChildFailedError:` banner) is not one.
+static EXCEPTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b[A-Za-z_][\w.]*(?:Error|Exception): \S").expect("static regex")
+});
 
 /// Model FLOPs per token of a framework cell's preset at the cell's sequence length.
 fn flops_per_token(cfg: &ModelConfig, cell: &Cell) -> f64 {
@@ -372,7 +389,7 @@ pub fn read_log(
     elapsed_s: f64,
 ) -> Result<Vec<(u64, f64, f64)>, String> {
     let (adapter, _) = super::adapter(&cell.params.workload).ok_or("not a framework cell")?;
-    let cfg = super::llama_preset(cell, adapter.name())?;
+    let cfg = super::preset(cell)?;
     let mut reader = LogReader::new(adapter, cell, flops_per_token(&cfg, cell));
     let mut lines = Vec::new();
     let mut split = LineSplitter::default();
