@@ -11,9 +11,11 @@
 //!   a newer GPU) is held to [`crate::metrics::flops::UNKNOWN_DEVICE_TFLOPS`].
 //! - **Slower than the run**: a step cannot take longer than the framework has been
 //!   running (plus a second for the framework's clock resolution).
-//! - **A cross-entropy loss of zero or below**: every framework cell trains a language
-//!   model on cross-entropy, which is above zero (a non-finite loss is a NaN-loss failure,
-//!   exit 5, elsewhere).
+//! - **A cross-entropy loss below zero**: every framework cell trains a language model on
+//!   cross-entropy, which is never negative (a non-finite loss is a NaN-loss failure, exit
+//!   5, elsewhere). Zero is possible as printed: a framework that prints the loss to a few
+//!   decimals shows 0.000 once the model has memorised its data (MaxText's synthetic data
+//!   repeats one batch; its step 12 printed `loss: 0.000` on an H100).
 //!
 //! A step outside them fails the cell (exit 2, not retried) with the log line that
 //! completed it.
@@ -50,9 +52,9 @@ impl Bounds {
         device: Option<&str>,
         elapsed_s: f64,
     ) -> Result<(), String> {
-        if step.loss <= 0.0 {
+        if step.loss < 0.0 {
             return Err(format!(
-                "step {} logs a cross-entropy loss of {}: a cross-entropy loss is above 0, so this is not the training's loss",
+                "step {} logs a cross-entropy loss of {}: a cross-entropy loss is never below 0, so this is not the training's loss",
                 step.step, step.loss
             ));
         }
@@ -146,7 +148,8 @@ mod tests {
         assert!(e.contains("longer than the 60.0 s"), "{e}");
         let e = b.check(&step(0.83, -0.5), h100, 60.0).unwrap_err();
         assert!(e.contains("cross-entropy loss of -0.5"), "{e}");
-        assert!(b.check(&step(0.83, 0.0), h100, 60.0).is_err());
+        // A loss printed as 0.000 (rounded, on a memorised batch) is one a run can log.
+        assert!(b.check(&step(0.83, 0.0), h100, 60.0).is_ok());
         // A CPU is held to the unknown-device bound: a tiny model's real step passes.
         let cpu = Bounds::new(2.0e6, 128, 1, Dtype::Fp32);
         assert!(cpu.check(&step(0.05, 6.9), Some("cpu"), 10.0).is_ok());

@@ -471,4 +471,35 @@ mod tests {
         // The log ends after 3 of 12 steps: truncated.
         assert!(p.finish(true).is_err());
     }
+
+    /// The whole captured H100 run, read as `bench adapt` reads it (the physical bounds
+    /// included): all 12 steps are measurements, timed by their stamps (median 0.17318 s
+    /// over steps 4 to 12, 47.3K tokens/s; MaxText's own median 46,978 tokens/s), and the
+    /// last step's printed `loss: 0.000` is a loss a run can log.
+    #[test]
+    fn the_captured_h100_run_reads_as_twelve_measured_steps() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/frameworks/maxtext-0.2.5-h100-12-steps.log"),
+        )
+        .unwrap();
+        let mut c = crate::external::tests::cell(
+            "llama-3.1-8b-proxy",
+            "bf16",
+            1,
+            "fsdp",
+            &["compile", "sac"],
+        );
+        c.params.workload = crate::cell::Workload::framework(NAME);
+        c.params.seq_len = 8192;
+        c.params.micro_batch = 1;
+        c.params.global_batch = 1;
+        c.params.steps = 12;
+        let steps = crate::external::run::read_log(&c, text.as_bytes(), 60.0).unwrap();
+        assert_eq!(steps.len(), 12);
+        let mut measured: Vec<f64> = steps[3..].iter().map(|s| s.1).collect();
+        measured.sort_by(f64::total_cmp);
+        assert!((measured[4] - 0.173183).abs() < 1e-6, "{measured:?}");
+        assert_eq!(steps[11].2, 0.0);
+    }
 }

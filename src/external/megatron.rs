@@ -147,6 +147,9 @@ impl super::Adapter for Megatron {
             // Megatron-Core 0.19 refuses its default rope fusion without Transformer Engine
             // ("apply_rope_fusion is not available. Please install TE >= 1.4").
             "--no-rope-fusion",
+            // The local spec's torch norm asserts "persist_layer_norm not supported by torch
+            // LayerNorm" (seen on an H100): that kernel is apex's.
+            "--no-persist-layer-norm",
         ] {
             flags.push(f.to_string());
         }
