@@ -243,7 +243,10 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
         let config = std::fs::read(run.join(&fw.config_file)).unwrap();
         let cfg: serde_json::Value = serde_json::from_slice(&config).unwrap();
         assert_eq!(cfg["deepspeed"]["zero_optimization"]["stage"], 0);
-        assert_eq!(cfg["gradient_checkpointing"], c.id.as_str().ends_with(".sac"));
+        assert_eq!(
+            cfg["gradient_checkpointing"],
+            c.id.as_str().ends_with(".sac")
+        );
     }
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
     assert!(

@@ -25,13 +25,19 @@ pub(crate) struct Llmc;
 const NAME: &str = "llmc";
 
 /// llm.c's GPT-2 depths (`gpt2_set_hyperparameters` in train_gpt2.cu) and their widths.
-const DEPTHS: [(i64, i64, i64); 4] = [(12, 768, 12), (24, 1024, 16), (36, 1280, 20), (48, 1600, 25)];
+const DEPTHS: [(i64, i64, i64); 4] = [
+    (12, 768, 12),
+    (24, 1024, 16),
+    (36, 1280, 20),
+    (48, 1600, 25),
+];
 
 /// The `-e dN` descriptor of a cell's model, or why llm.c cannot build it.
 fn descriptor(cell: &Cell) -> Result<String, String> {
     let name = cell.model();
-    let cfg = presets::get(name)
-        .ok_or_else(|| format!("model `{name}` is not a bench preset, so llm.c cannot be given its shape"))?;
+    let cfg = presets::get(name).ok_or_else(|| {
+        format!("model `{name}` is not a bench preset, so llm.c cannot be given its shape")
+    })?;
     let gpt2 = cfg.family == Family::Gpt2
         && cfg.vocab == 50304
         && cfg.max_seq == 1024
@@ -50,7 +56,9 @@ fn precision(cell: &Cell) -> Result<&'static str, String> {
     match cell.dtype().name() {
         "bf16" => Ok("BF16"),
         "fp32" => Ok("FP32"),
-        "fp8" => Err("llm.c's train_gpt2.cu has no fp8 path (it builds in bf16, fp16 or fp32)".into()),
+        "fp8" => {
+            Err("llm.c's train_gpt2.cu has no fp8 path (it builds in bf16, fp16 or fp32)".into())
+        }
         other => Err(format!("dtype `{other}` is not bf16 or fp32")),
     }
 }
@@ -321,7 +329,14 @@ mod tests {
             ("llama-tiny", "bf16", 1, "single", &[][..], "GPT-2 of depth"),
             ("gpt2-tiny", "bf16", 1, "single", &[], "GPT-2 of depth"),
             ("gpt2-125m", "fp8", 1, "single", &[], "no fp8"),
-            ("gpt2-125m", "bf16", 1, "single", &["compile"], "hand-written"),
+            (
+                "gpt2-125m",
+                "bf16",
+                1,
+                "single",
+                &["compile"],
+                "hand-written",
+            ),
             ("gpt2-125m", "bf16", 1, "single", &["sac"], "whole blocks"),
             ("gpt2-125m", "bf16", 2, "fsdp", &[], "ZeRO-1"),
         ] {
@@ -333,7 +348,10 @@ mod tests {
         }
         let mut long = cell("gpt2-125m", "bf16", 1, "single", &[]);
         long.params.seq_len = 2048;
-        assert!(Llmc.unexpressible(&long).unwrap().contains("1,024 positions"));
+        assert!(Llmc
+            .unexpressible(&long)
+            .unwrap()
+            .contains("1,024 positions"));
     }
 
     fn fixture() -> String {
@@ -367,11 +385,19 @@ mod tests {
         let cut = text.find("step    6/6").unwrap();
         let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
         assert!(e.message.contains("ends after step 5 of 6"), "{e}");
-        let e = log::read_all(&mut parser(), &text.replace("| 87.12 ms |", "| -1 ms |"), true)
-            .unwrap_err();
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("| 87.12 ms |", "| -1 ms |"),
+            true,
+        )
+        .unwrap_err();
         assert!(e.message.contains("positive"), "{e}");
-        let e = log::read_all(&mut parser(), &text.replace("step    4/6", "step    3/6"), true)
-            .unwrap_err();
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("step    4/6", "step    3/6"),
+            true,
+        )
+        .unwrap_err();
         assert!(e.message.contains("step 3 after step 3"), "{e}");
         let mut other = parser();
         other.steps_expected = 8;

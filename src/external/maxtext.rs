@@ -259,7 +259,7 @@ impl LogParser for MaxTextLog {
                 // A month boundary between two lines is the one gap the day-of-month
                 // clock cannot span; a 12-step run does not cross one unnoticed.
                 let dt = now - before;
-                if !(dt > 0.0) {
+                if dt.is_nan() || dt <= 0.0 {
                     return Err(bad(format!(
                         "this step line's timestamp is not after the previous step line's ({dt:.6} s): lines out of order, or the clock stepped back"
                     )));
@@ -383,7 +383,11 @@ mod tests {
         assert_eq!(steps[0].step, 1);
         // Step 4's time is the interval between the lines of steps 3 and 4 (MaxText's
         // `completed step: 2` and `3`), not its `seconds`.
-        assert!((steps[3].step_time_s - 0.125).abs() < 1e-9, "{}", steps[3].step_time_s);
+        assert!(
+            (steps[3].step_time_s - 0.125).abs() < 1e-9,
+            "{}",
+            steps[3].step_time_s
+        );
         // The first step keeps MaxText's own `seconds` (compile included).
         assert!((steps[0].step_time_s - 14.321).abs() < 1e-12);
         assert!((steps[3].loss - 10.123).abs() < 1e-12);
@@ -406,7 +410,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("positive"), "{e}");
-        let line3 = text.lines().find(|l| l.contains("completed step: 3,")).unwrap();
+        let line3 = text
+            .lines()
+            .find(|l| l.contains("completed step: 3,"))
+            .unwrap();
         let back = line3.replacen("I1124 10:00:", "I1124 09:59:", 1);
         let e = log::read_all(&mut parser(), &text.replace(line3, &back), true).unwrap_err();
         assert!(e.message.contains("not after the previous"), "{e}");
