@@ -35,8 +35,12 @@ export PYTHONUNBUFFERED=1
 # torchtitan's tyro typeguard 4, and pip refuses two wheels of one project in one command
 # (pydantic is in both whl-ds and whl-mt). The matrix's MaxText cells get that folder as their
 # PYTHONPATH through a copy of the matrix (the shipped file names no host's folders).
+wheels=()
+for w in "$R"/fw/whl-*/*.whl; do
+  case $w in */whl-mt/*) ;; *) wheels+=("$w") ;; esac
+done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site $(ls "$R"/fw/whl-*/*.whl | grep -v /whl-mt/) || exit 1
+    --target /tmp/site "${wheels[@]}" || exit 1
 MATRIX=matrix/frameworks-h100.yaml
 if [ -d "$R/fw/whl-mt" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -73,5 +77,7 @@ timeout -s INT -k 30 "${LIMIT:-86400}" "$R/bench" matrix "$MATRIX" --filter "$FI
 rc=$?
 echo "bench matrix rc=$rc"
 cp "$OUTD/probe.log" "$RUNS/" 2>/dev/null
-tar czf "$OUTD/run.tgz" -C "$RUNS" run $(cd "$RUNS" && ls probe.log 2>/dev/null)
+parts=(run)
+[ -f "$RUNS/probe.log" ] && parts+=(probe.log)
+tar czf "$OUTD/run.tgz" -C "$RUNS" "${parts[@]}"
 exit $rc
