@@ -262,3 +262,57 @@ fn sleeping_jobs_are_cancelled_on_timeout_and_on_ctrl_c() {
     );
     assert_eq!(common::job_state(&id), "CANCELLED", "job {id}");
 }
+
+/// A framework cell under `--launcher slurm`: one task (`bench adapt`) whose own launcher
+/// (torchrun) starts the cell's two ranks on the node: DeepSpeed's engine, ZeRO over gloo on
+/// the node's CPUs, from `BENCH_PYTHON` (CI builds DeepSpeed there).
+#[test]
+fn a_deepspeed_cell_runs_as_one_task_whose_torchrun_starts_its_ranks() {
+    if !common::slurm_enabled() {
+        return;
+    }
+    let Some(python) = std::env::var("BENCH_PYTHON").ok().filter(|py| {
+        Command::new(py)
+            .args(["-c", "import deepspeed, transformers"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        panic!("BENCH_SLURM_TESTS=1 needs BENCH_PYTHON with deepspeed and transformers");
+    };
+    let _turn = common::slurm_turn();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/frameworks");
+    let m = dir.join("matrix.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "name: slurm-framework\naxes:\n  model: [llama-tiny]\n  dtype: [fp32]\n  gpus: [2]\n  parallel: [ddp]\ndefaults:\n  steps: 6\n  warmup: 2\n  seq_len: 64\n  micro_batch: 2\n  retries: 0\n  timeout: 300s\n  workload: {{kind: deepspeed, python: {}}}\nslurm:\n  partition: debug\n  sbatch_args: [\"--oversubscribe\"]\n",
+            y(&python)
+        ),
+    )
+    .unwrap();
+    let out = bench(dir, &m)
+        .env("BENCH_FRAMEWORK_SCRIPTS", &scripts)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let (c, stderr) = only_cell(dir, &out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(c.outcome, Outcome::Passed, "{c:#?}");
+    let id = job_id(&c);
+    assert_eq!(common::job_state(&id), "COMPLETED", "job {id}");
+    // One task: the script asked Slurm for one, and the ranks are torchrun's.
+    let script = walk(&dir.join("results/r1/slurm"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "sbatch"))
+        .expect("the job script");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("--ntasks-per-node=1"), "{text}");
+    let rep = &c.repeats[0];
+    assert_eq!(rep.steps.len(), 6, "{:?}", rep.steps);
+    let fw = rep.summary.framework.as_ref().expect("framework record");
+    assert_eq!(fw.name, "deepspeed");
+    assert_eq!(rep.summary.world_size, Some(2), "{:?}", rep.summary);
+    assert!(fw.tokens_per_s_per_gpu.is_some_and(|t| t > 0.0), "{fw:?}");
+}

@@ -40,6 +40,12 @@ pub enum SlurmError {
         ranks: u32,
         per_node: u32,
     },
+    #[error("cell {cell}: a framework cell runs as one Slurm task on one node (its launcher, e.g. torchrun, starts a process per GPU there), and its {gpus} GPUs exceed the {per_node} a node has (slurm.gpus_per_node)")]
+    FrameworkOverNodes {
+        cell: String,
+        gpus: u32,
+        per_node: u32,
+    },
     #[error("cell {cell}: environment variable name {name:?} is not an identifier")]
     BadEnvName { cell: String, name: String },
     #[error("a value contains a NUL byte, which no command argument can hold: {value:?}")]
@@ -76,6 +82,7 @@ impl SlurmError {
                 | SlurmError::BadTime(_)
                 | SlurmError::ZeroGpusPerNode
                 | SlurmError::UnevenNodes { .. }
+                | SlurmError::FrameworkOverNodes { .. }
                 | SlurmError::BadEnvName { .. }
                 | SlurmError::Nul { .. }
                 | SlurmError::Launch(_)

@@ -132,8 +132,22 @@ pub(crate) fn plan_with_env_probe(
     bench: Option<&Path>,
 ) -> Result<JobPlan, SlurmError> {
     let cell_id = cell.id.to_string();
-    let ranks = cell.gpus();
     let per_node = settings.gpus_per_node.max(1);
+    // A framework cell is one `bench adapt` whose launcher (torchrun, one JAX process, llm.c's
+    // own processes) starts a process per GPU itself: one task holding all the cell's GPUs,
+    // on one node. Every other cell is one task per GPU.
+    let framework = matches!(
+        cell.params.workload,
+        crate::cell::Workload::Framework { .. }
+    );
+    if framework && cell.gpus() > per_node {
+        return Err(SlurmError::FrameworkOverNodes {
+            cell: cell_id,
+            gpus: cell.gpus(),
+            per_node,
+        });
+    }
+    let ranks = if framework { 1 } else { cell.gpus() };
     let (nodes, tasks_per_node) = if ranks <= per_node {
         (1, ranks)
     } else if ranks.is_multiple_of(per_node) {
@@ -169,7 +183,11 @@ pub(crate) fn plan_with_env_probe(
     if let Some(t) = limit {
         args.push(format!("--time={}", time_limit(t)));
     }
-    let gpus_per_node = use_gpus.then_some(tasks_per_node);
+    let gpus_per_node = use_gpus.then_some(if framework {
+        cell.gpus()
+    } else {
+        tasks_per_node
+    });
     if let Some(g) = gpus_per_node {
         args.push(format!("--gpus-per-node={g}"));
     }
@@ -368,6 +386,44 @@ mod tests {
             gpus_per_node: 8,
             sbatch_args: vec!["--exclusive".into()],
         }
+    }
+
+    #[test]
+    fn a_framework_cell_is_one_task_holding_all_its_gpus_on_one_node() {
+        let fw = Workload::Framework {
+            kind: "deepspeed".into(),
+            opts: Default::default(),
+        };
+        let prog = Program::Command {
+            argv: vec!["/shared/bin/bench".into(), "adapt".into()],
+            env: BTreeMap::new(),
+        };
+        let p = plan(
+            &cell(4, fw.clone()),
+            &prog,
+            &settings(),
+            true,
+            Path::new("/j"),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.ranks, p.nodes, p.tasks_per_node, p.gpus_per_node),
+            (1, 1, 1, Some(4))
+        );
+        assert!(p.sbatch_args.iter().any(|a| a == "--ntasks-per-node=1"));
+        assert!(p.sbatch_args.iter().any(|a| a == "--gpus-per-node=4"));
+        let e = plan(&cell(16, fw), &prog, &settings(), true, Path::new("/j")).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SlurmError::FrameworkOverNodes {
+                    gpus: 16,
+                    per_node: 8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
