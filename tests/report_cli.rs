@@ -314,4 +314,31 @@ fn frameworks_md_only_for_runs_with_framework_cells() {
         .success();
     let table = std::fs::read_to_string(fw.join("frameworks.md")).unwrap();
     assert!(table.starts_with("## Framework comparison"), "{table}");
+
+    // A real run on an H100 filtered to six cells (2026-11-25): the framework an adapter
+    // cannot express keeps its reason; the combinations --filter left out are no columns.
+    let real = tmp.path().join("h100-run2");
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::copy(
+        "docs/results/frameworks-2026-11-25/h100-run2/results.json",
+        real.join("results.json"),
+    )
+    .unwrap();
+    bench()
+        .arg("report")
+        .arg(&real)
+        .arg("--baselines")
+        .arg(tmp.path().join("no-baselines"))
+        .output()
+        .unwrap();
+    let table = std::fs::read_to_string(real.join("frameworks.md")).unwrap();
+    assert!(
+        table.contains("| llmc | dropped: llm.c builds GPT-2 of depth"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| llmc (llm.c f1e2ace65149) | 321886 |"),
+        "{table}"
+    );
+    assert!(!table.contains("not selected by the filter"), "{table}");
 }
