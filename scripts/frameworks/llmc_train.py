@@ -123,7 +123,11 @@ def compute_capability() -> str:
             ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
             capture_output=True, text=True, check=True,
         )
-        caps = sorted(l.strip().replace(".", "") for l in out.stdout.splitlines() if l.strip())
+        caps = sorted(
+            (l.strip().replace(".", "") for l in out.stdout.splitlines() if l.strip()),
+            key=lambda c: int(c) if c.isdigit() else 0,
+        )
+        # The lowest, as llm.c's Makefile picks: code for it runs on every GPU of the host.
         return caps[0] if caps else ""
     except (OSError, subprocess.CalledProcessError):
         return ""
@@ -143,7 +147,18 @@ def build(source: str, precision: str, multi_gpu: bool) -> str:
     root = os.environ.get("BENCH_LLMC_BUILD") or os.path.join(
         os.path.expanduser("~"), ".cache", "bench", "llmc"
     )
-    key = f"{source_digest(source)}-{precision.lower()}-{'multi' if multi_gpu else 'single'}"
+    # The binary holds code for one GPU architecture, from one nvcc: both are in the key, so
+    # a cache shared between nodes of different GPUs, or kept across a CUDA upgrade, never
+    # hands a cell a binary built for something else.
+    cap = compute_capability()
+    release = nvcc_release(nvcc)
+    key = "-".join([
+        source_digest(source),
+        precision.lower(),
+        "multi" if multi_gpu else "single",
+        f"sm{cap or 'default'}",
+        f"nvcc{release or 'unknown'}",
+    ])
     work = os.path.join(root, key)
     exe = os.path.join(work, "train_gpt2cu")
     os.makedirs(root, exist_ok=True)
@@ -164,7 +179,6 @@ def build(source: str, precision: str, multi_gpu: bool) -> str:
         args = ["make", "train_gpt2cu", f"PRECISION={precision}", "USE_CUDNN=0", "NO_USE_MPI=1", "NO_MULTI_GPU=1"]
         # The Makefile's own GPU query never fires (its file_exists_in_path lacks `shell`),
         # so without this llm.c would build no code for this GPU's architecture.
-        cap = compute_capability()
         if cap:
             args.append(f"GPU_COMPUTE_CAPABILITY={cap}")
         # The Makefile links -lnvidia-ml; a host whose driver ships only libnvidia-ml.so.1
@@ -248,26 +262,49 @@ def main() -> None:
     print("bench-framework: " + json.dumps(info), flush=True)
 
     # The shard serves as the validation split too (one batch, `-m 1`), since llm.c always
-    # opens one; sampling, checkpoints and HellaSwag are off.
-    base = [exe, "-i", shard, "-j", shard] + list(config["argv"])
+    # opens one; sampling, checkpoints and HellaSwag are off. Paths are relative to the
+    # attempt's folder (the working directory): llm.c reads -i/-j as glob patterns and copies
+    # -pf into a 256-byte buffer, so a long or bracketed run folder must not reach them.
     os.chdir(out_dir)
+    base = [exe, "-i", os.path.basename(shard), "-j", os.path.basename(shard)] + list(config["argv"])
+    # llm.c prints with printf into a pipe, which the C library buffers by the block: step
+    # lines would reach bench late (and be lost on a crash). stdbuf makes them line-buffered.
+    stdbuf = shutil.which("stdbuf")
+    prefix = [stdbuf, "-oL", "-eL"] if stdbuf else []
     if nproc == 1:
-        os.execv(exe, base)
-    sync = os.path.join(out_dir, "llmc_nccl_sync")
+        os.execv(prefix[0] if prefix else exe, prefix + base)
+    sync = "llmc_nccl_sync"
     os.makedirs(sync, exist_ok=True)
     lock = threading.Lock()
-    procs, threads = [], []
+    procs, threads = {}, []
     for rank in range(nproc):
-        argv = base + ["-pn", str(nproc), "-pr", str(rank), "-pg", str(nproc), "-pi", "fs", "-pf", sync]
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=out_dir)
+        argv = prefix + base + ["-pn", str(nproc), "-pr", str(rank), "-pg", str(nproc), "-pi", "fs", "-pf", sync]
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         t = threading.Thread(target=relay, args=(rank, p.stdout, lock), daemon=True)
         t.start()
-        procs.append(p)
+        procs[p.pid] = p
         threads.append(t)
-    codes = [p.wait() for p in procs]
+    # The first rank to fail stops the others: a survivor would wait in an NCCL collective
+    # (or for the rendezvous file of a rank that never wrote it) until the cell's timeout.
+    code = 0
+    running = dict(procs)
+    while running:
+        pid, status = os.wait()
+        if pid not in running:
+            continue
+        del running[pid]
+        rc = os.waitstatus_to_exitcode(status)
+        procs[pid].returncode = rc
+        if rc != 0 and code == 0:
+            code = rc if rc > 0 else 1
+            for other in running.values():
+                other.terminate()
+    # The relays end when the ranks' pipes close; a child a rank left behind could hold its
+    # pipe open, so they get a few seconds, not forever (they are daemon threads).
     for t in threads:
-        t.join()
-    sys.exit(next((c for c in codes if c != 0), 0))
+        t.join(timeout=5)
+    sys.stdout.flush()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

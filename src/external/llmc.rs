@@ -170,6 +170,9 @@ impl super::Adapter for Llmc {
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
         Box::new(LlmcLog {
             steps_expected: cell.params.steps,
+            // An fp32 cell runs with TF32 off, but llm.c divides by its TF32 peak: its MFU
+            // would be several times too low, so it is not kept.
+            keep_mfu: cell.dtype().name() != "fp32",
             ..LlmcLog::default()
         })
     }
@@ -192,6 +195,7 @@ static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
 #[derive(Default)]
 pub(crate) struct LlmcLog {
     steps_expected: u32,
+    keep_mfu: bool,
     info: Option<DriverInfo>,
     order: StepOrder,
     peak_mem: Option<u64>,
@@ -215,6 +219,13 @@ impl LogParser for LlmcLog {
                 .map_err(|_| bad("memory out of range".into()))?;
             self.peak_mem = Some(mib.saturating_mul(1024 * 1024));
             return Ok(vec![]);
+        }
+        if text.contains("Fell back to cudaMallocManaged") {
+            // llm.c keeps running with its optimizer state in host memory when the device's
+            // is full: every step would then measure host-memory traffic, not the cell.
+            return Err(bad(
+                "llm.c ran out of device memory and fell back to managed (host) memory for its optimizer state: the steps would not measure the cell".into(),
+            ));
         }
         if !text.starts_with("step ") || !text.contains(" ms ") {
             return Ok(vec![]);
@@ -241,10 +252,12 @@ impl LogParser for LlmcLog {
             .and_then(|m| log::number(&m[1]))
             .filter(|t| t.is_finite() && *t > 0.0)
             .ok_or_else(|| bad("a step line without a positive `| X ms |` (truncated?)".into()))?;
+        // llm.c prints -100% for a GPU its peak table lacks (the H200, for one): no figure.
         let mfu = MFU
             .captures(&text)
             .map(|m| log::number(&m[1]).ok_or_else(|| bad("unreadable MFU".into())))
-            .transpose()?;
+            .transpose()?
+            .filter(|m| *m >= 0.0);
         let toks = TOKS
             .captures(&text)
             .map(|m| log::number(&m[1]).ok_or_else(|| bad("unreadable tok/s".into())))
@@ -256,7 +269,7 @@ impl LogParser for LlmcLog {
             loss,
             tokens_per_s_per_gpu: toks.map(|t| t / world),
             tflops_per_gpu: None,
-            mfu: mfu.map(|m| m / 100.0),
+            mfu: mfu.filter(|_| self.keep_mfu).map(|m| m / 100.0),
         }])
     }
 
@@ -274,7 +287,7 @@ impl LogParser for LlmcLog {
                 info,
                 peak_mem_bytes: self.peak_mem.into_iter().collect(),
                 run_tokens_per_s_per_gpu: None,
-                method: "llm.c train_gpt2.cu step line: `X ms` is the step's CUDA-event time (bench's step time); its tok/s is a bias-corrected moving average over the steps after the first (it lags), divided by the GPUs; its MFU is against llm.c's own peak table; memory is llm.c's `device memory usage` after its first update (it allocates everything up front)".into(),
+                method: "llm.c train_gpt2.cu step line: `X ms` is the step's CUDA-event time (bench's step time); its tok/s is a bias-corrected moving average over the steps after the first (it lags), divided by the GPUs; its MFU is against llm.c's own peak table (none for fp32, which it divides by a TF32 peak); memory is llm.c's `device memory usage` once its parameters, gradients, activations and optimizer state are allocated (it allocates everything up front; the figure is the whole device's use)".into(),
             },
         ))
     }
@@ -363,6 +376,7 @@ mod tests {
     fn parser() -> LlmcLog {
         LlmcLog {
             steps_expected: 6,
+            keep_mfu: true,
             ..LlmcLog::default()
         }
     }
@@ -410,5 +424,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("does not read as"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace(
+                "device memory usage",
+                "WARNING: Fell back to cudaMallocManaged when initializing m,v,master_weights on 1 GPUs\ndevice memory usage",
+            ),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("managed (host) memory"), "{e}");
+        // A GPU llm.c's peak table lacks prints -100%: no framework MFU, the step stands.
+        let (steps, _) = log::read_all(
+            &mut parser(),
+            &text.replace("| 41.2% bf16 MFU |", "| -100.0% bf16 MFU |"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(steps[2].mfu, None);
     }
 }

@@ -187,12 +187,16 @@ static ABSL_STAMP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2}(?:\.\d+)?) ").expect("static regex")
 });
 
-/// Seconds since the start of the month of an absl-prefixed line, `None` without one.
+/// The time of day, in seconds, of an absl-prefixed line; `None` without one. Intervals are
+/// taken modulo a day, so a run that crosses midnight (or a month's end) reads right; a
+/// step would have to last a day to be misread.
 fn absl_seconds(text: &str) -> Option<f64> {
     let c = ABSL_STAMP.captures(text)?;
     let n = |i: usize| c[i].parse::<f64>().ok();
-    Some(((n(2)? * 24.0 + n(3)?) * 60.0 + n(4)?) * 60.0 + n(5)?)
+    Some((n(3)? * 60.0 + n(4)?) * 60.0 + n(5)?)
 }
+
+const DAY_S: f64 = 86_400.0;
 
 static STEP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
@@ -256,15 +260,21 @@ impl LogParser for MaxTextLog {
         let stamp = absl_seconds(&text);
         let step_time_s = match (self.last_stamp, stamp) {
             (Some(before), Some(now)) => {
-                // A month boundary between two lines is the one gap the day-of-month
-                // clock cannot span; a 12-step run does not cross one unnoticed.
-                let dt = now - before;
+                let dt = (now - before).rem_euclid(DAY_S);
                 if dt.is_nan() || dt <= 0.0 {
                     return Err(bad(format!(
-                        "this step line's timestamp is not after the previous step line's ({dt:.6} s): lines out of order, or the clock stepped back"
+                        "this step line's timestamp is not after the previous step line's ({dt:.6} s): a repeated line, or the clock stepped back"
                     )));
                 }
                 dt
+            }
+            // Once the lines carry stamps, a step line without one would be timed by
+            // MaxText's dispatch interval instead: refused rather than mixed.
+            (Some(_), None) => {
+                return Err(bad(
+                    "a step line without absl's timestamp after lines with one (lines mangled?)"
+                        .into(),
+                ))
             }
             _ => seconds,
         };
@@ -414,9 +424,26 @@ mod tests {
             .lines()
             .find(|l| l.contains("completed step: 3,"))
             .unwrap();
-        let back = line3.replacen("I1124 10:00:", "I1124 09:59:", 1);
-        let e = log::read_all(&mut parser(), &text.replace(line3, &back), true).unwrap_err();
+        let same = line3.replacen("10:00:01.482200", "10:00:01.357200", 1);
+        let e = log::read_all(&mut parser(), &text.replace(line3, &same), true).unwrap_err();
         assert!(e.message.contains("not after the previous"), "{e}");
+        let bare = line3.split_once("] ").unwrap().1;
+        let e = log::read_all(&mut parser(), &text.replace(line3, bare), true).unwrap_err();
+        assert!(e.message.contains("without absl's timestamp"), "{e}");
+        // Across midnight at a month's end: 0.125 s, not minus a month.
+        let (steps, _) = log::read_all(
+            &mut parser(),
+            &text
+                .replace("I1124 10:00:01.357200", "I1130 23:59:59.950000")
+                .replace("I1124 10:00:01.482200", "I1201 00:00:00.075000"),
+            true,
+        )
+        .unwrap();
+        assert!(
+            (steps[3].step_time_s - 0.125).abs() < 1e-9,
+            "{}",
+            steps[3].step_time_s
+        );
         let e = log::read_all(
             &mut parser(),
             &text.replace("total_weights: 8192,", "total_weights: 4096,"),

@@ -126,7 +126,7 @@ impl super::Adapter for Megatron {
         kv("--weight-decay", s(&0.0));
         // Megatron refuses seed 0 ("Seed (0) should be a positive integer", seen on the
         // H100): the cell's seed s is Megatron's s + 1, so distinct seeds stay distinct.
-        kv("--seed", s(&(p.seed + 1)));
+        kv("--seed", s(&p.seed.saturating_add(1)));
         kv("--tensor-model-parallel-size", s(&tp));
         kv("--pipeline-model-parallel-size", s(&pp));
         // One line per iteration, so each line's time is one step's; no evaluation or

@@ -188,6 +188,11 @@ pub(crate) fn plan_with_env_probe(
     } else {
         tasks_per_node
     });
+    // One task for N GPUs would get Slurm's one CPU (and the memory that follows CPUs on
+    // many sites) where a task per GPU got N: the framework's N processes keep N.
+    if framework && cell.gpus() > 1 {
+        args.push(format!("--cpus-per-task={}", cell.gpus()));
+    }
     if let Some(g) = gpus_per_node {
         args.push(format!("--gpus-per-node={g}"));
     }
@@ -412,6 +417,7 @@ mod tests {
         );
         assert!(p.sbatch_args.iter().any(|a| a == "--ntasks-per-node=1"));
         assert!(p.sbatch_args.iter().any(|a| a == "--gpus-per-node=4"));
+        assert!(p.sbatch_args.iter().any(|a| a == "--cpus-per-task=4"));
         let e = plan(&cell(16, fw), &prog, &settings(), true, Path::new("/j")).unwrap_err();
         assert!(
             matches!(
