@@ -190,13 +190,13 @@ static ABSL_STAMP: LazyLock<Regex> = LazyLock::new(|| {
 /// The time of day, in seconds, of an absl-prefixed line; `None` without one. Intervals are
 /// taken modulo a day, so a run that crosses midnight (or a month's end) reads right; a
 /// step would have to last a day to be misread.
-fn absl_seconds(text: &str) -> Option<f64> {
+pub(crate) fn absl_seconds(text: &str) -> Option<f64> {
     let c = ABSL_STAMP.captures(text)?;
     let n = |i: usize| c[i].parse::<f64>().ok();
     Some((n(3)? * 60.0 + n(4)?) * 60.0 + n(5)?)
 }
 
-const DAY_S: f64 = 86_400.0;
+pub(crate) const DAY_S: f64 = 86_400.0;
 
 static STEP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(

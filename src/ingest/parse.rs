@@ -70,7 +70,7 @@ impl Framework {
             Framework::Nemo => Box::new(super::nemo::Nemo),
             Framework::Paxml => Box::new(super::paxml::Paxml),
             Framework::Megatron => Box::new(super::megatron::Megatron),
-            Framework::Maxtext => Box::new(super::maxtext::Maxtext),
+            Framework::Maxtext => Box::new(super::maxtext::Maxtext::default()),
             Framework::Torchtitan => Box::new(super::torchtitan::Torchtitan::default()),
             Framework::Llmc => Box::new(super::llmc::Llmc { gpus: ctx.gpus }),
             Framework::Deepspeed => Box::new(super::deepspeed::Deepspeed {
