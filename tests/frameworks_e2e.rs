@@ -81,30 +81,23 @@ fn dry_run_lists_cells_per_framework_with_every_drop_reason() {
     );
 }
 
-#[test]
-fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
-    let Some(python) = hf_python() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let results_dir = tmp.path().display().to_string();
+/// Runs the cells of `matrix/frameworks-cpu.yaml` that `filter` selects on CPU, with
+/// `python` as the frameworks' interpreter, into run `run_id` under `dir`; asserts exit 0 and
+/// returns the run folder, its results and the run's output (for failure messages).
+fn run_cpu_cells(
+    dir: &std::path::Path,
+    filter: &str,
+    run_id: &str,
+    python: &str,
+) -> (std::path::PathBuf, RunResults, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args([
-            "matrix",
-            "matrix/frameworks-cpu.yaml",
-            "--filter",
-            "model=llama-tiny and framework!=deepspeed",
-            "--gpus",
-            "0",
-            "--no-progress",
-            "--run-id",
-            "fw",
-            "--results-dir",
-            &results_dir,
-            "--gpu-hour-price",
-            "2.5",
-            "--baselines",
-        ])
-        .arg(tmp.path().join("no-baselines"))
-        .env("BENCH_PYTHON", &python)
+        .args(["matrix", "matrix/frameworks-cpu.yaml", "--filter", filter])
+        .args(["--gpus", "0", "--no-progress", "--run-id", run_id])
+        .arg("--results-dir")
+        .arg(dir)
+        .args(["--gpu-hour-price", "2.5", "--baselines"])
+        .arg(dir.join("no-baselines"))
+        .env("BENCH_PYTHON", python)
         .env_remove("GITHUB_STEP_SUMMARY")
         .output()
         .unwrap();
@@ -114,8 +107,21 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(0), "{text}");
-    let run = tmp.path().join("fw");
+    let run = dir.join(run_id);
     let results = RunResults::load(&run).unwrap();
+    (run, results, text)
+}
+
+#[test]
+fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
+    let Some(python) = hf_python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, results, text) = run_cpu_cells(
+        tmp.path(),
+        "model=llama-tiny and framework!=deepspeed",
+        "fw",
+        &python,
+    );
     let hf: Vec<_> = results
         .cells
         .iter()
@@ -193,34 +199,12 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args([
-            "matrix",
-            "matrix/frameworks-cpu.yaml",
-            "--filter",
-            "model=llama-tiny and (framework=deepspeed or framework=builtin)",
-            "--gpus",
-            "0",
-            "--no-progress",
-            "--run-id",
-            "ds",
-            "--results-dir",
-        ])
-        .arg(tmp.path())
-        .arg("--baselines")
-        .arg(tmp.path().join("no-baselines"))
-        .env("BENCH_PYTHON", &python)
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let (run, results, text) = run_cpu_cells(
+        tmp.path(),
+        "model=llama-tiny and (framework=deepspeed or framework=builtin)",
+        "ds",
+        &python,
     );
-    assert_eq!(out.status.code(), Some(0), "{text}");
-    let run = tmp.path().join("ds");
-    let results = RunResults::load(&run).unwrap();
     let ds: Vec<_> = results
         .cells
         .iter()

@@ -104,8 +104,7 @@ CUDA13_OLD = "cudaMemAdvise(*out, bytes, cudaMemAdviseSetPreferredLocation, cuda
 CUDA13_NEW = "cudaMemAdvise(*out, bytes, cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})"
 
 
-def port_to_cuda13(nvcc: str, work: str) -> None:
-    release = nvcc_release(nvcc)
+def port_to_cuda13(release: str, work: str) -> None:
     if not release or int(release.split(".")[0]) < 13:
         return
     path = os.path.join(work, "llmc", "cuda_utils.cuh")
@@ -141,9 +140,9 @@ def nvml_stub_dir(nvcc: str) -> str:
     return ""
 
 
-def build(source: str, precision: str, multi_gpu: bool) -> str:
-    """Builds train_gpt2cu once per (checkout contents, precision, multi-GPU); returns its path."""
-    nvcc = find_nvcc()
+def build(source: str, precision: str, multi_gpu: bool, nvcc: str, release: str) -> str:
+    """Builds train_gpt2cu with `nvcc` (of CUDA `release`) once per (checkout contents,
+    precision, multi-GPU, GPU architecture, release); returns its path."""
     root = os.environ.get("BENCH_LLMC_BUILD") or os.path.join(
         os.path.expanduser("~"), ".cache", "bench", "llmc"
     )
@@ -151,7 +150,6 @@ def build(source: str, precision: str, multi_gpu: bool) -> str:
     # a cache shared between nodes of different GPUs, or kept across a CUDA upgrade, never
     # hands a cell a binary built for something else.
     cap = compute_capability()
-    release = nvcc_release(nvcc)
     key = "-".join([
         source_digest(source),
         precision.lower(),
@@ -171,7 +169,7 @@ def build(source: str, precision: str, multi_gpu: bool) -> str:
         shutil.copy(os.path.join(source, "Makefile"), work)
         shutil.copy(os.path.join(source, "train_gpt2.cu"), work)
         shutil.copytree(os.path.join(source, "llmc"), os.path.join(work, "llmc"))
-        port_to_cuda13(nvcc, work)
+        port_to_cuda13(release, work)
         env = dict(os.environ)
         env["PATH"] = os.path.dirname(nvcc) + os.pathsep + env.get("PATH", "")
         # llm.c's Makefile finds NCCL through dpkg only; a wheel's NCCL is passed explicitly
@@ -246,12 +244,13 @@ def main() -> None:
     if not device:
         fail("llm.c's train_gpt2cu needs an NVIDIA GPU, and nvidia-smi lists none")
     nproc = int(config["nproc"])
-    exe = build(source, config["precision"], nproc > 1)
+    nvcc = find_nvcc()
+    release = nvcc_release(nvcc)
+    exe = build(source, config["precision"], nproc > 1, nvcc, release)
 
     out_dir = os.path.dirname(os.path.abspath(args.config))
     shard = os.path.join(out_dir, "llmc_synthetic_train_000000.bin")
     write_shard(shard, int(config["tokens"]), int(config["seed"]))
-    release = nvcc_release(find_nvcc())
     info = {
         "name": "llm.c",
         "version": source_commit(source) or "checkout",

@@ -190,13 +190,52 @@ static ABSL_STAMP: LazyLock<Regex> = LazyLock::new(|| {
 /// The time of day, in seconds, of an absl-prefixed line; `None` without one. Intervals are
 /// taken modulo a day, so a run that crosses midnight (or a month's end) reads right; a
 /// step would have to last a day to be misread.
-pub(crate) fn absl_seconds(text: &str) -> Option<f64> {
+fn absl_seconds(text: &str) -> Option<f64> {
     let c = ABSL_STAMP.captures(text)?;
     let n = |i: usize| c[i].parse::<f64>().ok();
     Some((n(3)? * 60.0 + n(4)?) * 60.0 + n(5)?)
 }
 
-pub(crate) const DAY_S: f64 = 86_400.0;
+const DAY_S: f64 = 86_400.0;
+
+/// MaxText's step times from its step lines, for `bench adapt` and `bench ingest` alike:
+/// the interval since the previous step line's absl timestamp, or MaxText's own `seconds`
+/// for the first line and for a log without timestamps (see the module doc).
+#[derive(Debug, Default)]
+pub(crate) struct StepClock {
+    /// The time of day of the last step line's timestamp.
+    last_stamp: Option<f64>,
+}
+
+impl StepClock {
+    /// The time of the step whose line is `text` (absl's prefix first), MaxText having
+    /// printed `seconds` for it; `Err` for a line that cannot be timed honestly.
+    pub(crate) fn step_time(&mut self, text: &str, seconds: f64) -> Result<f64, String> {
+        let stamp = absl_seconds(text);
+        let t = match (self.last_stamp, stamp) {
+            (Some(before), Some(now)) => {
+                let dt = (now - before).rem_euclid(DAY_S);
+                if dt.is_nan() || dt <= 0.0 {
+                    return Err(format!(
+                        "this step line's timestamp is not after the previous step line's ({dt:.6} s): a repeated line, or the clock stepped back"
+                    ));
+                }
+                dt
+            }
+            // Once the lines carry stamps, a step line without one would be timed by
+            // MaxText's dispatch interval instead: refused rather than mixed.
+            (Some(_), None) => {
+                return Err(
+                    "a step line without absl's timestamp after lines with one (lines mangled?)"
+                        .into(),
+                )
+            }
+            _ => seconds,
+        };
+        self.last_stamp = stamp;
+        Ok(t)
+    }
+}
 
 static STEP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
@@ -213,8 +252,7 @@ pub(crate) struct MaxTextLog {
     tokens_per_step: u64,
     info: Option<DriverInfo>,
     order: StepOrder,
-    /// The absl timestamp of the last step line.
-    last_stamp: Option<f64>,
+    clock: StepClock,
 }
 
 impl LogParser for MaxTextLog {
@@ -257,28 +295,7 @@ impl LogParser for MaxTextLog {
         let seconds = log::number(&c[2])
             .filter(|t| t.is_finite() && *t > 0.0)
             .ok_or_else(|| bad("seconds is not a positive number".into()))?;
-        let stamp = absl_seconds(&text);
-        let step_time_s = match (self.last_stamp, stamp) {
-            (Some(before), Some(now)) => {
-                let dt = (now - before).rem_euclid(DAY_S);
-                if dt.is_nan() || dt <= 0.0 {
-                    return Err(bad(format!(
-                        "this step line's timestamp is not after the previous step line's ({dt:.6} s): a repeated line, or the clock stepped back"
-                    )));
-                }
-                dt
-            }
-            // Once the lines carry stamps, a step line without one would be timed by
-            // MaxText's dispatch interval instead: refused rather than mixed.
-            (Some(_), None) => {
-                return Err(bad(
-                    "a step line without absl's timestamp after lines with one (lines mangled?)"
-                        .into(),
-                ))
-            }
-            _ => seconds,
-        };
-        self.last_stamp = stamp;
+        let step_time_s = self.clock.step_time(&text, seconds).map_err(bad)?;
         let num = |i: usize, what: &str| {
             log::number(c[i].trim()).ok_or_else(|| bad(format!("unreadable {what}")))
         };
@@ -372,10 +389,16 @@ mod tests {
             .contains("gradient accumulation"));
     }
 
-    fn fixture() -> String {
+    /// A MaxText log under tests/fixtures/frameworks/.
+    fn fixture_named(name: &str) -> String {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/maxtext-0.2.4-from-source.log");
+            .join("tests/fixtures/frameworks")
+            .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn fixture() -> String {
+        fixture_named("maxtext-0.2.4-from-source.log")
     }
 
     fn parser() -> MaxTextLog {
@@ -482,11 +505,7 @@ mod tests {
     /// 0.178 s and 0.164 s apart.
     #[test]
     fn real_h100_lines_are_timed_by_their_stamps() {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/frameworks/maxtext-0.2.5-h100-first-steps.log"),
-        )
-        .unwrap();
+        let text = fixture_named("maxtext-0.2.5-h100-first-steps.log");
         let mut p = MaxTextLog {
             steps_expected: 12,
             tokens_per_step: 8192,
@@ -512,11 +531,7 @@ mod tests {
     /// last step's printed `loss: 0.000` is a loss a run can log.
     #[test]
     fn the_captured_h100_run_reads_as_twelve_measured_steps() {
-        let text = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/frameworks/maxtext-0.2.5-h100-12-steps.log"),
-        )
-        .unwrap();
+        let text = fixture_named("maxtext-0.2.5-h100-12-steps.log");
         let mut c = crate::external::tests::cell(
             "llama-3.1-8b-proxy",
             "bf16",

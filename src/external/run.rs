@@ -193,10 +193,10 @@ pub(crate) fn main(cell_json: &str) -> i32 {
         if failure.is_some() {
             continue;
         }
-        // torch's, llm.c's (`[CUDA ERROR] ... out of memory`) and XLA's words for it.
-        oom |= line.contains("CUDA out of memory")
+        // torch's (`CUDA out of memory`, `OutOfMemoryError`), llm.c's (`[CUDA ERROR] ... out of
+        // memory`) and XLA's (`RESOURCE_EXHAUSTED`) words for it.
+        oom |= line.contains("out of memory")
             || line.contains("OutOfMemoryError")
-            || line.contains("out of memory")
             || line.contains("RESOURCE_EXHAUSTED");
         if !line.trim().is_empty() {
             tail.push(line.clone());

@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::parse::{count, field, pairs, Framework, LineParser, Logged, Own};
-use crate::external::maxtext::{absl_seconds, DAY_S};
+use crate::external::maxtext::StepClock;
 
 static COMPLETED: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"completed step: (\d+), seconds: ([^,]*),(.*)$").expect("static regex")
@@ -25,8 +25,7 @@ static COMPLETED: LazyLock<Regex> = LazyLock::new(|| {
 
 #[derive(Default)]
 pub(crate) struct Maxtext {
-    /// The time of day of the last step line's absl timestamp.
-    last_stamp: Option<f64>,
+    clock: StepClock,
 }
 
 impl LineParser for Maxtext {
@@ -43,25 +42,7 @@ impl LineParser for Maxtext {
                 .to_string()
         })?;
         let seconds = field("seconds", &c[2])?;
-        let stamp = absl_seconds(text.trim_start());
-        let step_time =
-            match (self.last_stamp, stamp) {
-                (Some(before), Some(now)) => {
-                    let dt = (now - before).rem_euclid(DAY_S);
-                    if dt.is_nan() || dt <= 0.0 {
-                        return Err(format!(
-                        "a step line whose timestamp is not after the previous one's ({dt:.6} s)"
-                    ));
-                    }
-                    dt
-                }
-                (Some(_), None) => return Err(
-                    "a step line without absl's timestamp after lines with one (lines mangled?)"
-                        .to_string(),
-                ),
-                _ => seconds,
-            };
-        self.last_stamp = stamp;
+        let step_time = self.clock.step_time(text.trim_start(), seconds)?;
         let f = pairs(c.get(3).map_or("", |m| m.as_str()), ",", ':');
         let get = |k: &str| f.get(k).map(|v| field(k, v)).transpose();
         Ok(Some(Logged {
