@@ -16,7 +16,10 @@ fi
 if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null \
    || [ ! -d "$("$VENV/bin/python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')/nvidia/cu13/include/crt" ]; then
   echo "bench: installing torch==$TORCH_VERSION and CUDA 13.0 headers into $VENV (a few GB, once)" >&2
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+  # --no-cache-dir: the wheels (about 3 GB with torch's CUDA libraries) are unpacked into the
+  # venv once; keeping a second copy in pip's cache doubled the disk the set-up needs, and a
+  # CI machine ran out of it.
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
     "torch==$TORCH_VERSION" "nvidia-cuda-crt==13.0.*" "nvidia-cuda-cccl==13.0.*"
 fi
 export LIBTORCH_USE_PYTORCH=1
