@@ -11,6 +11,33 @@ source "$(dirname "$0")/env.sh"
 DS_BUILD_OPS=0 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
   --no-build-isolation deepspeed==0.19.8
 export BENCH_PYTHON="$VENV/bin/python"
+# MaxText 0.2.5, for its CPU cells (tests/frameworks_e2e.rs): it needs Python 3.12 and pins of
+# its own (transformers 5, typeguard 2.13.3) that clash with the main venv's, so it gets a venv
+# of its own with JAX's CPU wheels (about 230 MB of wheels, 1.1 GB installed, a minute once).
+# Its wheel declares no dependencies outside extras that pull CUDA, TensorFlow and torch, so
+# scripts/maxtext-cpu-requirements.txt pins the closure of what its trainer imports on CPU.
+MT_VENV="${BENCH_MAXTEXT_VENV:-$ROOT/.venv-maxtext}"
+MT_PY=""
+for p in python3.12 /root/.pyenv/versions/3.12*/bin/python "$HOME"/.pyenv/versions/3.12*/bin/python; do
+  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+    MT_PY=$(command -v "$p")
+    break
+  fi
+done
+if [ -n "$MT_PY" ]; then
+  if ! "$MT_VENV/bin/python" -c 'import importlib.metadata as m; assert m.version("maxtext") == "0.2.5"' 2>/dev/null; then
+    echo "test.sh: creating $MT_VENV (Python 3.12, MaxText 0.2.5 on JAX's CPU backend)" >&2
+    "$MT_PY" -m venv "$MT_VENV"
+    "$MT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
+      -r scripts/maxtext-cpu-requirements.txt
+  fi
+  export BENCH_MAXTEXT_PYTHON="$MT_VENV/bin/python"
+elif [ -n "${CI:-}" ]; then
+  echo "test.sh: no Python 3.12 for MaxText's CPU cells (python3.12 or pyenv's 3.12); CI runs them" >&2
+  exit 1
+else
+  echo "test.sh: no Python 3.12: MaxText's CPU cells are not run" >&2
+fi
 # The fuzz targets (tests/fuzz.rs) run for a fixed budget: 45 s each, four targets, about
 # three minutes of CPU in all.
 export BENCH_FUZZ_SECS="${BENCH_FUZZ_SECS:-45}"

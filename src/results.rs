@@ -1,7 +1,11 @@
 //! The results document of one run: `results/<run-id>/results.json`.
 //!
-//! The runner fills it cell by cell and writes it atomically after every cell; reporters,
-//! `bench report` and `bench baseline update` only read it. Its shape is versioned by
+//! The runner fills it cell by cell and makes every finished cell durable before the next
+//! event: a small document is rewritten atomically after every cell; a large one gets the
+//! cell appended to its journal, `results.journal`, and is rewritten whole on a doubling
+//! schedule and at the end (see `run::dispatch::resume::Book`). Reporters, `bench report`
+//! and `bench baseline update` only read it, through [`RunResults::load`], which merges
+//! the journal. Its shape is versioned by
 //! [`SCHEMA_VERSION`]; a reader refuses a document of a newer version with a clear error.
 
 use std::path::{Path, PathBuf};
@@ -210,6 +214,28 @@ pub struct RunResults {
     pub dropped: Vec<DroppedCell>,
 }
 
+/// One line of [`RunResults::JOURNAL`]: a finished cell and the run it belongs to.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct JournalEntry {
+    pub run: String,
+    pub cell: CellResult,
+}
+
+impl JournalEntry {
+    /// The journal line for `cell` of run `run`, newline included: compact JSON, so one
+    /// line is one entry.
+    pub(crate) fn line(run: &str, cell: &CellResult) -> serde_json::Result<Vec<u8>> {
+        #[derive(Serialize)]
+        struct Borrowed<'a> {
+            run: &'a str,
+            cell: &'a CellResult,
+        }
+        let mut line = serde_json::to_vec(&Borrowed { run, cell })?;
+        line.push(b'\n');
+        Ok(line)
+    }
+}
+
 /// The hex SHA-256 of a matrix file's bytes, as [`RunResults::matrix_sha256`] records it.
 pub(crate) fn matrix_digest(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
@@ -248,7 +274,13 @@ impl RunResults {
     /// The file name inside a run directory.
     pub const FILE: &'static str = "results.json";
 
-    /// Reads `results.json` from a run directory (or the file itself).
+    /// The journal beside [`Self::FILE`] while a run of many cells is in progress (or was
+    /// killed): one line per finished cell that `results.json` may not hold yet, each a
+    /// compact [`JournalEntry`]. A run that ends in order folds it in and removes it.
+    pub const JOURNAL: &'static str = "results.journal";
+
+    /// Reads `results.json` from a run directory (or the file itself), with the cells its
+    /// journal holds beyond it.
     pub fn load(path: &Path) -> Result<RunResults, ResultsError> {
         let file = if path.is_dir() {
             path.join(Self::FILE)
@@ -271,7 +303,73 @@ impl RunResults {
                 found: doc.schema_version,
             });
         }
+        let mut doc = doc;
+        // Only the run folder's own document has a journal: a copy under another name does
+        // not take the cells of whatever run left one beside it.
+        if file.file_name() == Some(std::ffi::OsStr::new(Self::FILE)) {
+            let journal = file.with_file_name(Self::JOURNAL);
+            match std::fs::read(&journal) {
+                Ok(bytes) => doc.merge_journal(&journal, &bytes)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ResultsError::Read {
+                        path: journal,
+                        source,
+                    })
+                }
+            }
+        }
         Ok(doc)
+    }
+
+    /// Adds the journal's cells to the document: a cell the document holds already (a
+    /// resumed run's cell run again, or a journal left behind by a crash just after the
+    /// document took it in) is replaced by the journal's later result; a new one is
+    /// appended. Entries of another run are refused, and a last line without its newline
+    /// is a write the crash cut short: that cell was never reported saved, so it is left
+    /// out rather than guessed at.
+    fn merge_journal(&mut self, path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
+        let mut at: std::collections::HashMap<CellId, usize> = self
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.id.clone(), i))
+            .collect();
+        let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(end) => &bytes[..=end],
+            None => &[][..],
+        };
+        for (n, line) in complete.split(|&b| b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let parse = |line_no: usize, column: usize, message: String| ResultsError::Parse {
+                path: path.to_path_buf(),
+                line: line_no,
+                column,
+                message,
+            };
+            let entry: JournalEntry = serde_json::from_slice(line)
+                .map_err(|e| parse(n + 1, e.column(), e.to_string()))?;
+            if entry.run != self.run_id {
+                return Err(parse(
+                    n + 1,
+                    1,
+                    format!(
+                        "journal entry of run `{}` beside results of run `{}`",
+                        entry.run, self.run_id
+                    ),
+                ));
+            }
+            match at.get(&entry.cell.id) {
+                Some(&i) => self.cells[i] = entry.cell,
+                None => {
+                    at.insert(entry.cell.id.clone(), self.cells.len());
+                    self.cells.push(entry.cell);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes `results.json` into `dir` atomically: a temporary file in the same directory,
@@ -284,5 +382,94 @@ impl RunResults {
             source: std::io::Error::other(e),
         })?;
         crate::atomic::write(&path, &json).map_err(|source| ResultsError::Write { path, source })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(id: &str, reason: &str) -> CellResult {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "values": {}, "params": Params::default(),
+            "status": "failed", "reason": reason, "duration_s": 1.0,
+        }))
+        .unwrap()
+    }
+
+    /// A run folder with `cells` in results.json and `journal` as the journal's bytes.
+    fn folder(cells: &[CellResult], journal: &[u8]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let doc: RunResults = serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "run_id": "r", "matrix": "m.yaml", "matrix_name": "m",
+            "filters": [], "started_at": "t", "environment": Environment::default(),
+            "cells": cells,
+        }))
+        .unwrap();
+        doc.save_atomic(dir.path()).unwrap();
+        std::fs::write(dir.path().join(RunResults::JOURNAL), journal).unwrap();
+        dir
+    }
+
+    fn ids(r: &RunResults) -> Vec<(&str, String)> {
+        r.cells
+            .iter()
+            .map(|c| {
+                let why = match &c.outcome {
+                    Outcome::Failed { reason } => reason.clone(),
+                    o => format!("{o:?}"),
+                };
+                (c.id.as_str(), why)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_journal_adds_cells_and_replaces_earlier_results_of_the_same_cell() {
+        let mut journal = JournalEntry::line("r", &cell("b", "journal")).unwrap();
+        journal.extend(JournalEntry::line("r", &cell("a", "again")).unwrap());
+        let dir = folder(&[cell("a", "first")], &journal);
+        let r = RunResults::load(dir.path()).unwrap();
+        assert_eq!(
+            ids(&r),
+            [("a", "again".to_string()), ("b", "journal".to_string())]
+        );
+        // The file named directly reads the same; a copy under another name has no journal.
+        let file = dir.path().join(RunResults::FILE);
+        assert_eq!(RunResults::load(&file).unwrap(), r);
+        let copy = dir.path().join("copy.json");
+        std::fs::copy(&file, &copy).unwrap();
+        assert_eq!(RunResults::load(&copy).unwrap().cells.len(), 1);
+    }
+
+    /// A crash in the middle of an append leaves a line without its newline: that cell was
+    /// never reported saved, and it is left out whatever its bytes parse as.
+    #[test]
+    fn a_torn_last_line_is_left_out() {
+        let mut journal = JournalEntry::line("r", &cell("b", "whole")).unwrap();
+        let torn = JournalEntry::line("r", &cell("c", "torn")).unwrap();
+        journal.extend_from_slice(&torn[..torn.len() - 1]);
+        let dir = folder(&[], &journal);
+        let r = RunResults::load(dir.path()).unwrap();
+        assert_eq!(ids(&r), [("b", "whole".to_string())]);
+        let dir = folder(&[], &torn[..20]);
+        assert!(RunResults::load(dir.path()).unwrap().cells.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_or_foreign_line_is_an_error_naming_the_journal_and_line() {
+        let mut journal = JournalEntry::line("r", &cell("b", "ok")).unwrap();
+        journal.extend_from_slice(b"{\"run\": \"r\", \"cell\": 7}\n");
+        let dir = folder(&[], &journal);
+        let e = RunResults::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("results.journal:2:"), "{e}");
+
+        let journal = JournalEntry::line("other", &cell("b", "ok")).unwrap();
+        let dir = folder(&[], &journal);
+        let e = RunResults::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("results.journal:1:1") && e.contains("run `other`"),
+            "{e}"
+        );
     }
 }

@@ -1,9 +1,10 @@
 //! Framework cells end to end through the built binary, on CPU: the Hugging Face Trainer
 //! (transformers and accelerate from scripts/test-requirements.txt) and DeepSpeed's engine
 //! (DeepSpeed 0.19.8 built with DS_BUILD_OPS=0 by scripts/test.sh), in the Python that
-//! `BENCH_PYTHON` names, train bench's `llama-tiny` preset next to the built-in workload,
-//! from `matrix/frameworks-cpu.yaml`. CI sets BENCH_PYTHON, so the tests cannot silently not
-//! run there.
+//! `BENCH_PYTHON` names, and MaxText 0.2.5 (JAX's CPU backend) in the Python 3.12 that
+//! `BENCH_MAXTEXT_PYTHON` names, train bench's `llama-tiny` preset next to the built-in
+//! workload, from `matrix/frameworks-cpu.yaml`. CI sets both, so the tests cannot silently
+//! not run there.
 
 use std::process::Command;
 
@@ -18,7 +19,13 @@ fn hf_python() -> Option<String> {
 /// The Python (`BENCH_PYTHON`) that imports `modules`, or `None` outside CI when it does
 /// not; under CI a missing framework fails the test instead of skipping it.
 fn python_with(modules: &str) -> Option<String> {
-    let py = std::env::var("BENCH_PYTHON").ok();
+    python_in("BENCH_PYTHON", modules)
+}
+
+/// The Python that the environment variable `var` names, if it imports `modules` (as
+/// [`python_with`]).
+fn python_in(var: &str, modules: &str) -> Option<String> {
+    let py = std::env::var(var).ok();
     let ok = py.as_ref().is_some_and(|py| {
         Command::new(py)
             .args(["-c", &format!("import {modules}")])
@@ -28,9 +35,9 @@ fn python_with(modules: &str) -> Option<String> {
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "BENCH_PYTHON must name a python with {modules} when CI is set"
+            "{var} must name a python with {modules} when CI is set"
         );
-        eprintln!("no BENCH_PYTHON with {modules}: cell not run");
+        eprintln!("no {var} with {modules}: cell not run");
         return None;
     }
     py
@@ -118,7 +125,7 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
     let tmp = tempfile::tempdir().unwrap();
     let (run, results, text) = run_cpu_cells(
         tmp.path(),
-        "model=llama-tiny and framework!=deepspeed",
+        "model=llama-tiny and (framework=hf or framework=builtin)",
         "fw",
         &python,
     );
@@ -235,6 +242,62 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
     assert!(
         table.contains("| llama-tiny.fp32.1gpu.single.base | deepspeed (deepspeed 0.19"),
+        "{table}"
+    );
+}
+
+/// MaxText's own trainer (`maxtext.trainers.pre_train.train`) on JAX's CPU backend: its
+/// step lines timed between absl stamps, its version and libraries recorded.
+#[test]
+fn maxtext_cells_run_on_cpu() {
+    let Some(python) = python_in("BENCH_MAXTEXT_PYTHON", "maxtext.trainers.pre_train.train") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, results, text) = run_cpu_cells(
+        tmp.path(),
+        "model=llama-tiny and (framework=maxtext or framework=builtin)",
+        "mt",
+        &python,
+    );
+    let mt: Vec<_> = results
+        .cells
+        .iter()
+        .filter(|c| c.id.as_str().starts_with("maxtext."))
+        .collect();
+    let ids: Vec<_> = mt.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "maxtext.llama-tiny.fp32.1gpu.single.compile",
+            "maxtext.llama-tiny.fp32.1gpu.single.compile+sac"
+        ],
+        "{text}"
+    );
+    for c in mt {
+        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
+        let r = &c.repeats[0];
+        assert_eq!(r.steps.len(), 8, "{}: {text}", c.id);
+        assert!(r
+            .steps
+            .iter()
+            .all(|s| s.loss.is_finite() && s.loss > 0.0 && s.tokens == 128 && s.step_time_s > 0.0));
+        let fw = r.summary.framework.as_ref().expect("framework record");
+        assert_eq!(
+            (fw.name.as_str(), fw.version.as_str()),
+            ("maxtext", "0.2.5")
+        );
+        assert!(fw.libraries.contains_key("jax"), "{fw:?}");
+        let config = std::fs::read(run.join(&fw.config_file)).unwrap();
+        let hash: String = Sha256::digest(&config)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash, fw.config_sha256);
+    }
+    let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
+    assert!(
+        table.contains("| llama-tiny.fp32.1gpu.single.compile | maxtext (maxtext 0.2.5"),
         "{table}"
     );
 }

@@ -179,14 +179,74 @@ impl super::Adapter for Llmc {
 }
 
 static STEP: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^step\s+(\d+)/(\d+)\s*\|\s*loss\s+(\S+)\s*\([^)]*\)\s*\|").expect("static regex")
+    Regex::new(r"^step\s+(\d+)/(\d+)\s*\|\s*(?:train )?loss\s+([^\s|(]+)").expect("static regex")
 });
 static MS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\|\s*(\S+)\s*ms\s*\|").expect("static regex"));
-static MFU: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\|\s*(\S+)%\s*\w+\s*MFU\s*\|").expect("static regex"));
+    LazyLock::new(|| Regex::new(r"\|\s*([^\s|]+)\s*ms\s*(?:\||$)").expect("static regex"));
+static MFU: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\|\s*(?:(-?[0-9.]+)%[^|]*MFU|MFU\s+(-?[0-9.]+)%)").expect("static regex")
+});
 static TOKS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\|\s*(\S+)\s*tok/s\s*$").expect("static regex"));
+    LazyLock::new(|| Regex::new(r"\|\s*([^\s|]+)\s*tok/s").expect("static regex"));
+
+/// One llm.c step line, as `train_gpt2.cu` prints it (`step 10/5000 | loss 7.13 (+0.12z)|
+/// norm .. | lr .. | 351.23 ms | 45.2% bf16 MFU | 1492523 tok/s`; before its z-scores,
+/// `train loss L` and no parentheses), read the same way by `bench adapt` and `bench
+/// ingest`. Numbers are as printed; each reader checks what it needs of them.
+#[derive(Debug, PartialEq)]
+pub(crate) struct StepLine {
+    pub step: u64,
+    /// The run's step count (`N/M`'s M).
+    pub of: u64,
+    pub loss: f64,
+    /// The step's own CUDA-event time.
+    pub ms: f64,
+    /// Against llm.c's own peak table; `None` where it prints a negative figure (a GPU its
+    /// table lacks: it prints -100%).
+    pub mfu_percent: Option<f64>,
+    /// All ranks together, a bias-corrected moving average.
+    pub tokens_per_s: Option<f64>,
+}
+
+impl StepLine {
+    /// `None` for a line that is not a step line; an error for one that starts as a step
+    /// line but does not read to the end (a truncated line among them).
+    pub(crate) fn read(text: &str) -> Option<Result<StepLine, String>> {
+        let text = text.trim_start();
+        let c = STEP.captures(text)?;
+        let number = |name: &str, v: &str| {
+            log::number(v).ok_or_else(|| format!("`{name}` is `{v}`, not a number"))
+        };
+        let whole = |name: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("`{name}` is `{v}`, out of range"))
+        };
+        Some((|| {
+            let ms = MS
+                .captures(text)
+                .ok_or_else(|| "an llm.c step line without `| X ms |` (truncated?)".to_string())?;
+            let mfu_percent = MFU
+                .captures(text)
+                .and_then(|m| m.get(1).or(m.get(2)))
+                .map(|m| number("MFU", m.as_str()))
+                .transpose()?
+                .filter(|m| *m >= 0.0);
+            let tokens_per_s = TOKS
+                .captures(text)
+                .map(|t| number("tok/s", &t[1]))
+                .transpose()?;
+            Ok(StepLine {
+                step: whole("step", &c[1])?,
+                of: whole("step count", &c[2])?,
+                loss: number("loss", &c[3])?,
+                ms: number("ms", &ms[1])?,
+                mfu_percent,
+                tokens_per_s,
+            })
+        })())
+    }
+}
+
 static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^device memory usage: (\d+) MiB / (\d+) MiB\s*$").expect("static regex")
 });
@@ -230,46 +290,35 @@ impl LogParser for LlmcLog {
         if !text.starts_with("step ") || !text.contains(" ms ") {
             return Ok(vec![]);
         }
-        let c = STEP.captures(&text).ok_or_else(|| {
-            bad("a step line that does not read as llm.c's `step N/M | loss L (..z)| ...`".into())
-        })?;
-        let step: u64 = c[1]
-            .parse()
-            .map_err(|_| bad("step number out of range".into()))?;
-        let of: u64 = c[2]
-            .parse()
-            .map_err(|_| bad("step count out of range".into()))?;
-        if of != u64::from(self.steps_expected) {
+        let line = StepLine::read(&text)
+            .ok_or_else(|| {
+                bad(
+                    "a step line that does not read as llm.c's `step N/M | loss L (..z)| ...`"
+                        .into(),
+                )
+            })?
+            .map_err(bad)?;
+        if line.of != u64::from(self.steps_expected) {
             return Err(bad(format!(
-                "llm.c runs {of} steps; the cell asks for {}",
-                self.steps_expected
+                "llm.c runs {} steps; the cell asks for {}",
+                line.of, self.steps_expected
             )));
         }
-        self.order.check(rank, step).map_err(bad)?;
-        let loss = log::number(&c[3]).ok_or_else(|| bad("unreadable loss".into()))?;
-        let ms = MS
-            .captures(&text)
-            .and_then(|m| log::number(&m[1]))
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or_else(|| bad("a step line without a positive `| X ms |` (truncated?)".into()))?;
-        // llm.c prints -100% for a GPU its peak table lacks (the H200, for one): no figure.
-        let mfu = MFU
-            .captures(&text)
-            .map(|m| log::number(&m[1]).ok_or_else(|| bad("unreadable MFU".into())))
-            .transpose()?
-            .filter(|m| *m >= 0.0);
-        let toks = TOKS
-            .captures(&text)
-            .map(|m| log::number(&m[1]).ok_or_else(|| bad("unreadable tok/s".into())))
-            .transpose()?;
+        self.order.check(rank, line.step).map_err(bad)?;
+        if !(line.ms.is_finite() && line.ms > 0.0) {
+            return Err(bad("a step line without a positive `| X ms |`".into()));
+        }
         let world = f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)));
         Ok(vec![LoggedStep {
-            step,
-            step_time_s: ms / 1000.0,
-            loss,
-            tokens_per_s_per_gpu: toks.map(|t| t / world),
+            step: line.step,
+            step_time_s: line.ms / 1000.0,
+            loss: line.loss,
+            tokens_per_s_per_gpu: line.tokens_per_s.map(|t| t / world),
             tflops_per_gpu: None,
-            mfu: mfu.filter(|_| self.keep_mfu).map(|m| m / 100.0),
+            mfu: line
+                .mfu_percent
+                .filter(|_| self.keep_mfu)
+                .map(|m| m / 100.0),
         }])
     }
 
@@ -419,11 +468,27 @@ mod tests {
         assert!(e.message.contains("asks for 8"), "{e}");
         let e = log::read_all(
             &mut parser(),
-            &text.replace("| loss 10.912345 (+0.52z)|", "| loss 10.912345 |"),
+            &text.replace("| loss 10.912345 (+0.52z)|", "| los 10.912345 (+0.52z)|"),
             true,
         )
         .unwrap_err();
         assert!(e.message.contains("does not read as"), "{e}");
+        let e = log::read_all(
+            &mut parser(),
+            &text.replace("| loss 10.912345 (+0.52z)|", "| loss 10.9x (+0.52z)|"),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("`loss` is `10.9x`, not a number"), "{e}");
+        // llm.c before its z-scores printed `train loss L |`: the same reader as `bench
+        // ingest` takes both.
+        let (steps, _) = log::read_all(
+            &mut parser(),
+            &text.replace("| loss 10.912345 (+0.52z)|", "| train loss 10.912345 |"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(steps[2].loss, 10.912345);
         let e = log::read_all(
             &mut parser(),
             &text.replace(

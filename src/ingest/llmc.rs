@@ -4,22 +4,8 @@
 //! (cudaEvent) time; the tok/s is a bias-corrected moving average over all ranks (so it
 //! lags a change), kept beside bench's per-step figure as llm.c's own, per GPU.
 
-use std::sync::LazyLock;
-
-use regex::Regex;
-
-use super::parse::{count, field, Framework, LineParser, Logged, Own};
-
-static STEP: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^step\s+(\d+)/(\d+)\s*\|\s*(?:train )?loss\s+([^\s|(]+)").expect("static regex")
-});
-static MS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\|\s*([^\s|]+)\s*ms\s*(?:\||$)").expect("static regex"));
-static TOKS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\|\s*([^\s|]+)\s*tok/s").expect("static regex"));
-static MFU: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\|\s*(?:([0-9.]+)%[^|]*MFU|MFU\s+([0-9.]+)%)").expect("static regex")
-});
+use super::parse::{Framework, LineParser, Logged, Own};
+use crate::external::llmc::StepLine;
 
 pub(crate) struct Llmc {
     pub gpus: u32,
@@ -31,30 +17,18 @@ impl LineParser for Llmc {
     }
 
     fn parse(&mut self, _rank: Option<u32>, text: &str) -> Result<Option<Logged>, String> {
-        let text = text.trim_start();
-        let Some(c) = STEP.captures(text) else {
+        let Some(line) = StepLine::read(text) else {
             return Ok(None);
         };
-        let ms = MS
-            .captures(text)
-            .ok_or_else(|| "an llm.c step line without `| X ms |` (truncated?)".to_string())?;
-        let toks = TOKS
-            .captures(text)
-            .map(|t| field("tok/s", &t[1]))
-            .transpose()?;
-        let mfu = MFU
-            .captures(text)
-            .and_then(|m| m.get(1).or(m.get(2)))
-            .map(|m| field("MFU", m.as_str()))
-            .transpose()?;
+        let line = line?;
         Ok(Some(Logged {
-            step: Some(count("step", &c[1])?),
-            step_time_s: Some(field("ms", &ms[1])? / 1000.0),
-            loss: Some(field("loss", &c[3])?),
+            step: Some(line.step),
+            step_time_s: Some(line.ms / 1000.0),
+            loss: Some(line.loss),
             own: Own {
-                tokens_per_s_per_gpu: toks.map(|t| t / f64::from(self.gpus.max(1))),
+                tokens_per_s_per_gpu: line.tokens_per_s.map(|t| t / f64::from(self.gpus.max(1))),
                 tflops_per_gpu: None,
-                mfu: mfu.map(|m| m / 100.0),
+                mfu: line.mfu_percent.map(|m| m / 100.0),
             },
             ..Logged::default()
         }))

@@ -175,8 +175,7 @@ pub(crate) async fn run(
             Some(reason) => {
                 let r = skipped(&cells[i], reason);
                 finish(reporter, &r, false);
-                book.set(i, r.clone())?;
-                book.save()?;
+                book.record(i, r.clone())?;
                 saved(reporter, &book.doc, &r);
             }
             None => runnable.push(i),
@@ -317,8 +316,7 @@ impl Dispatcher<'_> {
             self.failures += 1;
         }
         finish(self.reporter, &result, false);
-        self.book.set(i, result.clone())?;
-        self.book.save()?;
+        self.book.record(i, result.clone())?;
         saved(self.reporter, &self.book.doc, &result);
         if self.stop.is_none() {
             let limit = if self.config.fail_fast {
@@ -402,7 +400,7 @@ impl Dispatcher<'_> {
     }
 }
 
-/// Tells reporters that `r` is in `results.json` now.
+/// Tells reporters that `r` is on disk now (in `results.json` or its journal).
 fn saved(reporter: &mut dyn Reporter, doc: &crate::results::RunResults, r: &CellResult) {
     reporter.on_event(&RunEvent::CellSaved {
         run: Box::new(crate::run::events::RunHeader {
