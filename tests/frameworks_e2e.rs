@@ -119,6 +119,40 @@ fn run_cpu_cells(
     (run, results, text)
 }
 
+/// The cells of `results` whose id starts with `prefix`, each checked as every CPU framework
+/// cell must read: passed, 8 steps of 128 tokens with a finite, positive loss, and the
+/// framework's record. `text` is the run's output, for failure messages.
+fn framework_cells<'r>(
+    results: &'r RunResults,
+    prefix: &str,
+    text: &str,
+) -> Vec<&'r bench::results::CellResult> {
+    let cells: Vec<_> = results
+        .cells
+        .iter()
+        .filter(|c| c.id.as_str().starts_with(prefix))
+        .collect();
+    for c in &cells {
+        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
+        let r = &c.repeats[0];
+        assert_eq!(r.steps.len(), 8, "{}: {text}", c.id);
+        assert!(
+            r.steps
+                .iter()
+                .all(|s| s.loss.is_finite() && s.loss > 0.0 && s.tokens == 128),
+            "{}: {:?}",
+            c.id,
+            r.steps
+        );
+        assert!(
+            r.summary.framework.is_some(),
+            "{}: no framework record",
+            c.id
+        );
+    }
+    cells
+}
+
 #[test]
 fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
     let Some(python) = hf_python() else { return };
@@ -129,21 +163,11 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         "fw",
         &python,
     );
-    let hf: Vec<_> = results
-        .cells
-        .iter()
-        .filter(|c| c.id.as_str().starts_with("hf."))
-        .collect();
+    let hf = framework_cells(&results, "hf.", &text);
     assert_eq!(hf.len(), 2, "{text}");
     for c in hf {
-        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
         let r = &c.repeats[0];
-        assert_eq!(r.steps.len(), 8);
         assert_eq!(r.steps.iter().filter(|s| s.warmup == Some(true)).count(), 3);
-        assert!(r
-            .steps
-            .iter()
-            .all(|s| s.loss.is_finite() && s.tokens == 128));
         let tps = c.metrics["tokens_per_s"].value;
         assert!(tps.is_finite() && tps > 0.0);
         assert!(c.metrics.contains_key("tflops_per_gpu"));
@@ -212,20 +236,10 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
         "ds",
         &python,
     );
-    let ds: Vec<_> = results
-        .cells
-        .iter()
-        .filter(|c| c.id.as_str().starts_with("deepspeed."))
-        .collect();
+    let ds = framework_cells(&results, "deepspeed.", &text);
     assert_eq!(ds.len(), 2, "{text}");
     for c in ds {
-        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
         let r = &c.repeats[0];
-        assert_eq!(r.steps.len(), 8);
-        assert!(r
-            .steps
-            .iter()
-            .all(|s| s.loss.is_finite() && s.loss > 0.0 && s.tokens == 128));
         let fw = r.summary.framework.as_ref().expect("framework record");
         assert_eq!(fw.name, "deepspeed");
         assert!(fw.version.starts_with("0.19"), "{}", fw.version);
@@ -260,11 +274,7 @@ fn maxtext_cells_run_on_cpu() {
         "mt",
         &python,
     );
-    let mt: Vec<_> = results
-        .cells
-        .iter()
-        .filter(|c| c.id.as_str().starts_with("maxtext."))
-        .collect();
+    let mt = framework_cells(&results, "maxtext.", &text);
     let ids: Vec<_> = mt.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -275,13 +285,8 @@ fn maxtext_cells_run_on_cpu() {
         "{text}"
     );
     for c in mt {
-        assert_eq!(c.outcome, Outcome::Passed, "{}: {text}", c.id);
         let r = &c.repeats[0];
-        assert_eq!(r.steps.len(), 8, "{}: {text}", c.id);
-        assert!(r
-            .steps
-            .iter()
-            .all(|s| s.loss.is_finite() && s.loss > 0.0 && s.tokens == 128 && s.step_time_s > 0.0));
+        assert!(r.steps.iter().all(|s| s.step_time_s > 0.0), "{:?}", r.steps);
         let fw = r.summary.framework.as_ref().expect("framework record");
         assert_eq!(
             (fw.name.as_str(), fw.version.as_str()),

@@ -191,17 +191,7 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
     assert!(matches!(cell(&r, "slow").outcome, Outcome::Skipped { .. }));
     assert!(matches!(cell(&r, "last").outcome, Outcome::Skipped { .. }));
 
-    let out = bench()
-        .arg("matrix")
-        .arg(&m)
-        .arg("--baselines")
-        .arg(tmp.path().join("baselines"))
-        .args(["--gpus", "0", "--no-progress", "--resume"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    common::resume_run(&m, &tmp.path().join("baselines"), &dir);
     let r = RunResults::load(&dir).unwrap();
     assert!(!r.interrupted);
     for id in ["first", "slow", "last"] {

@@ -90,17 +90,7 @@ fn a_killed_run_keeps_its_journaled_cells_and_resume_folds_them_in() {
     assert_eq!(r.cells.len(), QUICK);
     assert!(r.cells.iter().all(|c| c.outcome == Outcome::Passed));
 
-    let out = bench()
-        .arg("matrix")
-        .arg(&m)
-        .arg("--baselines")
-        .arg(tmp.path().join("baselines"))
-        .args(["--gpus", "0", "--no-progress", "--resume"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    common::resume_run(&m, &tmp.path().join("baselines"), &dir);
     assert!(
         !dir.join(RunResults::JOURNAL).exists(),
         "a finished run leaves no journal"

@@ -211,3 +211,23 @@ pub fn ctrl_c_exits_130(child: &mut Child, lines: &Receiver<String>, seen: &mut 
     seen.extend(lines.try_iter());
     assert_eq!(status.code(), Some(130), "{seen:#?}");
 }
+
+/// `bench matrix MATRIX --resume RUN_DIR` on CPU (`--gpus 0`, no progress, baselines in
+/// `baselines`), as the runner's CLI tests resume a run they stopped; asserts exit 0 and
+/// returns stderr.
+pub fn resume_run(matrix: &Path, baselines: &Path, run_dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .arg("matrix")
+        .arg(matrix)
+        .arg("--baselines")
+        .arg(baselines)
+        .args(["--gpus", "0", "--no-progress", "--resume"])
+        .arg(run_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    stderr
+}
