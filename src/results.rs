@@ -214,6 +214,53 @@ pub struct RunResults {
     pub dropped: Vec<DroppedCell>,
 }
 
+/// The journal at `path`, open for reading, or `None` when there is none. Anything but a
+/// regular file (a FIFO would block the reader, a link to a device would never end) is an
+/// error naming it.
+fn open_journal(path: &Path) -> Result<Option<(PathBuf, std::fs::File)>, ResultsError> {
+    let error = |source| ResultsError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return Err(error(std::io::Error::other(
+                "not a regular file: a run's journal is one, written by bench",
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(error(e)),
+    }
+    match std::fs::File::open(path) {
+        Ok(f) => Ok(Some((path.to_path_buf(), f))),
+        // Removed between the two calls: the run folded it into the document.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(error(e)),
+    }
+}
+
+/// One journal line as an entry, or the column and message of why it is not one. Only the
+/// documented object form reads (serde would take a struct written as a list too), and the
+/// message leaves out serde's own position, which counts within the line.
+fn parse_journal_line(line: &[u8]) -> Result<JournalEntry, (usize, String)> {
+    let line = line.trim_ascii();
+    if !line.starts_with(b"{") {
+        return Err((
+            1,
+            "a journal line is one JSON object `{\"run\": ..., \"cell\": ...}`".into(),
+        ));
+    }
+    serde_json::from_slice(line).map_err(|e| {
+        let message = e.to_string();
+        let message = match message.rsplit_once(" at line ") {
+            Some((head, _)) => head.to_string(),
+            None => message,
+        };
+        (e.column(), message)
+    })
+}
+
 /// One line of [`RunResults::JOURNAL`]: a finished cell and the run it belongs to.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct JournalEntry {
@@ -287,6 +334,17 @@ impl RunResults {
         } else {
             path.to_path_buf()
         };
+        // Only the run folder's own document has a journal: a copy under another name does
+        // not take the cells of whatever run left one beside it. The journal is opened
+        // before the document is read: a run that rewrites the document and removes the
+        // journal in between leaves this reader the removed journal's cells through its
+        // handle, and the document read after holds them anyway. The other order could
+        // read an old document and then find no journal, losing saved cells.
+        let journal = if file.file_name() == Some(std::ffi::OsStr::new(Self::FILE)) {
+            open_journal(&file.with_file_name(Self::JOURNAL))?
+        } else {
+            None
+        };
         let text = std::fs::read_to_string(&file).map_err(|source| ResultsError::Read {
             path: file.clone(),
             source,
@@ -304,20 +362,16 @@ impl RunResults {
             });
         }
         let mut doc = doc;
-        // Only the run folder's own document has a journal: a copy under another name does
-        // not take the cells of whatever run left one beside it.
-        if file.file_name() == Some(std::ffi::OsStr::new(Self::FILE)) {
-            let journal = file.with_file_name(Self::JOURNAL);
-            match std::fs::read(&journal) {
-                Ok(bytes) => doc.merge_journal(&journal, &bytes)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(ResultsError::Read {
-                        path: journal,
-                        source,
-                    })
-                }
-            }
+        if let Some((path, mut handle)) = journal {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            handle
+                .read_to_end(&mut bytes)
+                .map_err(|source| ResultsError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+            doc.merge_journal(&path, &bytes)?;
         }
         Ok(doc)
     }
@@ -325,9 +379,11 @@ impl RunResults {
     /// Adds the journal's cells to the document: a cell the document holds already (a
     /// resumed run's cell run again, or a journal left behind by a crash just after the
     /// document took it in) is replaced by the journal's later result; a new one is
-    /// appended. Entries of another run are refused, and a last line without its newline
-    /// is a write the crash cut short: that cell was never reported saved, so it is left
-    /// out rather than guessed at.
+    /// appended. Entries of another run are refused. Each line is synced before its cell is
+    /// reported saved, so a last line that does not read is a write that a crash cut short
+    /// (without its newline, or with pages that reached the disk out of order): its cell was
+    /// never reported saved, and it is left out with a warning rather than guessed at, so
+    /// that `--resume` runs it again. An unreadable line before the last is an error.
     fn merge_journal(&mut self, path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
         let mut at: std::collections::HashMap<CellId, usize> = self
             .cells
@@ -335,25 +391,42 @@ impl RunResults {
             .enumerate()
             .map(|(i, c)| (c.id.clone(), i))
             .collect();
-        let complete = match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(end) => &bytes[..=end],
-            None => &[][..],
-        };
-        for (n, line) in complete.split(|&b| b == b'\n').enumerate() {
-            if line.is_empty() {
+        let lines: Vec<(usize, &[u8])> = bytes
+            .split(|&b| b == b'\n')
+            .enumerate()
+            .map(|(n, l)| (n + 1, l))
+            .filter(|(_, l)| !l.trim_ascii().is_empty())
+            .collect();
+        // Whatever follows the last newline, unless blank, is a line cut short.
+        let torn_tail = bytes
+            .rsplit(|&b| b == b'\n')
+            .next()
+            .is_some_and(|tail| !tail.trim_ascii().is_empty());
+        for (k, &(line_no, line)) in lines.iter().enumerate() {
+            let last = k + 1 == lines.len();
+            if last && torn_tail {
+                // Cut short before its newline: never reported saved.
                 continue;
             }
-            let parse = |line_no: usize, column: usize, message: String| ResultsError::Parse {
+            let error = |column: usize, message: String| ResultsError::Parse {
                 path: path.to_path_buf(),
                 line: line_no,
                 column,
                 message,
             };
-            let entry: JournalEntry = serde_json::from_slice(line)
-                .map_err(|e| parse(n + 1, e.column(), e.to_string()))?;
+            let entry = match parse_journal_line(line) {
+                Ok(entry) => entry,
+                Err((column, message)) if last => {
+                    eprintln!(
+                        "bench: warning: {}:{line_no}:{column}: the last journal line does not read ({message}); taken as a write cut short, its cell as not saved",
+                        path.display()
+                    );
+                    continue;
+                }
+                Err((column, message)) => return Err(error(column, message)),
+            };
             if entry.run != self.run_id {
-                return Err(parse(
-                    n + 1,
+                return Err(error(
                     1,
                     format!(
                         "journal entry of run `{}` beside results of run `{}`",
@@ -458,17 +531,64 @@ mod tests {
 
     #[test]
     fn a_malformed_or_foreign_line_is_an_error_naming_the_journal_and_line() {
-        let mut journal = JournalEntry::line("r", &cell("b", "ok")).unwrap();
-        journal.extend_from_slice(b"{\"run\": \"r\", \"cell\": 7}\n");
-        let dir = folder(&[], &journal);
-        let e = RunResults::load(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("results.journal:2:"), "{e}");
+        let good = JournalEntry::line("r", &cell("b", "ok")).unwrap();
+        for (bad, column, says) in [
+            (&b"{\"run\": \"r\", \"cell\": 7}"[..], 22, "invalid type"),
+            (b"[\"r\", {}]", 1, "one JSON object"),
+            (b"\0\0\0", 1, "one JSON object"),
+        ] {
+            let mut journal = good.clone();
+            journal.extend_from_slice(bad);
+            journal.push(b'\n');
+            journal.extend_from_slice(&good);
+            let dir = folder(&[], &journal);
+            let e = RunResults::load(dir.path()).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("results.journal:2:{column}: malformed results: "))
+                    && e.contains(says)
+                    && !e.contains("at line 1"),
+                "{e}"
+            );
+        }
 
         let journal = JournalEntry::line("other", &cell("b", "ok")).unwrap();
         let dir = folder(&[], &journal);
         let e = RunResults::load(dir.path()).unwrap_err().to_string();
         assert!(
             e.contains("results.journal:1:1") && e.contains("run `other`"),
+            "{e}"
+        );
+    }
+
+    /// A last line that ends in its newline but does not read (pages of one append that
+    /// reached the disk out of order) was never reported saved either: left out, so that
+    /// `--resume` runs its cell again, instead of blocking every reader. Blank lines and
+    /// CRLF endings are no entries and no errors.
+    #[test]
+    fn an_unreadable_last_line_and_blank_lines_are_left_out() {
+        let mut journal = b"\n \r\n".to_vec();
+        journal.extend(JournalEntry::line("r", &cell("b", "whole")).unwrap());
+        journal.extend_from_slice(b"\0\0{\"run\": \"r\", \"ce\n  \n");
+        let dir = folder(&[], &journal);
+        let r = RunResults::load(dir.path()).unwrap();
+        assert_eq!(ids(&r), [("b", "whole".to_string())]);
+    }
+
+    /// A journal that is not a regular file is an error, not a reader that blocks on a FIFO
+    /// or reads a device forever.
+    #[test]
+    fn a_journal_that_is_not_a_file_is_an_error() {
+        let dir = folder(&[], b"");
+        let journal = dir.path().join(RunResults::JOURNAL);
+        std::fs::remove_file(&journal).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&journal)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = RunResults::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("results.journal") && e.contains("not a regular file"),
             "{e}"
         );
     }

@@ -3,7 +3,8 @@
 //! behind it) of issue 13; the framework log parsers (with the physical bounds and the echo
 //! of framework lines) and the history store's locations (credentials, schemes) of issue 25;
 //! the log reader of `bench ingest` (every framework's step lines, rank prefixes, cut lines,
-//! binary bytes) of issue 22.
+//! binary bytes) of issue 22; the results journal a killed run leaves beside results.json
+//! (issue 23).
 //!
 //! Each target runs proptest batches with fresh seeds until its time budget is spent:
 //! `BENCH_FUZZ_SECS` seconds per target (2 when unset, so a plain `cargo test` stays quick;
@@ -27,6 +28,7 @@ use bench::events::{Event, EventReader, LineSplitter, MAX_LINE_BYTES, MAX_TOKENS
 use bench::matrix::budget::Budget;
 use bench::matrix::filter::{Filter, Vocabulary};
 use bench::matrix::{self, parse::parse_str};
+use bench::results::RunResults;
 use bench::sanitize;
 use indexmap::IndexMap;
 use proptest::prelude::*;
@@ -943,6 +945,162 @@ fn fuzz_store_locations() {
         "store-locations",
         store_location(),
         |(location, secrets)| check_store_location(&location, &secrets),
+    );
+}
+
+// ------------------------------------------------------------------ results journal
+
+/// One line of a results journal as the fuzzer writes it.
+#[derive(Debug, Clone)]
+enum JournalPiece {
+    /// A whole entry of run `r` for cell `c<id>` with reason `<reason>`.
+    Entry(u8, u8),
+    /// A whole entry of another run.
+    Foreign(u8),
+    /// The first `n` bytes (fewer than all) of an entry: a write cut short.
+    Cut(u8, usize),
+    /// Bytes that are no entry (never blank, never a newline).
+    Garbage(Vec<u8>),
+    /// Spaces, tabs or a carriage return only.
+    Blank(String),
+}
+
+fn journal_entry(run: &str, id: u8, reason: u8) -> String {
+    serde_json::json!({
+        "run": run,
+        "cell": {
+            "id": format!("c{id}"), "values": {}, "params": Params::default(),
+            "status": "failed", "reason": format!("r{reason}"), "duration_s": 1.0,
+        },
+    })
+    .to_string()
+}
+
+fn journal_piece() -> impl Strategy<Value = JournalPiece> {
+    prop_oneof![
+        4 => (0u8..6, any::<u8>()).prop_map(|(i, r)| JournalPiece::Entry(i, r)),
+        1 => (0u8..6).prop_map(JournalPiece::Foreign),
+        1 => (0u8..6, 1usize..200).prop_map(|(i, n)| JournalPiece::Cut(i, n)),
+        1 => prop::collection::vec(any::<u8>().prop_filter("no newline", |b| *b != b'\n'), 0..40)
+            .prop_map(|mut g| {
+                g.insert(0, b'x');
+                JournalPiece::Garbage(g)
+            }),
+        1 => "[ \t\r]{0,3}".prop_map(JournalPiece::Blank),
+    ]
+}
+
+/// A journal of these pieces beside a document of run `r` holding cell `c0`: `load` never
+/// panics and answers at once; it leaves out a last line without its newline, and a last
+/// line that does not read; it refuses exactly the journals with another bad line or a
+/// whole entry of another run (naming the journal and the line), and otherwise holds each
+/// cell once with its latest result.
+fn check_journal(pieces: &[JournalPiece], newline_at_end: bool) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = serde_json::json!({
+        "schema_version": 1, "run_id": "r", "matrix": "m.yaml", "matrix_name": "m",
+        "filters": [], "started_at": "t",
+        "environment": bench::results::Environment::default(),
+        "cells": [serde_json::from_str::<serde_json::Value>(&journal_entry("r", 0, 255)).unwrap()["cell"]],
+    });
+    std::fs::write(dir.path().join(RunResults::FILE), doc.to_string()).unwrap();
+    let mut bytes = Vec::new();
+    let mut lines = Vec::new();
+    for (k, p) in pieces.iter().enumerate() {
+        let line = match p {
+            JournalPiece::Entry(i, r) => journal_entry("r", *i, *r).into_bytes(),
+            JournalPiece::Foreign(i) => journal_entry("other", *i, 0).into_bytes(),
+            JournalPiece::Cut(i, n) => {
+                let e = journal_entry("r", *i, 0).into_bytes();
+                e[..(*n).min(e.len() - 1)].to_vec()
+            }
+            JournalPiece::Garbage(g) => g.clone(),
+            JournalPiece::Blank(b) => b.clone().into_bytes(),
+        };
+        bytes.extend_from_slice(&line);
+        if k + 1 < pieces.len() || newline_at_end {
+            bytes.push(b'\n');
+        }
+        lines.push((k + 1, p));
+    }
+    std::fs::write(dir.path().join(RunResults::JOURNAL), &bytes).unwrap();
+
+    // The model: blank lines are skipped; the last non-blank line, if it is not a whole
+    // entry, is left out; any other line that is not a whole entry of run `r` is an error.
+    // The model. Blank lines are skipped. The last non-blank line is left out when it has no
+    // newline (cut short, whatever it holds) or, with its newline, when it is not a whole
+    // entry. Any other line that is not a whole entry of run `r`, or a whole entry of another
+    // run, is an error: it was synced before the next line was written, so it is damage, not
+    // a crash's cut.
+    let torn = !newline_at_end && !matches!(pieces.last(), None | Some(JournalPiece::Blank(_)));
+    let non_blank: Vec<_> = lines
+        .iter()
+        .filter(|(_, p)| !matches!(p, JournalPiece::Blank(_)))
+        .collect();
+    let mut want_error = None;
+    let mut want: Vec<(String, String)> = vec![("c0".into(), "r255".into())];
+    for (k, (line_no, p)) in non_blank.iter().enumerate() {
+        let last = k + 1 == non_blank.len();
+        match p {
+            _ if last && torn => {}
+            JournalPiece::Entry(i, r) => {
+                let (id, reason) = (format!("c{i}"), format!("r{r}"));
+                match want.iter_mut().find(|(w, _)| *w == id) {
+                    Some(w) => w.1 = reason,
+                    None => want.push((id, reason)),
+                }
+            }
+            JournalPiece::Cut(..) | JournalPiece::Garbage(_) if last => {}
+            _ => {
+                want_error = Some(*line_no);
+                break;
+            }
+        }
+    }
+
+    let started = Instant::now();
+    let got = RunResults::load(dir.path());
+    quick(started, "a results journal")?;
+    match (got, want_error) {
+        (Ok(r), None) => {
+            let got: Vec<(String, String)> = r
+                .cells
+                .iter()
+                .map(|c| {
+                    let reason = match &c.outcome {
+                        bench::results::Outcome::Failed { reason } => reason.clone(),
+                        o => format!("{o:?}"),
+                    };
+                    (c.id.as_str().to_string(), reason)
+                })
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+        (Err(e), Some(line_no)) => {
+            let e = e.to_string();
+            prop_assert!(
+                e.contains(&format!("results.journal:{line_no}:")),
+                "the error names another line than {}: {}",
+                line_no,
+                e
+            );
+        }
+        (got, want) => prop_assert!(
+            false,
+            "got {:?}, the model says error at {:?}",
+            got.map(|r| r.cells.len()),
+            want
+        ),
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_results_journal() {
+    fuzz(
+        "results-journal",
+        (prop::collection::vec(journal_piece(), 0..12), any::<bool>()),
+        |(pieces, newline)| check_journal(&pieces, newline),
     );
 }
 
