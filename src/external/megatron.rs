@@ -214,7 +214,71 @@ impl super::Adapter for Megatron {
 }
 
 static ITERATION: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\biteration\s+(\d+)/\s*(\d+)\s*$").expect("static regex"));
+    LazyLock::new(|| Regex::new(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$").expect("static regex"));
+
+/// The field every `training_log` step line has.
+pub(crate) const ELAPSED: &str = "elapsed time per iteration (ms)";
+
+/// One `training_log` step line of Megatron-LM / Megatron-Core (`[time] iteration N/ M |
+/// key: value | ... |`), read the same way by `bench adapt` and `bench ingest`: the
+/// iteration counter, and the fields after it looked up by key, so fields Megatron adds
+/// (energy, MoE losses) do not matter. Values are as printed; each reader checks what it
+/// needs of them.
+pub(crate) struct TrainingLogLine<'a> {
+    pub step: u64,
+    /// The run's iteration count (`N/ M`'s M).
+    pub of: u64,
+    fields: std::collections::BTreeMap<&'a str, &'a str>,
+}
+
+impl<'a> TrainingLogLine<'a> {
+    /// `None` for a line without the elapsed-time field; an error for one cut short or
+    /// without its counter.
+    pub(crate) fn read(text: &'a str) -> Option<Result<TrainingLogLine<'a>, String>> {
+        let at = text.find(ELAPSED)?;
+        Some((|| {
+            // Every field ends with ` |`: a value with none after it may be cut short.
+            if !text[at..].contains('|') {
+                return Err(format!(
+                    "the `{ELAPSED}` value is not followed by ` |`: the line is cut (truncated log?)"
+                ));
+            }
+            let c = ITERATION.captures(text).ok_or_else(|| {
+                format!("an `{ELAPSED}` line that does not start as Megatron's `iteration N/ M |` (truncated?)")
+            })?;
+            let whole = |name: &str, v: &str| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("`{name}` is `{v}`, out of range"))
+            };
+            let fields = c
+                .get(3)
+                .map_or("", |m| m.as_str())
+                .split('|')
+                .filter_map(|f| {
+                    let (k, v) = f.split_once(':')?;
+                    Some((k.trim(), v.trim()))
+                })
+                .collect();
+            Ok(TrainingLogLine {
+                step: whole("iteration", &c[1])?,
+                of: whole("iteration count", &c[2])?,
+                fields,
+            })
+        })())
+    }
+
+    /// The value printed for `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
+        self.fields.get(key).copied()
+    }
+
+    /// The number printed for `key`, if the line has the field.
+    pub(crate) fn number(&self, key: &str) -> Result<Option<f64>, String> {
+        self.get(key)
+            .map(|v| log::number(v).ok_or_else(|| format!("`{key}` is `{v}`, not a number")))
+            .transpose()
+    }
+}
 static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) \|.*\| max reserved: ([0-9.]+)",
@@ -253,35 +317,18 @@ impl LogParser for MegatronLog {
             *e = (*e).max((mb * 1024.0 * 1024.0).round() as u64);
             return Ok(vec![]);
         }
-        if !text.contains("elapsed time per iteration (ms):") {
+        let Some(line) = TrainingLogLine::read(&text) else {
             return Ok(vec![]);
-        }
-        // `training_log` writes `key: value |` fields after the iteration counter; each is
-        // looked up by its key, so fields Megatron adds (energy, MoE losses) do not matter.
-        let mut fields = text.split(" |");
-        let counter = fields.next().unwrap_or_default();
-        let c = ITERATION.captures(counter).ok_or_else(|| {
-            bad("a step line that does not start as Megatron's `iteration N/ M |`".into())
-        })?;
-        let mut field = std::collections::BTreeMap::new();
-        for f in fields {
-            if let Some((k, v)) = f.rsplit_once(": ") {
-                field.insert(k.trim(), v.trim());
-            }
-        }
-        let step: u64 = c[1]
-            .parse()
-            .map_err(|_| bad("iteration number out of range".into()))?;
-        let total: u64 = c[2]
-            .parse()
-            .map_err(|_| bad("iteration count out of range".into()))?;
-        if total != u64::from(self.steps_expected) {
+        };
+        let line = line.map_err(bad)?;
+        let step = line.step;
+        if line.of != u64::from(self.steps_expected) {
             return Err(bad(format!(
-                "Megatron says it trains {total} iterations, the cell asked for {}: the flags did not take",
-                self.steps_expected
+                "Megatron says it trains {} iterations, the cell asked for {}: the flags did not take",
+                line.of, self.steps_expected
             )));
         }
-        let batch: u32 = field
+        let batch: u32 = line
             .get("global batch size")
             .and_then(|b| b.parse().ok())
             .ok_or_else(|| bad("a step line without a readable `global batch size`".into()))?;
@@ -292,22 +339,18 @@ impl LogParser for MegatronLog {
             )));
         }
         self.order.check(rank, step).map_err(bad)?;
-        let ms = field
-            .get("elapsed time per iteration (ms)")
-            .and_then(|t| log::number(t))
+        let ms = line
+            .get(ELAPSED)
+            .and_then(log::number)
             .filter(|t| t.is_finite() && *t > 0.0)
             .ok_or_else(|| bad("elapsed time per iteration is not a positive number".into()))?;
-        let loss = match field.get("lm loss") {
-            Some(l) => log::number(l).ok_or_else(|| bad("unreadable lm loss".into()))?,
-            // Megatron leaves out a loss that averaged to below zero, and a NaN iteration
-            // has none: either way this step has no loss to believe.
-            None => f64::NAN,
-        };
+        // Megatron leaves out a loss that averaged to below zero, and a NaN iteration has
+        // none: either way this step has no loss to believe.
+        let loss = line.number("lm loss").map_err(bad)?.unwrap_or(f64::NAN);
         let step_time_s = ms / 1000.0;
-        let tflops = match field.get("throughput per GPU (TFLOP/s/GPU)") {
-            Some(t) => Some(log::number(t).ok_or_else(|| bad("unreadable throughput".into()))?),
-            None => None,
-        };
+        let tflops = line
+            .number("throughput per GPU (TFLOP/s/GPU)")
+            .map_err(bad)?;
         let tokens = f64::from(self.global_batch) * f64::from(self.tokens_per_sample);
         Ok(vec![LoggedStep {
             step,

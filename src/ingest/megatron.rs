@@ -8,16 +8,8 @@
 //! `throughput per GPU` is printed with `--log-throughput`; some forks print
 //! `throughput (token/sec/GPU)` instead.
 
-use std::sync::LazyLock;
-
-use regex::Regex;
-
-use super::parse::{count, field, pairs, Framework, LineParser, Logged, Own};
-
-static ITERATION: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$").expect("static regex"));
-
-const ELAPSED: &str = "elapsed time per iteration (ms)";
+use super::parse::{count, field, Framework, LineParser, Logged, Own};
+use crate::external::megatron::{TrainingLogLine, ELAPSED};
 
 pub(crate) struct Megatron;
 
@@ -27,41 +19,34 @@ impl LineParser for Megatron {
     }
 
     fn parse(&mut self, _rank: Option<u32>, text: &str) -> Result<Option<Logged>, String> {
-        if !text.contains(ELAPSED) {
+        let Some(line) = TrainingLogLine::read(text) else {
             return Ok(None);
-        }
-        // Every field ends with ` |`: a value with none after it may be cut short.
-        let after = &text[text.find(ELAPSED).unwrap_or(0)..];
-        if !after.contains('|') {
-            return Err(format!(
-                "the `{ELAPSED}` value is not followed by ` |`: the line is cut (truncated log?)"
-            ));
-        }
-        let c = ITERATION.captures(text).ok_or_else(|| {
-            format!("an `{ELAPSED}` line without `iteration N/ M |` before it (truncated?)")
-        })?;
-        let f = pairs(c.get(3).map_or("", |m| m.as_str()), "|", ':');
-        let ms = f
+        };
+        let line = line?;
+        let ms = line
             .get(ELAPSED)
             .ok_or_else(|| format!("no `{ELAPSED}` value (a cut line?)"))?;
-        let get = |k: &str| f.get(k).map(|v| field(k, v)).transpose();
-        if let Some(nan) = f.get("number of nan iterations") {
+        if let Some(nan) = line.get("number of nan iterations") {
             if count("number of nan iterations", nan)? > 0 {
                 return Err(format!(
                     "{nan} iteration(s) of this interval had a NaN loss: the run diverged"
                 ));
             }
         }
+        let loss = match line.number("lm loss")? {
+            Some(l) => Some(l),
+            None => line.number("loss")?,
+        };
         Ok(Some(Logged {
-            step: Some(count("iteration", &c[1])?),
+            step: Some(line.step),
             step_time_s: Some(field(ELAPSED, ms)? / 1000.0),
-            loss: get("lm loss")?.or(get("loss")?),
+            loss,
             own: Own {
-                tflops_per_gpu: get("throughput per GPU (TFLOP/s/GPU)")?,
-                tokens_per_s_per_gpu: get("throughput (token/sec/GPU)")?,
+                tflops_per_gpu: line.number("throughput per GPU (TFLOP/s/GPU)")?,
+                tokens_per_s_per_gpu: line.number("throughput (token/sec/GPU)")?,
                 mfu: None,
             },
-            global_batch: f
+            global_batch: line
                 .get("global batch size")
                 .map(|v| count("global batch size", v))
                 .transpose()?,
