@@ -499,6 +499,11 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("positive number"), "{e}");
+        // A line cut after its elapsed time (`250.4` read as `25`) is not a shorter step.
+        let line = text.lines().find(|l| l.contains("(ms): 250.4 |")).unwrap();
+        let cut = &line[..line.find("250.4").unwrap() + 2];
+        let e = log::read_all(&mut parser(), &text.replace(line, cut), true).unwrap_err();
+        assert!(e.message.contains("the line is cut"), "{e}");
         // Two ranks' lines mixed without prefixes: an iteration repeats.
         let doubled = text.replace("[rank1]:", "").replacen(
             " [2026-11-24 10:00:02",
