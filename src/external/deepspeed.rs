@@ -186,12 +186,43 @@ static STEP: LazyLock<Regex> = LazyLock::new(|| {
     .expect("static regex")
 });
 static THROUGHPUT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(concat!(
-        r"epoch=\d+/micro_step=\d+/global_step=(\d+), RunningAvgSamplesPerSec=([^,]+), ",
-        r"CurrSamplesPerSec=([^,]+), MemAllocated=([^G]+)GB, MaxMemAllocated=([^G]+)GB"
-    ))
-    .expect("static regex")
+    Regex::new(r"global_step=(\d+), RunningAvgSamplesPerSec=([^,]*), CurrSamplesPerSec=([^,]*),")
+        .expect("static regex")
 });
+
+/// DeepSpeed's ThroughputTimer line (`deepspeed/utils/timer.py`, `ThroughputTimer.stop`,
+/// 0.14 to 0.19: `epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=110.87,
+/// CurrSamplesPerSec=111.34, MemAllocated=1.87GB, MaxMemAllocated=6.12GB`), read the same
+/// way by `bench adapt` and `bench ingest`. `CurrSamplesPerSec` is the engine's
+/// `train_batch_size` (the global batch) over the step's elapsed time.
+pub(crate) struct ThroughputLine {
+    pub global_step: u64,
+    /// As printed; each reader checks what it needs of it.
+    pub curr_samples_per_s: f64,
+}
+
+impl ThroughputLine {
+    /// `None` for a line without `CurrSamplesPerSec=`; an error for one that has it but does
+    /// not read (a cut line among them).
+    pub(crate) fn read(text: &str) -> Option<Result<ThroughputLine, String>> {
+        if !text.contains("CurrSamplesPerSec=") {
+            return None;
+        }
+        Some((|| {
+            let c = THROUGHPUT.captures(text).ok_or_else(|| {
+                "a `CurrSamplesPerSec=` line that is not DeepSpeed's `global_step=N, RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y, ...` (the line is cut: truncated log?)".to_string()
+            })?;
+            let v = c[3].trim();
+            Ok(ThroughputLine {
+                global_step: c[1]
+                    .parse()
+                    .map_err(|_| format!("`global_step` is `{}`, out of range", &c[1]))?,
+                curr_samples_per_s: log::number(v)
+                    .ok_or_else(|| format!("`CurrSamplesPerSec` is `{v}`, not a number"))?,
+            })
+        })())
+    }
+}
 
 /// DeepSpeed's log with the driver's step lines, as `bench adapt` reads it.
 #[derive(Default)]
@@ -220,21 +251,15 @@ impl LogParser for DeepSpeedLog {
             self.info = Some(info?);
             return Ok(vec![]);
         }
-        if text.contains("CurrSamplesPerSec=") {
-            let c = THROUGHPUT.captures(&text).ok_or_else(|| {
-                bad("a ThroughputTimer line that does not read as DeepSpeed's `epoch=../micro_step=../global_step=G, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=.., MemAllocated=..GB, MaxMemAllocated=..GB`".into())
-            })?;
+        if let Some(line) = ThroughputLine::read(&text) {
+            let line = line.map_err(bad)?;
             // Every rank prints it; the first rank seen speaks for the run.
             let first = *self.ds_rank.get_or_insert(rank);
             if first != rank {
                 return Ok(vec![]);
             }
-            let step: u64 = c[1]
-                .parse()
-                .map_err(|_| bad("global step out of range".into()))?;
-            let curr = log::number(c[3].trim())
-                .ok_or_else(|| bad("unreadable CurrSamplesPerSec".into()))?;
-            self.samples_per_s.insert(step, curr);
+            self.samples_per_s
+                .insert(line.global_step, line.curr_samples_per_s);
             return Ok(vec![]);
         }
         if !text.starts_with("[bench-ds] step:") {
@@ -428,7 +453,11 @@ mod tests {
             true,
         )
         .unwrap_err();
-        assert!(e.message.contains("ThroughputTimer line"), "{e}");
+        assert!(
+            e.message
+                .contains("`CurrSamplesPerSec` is `10.02 MemAllocated"),
+            "{e}"
+        );
         let mixed = text.replace("[rank0]:[bench-ds] step: 3", "[bench-ds] step: 3");
         let e = log::read_all(&mut parser(), &mixed, true).unwrap_err();
         assert!(e.message.contains("missing"), "{e}");

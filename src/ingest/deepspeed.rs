@@ -6,16 +6,8 @@
 //! CurrSamplesPerSec` seconds. The line has no loss (the Hugging Face Trainer prints it on
 //! its own `{'loss': ...}` lines, not tied to a step).
 
-use std::sync::LazyLock;
-
-use regex::Regex;
-
-use super::parse::{count, field, Framework, LineParser, Logged};
-
-static TIMER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"global_step=(\d+), RunningAvgSamplesPerSec=([^,]*), CurrSamplesPerSec=([^,]*),")
-        .expect("static regex")
-});
+use super::parse::{Framework, LineParser, Logged};
+use crate::external::deepspeed::ThroughputLine;
 
 pub(crate) struct Deepspeed {
     pub global_batch: u64,
@@ -27,16 +19,13 @@ impl LineParser for Deepspeed {
     }
 
     fn parse(&mut self, _rank: Option<u32>, text: &str) -> Result<Option<Logged>, String> {
-        if !text.contains("CurrSamplesPerSec=") {
+        let Some(line) = ThroughputLine::read(text) else {
             return Ok(None);
-        }
-        let c = TIMER.captures(text).ok_or_else(|| {
-            "a `CurrSamplesPerSec=` line that is not `global_step=N, RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y, ...` (the line is cut: truncated log?)".to_string()
-        })?;
-        let per_s = field("CurrSamplesPerSec", &c[3])?;
+        };
+        let line = line?;
         Ok(Some(Logged {
-            step: Some(count("global_step", &c[1])?),
-            step_time_s: Some(self.global_batch as f64 / per_s),
+            step: Some(line.global_step),
+            step_time_s: Some(self.global_batch as f64 / line.curr_samples_per_s),
             ..Logged::default()
         }))
     }
