@@ -119,10 +119,12 @@ fn run_cpu_cells(
     (run, results, text)
 }
 
-/// The cells of `results` whose id starts with `prefix`, each checked as every CPU framework
-/// cell must read: passed, 8 steps of 128 tokens with a finite, positive loss, and the
-/// framework's record. `text` is the run's output, for failure messages.
+/// The cells of `results` (run folder `run`) whose id starts with `prefix`, each checked as
+/// every CPU framework cell must read: passed, 8 steps of 128 tokens with a finite, positive
+/// loss, and the framework's record, whose config file is in the run folder with the hash
+/// it records. `text` is the run's output, for failure messages.
 fn framework_cells<'r>(
+    run: &std::path::Path,
     results: &'r RunResults,
     prefix: &str,
     text: &str,
@@ -144,11 +146,13 @@ fn framework_cells<'r>(
             c.id,
             r.steps
         );
-        assert!(
-            r.summary.framework.is_some(),
-            "{}: no framework record",
-            c.id
-        );
+        let fw = r.summary.framework.as_ref().expect("framework record");
+        let config = std::fs::read(run.join(&fw.config_file)).unwrap();
+        let hash: String = Sha256::digest(&config)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hash, fw.config_sha256, "{}", c.id);
     }
     cells
 }
@@ -163,7 +167,7 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         "fw",
         &python,
     );
-    let hf = framework_cells(&results, "hf.", &text);
+    let hf = framework_cells(&run, &results, "hf.", &text);
     assert_eq!(hf.len(), 2, "{text}");
     for c in hf {
         let r = &c.repeats[0];
@@ -175,13 +179,7 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
         let fw = r.summary.framework.as_ref().expect("framework record");
         assert_eq!(fw.name, "transformers");
         assert!(fw.libraries.contains_key("torch"));
-        // The config file is in the run folder, and the hash is its hash.
         let config = std::fs::read(run.join(&fw.config_file)).unwrap();
-        let hash: String = Sha256::digest(&config)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(hash, fw.config_sha256);
         let cfg: serde_json::Value = serde_json::from_slice(&config).unwrap();
         assert_eq!(cfg["training_args"]["max_steps"], 8);
         assert_eq!(
@@ -236,7 +234,7 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
         "ds",
         &python,
     );
-    let ds = framework_cells(&results, "deepspeed.", &text);
+    let ds = framework_cells(&run, &results, "deepspeed.", &text);
     assert_eq!(ds.len(), 2, "{text}");
     for c in ds {
         let r = &c.repeats[0];
@@ -274,7 +272,7 @@ fn maxtext_cells_run_on_cpu() {
         "mt",
         &python,
     );
-    let mt = framework_cells(&results, "maxtext.", &text);
+    let mt = framework_cells(&run, &results, "maxtext.", &text);
     let ids: Vec<_> = mt.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -293,12 +291,6 @@ fn maxtext_cells_run_on_cpu() {
             ("maxtext", "0.2.5")
         );
         assert!(fw.libraries.contains_key("jax"), "{fw:?}");
-        let config = std::fs::read(run.join(&fw.config_file)).unwrap();
-        let hash: String = Sha256::digest(&config)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(hash, fw.config_sha256);
     }
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
     assert!(
