@@ -217,7 +217,7 @@ pub struct RunResults {
 /// The journal at `path`, open for reading, or `None` when there is none. Anything but a
 /// regular file (a FIFO would block the reader, a link to a device would never end) is an
 /// error naming it.
-fn open_journal(path: &Path) -> Result<Option<(PathBuf, std::fs::File)>, ResultsError> {
+fn open_journal(path: &Path) -> Result<Option<std::fs::File>, ResultsError> {
     let error = |source| ResultsError::Read {
         path: path.to_path_buf(),
         source,
@@ -233,7 +233,7 @@ fn open_journal(path: &Path) -> Result<Option<(PathBuf, std::fs::File)>, Results
         Err(e) => return Err(error(e)),
     }
     match std::fs::File::open(path) {
-        Ok(f) => Ok(Some((path.to_path_buf(), f))),
+        Ok(f) => Ok(Some(f)),
         // Removed between the two calls: the run folded it into the document.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(error(e)),
@@ -340,8 +340,9 @@ impl RunResults {
         // journal in between leaves this reader the removed journal's cells through its
         // handle, and the document read after holds them anyway. The other order could
         // read an old document and then find no journal, losing saved cells.
+        let journal_path = file.with_file_name(Self::JOURNAL);
         let journal = if file.file_name() == Some(std::ffi::OsStr::new(Self::FILE)) {
-            open_journal(&file.with_file_name(Self::JOURNAL))?
+            open_journal(&journal_path)?
         } else {
             None
         };
@@ -349,7 +350,7 @@ impl RunResults {
             path: file.clone(),
             source,
         })?;
-        let doc: RunResults = serde_json::from_str(&text).map_err(|e| ResultsError::Parse {
+        let mut doc: RunResults = serde_json::from_str(&text).map_err(|e| ResultsError::Parse {
             path: file.clone(),
             line: e.line(),
             column: e.column(),
@@ -361,17 +362,16 @@ impl RunResults {
                 found: doc.schema_version,
             });
         }
-        let mut doc = doc;
-        if let Some((path, mut handle)) = journal {
+        if let Some(mut handle) = journal {
             use std::io::Read;
             let mut bytes = Vec::new();
             handle
                 .read_to_end(&mut bytes)
                 .map_err(|source| ResultsError::Read {
-                    path: path.clone(),
+                    path: journal_path.clone(),
                     source,
                 })?;
-            doc.merge_journal(&path, &bytes)?;
+            doc.merge_journal(&journal_path, &bytes)?;
         }
         Ok(doc)
     }

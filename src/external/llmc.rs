@@ -191,59 +191,46 @@ static TOKS: LazyLock<Regex> =
 
 /// One llm.c step line, as `train_gpt2.cu` prints it (`step 10/5000 | loss 7.13 (+0.12z)|
 /// norm .. | lr .. | 351.23 ms | 45.2% bf16 MFU | 1492523 tok/s`; before its z-scores,
-/// `train loss L` and no parentheses), read the same way by `bench adapt` and `bench
-/// ingest`. Numbers are as printed; each reader checks what it needs of them.
+/// `train loss L` and no parentheses), recognised the same way by `bench adapt` and `bench
+/// ingest`. Each field is the text as printed: the two read numbers by their own rules (an
+/// adapted cell's strictly, an ingested log's as frameworks print them).
 #[derive(Debug, PartialEq)]
-pub(crate) struct StepLine {
-    pub step: u64,
+pub(crate) struct StepLine<'a> {
+    pub step: &'a str,
     /// The run's step count (`N/M`'s M).
-    pub of: u64,
-    pub loss: f64,
+    pub of: &'a str,
+    pub loss: &'a str,
     /// The step's own CUDA-event time.
-    pub ms: f64,
-    /// Against llm.c's own peak table; `None` where it prints a negative figure (a GPU its
-    /// table lacks: it prints -100%).
-    pub mfu_percent: Option<f64>,
+    pub ms: &'a str,
+    /// Against llm.c's own peak table (it prints -100% for a GPU the table lacks).
+    pub mfu_percent: Option<&'a str>,
     /// All ranks together, a bias-corrected moving average.
-    pub tokens_per_s: Option<f64>,
+    pub tokens_per_s: Option<&'a str>,
 }
 
-impl StepLine {
+impl<'a> StepLine<'a> {
     /// `None` for a line that is not a step line; an error for one that starts as a step
-    /// line but does not read to the end (a truncated line among them).
-    pub(crate) fn read(text: &str) -> Option<Result<StepLine, String>> {
+    /// line but has no step time (a truncated line).
+    pub(crate) fn read(text: &'a str) -> Option<Result<StepLine<'a>, String>> {
         let text = text.trim_start();
         let c = STEP.captures(text)?;
-        let number = |name: &str, v: &str| {
-            log::number(v).ok_or_else(|| format!("`{name}` is `{v}`, not a number"))
+        let Some(ms) = MS.captures(text) else {
+            return Some(Err(
+                "an llm.c step line without `| X ms |` (truncated?)".to_string()
+            ));
         };
-        let whole = |name: &str, v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("`{name}` is `{v}`, out of range"))
-        };
-        Some((|| {
-            let ms = MS
-                .captures(text)
-                .ok_or_else(|| "an llm.c step line without `| X ms |` (truncated?)".to_string())?;
-            let mfu_percent = MFU
+        let group = |c: &regex::Captures<'a>, i| c.get(i).map_or("", |m| m.as_str());
+        Some(Ok(StepLine {
+            step: group(&c, 1),
+            of: group(&c, 2),
+            loss: group(&c, 3),
+            ms: group(&ms, 1),
+            mfu_percent: MFU
                 .captures(text)
                 .and_then(|m| m.get(1).or(m.get(2)))
-                .map(|m| number("MFU", m.as_str()))
-                .transpose()?
-                .filter(|m| *m >= 0.0);
-            let tokens_per_s = TOKS
-                .captures(text)
-                .map(|t| number("tok/s", &t[1]))
-                .transpose()?;
-            Ok(StepLine {
-                step: whole("step", &c[1])?,
-                of: whole("step count", &c[2])?,
-                loss: number("loss", &c[3])?,
-                ms: number("ms", &ms[1])?,
-                mfu_percent,
-                tokens_per_s,
-            })
-        })())
+                .map(|m| m.as_str()),
+            tokens_per_s: TOKS.captures(text).map(|t| group(&t, 1)),
+        }))
     }
 }
 
@@ -298,27 +285,43 @@ impl LogParser for LlmcLog {
                 )
             })?
             .map_err(bad)?;
-        if line.of != u64::from(self.steps_expected) {
+        let step: u64 = line
+            .step
+            .parse()
+            .map_err(|_| bad("step number out of range".into()))?;
+        let of: u64 = line
+            .of
+            .parse()
+            .map_err(|_| bad("step count out of range".into()))?;
+        if of != u64::from(self.steps_expected) {
             return Err(bad(format!(
-                "llm.c runs {} steps; the cell asks for {}",
-                line.of, self.steps_expected
+                "llm.c runs {of} steps; the cell asks for {}",
+                self.steps_expected
             )));
         }
-        self.order.check(rank, line.step).map_err(bad)?;
-        if !(line.ms.is_finite() && line.ms > 0.0) {
-            return Err(bad("a step line without a positive `| X ms |`".into()));
-        }
+        self.order.check(rank, step).map_err(bad)?;
+        let loss = log::number(line.loss).ok_or_else(|| bad("unreadable loss".into()))?;
+        let ms = log::number(line.ms)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| bad("a step line without a positive `| X ms |` (truncated?)".into()))?;
+        // llm.c prints -100% for a GPU its peak table lacks (the H200, for one): no figure.
+        let mfu = line
+            .mfu_percent
+            .map(|m| log::number(m).ok_or_else(|| bad("unreadable MFU".into())))
+            .transpose()?
+            .filter(|m| *m >= 0.0);
+        let toks = line
+            .tokens_per_s
+            .map(|t| log::number(t).ok_or_else(|| bad("unreadable tok/s".into())))
+            .transpose()?;
         let world = f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)));
         Ok(vec![LoggedStep {
-            step: line.step,
-            step_time_s: line.ms / 1000.0,
-            loss: line.loss,
-            tokens_per_s_per_gpu: line.tokens_per_s.map(|t| t / world),
+            step,
+            step_time_s: ms / 1000.0,
+            loss,
+            tokens_per_s_per_gpu: toks.map(|t| t / world),
             tflops_per_gpu: None,
-            mfu: line
-                .mfu_percent
-                .filter(|_| self.keep_mfu)
-                .map(|m| m / 100.0),
+            mfu: mfu.filter(|_| self.keep_mfu).map(|m| m / 100.0),
         }])
     }
 
@@ -479,7 +482,7 @@ mod tests {
             true,
         )
         .unwrap_err();
-        assert!(e.message.contains("`loss` is `10.9x`, not a number"), "{e}");
+        assert!(e.message.contains("unreadable loss"), "{e}");
         // llm.c before its z-scores printed `train loss L |`: the same reader as `bench
         // ingest` takes both.
         let (steps, _) = log::read_all(

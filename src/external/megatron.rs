@@ -220,14 +220,15 @@ static ITERATION: LazyLock<Regex> =
 pub(crate) const ELAPSED: &str = "elapsed time per iteration (ms)";
 
 /// One `training_log` step line of Megatron-LM / Megatron-Core (`[time] iteration N/ M |
-/// key: value | ... |`), read the same way by `bench adapt` and `bench ingest`: the
+/// key: value | ... |`), recognised the same way by `bench adapt` and `bench ingest`: the
 /// iteration counter, and the fields after it looked up by key, so fields Megatron adds
-/// (energy, MoE losses) do not matter. Values are as printed; each reader checks what it
-/// needs of them.
+/// (energy, MoE losses) do not matter. Each value is the text as printed: the two read
+/// numbers by their own rules (an adapted cell's strictly, an ingested log's as frameworks
+/// print them).
 pub(crate) struct TrainingLogLine<'a> {
-    pub step: u64,
+    pub step: &'a str,
     /// The run's iteration count (`N/ M`'s M).
-    pub of: u64,
+    pub of: &'a str,
     fields: std::collections::BTreeMap<&'a str, &'a str>,
 }
 
@@ -236,47 +237,35 @@ impl<'a> TrainingLogLine<'a> {
     /// without its counter.
     pub(crate) fn read(text: &'a str) -> Option<Result<TrainingLogLine<'a>, String>> {
         let at = text.find(ELAPSED)?;
-        Some((|| {
-            // Every field ends with ` |`: a value with none after it may be cut short.
-            if !text[at..].contains('|') {
-                return Err(format!(
-                    "the `{ELAPSED}` value is not followed by ` |`: the line is cut (truncated log?)"
-                ));
-            }
-            let c = ITERATION.captures(text).ok_or_else(|| {
-                format!("an `{ELAPSED}` line that does not start as Megatron's `iteration N/ M |` (truncated?)")
-            })?;
-            let whole = |name: &str, v: &str| {
-                v.parse::<u64>()
-                    .map_err(|_| format!("`{name}` is `{v}`, out of range"))
-            };
-            let fields = c
-                .get(3)
-                .map_or("", |m| m.as_str())
-                .split('|')
-                .filter_map(|f| {
-                    let (k, v) = f.split_once(':')?;
-                    Some((k.trim(), v.trim()))
-                })
-                .collect();
-            Ok(TrainingLogLine {
-                step: whole("iteration", &c[1])?,
-                of: whole("iteration count", &c[2])?,
-                fields,
+        // Every field ends with ` |`: a value with none after it may be cut short.
+        if !text[at..].contains('|') {
+            return Some(Err(format!(
+                "the `{ELAPSED}` value is not followed by ` |`: the line is cut (truncated log?)"
+            )));
+        }
+        let Some(c) = ITERATION.captures(text) else {
+            return Some(Err(format!(
+                "an `{ELAPSED}` line that does not start as Megatron's `iteration N/ M |` (truncated?)"
+            )));
+        };
+        let group = |i| c.get(i).map_or("", |m| m.as_str());
+        let fields = group(3)
+            .split('|')
+            .filter_map(|f| {
+                let (k, v) = f.split_once(':')?;
+                Some((k.trim(), v.trim()))
             })
-        })())
+            .collect();
+        Some(Ok(TrainingLogLine {
+            step: group(1),
+            of: group(2),
+            fields,
+        }))
     }
 
     /// The value printed for `key`.
     pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
         self.fields.get(key).copied()
-    }
-
-    /// The number printed for `key`, if the line has the field.
-    pub(crate) fn number(&self, key: &str) -> Result<Option<f64>, String> {
-        self.get(key)
-            .map(|v| log::number(v).ok_or_else(|| format!("`{key}` is `{v}`, not a number")))
-            .transpose()
     }
 }
 static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
@@ -321,11 +310,18 @@ impl LogParser for MegatronLog {
             return Ok(vec![]);
         };
         let line = line.map_err(bad)?;
-        let step = line.step;
-        if line.of != u64::from(self.steps_expected) {
+        let step: u64 = line
+            .step
+            .parse()
+            .map_err(|_| bad("iteration number out of range".into()))?;
+        let total: u64 = line
+            .of
+            .parse()
+            .map_err(|_| bad("iteration count out of range".into()))?;
+        if total != u64::from(self.steps_expected) {
             return Err(bad(format!(
-                "Megatron says it trains {} iterations, the cell asked for {}: the flags did not take",
-                line.of, self.steps_expected
+                "Megatron says it trains {total} iterations, the cell asked for {}: the flags did not take",
+                self.steps_expected
             )));
         }
         let batch: u32 = line
@@ -344,13 +340,17 @@ impl LogParser for MegatronLog {
             .and_then(log::number)
             .filter(|t| t.is_finite() && *t > 0.0)
             .ok_or_else(|| bad("elapsed time per iteration is not a positive number".into()))?;
-        // Megatron leaves out a loss that averaged to below zero, and a NaN iteration has
-        // none: either way this step has no loss to believe.
-        let loss = line.number("lm loss").map_err(bad)?.unwrap_or(f64::NAN);
+        let loss = match line.get("lm loss") {
+            Some(l) => log::number(l).ok_or_else(|| bad("unreadable lm loss".into()))?,
+            // Megatron leaves out a loss that averaged to below zero, and a NaN iteration
+            // has none: either way this step has no loss to believe.
+            None => f64::NAN,
+        };
         let step_time_s = ms / 1000.0;
-        let tflops = line
-            .number("throughput per GPU (TFLOP/s/GPU)")
-            .map_err(bad)?;
+        let tflops = match line.get("throughput per GPU (TFLOP/s/GPU)") {
+            Some(t) => Some(log::number(t).ok_or_else(|| bad("unreadable throughput".into()))?),
+            None => None,
+        };
         let tokens = f64::from(self.global_batch) * f64::from(self.tokens_per_sample);
         Ok(vec![LoggedStep {
             step,

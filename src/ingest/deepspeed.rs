@@ -6,7 +6,7 @@
 //! CurrSamplesPerSec` seconds. The line has no loss (the Hugging Face Trainer prints it on
 //! its own `{'loss': ...}` lines, not tied to a step).
 
-use super::parse::{Framework, LineParser, Logged};
+use super::parse::{count, field, Framework, LineParser, Logged};
 use crate::external::deepspeed::ThroughputLine;
 
 pub(crate) struct Deepspeed {
@@ -23,9 +23,10 @@ impl LineParser for Deepspeed {
             return Ok(None);
         };
         let line = line?;
+        let per_s = field("CurrSamplesPerSec", line.curr_samples_per_s)?;
         Ok(Some(Logged {
-            step: Some(line.global_step),
-            step_time_s: Some(self.global_batch as f64 / line.curr_samples_per_s),
+            step: Some(count("global_step", line.global_step)?),
+            step_time_s: Some(self.global_batch as f64 / per_s),
             ..Logged::default()
         }))
     }

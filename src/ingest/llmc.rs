@@ -4,7 +4,7 @@
 //! (cudaEvent) time; the tok/s is a bias-corrected moving average over all ranks (so it
 //! lags a change), kept beside bench's per-step figure as llm.c's own, per GPU.
 
-use super::parse::{Framework, LineParser, Logged, Own};
+use super::parse::{count, field, Framework, LineParser, Logged, Own};
 use crate::external::llmc::StepLine;
 
 pub(crate) struct Llmc {
@@ -21,14 +21,21 @@ impl LineParser for Llmc {
             return Ok(None);
         };
         let line = line?;
+        let toks = line.tokens_per_s.map(|t| field("tok/s", t)).transpose()?;
+        // llm.c prints -100% for a GPU its peak table lacks: no figure.
+        let mfu = line
+            .mfu_percent
+            .map(|m| field("MFU", m))
+            .transpose()?
+            .filter(|m| *m >= 0.0);
         Ok(Some(Logged {
-            step: Some(line.step),
-            step_time_s: Some(line.ms / 1000.0),
-            loss: Some(line.loss),
+            step: Some(count("step", line.step)?),
+            step_time_s: Some(field("ms", line.ms)? / 1000.0),
+            loss: Some(field("loss", line.loss)?),
             own: Own {
-                tokens_per_s_per_gpu: line.tokens_per_s.map(|t| t / f64::from(self.gpus.max(1))),
+                tokens_per_s_per_gpu: toks.map(|t| t / f64::from(self.gpus.max(1))),
                 tflops_per_gpu: None,
-                mfu: line.mfu_percent.map(|m| m / 100.0),
+                mfu: mfu.map(|m| m / 100.0),
             },
             ..Logged::default()
         }))

@@ -33,17 +33,14 @@ impl LineParser for Megatron {
                 ));
             }
         }
-        let loss = match line.number("lm loss")? {
-            Some(l) => Some(l),
-            None => line.number("loss")?,
-        };
+        let get = |k: &str| line.get(k).map(|v| field(k, v)).transpose();
         Ok(Some(Logged {
-            step: Some(line.step),
+            step: Some(count("iteration", line.step)?),
             step_time_s: Some(field(ELAPSED, ms)? / 1000.0),
-            loss,
+            loss: get("lm loss")?.or(get("loss")?),
             own: Own {
-                tflops_per_gpu: line.number("throughput per GPU (TFLOP/s/GPU)")?,
-                tokens_per_s_per_gpu: line.number("throughput (token/sec/GPU)")?,
+                tflops_per_gpu: get("throughput per GPU (TFLOP/s/GPU)")?,
+                tokens_per_s_per_gpu: get("throughput (token/sec/GPU)")?,
                 mfu: None,
             },
             global_batch: line

@@ -334,10 +334,14 @@ impl Book {
     /// the document is large and the journal still small (see [`Book`]), else by rewriting
     /// `results.json`.
     pub(crate) fn record(&mut self, i: usize, result: CellResult) -> Result<(), RunError> {
+        if self.written < REWRITE_BELOW {
+            self.set(i, result)?;
+            return self.save();
+        }
         let line =
             crate::results::JournalEntry::line(&self.doc.run_id, &result).map_err(encode_error)?;
         self.set(i, result)?;
-        if self.written < REWRITE_BELOW || 2 * (self.journal_len + line.len()) > self.written {
+        if 2 * (self.journal_len + line.len()) > self.written {
             return self.save();
         }
         let path = self.dir.join(RunResults::JOURNAL);
@@ -347,20 +351,21 @@ impl Book {
                 source,
             })
         };
-        if self.journal.is_none() {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(write_error)?;
-            self.journal = Some(file);
-            self.journal_on_disk = true;
-        }
-        if let Some(file) = self.journal.as_mut() {
-            use std::io::Write;
-            file.write_all(&line).map_err(write_error)?;
-            file.sync_data().map_err(write_error)?;
-        }
+        let file = match &mut self.journal {
+            Some(file) => file,
+            None => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(write_error)?;
+                self.journal_on_disk = true;
+                self.journal.insert(file)
+            }
+        };
+        use std::io::Write;
+        file.write_all(&line).map_err(write_error)?;
+        file.sync_data().map_err(write_error)?;
         self.journal_len += line.len();
         Ok(())
     }
