@@ -167,7 +167,12 @@ void master_adamw(const std::vector<at::Tensor>& grads, const std::vector<int64_
                   const at::Tensor& exp_avg_sq, const at::Tensor& work, const at::Tensor& acc,
                   const at::Tensor& step, double lr, double beta1, double beta2, double eps,
                   int64_t mode) {
-  TORCH_CHECK(mode >= 0 && mode <= 3, "master AdamW: mode ", mode, " is not 0..3");
+  // Mode 4 is mode 0 over a part of the entries, with the step already counted: the update
+  // overlapped with the backward launches it once per stage of the model, and the step
+  // count must rise once per step, not once per launch.
+  TORCH_CHECK(mode >= 0 && mode <= 4, "master AdamW: mode ", mode, " is not 0..4");
+  const bool counted = mode == 4;
+  if (counted) mode = 0;
   const size_t n = offsets.size();
   TORCH_CHECK(numels.size() == n && weight_decays.size() == n,
               "master AdamW: entry lists differ in length");
@@ -220,7 +225,7 @@ void master_adamw(const std::vector<at::Tensor>& grads, const std::vector<int64_
                 "master AdamW: entry ", i, " (offset ", offsets[i], ", ", numels[i],
                 " elements) is off the flat buffers or their 4-element grid");
   }
-  if (mode == 0 || mode == 3) step.add_(1.0);
+  if ((mode == 0 && !counted) || mode == 3) step.add_(1.0);
   const auto& k = adamw_kernels(device)[0];
   void* mp = master.data_ptr();
   void* m1 = exp_avg.data_ptr();

@@ -340,13 +340,21 @@ int bench_fused_adamw(at::Tensor** params, at::Tensor** grads, at::Tensor** exp_
 }
 
 // One step of the master-weight AdamW (csrc/fused_adamw.cpp) over n entries; `grads` may be
-// null in mode 3 and `acc` in mode 0.
+// null in mode 3 and `acc` in modes 0 and 4; `stream` null for the current stream.
 int bench_master_adamw(at::Tensor** grads, const int64_t* offsets, const int64_t* numels,
                        const double* weight_decays, int64_t n, const at::Tensor* master,
                        const at::Tensor* exp_avg, const at::Tensor* exp_avg_sq,
                        const at::Tensor* work, const at::Tensor* acc, const at::Tensor* step,
-                       double lr, double beta1, double beta2, double eps, int64_t mode) {
+                       double lr, double beta1, double beta2, double eps, int64_t mode,
+                       void* stream) {
   return guarded([&] {
+    // On `stream` when given (the update overlapped with the backward): everything the call
+    // queues, and any copy it allocates, belongs to that stream.
+    std::optional<c10::cuda::CUDAStreamGuard> on;
+    if (stream != nullptr) {
+      on.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream),
+                                                  master->get_device()));
+    }
     std::vector<at::Tensor> g;
     if (grads != nullptr) {
       g.reserve(n);

@@ -8,7 +8,9 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Environment: QUICK=1 runs the bench side only; LEAN=1 skips the one-switch-off ablations; ONLY picks the models (space-separated
+# Every `mine` run overlaps its AdamW update with the backward (the default); the
+# `.serial-adamw` runs set BENCH_OVERLAP_ADAMW=0 beside them, for the A/B.
+# Environment: QUICK=1 runs the bench side only; LEAN=1 skips the one-switch-off ablations and the eager peers; ONLY picks the models (space-separated
 # from gpt2 llama gpt2-1.5b; default "gpt2 llama"; gpt2 is gpt2-125m); GPU_TESTS="name
 # filters" runs only the matching GPU tests (GPU_TESTS=none skips them); TMO=seconds per
 # run (default 300);
@@ -139,6 +141,8 @@ mine gpt2-125m.bf16 "${G[@]}"
 # The run-time kernel compile's log (time, registers) lands in this run's .err file.
 BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
+# The AdamW update after the backward instead of overlapped with it (src/workload/overlap.rs).
+BENCH_OVERLAP_ADAMW=0 mine gpt2-125m.bf16.compile.serial-adamw "${G[@]}" --features compile
 # The same without each fused kernel: what each gains, measured in this run.
 BENCH_FUSED_GELU=0 ablate gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
 BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 ablate gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
@@ -146,7 +150,7 @@ BENCH_FUSED_CE=0 BENCH_FUSED_LN=0 BENCH_FUSED_GELU=0 ablate gpt2-125m.bf16.compi
 BENCH_FUSED_BIAS=0 ablate gpt2-125m.bf16.compile.unfused-bias "${G[@]}" --features compile
 BENCH_FUSED_ADAMW=0 ablate gpt2-125m.bf16.compile.per-param-adamw "${G[@]}" --features compile
 mine gpt2-125m.fp8.compile "${G[@]/bf16/fp8}" --features compile
-BENCH_FUSED_FP8T=0 mine gpt2-125m.fp8.compile.unfused-transpose "${G[@]/bf16/fp8}" --features compile
+BENCH_FUSED_FP8T=0 ablate gpt2-125m.fp8.compile.unfused-transpose "${G[@]/bf16/fp8}" --features compile
 fi
 if [ $XL = 1 ]; then
 mine gpt2-1.5b.bf16 "${X[@]}"
@@ -158,23 +162,28 @@ fi
 if [ $LLAMA = 1 ]; then
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
+BENCH_OVERLAP_ADAMW=0 mine llama8p.bf16.compile.serial-adamw "${L[@]}" --dtype bf16 --features compile
 # The Llama block's fused kernels off one by one: what each gains, measured in this run.
 BENCH_FUSED_SWIGLU=0 ablate llama8p.bf16.compile.unfused-swiglu "${L[@]}" --dtype bf16 --features compile
 BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 ablate llama8p.bf16.compile.unfused-swiglu-rms "${L[@]}" --dtype bf16 --features compile
 ablate llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
-BENCH_FUSED_FP8T=0 mine llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
+BENCH_OVERLAP_ADAMW=0 mine llama8p.fp8.compile.serial-adamw "${L[@]}" --dtype fp8 --features compile
+BENCH_FUSED_FP8T=0 ablate llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
 # The output head's matmul in fp8 too (off by default, as torchao's and torchtitan's recipes).
-BENCH_FP8_HEAD=1 mine llama8p.fp8.compile.fp8-head "${L[@]}" --dtype fp8 --features compile
+BENCH_FP8_HEAD=1 ablate llama8p.fp8.compile.fp8-head "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_FP8=0 ablate llama8p.fp8.compile.unfused-quant "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_ADAMW=0 ablate llama8p.bf16.compile.per-param-adamw "${L[@]}" --dtype bf16 --features compile
 fi
 
 if [ "${QUICK:-0}" != 1 ]; then
   if [ $GPT2 = 1 ]; then
-    peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
-    peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
+    # LEAN=1 leaves out the eager peers: context only, the targets are against compile.
+    if [ "${LEAN:-0}" != 1 ]; then
+      peer gpt2-125m.peer.eager "$DIR/gpt2_pytorch.py" 16 40 eager
+      peer gpt2-125m.peer.eager_fused "$DIR/gpt2_pytorch.py" 16 40 eager_fused
+    fi
     peer gpt2-125m.peer.compile_fused "$DIR/gpt2_pytorch.py" 16 40 compile_fused
     peer gpt2-125m.peer.compile_fused_amp "$DIR/gpt2_pytorch.py" 16 40 compile_fused_amp
   fi
@@ -184,7 +193,7 @@ if [ "${QUICK:-0}" != 1 ]; then
     peer gpt2-1.5b.peer.compile_fused_amp "$DIR/gpt2_pytorch.py" 8 30 compile_fused_amp 48 1600 25
   fi
   if [ $LLAMA = 1 ]; then
-    peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
+    [ "${LEAN:-0}" = 1 ] || peer llama8p.peer.eager_fused "$DIR/llama_pytorch.py" 1 20 eager_fused
     peer llama8p.peer.compile_fused "$DIR/llama_pytorch.py" 1 20 compile_fused
     peer llama8p.peer.compile_fused_amp "$DIR/llama_pytorch.py" 1 20 compile_fused_amp
   fi
@@ -221,7 +230,7 @@ for r in rows:
     if ".fp8" in r[0]:
         # Switch suffixes first: ".fp8-head" must not become ".bf16-head".
         b = r[0]
-        for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head"):
+        for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head", ".serial-adamw"):
             b = b.replace(suffix, "")
         b = b.replace(".fp8", ".bf16")
         t, u = tok(r[0]), tok(b)

@@ -111,6 +111,7 @@ extern "C" {
         beta2: f64,
         eps: f64,
         mode: i64,
+        stream: *mut c_void,
     ) -> c_int;
     fn bench_set_grad_none(t: *mut C_tensor) -> c_int;
     fn bench_backward_with_grad(t: *const C_tensor, grad: *const C_tensor) -> c_int;
@@ -391,6 +392,10 @@ pub(crate) enum MasterMode {
     AccAdd = 2,
     /// Update the masters from the accumulator.
     UpdateFromAcc = 3,
+    /// [`MasterMode::Update`] of some of the entries, the step already counted
+    /// ([`crate::workload::optim::AdamW::count_step`]): one launch per stage of the model
+    /// when the update overlaps the backward.
+    UpdateCounted = 4,
 }
 
 /// The flat fp32 buffers behind [`master_adamw`]: masters, moments, the bf16 working copy,
@@ -407,7 +412,8 @@ pub(crate) struct MasterBuffers<'a> {
 /// One pass of the shim's master-weight AdamW kernel (csrc/fused_adamw.cpp): entry i is
 /// `offsets[i]..offsets[i] + numels[i]` of the flat buffers with weight decay
 /// `weight_decays[i]`; `grads` are the entries' bf16 gradients (unused, may be empty, for
-/// [`MasterMode::UpdateFromAcc`]).
+/// [`MasterMode::UpdateFromAcc`]). Queued on `stream` (a live `cudaStream_t` of the
+/// masters' device), else on the current stream.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn master_adamw(
     grads: &[Tensor],
@@ -419,6 +425,7 @@ pub(crate) fn master_adamw(
     betas: (f64, f64),
     eps: f64,
     mode: MasterMode,
+    stream: Option<*mut c_void>,
 ) -> Result<(), String> {
     let n = offsets.len();
     if numels.len() != n || weight_decays.len() != n {
@@ -450,6 +457,7 @@ pub(crate) fn master_adamw(
             betas.1,
             eps,
             mode as i64,
+            stream.unwrap_or(std::ptr::null_mut()),
         )
     })
 }

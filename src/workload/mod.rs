@@ -3,7 +3,7 @@
 //!
 //! Stages: check the requested [`WorkerSettings`] ([`Settings`]), pick the device ([`device`]), build the
 //! model ([`models`]) and data ([`data`]), run the loop ([`train`], with [`sac`],
-//! [`precision`] and [`optim`]), and summarise ([`measure`], formulas in
+//! [`precision`], [`optim`] and [`overlap`]), and summarise ([`measure`], formulas in
 //! [`crate::metrics::flops`]). Every failure becomes one error event and a distinct exit
 //! code (`exit::worker`); libtorch errors, which tch raises as panics, are caught at one
 //! boundary here and classified.
@@ -16,6 +16,7 @@ pub mod group;
 pub mod measure;
 pub mod models;
 pub mod optim;
+pub mod overlap;
 pub mod precision;
 pub mod sac;
 pub mod train;
@@ -456,6 +457,14 @@ fn train_on(
     // Global: every rank processes micro_batch x grad_accum sequences per step.
     let tokens_per_step = (s.micro_batch * s.seq_len) as u64 * s.grad_accum as u64 * world as u64;
     let mut rec = measure::Recorder::default();
+    let overlap = match (parallel, dev.device) {
+        (train::Parallel::Single, tch::Device::Cuda(i))
+            if overlap::Overlap::wanted(&opt, s.grad_accum) =>
+        {
+            Some(overlap::Overlap::new(model.as_ref(), i as i64)?)
+        }
+        _ => None,
+    };
     let lp = train::Loop {
         model: model.as_ref(),
         ctx: Ctx::new(s.precision),
@@ -470,6 +479,7 @@ fn train_on(
         tokens_per_step,
         started,
         parallel,
+        overlap,
     };
     let opt = lp.run(&mut emit, &mut rec)?;
     let facts = measure::RunFacts {

@@ -13,6 +13,7 @@
 //!   sum keeps fp32 precision as it does in the first layout.
 
 use std::cell::Cell;
+use std::ffi::c_void;
 
 use tch::{Kind, Tensor};
 
@@ -311,6 +312,7 @@ impl AdamW {
             self.cfg.betas,
             self.cfg.eps,
             mode,
+            None,
         )?;
         drop(grads);
         if !m.fixed_grads {
@@ -320,6 +322,64 @@ impl AdamW {
         }
         m.accumulated.set(m.accumulated.get() + 1);
         Ok(())
+    }
+
+    /// Whether the update can overlap the backward ([`super::overlap`]): the flat layout
+    /// over the model's own parameters (the plain loop's), without gradient accumulation.
+    pub(crate) fn can_overlap(&self) -> bool {
+        matches!(&self.masters, Some(m) if !m.fixed_grads && m.acc.is_none())
+    }
+
+    /// Counts a step on the device (on the current stream) before its first
+    /// [`AdamW::update_entries`]: the kernel's bias corrections read the count.
+    pub(crate) fn count_step(&mut self) -> Result<(), String> {
+        let m = self
+            .masters
+            .as_ref()
+            .ok_or("master AdamW: counting a step needs the flat layout")?;
+        self.steps += 1;
+        tch::no_grad(|| {
+            let _ = m.step.shallow_clone().g_add_scalar_(1.0);
+        });
+        Ok(())
+    }
+
+    /// Updates the entries `idx` (indices into the parameters given to
+    /// [`AdamW::with_masters`]) from their gradients, queued on `stream`; the step must be
+    /// counted already. Every entry must have its gradient.
+    pub(crate) fn update_entries(&self, idx: &[usize], stream: *mut c_void) -> Result<(), String> {
+        let m = self
+            .masters
+            .as_ref()
+            .ok_or("master AdamW: a partial update needs the flat layout")?;
+        let mut grads = Vec::with_capacity(idx.len());
+        let (mut offsets, mut numels, mut decays) = (vec![], vec![], vec![]);
+        for &i in idx {
+            let p = m
+                .params
+                .get(i)
+                .ok_or_else(|| format!("master AdamW: no entry {i}"))?;
+            let g = p.grad();
+            if !g.defined() {
+                return Err(format!("master AdamW: parameter {i} got no gradient"));
+            }
+            grads.push(g);
+            offsets.push(m.offsets[i]);
+            numels.push(m.numels[i]);
+            decays.push(m.weight_decays[i]);
+        }
+        ffi::master_adamw(
+            &grads,
+            &offsets,
+            &numels,
+            &decays,
+            &m.buffers(),
+            self.cfg.lr,
+            self.cfg.betas,
+            self.cfg.eps,
+            MasterMode::UpdateCounted,
+            Some(stream),
+        )
     }
 
     /// Views of the fp32 masters, one per parameter in the order given, when they live in
@@ -368,6 +428,7 @@ impl AdamW {
                 c.betas,
                 c.eps,
                 mode,
+                None,
             );
         }
         tch::no_grad(|| {

@@ -24,6 +24,7 @@ use super::ffi::{self, CudaGraph};
 use super::measure::Recorder;
 use super::models::Model;
 use super::optim::AdamW;
+use super::overlap::Overlap;
 use super::precision::Ctx;
 use super::{sac, WorkerError};
 use crate::events::{Event, StepEvent};
@@ -77,6 +78,8 @@ pub(crate) struct Loop<'a> {
     /// Work sharing across ranks; with DDP or FSDP the loss is averaged over the ranks and
     /// the step time is the slowest rank's.
     pub parallel: Parallel<'a>,
+    /// The AdamW update overlapped with the backward (plain loop, one micro-batch a step).
+    pub overlap: Option<Overlap>,
 }
 
 impl Loop<'_> {
@@ -123,8 +126,23 @@ impl Loop<'_> {
             Parallel::Data(d) => d.zero_grads(),
             Parallel::Single => self.opt.zero_grad(true).map_err(WorkerError::Internal)?,
         }
-        let loss = self.micro_batches(xs, ys)?;
-        self.opt.step().map_err(WorkerError::from_device)?;
+        let loss = match (&self.overlap, xs, ys) {
+            // The update is queued stage by stage during the backward.
+            (Some(ov), [x], [y]) => ov.step(
+                &mut self.opt,
+                self.model,
+                &self.ctx,
+                x,
+                y,
+                self.sac_every,
+                1.0,
+            )?,
+            _ => {
+                let loss = self.micro_batches(xs, ys)?;
+                self.opt.step().map_err(WorkerError::from_device)?;
+                loss
+            }
+        };
         match self.parallel {
             Parallel::Data(d) => {
                 d.after_step();
