@@ -8,8 +8,8 @@
 #            kernel benchmark `fused_ce` (benches/fused_ce.rs)
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
-# Every `mine` run overlaps its AdamW update with the backward (the default); the
-# `.serial-adamw` runs set BENCH_OVERLAP_ADAMW=0 beside them, for the A/B.
+# The `.overlap-adamw` runs overlap the AdamW update with the backward (BENCH_OVERLAP_ADAMW=1,
+# src/workload/overlap.rs) beside the serial default, for the A/B.
 # Environment: QUICK=1 runs the bench side only; LEAN=1 skips the one-switch-off ablations and the eager peers; ONLY picks the models (space-separated
 # from gpt2 llama gpt2-1.5b; default "gpt2 llama"; gpt2 is gpt2-125m); GPU_TESTS="name
 # filters" runs only the matching GPU tests (GPU_TESTS=none skips them); TMO=seconds per
@@ -141,8 +141,8 @@ mine gpt2-125m.bf16 "${G[@]}"
 # The run-time kernel compile's log (time, registers) lands in this run's .err file.
 BENCH_JIT_LOG=1 mine gpt2-125m.bf16.compile "${G[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-125m.bf16.compile.err"
-# The AdamW update after the backward instead of overlapped with it (src/workload/overlap.rs).
-BENCH_OVERLAP_ADAMW=0 mine gpt2-125m.bf16.compile.serial-adamw "${G[@]}" --features compile
+# The AdamW update overlapped with the backward (src/workload/overlap.rs).
+BENCH_OVERLAP_ADAMW=1 mine gpt2-125m.bf16.compile.overlap-adamw "${G[@]}" --features compile
 # The same without each fused kernel: what each gains, measured in this run.
 BENCH_FUSED_GELU=0 ablate gpt2-125m.bf16.compile.unfused-gelu "${G[@]}" --features compile
 BENCH_FUSED_GELU=0 BENCH_FUSED_LN=0 ablate gpt2-125m.bf16.compile.unfused-gelu-ln "${G[@]}" --features compile
@@ -162,14 +162,14 @@ fi
 if [ $LLAMA = 1 ]; then
 mine llama8p.bf16 "${L[@]}" --dtype bf16
 mine llama8p.bf16.compile "${L[@]}" --dtype bf16 --features compile
-BENCH_OVERLAP_ADAMW=0 mine llama8p.bf16.compile.serial-adamw "${L[@]}" --dtype bf16 --features compile
+BENCH_OVERLAP_ADAMW=1 mine llama8p.bf16.compile.overlap-adamw "${L[@]}" --dtype bf16 --features compile
 # The Llama block's fused kernels off one by one: what each gains, measured in this run.
 BENCH_FUSED_SWIGLU=0 ablate llama8p.bf16.compile.unfused-swiglu "${L[@]}" --dtype bf16 --features compile
 BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 ablate llama8p.bf16.compile.unfused-swiglu-rms "${L[@]}" --dtype bf16 --features compile
 ablate llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
-BENCH_OVERLAP_ADAMW=0 mine llama8p.fp8.compile.serial-adamw "${L[@]}" --dtype fp8 --features compile
+BENCH_OVERLAP_ADAMW=1 mine llama8p.fp8.compile.overlap-adamw "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_FP8T=0 ablate llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
 # The output head's matmul in fp8 too (off by default, as torchao's and torchtitan's recipes).
 BENCH_FP8_HEAD=1 ablate llama8p.fp8.compile.fp8-head "${L[@]}" --dtype fp8 --features compile
@@ -230,7 +230,7 @@ for r in rows:
     if ".fp8" in r[0]:
         # Switch suffixes first: ".fp8-head" must not become ".bf16-head".
         b = r[0]
-        for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head", ".serial-adamw"):
+        for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head", ".overlap-adamw"):
             b = b.replace(suffix, "")
         b = b.replace(".fp8", ".bf16")
         t, u = tok(r[0]), tok(b)

@@ -78,7 +78,8 @@ pub(crate) struct Loop<'a> {
     /// Work sharing across ranks; with DDP or FSDP the loss is averaged over the ranks and
     /// the step time is the slowest rank's.
     pub parallel: Parallel<'a>,
-    /// The AdamW update overlapped with the backward (plain loop, one micro-batch a step).
+    /// The AdamW update overlapped with the backward (plain loop, one micro-batch a step,
+    /// `BENCH_OVERLAP_ADAMW=1`).
     pub overlap: Option<Overlap>,
 }
 
