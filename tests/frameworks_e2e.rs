@@ -308,3 +308,57 @@ fn maxtext_cells_run_on_cpu() {
         "{table}"
     );
 }
+
+/// The drivers' record of a framework checkout's commit (scripts/frameworks/driver_info.py)
+/// names only a folder that is the top of a git work tree of its own: a folder of copied
+/// framework files inside another repository is recorded without a commit, not with that
+/// repository's (as a Megatron-LM source folder inside bench's checkout once was).
+#[test]
+fn drivers_record_a_source_commit_only_for_a_checkout_of_its_own() {
+    let Some(py) = python_with("json") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let copied = repo.join("copied-framework-files");
+    std::fs::create_dir_all(&copied).unwrap();
+    std::fs::write(copied.join("pretrain_gpt.py"), "# copied\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "one"]);
+    let head = git(&["rev-parse", "--short=12", "HEAD"]);
+    let commit_of = |dir: &std::path::Path| {
+        let out = Command::new(&py)
+            .args([
+                "-c",
+                "import sys, driver_info; print(repr(driver_info.source_commit(sys.argv[1])))",
+            ])
+            .arg(dir)
+            .env("PYTHONPATH", "scripts/frameworks")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(commit_of(&repo), format!("'{head}'"));
+    assert_eq!(commit_of(&copied), "''");
+    assert_eq!(commit_of(&tmp.path().join("missing")), "''");
+}

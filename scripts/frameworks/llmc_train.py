@@ -31,6 +31,8 @@ import threading
 from array import array
 import random
 
+from driver_info import source_commit
+
 GPT2_VOCAB = 50257  # llm.c's GPT-2 tokenizer; ids at or above it are padding rows
 
 
@@ -64,17 +66,6 @@ def nccl_dirs() -> tuple:
         pass
     fail("a multi-GPU llm.c build needs NCCL: no /usr/include/nccl.h and no nvidia-nccl wheel")
     return "", ""
-
-
-def source_commit(source: str) -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", source, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True, text=True, check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def source_digest(source: str) -> str:

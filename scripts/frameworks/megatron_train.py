@@ -10,33 +10,12 @@ reads is printed by Megatron's own training_log.
 """
 
 import argparse
-import importlib.metadata
 import json
 import os
 import runpy
-import subprocess
 import sys
 
-
-def version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
-def source_commit(source: str) -> str:
-    """The checkout's commit, which names a Megatron-LM that is not an installed package."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", source, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
+from driver_info import source_commit, version
 
 
 def use_prebuilt_dataset_helpers() -> None:

@@ -484,6 +484,36 @@ mod tests {
     }
 
     #[test]
+    fn captured_two_rank_h200_log() {
+        // A real run (2026-11-26, two H200s, torch FSDP2, seq 2048 x micro batch 4): the last
+        // rank prints the iteration lines, data-parallel rank 0 the memory reports.
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/frameworks/megatron-core-0.19.0-h200x2-fsdp2.log");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let mut parser = MegatronLog {
+            steps_expected: 12,
+            global_batch: 8,
+            tokens_per_sample: 2048,
+            gpus: 2,
+            ..MegatronLog::default()
+        };
+        let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
+        assert_eq!(steps.len(), 12);
+        assert!((steps[11].step_time_s - 0.4359).abs() < 1e-12);
+        assert!((steps[11].loss - 0.2555234).abs() < 1e-9);
+        assert_eq!(steps[11].tflops_per_gpu, Some(161.4));
+        let tps = steps[11].tokens_per_s_per_gpu.unwrap();
+        assert!((tps - 8.0 * 2048.0 / 0.4359 / 2.0).abs() < 1e-6, "{tps}");
+        assert_eq!(
+            end.peak_mem_bytes,
+            vec![(32326.0f64 * 1024.0 * 1024.0) as u64]
+        );
+        assert_eq!(end.info.name, "megatron-core");
+        assert_eq!(end.info.version, "0.19.0");
+        assert_eq!(end.info.device, "NVIDIA H200");
+    }
+
+    #[test]
     fn hostile_logs_are_refused() {
         let text = fixture();
         // Truncated before the last iteration although Megatron exited 0.
