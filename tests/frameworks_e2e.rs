@@ -80,16 +80,19 @@ fn dry_run_lists_cells_per_framework_with_every_drop_reason() {
     ] {
         assert!(text.contains(want), "missing `{want}`:\n{text}");
     }
-    // Megatron's local layer spec has unfused attention, which does not fit seq 8192 on
-    // one GPU: its cells and their built-in twins run seq 2048 with micro batch 4.
+    // Megatron's `[sac]` cells and the built-in workload's twins run the proxy's own shape
+    // (seq 8192, micro batch 1), which its local layer spec fits on one H100.
     for id in [
         "megatron.llama-3.1-8b-proxy.bf16.1gpu.fsdp.sac ",
         "builtin.llama-3.1-8b-proxy.bf16.1gpu.fsdp.sac ",
+        "builtin.llama-3.1-8b-proxy.bf16.2gpu.fsdp.sac ",
     ] {
         let row = text.lines().find(|l| l.contains(id));
         let fields: Vec<&str> = row.unwrap_or_default().split_whitespace().collect();
-        assert_eq!(fields.get(3..5), Some(&["2048", "4"][..]), "{id}:\n{text}");
+        assert_eq!(fields.get(3..5), Some(&["8192", "1"][..]), "{id}:\n{text}");
     }
+    // bench's plain loop beside torchtitan's one-GPU cells, which apply no FSDP.
+    assert!(text.contains("builtin.llama-3.1-8b-proxy.bf16.1gpu.single.compile+sac"));
     let (code, text) = bench(&["matrix", "matrix/frameworks-cpu.yaml", "--dry-run"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
