@@ -25,7 +25,6 @@ and the run needs none of its C++/CUDA ops:
 """
 
 import argparse
-import importlib.metadata
 import json
 import os
 import sys
@@ -33,12 +32,7 @@ import time
 
 import torch
 
-
-def version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
+from driver_info import version
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ from transformers import (
     TrainingArguments,
 )
 
+from driver_info import version
+
 
 class SyntheticTokens(Dataset):
     """Uniform random tokens; labels are the inputs (the model shifts them)."""
@@ -102,10 +104,8 @@ def main() -> None:
         device = torch.cuda.get_device_name(0) if cuda else "cpu"
         libs = {"torch": torch.__version__}
         for lib in ("accelerate", "tokenizers"):
-            try:
-                libs[lib] = importlib.metadata.version(lib)
-            except importlib.metadata.PackageNotFoundError:
-                pass
+            if v := version(lib):
+                libs[lib] = v
         info = {
             "name": "transformers",
             "version": importlib.metadata.version("transformers"),

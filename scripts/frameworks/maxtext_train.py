@@ -11,18 +11,12 @@ metric_logger.
 """
 
 import argparse
-import importlib.metadata
 import json
 import os
 import runpy
 import sys
 
-
-def version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return ""
+from driver_info import version
 
 
 def main() -> None:

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+from driver_info import version
+
 
 def main() -> None:
     import torch
@@ -25,10 +27,8 @@ def main() -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         libs = {"torch": torch.__version__}
-        try:
-            libs["torchao"] = importlib.metadata.version("torchao")
-        except importlib.metadata.PackageNotFoundError:
-            pass
+        if v := version("torchao"):
+            libs["torchao"] = v
         info = {
             "name": "torchtitan",
             "version": importlib.metadata.version("torchtitan"),

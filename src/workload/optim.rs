@@ -133,18 +133,21 @@ impl Masters {
 
     /// The parameters' current gradients; every parameter must have one.
     fn grads(&self) -> Result<Vec<Tensor>, String> {
-        self.params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let g = p.grad();
-                if g.defined() {
-                    Ok(g)
-                } else {
-                    Err(format!("master AdamW: parameter {i} got no gradient"))
-                }
-            })
-            .collect()
+        (0..self.params.len()).map(|i| self.grad(i)).collect()
+    }
+
+    /// Parameter `i`'s current gradient, which must exist.
+    fn grad(&self, i: usize) -> Result<Tensor, String> {
+        let p = self
+            .params
+            .get(i)
+            .ok_or_else(|| format!("master AdamW: no entry {i}"))?;
+        let g = p.grad();
+        if g.defined() {
+            Ok(g)
+        } else {
+            Err(format!("master AdamW: parameter {i} got no gradient"))
+        }
     }
 }
 
@@ -355,15 +358,7 @@ impl AdamW {
         let mut grads = Vec::with_capacity(idx.len());
         let (mut offsets, mut numels, mut decays) = (vec![], vec![], vec![]);
         for &i in idx {
-            let p = m
-                .params
-                .get(i)
-                .ok_or_else(|| format!("master AdamW: no entry {i}"))?;
-            let g = p.grad();
-            if !g.defined() {
-                return Err(format!("master AdamW: parameter {i} got no gradient"));
-            }
-            grads.push(g);
+            grads.push(m.grad(i)?);
             offsets.push(m.offsets[i]);
             numels.push(m.numels[i]);
             decays.push(m.weight_decays[i]);

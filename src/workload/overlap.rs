@@ -133,10 +133,6 @@ impl Overlap {
         sac_every: Option<usize>,
         scale: f64,
     ) -> Result<Tensor, WorkerError> {
-        enum Saved {
-            Kept { input: Tensor, output: Tensor },
-            Checkpointed { input: Tensor },
-        }
         let dev = WorkerError::from_device;
         opt.count_step().map_err(dev)?;
         let layers = self.blocks.len();
@@ -144,16 +140,10 @@ impl Overlap {
         let mut cur = emb.shallow_clone();
         let mut saved = Vec::with_capacity(layers);
         for i in 0..layers {
-            let input = cur.detach();
-            if sac_every.is_some_and(|k| sac::is_checkpointed(i, k)) {
-                cur = tch::no_grad(|| model.block(ctx, i, &input));
-                saved.push(Saved::Checkpointed { input });
-            } else {
-                let input = input.set_requires_grad(true);
-                let output = model.block(ctx, i, &input);
-                cur = output.shallow_clone();
-                saved.push(Saved::Kept { input, output });
-            }
+            let checkpointed = sac_every.is_some_and(|k| sac::is_checkpointed(i, k));
+            let (output, kept) = sac::block_forward(model, ctx, i, &cur, checkpointed);
+            cur = output;
+            saved.push(kept);
         }
         let head_in = cur.detach().set_requires_grad(true);
         drop(cur);
@@ -163,19 +153,10 @@ impl Overlap {
         let mut grad = head_in.grad();
         drop(head_in);
         for i in (0..layers).rev() {
-            grad = match saved.pop() {
-                Some(Saved::Kept { input, output }) => {
-                    ffi::backward_with(&output, &grad).map_err(dev)?;
-                    input.grad()
-                }
-                Some(Saved::Checkpointed { input }) => {
-                    let leaf = input.set_requires_grad(true);
-                    let output = model.block(ctx, i, &leaf);
-                    ffi::backward_with(&output, &grad).map_err(dev)?;
-                    leaf.grad()
-                }
-                None => return Err(WorkerError::Internal("backward ran out of blocks".into())),
-            };
+            let kept = saved
+                .pop()
+                .ok_or_else(|| WorkerError::Internal("backward ran out of blocks".into()))?;
+            grad = sac::block_backward(model, ctx, i, kept, &grad).map_err(dev)?;
             self.update(opt, &self.blocks[i])?;
         }
         ffi::backward_with(&emb, &grad).map_err(dev)?;

@@ -11,6 +11,7 @@
 
 use tch::Tensor;
 
+use super::ffi;
 use super::models::Model;
 use super::precision::Ctx;
 
@@ -103,6 +104,57 @@ pub fn forward_backward(
         }
     }
     loss.detach()
+}
+
+/// One block of a schedule that drives every block as its own autograd segment (DDP and
+/// FSDP's, and the overlapped AdamW update's): what its forward kept for the backward.
+pub(crate) enum Saved {
+    /// The block ran with autograd from `input`, a fresh leaf.
+    Kept { input: Tensor, output: Tensor },
+    /// The block ran without a graph; the backward recomputes it from `input`.
+    Checkpointed { input: Tensor },
+}
+
+/// Runs block `i` on `h` as its own segment, checkpointed or not; returns its output (the
+/// next block's input) and what the backward needs.
+pub(crate) fn block_forward(
+    model: &dyn Model,
+    ctx: &Ctx,
+    i: usize,
+    h: &Tensor,
+    checkpointed: bool,
+) -> (Tensor, Saved) {
+    let input = h.detach();
+    if checkpointed {
+        let output = tch::no_grad(|| model.block(ctx, i, &input));
+        (output, Saved::Checkpointed { input })
+    } else {
+        let input = input.set_requires_grad(true);
+        let output = model.block(ctx, i, &input);
+        (output.shallow_clone(), Saved::Kept { input, output })
+    }
+}
+
+/// Back-propagates `grad` (the gradient of block `i`'s output) through the block, recomputing
+/// it first if it was checkpointed; its parameters' gradients accumulate, and the gradient of
+/// its input is returned.
+pub(crate) fn block_backward(
+    model: &dyn Model,
+    ctx: &Ctx,
+    i: usize,
+    saved: Saved,
+    grad: &Tensor,
+) -> Result<Tensor, String> {
+    let (input, output) = match saved {
+        Saved::Kept { input, output } => (input, output),
+        Saved::Checkpointed { input } => {
+            let leaf = input.set_requires_grad(true);
+            let output = model.block(ctx, i, &leaf);
+            (leaf, output)
+        }
+    };
+    ffi::backward_with(&output, grad)?;
+    Ok(input.grad())
 }
 
 /// Sums in the gradient's own dtype; the value is never used, only its gradient.

@@ -236,10 +236,6 @@ impl DataParallel<'_> {
         sac_every: Option<usize>,
         scale: f64,
     ) -> Result<Tensor, WorkerError> {
-        enum Saved {
-            Kept { input: Tensor, output: Tensor },
-            Checkpointed { input: Tensor },
-        }
         let layers = self.units.len() - 2;
         let (embed, head) = (layers, layers + 1);
         self.unshard(embed)?;
@@ -252,16 +248,10 @@ impl DataParallel<'_> {
         for i in 0..layers {
             self.unshard(if i + 1 < layers { i + 1 } else { head })?;
             self.gathered(i)?;
-            let input = cur.detach();
-            if sac_every.is_some_and(|k| sac::is_checkpointed(i, k)) {
-                cur = tch::no_grad(|| model.block(ctx, i, &input));
-                saved.push(Saved::Checkpointed { input });
-            } else {
-                let input = input.set_requires_grad(true);
-                let output = model.block(ctx, i, &input);
-                cur = output.shallow_clone();
-                saved.push(Saved::Kept { input, output });
-            }
+            let checkpointed = sac_every.is_some_and(|k| sac::is_checkpointed(i, k));
+            let (output, kept) = sac::block_forward(model, ctx, i, &cur, checkpointed);
+            cur = output;
+            saved.push(kept);
             self.reshard(i)?;
         }
         let head_in = cur.detach().set_requires_grad(true);
@@ -282,19 +272,11 @@ impl DataParallel<'_> {
                 self.unshard(i - 1)?;
             }
             self.gathered(i)?;
-            grad = match saved.pop() {
-                Some(Saved::Kept { input, output }) => {
-                    ffi::backward_with(&output, &grad).map_err(WorkerError::from_device)?;
-                    input.grad()
-                }
-                Some(Saved::Checkpointed { input }) => {
-                    let leaf = input.set_requires_grad(true);
-                    let output = model.block(ctx, i, &leaf);
-                    ffi::backward_with(&output, &grad).map_err(WorkerError::from_device)?;
-                    leaf.grad()
-                }
-                None => return Err(internal("backward ran out of saved blocks")),
-            };
+            let kept = saved
+                .pop()
+                .ok_or_else(|| internal("backward ran out of saved blocks"))?;
+            grad = sac::block_backward(model, ctx, i, kept, &grad)
+                .map_err(WorkerError::from_device)?;
             self.reduce(i)?;
             self.reshard(i)?;
         }
