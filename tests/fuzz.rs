@@ -46,6 +46,26 @@ fn budget() -> Duration {
     Duration::from_secs_f64(secs)
 }
 
+/// Address space a fuzz process may take. The targets' inputs are refused or expanded
+/// within the budgets bench sets itself (the matrix's default is about 1.6 GB), so a case
+/// that asks for more is a finding: with this limit its allocation fails and the process
+/// aborts naming the size, where without it the kernel's OOM killer ended the CI run's
+/// test with a bare SIGKILL (an empty axis beside a 57-flag `subsets_of`, 2^57 sets).
+const FUZZ_ADDRESS_SPACE: u64 = 8 << 30;
+
+fn limit_address_space() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_AS) {
+            let limit = FUZZ_ADDRESS_SPACE.min(soft).min(hard);
+            if let Err(e) = setrlimit(Resource::RLIMIT_AS, limit, hard) {
+                eprintln!("fuzz: could not limit the address space: {e}");
+            }
+        }
+    });
+}
+
 /// Runs `test` on values of `strategy` in batches of fresh seeds until the budget is spent
 /// (a fixed seed from `BENCH_FUZZ_SEED` runs one batch).
 fn fuzz<S>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
@@ -53,6 +73,7 @@ where
     S: Strategy,
     S::Value: Debug,
 {
+    limit_address_space();
     let fixed = std::env::var("BENCH_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse::<u64>().ok());
@@ -1134,6 +1155,19 @@ fn issue_13_inputs_stay_fixed() {
     ] {
         check_matrix(&yaml, &[]).unwrap();
     }
+    // Found by this fuzzer: an empty axis made the budget's product zero, so `subsets_of`
+    // over 57 flags beside it asked for 2^57 sets (the CI machine's memory, SIGKILL).
+    check_matrix(
+        &format!(
+            "axes:\n  x: []\n  many: {{subsets_of: [{}]}}\n",
+            (0..57)
+                .map(|i| format!("f{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        &[],
+    )
+    .unwrap();
     // Found by this fuzzer: YAML nested 64 deep (serde-saphyr's default limit) overflowed
     // the 2 MiB stack of a test thread in a debug build, in matrix and baseline files.
     for n in [24, 64, 3000] {

@@ -131,9 +131,13 @@ fn dims(spec: &MatrixSpec) -> Vec<Dim<'_>> {
 pub(crate) fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u128, MatrixError> {
     let dims = dims(spec);
     let include = spec.include.len() as u128;
+    // An empty axis counts as one value: it makes the product zero, but validation builds
+    // every other axis's values (a `subsets_of` axis's 2^n sets) before it reaches the empty
+    // one and refuses it, so a zero here let `x: []` beside `subsets_of` over 57 flags ask
+    // for 2^57 sets (found by the matrix fuzz target).
     let cells = dims
         .iter()
-        .try_fold(1u128, |acc, d| d.len.and_then(|n| acc.checked_mul(n)))
+        .try_fold(1u128, |acc, d| d.len.and_then(|n| acc.checked_mul(n.max(1))))
         .and_then(|p| p.checked_add(include));
     let name = matrix_name(spec, src);
     let mut largest: Vec<&Dim> = dims.iter().collect();
@@ -223,6 +227,19 @@ mod tests {
         let y = "axes:\n  a: [1, 2, 3]\n  b: [x, y, z]\n  c: [p, q]\n  f: {subsets_of: [s, t]}\nzip: [[a, b]]\ninclude:\n  - a: 9\n";
         // zip(a, b) = 3, c = 2, f = 4, plus one include entry.
         assert_eq!(check_str(y, 1000), Ok(3 * 2 * 4 + 1));
+    }
+
+    #[test]
+    fn an_empty_axis_does_not_hide_a_bomb_beside_it() {
+        let flags: Vec<String> = (0..57).map(|i| format!("f{i}")).collect();
+        let y = format!(
+            "axes:\n  x: []\n  many: {{subsets_of: [{}]}}\n",
+            flags.join(", ")
+        );
+        let e = check_str(&y, 100_000).unwrap_err();
+        assert!(e.contains("144115188075855872 cells"), "{e}");
+        // An empty axis alone still reaches validation, which names it.
+        assert_eq!(check_str("axes:\n  x: []\n  m: [a, b]\n", 100_000), Ok(2));
     }
 
     #[test]
