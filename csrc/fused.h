@@ -86,8 +86,11 @@ std::string linear_source(at::ScalarType input_dtype);
 
 // fp8(t * scale[0]) in one pass, `fp8` e4m3fn or e5m2 (satfinite conversion; the fp8 linear's
 // power-of-two scales keep every product in range, so it equals libtorch's cast). Only where
-// quantize_fp8_supported says so.
-at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8);
+// quantize_fp8_supported says so. With an amax slot (one fp32 number on t's device, not
+// null or undefined) the same pass also raises *amax to t's largest magnitude (delayed
+// scaling records it for later steps' scales).
+at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8,
+                        const at::Tensor* amax = nullptr);
 
 // Tensors the one-pass quantization takes: contiguous, 16-byte aligned bf16 or fp32 on a
 // GPU, a whole number of 16-byte vectors long.
@@ -95,9 +98,10 @@ bool quantize_fp8_supported(const at::Tensor& t);
 
 // The same quantization of a matrix [rows, cols], returning its fp8 transpose [cols, rows]
 // (row-major) too, from the same pass: {q, qt}, q left undefined unless want_q. Only where
-// quantize_fp8_t_supported says so.
+// quantize_fp8_t_supported says so. The amax slot as for quantize_fp8.
 std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::Tensor& scale,
-                                                 at::ScalarType fp8, bool want_q);
+                                                 at::ScalarType fp8, bool want_q,
+                                                 const at::Tensor* amax = nullptr);
 
 // Matrices the transposing quantization takes: quantize_fp8_supported, two dimensions, both
 // multiples of 64 (its tile).

@@ -37,10 +37,18 @@ __device__ __forceinline__ unsigned short to_fp8x2(float lo, float hi) {
   return r;
 }
 
-// The T::N values of one 16-byte vector times s, as fp8 bytes in order, four to a word.
-__device__ __forceinline__ void quantize_vec(const Vec& x, float s, u32* w) {
+// The T::N values of one 16-byte vector times s, as fp8 bytes in order, four to a word;
+// m becomes the largest of m and the values' magnitudes (fmaxf drops a NaN, so a NaN is
+// carried by the flag nan instead: it must reach the amax, as it reaches libtorch's norm).
+__device__ __forceinline__ void quantize_vec(const Vec& x, float s, u32* w, float& m,
+                                             bool& nan) {
   float f[T::N];
   T::unpack(x, f);
+#pragma unroll
+  for (int k = 0; k < T::N; ++k) {
+    m = fmaxf(m, fabsf(f[k]));
+    nan |= f[k] != f[k];
+  }
 #pragma unroll
   for (int k = 0; k < T::N / 4; ++k) {
     const u32 lo = to_fp8x2(f[4 * k] * s, f[4 * k + 1] * s);
@@ -58,18 +66,41 @@ __device__ __forceinline__ void store_fp8(unsigned char* dst, const u32* w) {
   }
 }
 
-// q = fp8(x * scale[0]) over nvec 16-byte vectors of x.
+// Folds the block's magnitudes into *amax (when amax is not null): a warp's maximum by
+// shuffles, the block's through shared memory, one atomic per block. A float that is not
+// negative orders like its bits as a signed integer, so atomicMax on the bits is a float
+// maximum; a NaN is stored as the quiet NaN 0x7fffffff, above every other such bit pattern.
+// Every thread of the block must call it (it synchronizes).
+__device__ __forceinline__ void fold_amax(float m, bool nan, float* amax) {
+  __shared__ int block_max[8];
+  int bits = nan ? 0x7fffffff : __float_as_int(m);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
+  if ((threadIdx.x & 31) == 0) block_max[threadIdx.x >> 5] = bits;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int b = block_max[0];
+    for (int k = 1; k < (int)(blockDim.x >> 5); ++k) b = max(b, block_max[k]);
+    atomicMax((int*)amax, b);
+  }
+}
+
+// q = fp8(x * scale[0]) over nvec 16-byte vectors of x; *amax takes the largest magnitude
+// of x when amax is not null (delayed scaling records it for the next steps' scales).
 extern "C" __global__ void __launch_bounds__(256)
 quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned char* __restrict__ q,
-          u64 nvec) {
+          u64 nvec, float* __restrict__ amax) {
   const float s = *scale;
   const Vec* xv = (const Vec*)x;
+  float m = 0.0f;
+  bool nan = false;
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < nvec;
        i += (u64)gridDim.x * blockDim.x) {
     u32 w[T::N / 4];
-    quantize_vec(xv[i], s, w);
+    quantize_vec(xv[i], s, w, m, nan);
     store_fp8(q + i * T::N, w);
   }
+  if (amax != 0) fold_amax(m, nan, amax);
 }
 
 // The same quantization of x [rows, cols] by 64 x 64 tiles, also writing the transpose qt
@@ -80,17 +111,19 @@ quant_fp8(const E* __restrict__ x, const float* __restrict__ scale, unsigned cha
 // bytes a thread. rows and cols are multiples of 64 (quantize_fp8_t_supported).
 extern "C" __global__ void __launch_bounds__(256)
 quant_fp8_t(const E* __restrict__ x, const float* __restrict__ scale, unsigned char* __restrict__ q,
-            unsigned char* __restrict__ qt, u64 rows, u64 cols) {
+            unsigned char* __restrict__ qt, u64 rows, u64 cols, float* __restrict__ amax) {
   // 64 rows of 64 bytes (16 words), one word of padding to spread the column reads over banks.
   __shared__ u32 tile[64][17];
   const float s = *scale;
   const u64 r0 = (u64)blockIdx.y * 64, c0 = (u64)blockIdx.x * 64;
   const int vpr = 64 / T::N;  // vectors per tile row
+  float m = 0.0f;
+  bool nan = false;
   for (int i = threadIdx.x; i < 64 * vpr; i += blockDim.x) {
     const int r = i / vpr, v = i % vpr;
     const u64 at = (r0 + r) * cols + c0 + (u64)v * T::N;
     u32 w[T::N / 4];
-    quantize_vec(*(const Vec*)(x + at), s, w);
+    quantize_vec(*(const Vec*)(x + at), s, w, m, nan);
 #pragma unroll
     for (int k = 0; k < T::N / 4; ++k) tile[r][v * (T::N / 4) + k] = w[k];
     if (q != 0) store_fp8(q + at, w);
@@ -105,6 +138,7 @@ quant_fp8_t(const E* __restrict__ x, const float* __restrict__ scale, unsigned c
     for (int b = 0; b < 4; ++b) word |= (u32)tb[(4 * j + b) * (17 * 4) + c] << (8 * b);
     *(u32*)(qt + (c0 + c) * rows + r0 + 4 * j) = word;
   }
+  if (amax != 0) fold_amax(m, nan, amax);
 }
 )CUDA";
 
@@ -136,7 +170,17 @@ bool quantize_fp8_supported(const at::Tensor& t) {
          reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8) {
+// The amax slot's address: null without one, else one fp32 number on t's device.
+static float* amax_slot(const at::Tensor& t, const at::Tensor* amax) {
+  if (amax == nullptr || !amax->defined()) return nullptr;
+  TORCH_CHECK(amax->scalar_type() == at::kFloat && amax->numel() == 1 &&
+                  amax->device() == t.device(),
+              "fp8 quantization: the amax slot must be one fp32 number on the tensor's device");
+  return amax->data_ptr<float>();
+}
+
+at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8,
+                        const at::Tensor* amax) {
   TORCH_CHECK(quantize_fp8_supported(t), "fp8 quantization: the tensor must be contiguous, ",
               "16-byte aligned bf16 or fp32 on a GPU, a whole number of vectors long");
   check_format_and_scale(t, scale, fp8);
@@ -150,7 +194,8 @@ at::Tensor quantize_fp8(const at::Tensor& t, const at::Tensor& scale, at::Scalar
   const void* sp = s.data_ptr();
   void* qp = q.data_ptr();
   unsigned long long n = nvec;
-  void* args[] = {&xp, &sp, &qp, &n};
+  float* ap = amax_slot(t, amax);
+  void* args[] = {&xp, &sp, &qp, &n, &ap};
   bench_jit::launch(ks[0], dim3(grid_for(nvec, t.get_device())), dim3(256), args, 0,
                     at::cuda::getCurrentCUDAStream(t.get_device()).stream());
   return q;
@@ -163,7 +208,8 @@ bool quantize_fp8_t_supported(const at::Tensor& t) {
 }
 
 std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::Tensor& scale,
-                                                 at::ScalarType fp8, bool want_q) {
+                                                 at::ScalarType fp8, bool want_q,
+                                                 const at::Tensor* amax) {
   TORCH_CHECK(quantize_fp8_t_supported(t), "fp8 transposing quantization: the tensor must be ",
               "a contiguous, 16-byte aligned bf16 or fp32 matrix on a GPU, both sides multiples ",
               "of 64");
@@ -180,7 +226,8 @@ std::pair<at::Tensor, at::Tensor> quantize_fp8_t(const at::Tensor& t, const at::
   void* qp = want_q ? q.data_ptr() : nullptr;
   void* qtp = qt.data_ptr();
   unsigned long long r = rows, c = cols;
-  void* args[] = {&xp, &sp, &qp, &qtp, &r, &c};
+  float* ap = amax_slot(t, amax);
+  void* args[] = {&xp, &sp, &qp, &qtp, &r, &c, &ap};
   bench_jit::launch(ks[1], dim3(static_cast<unsigned>(cols / 64), static_cast<unsigned>(rows / 64)),
                     dim3(256), args, 0, at::cuda::getCurrentCUDAStream(t.get_device()).stream());
   return {q, qt};

@@ -72,10 +72,22 @@ at::Tensor fp8_scale(const at::Tensor& t, double fmax) {
   return at::exp2(at::floor(at::log2(fmax / amax)));
 }
 
-at::Tensor scale_and_cast(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8) {
-  return fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)
-             ? bench_fused::quantize_fp8(t, scale, fp8)
-             : (t * scale.to(t.scalar_type())).to(fp8);
+// Raises the one-element *amax to t's largest magnitude, where no fused kernel did.
+void record_amax(const at::Tensor& t, const at::Tensor& amax) {
+  auto m = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).reshape({1});
+  // at::maximum propagates a NaN, as the fused kernel does.
+  amax.copy_(at::maximum(amax, m));
+}
+
+// fp8(t * scale); with an amax slot (defined), also raises it to t's largest magnitude (the
+// fused kernel in the same pass).
+at::Tensor scale_and_cast(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8,
+                          const at::Tensor& amax = at::Tensor()) {
+  if (fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)) {
+    return bench_fused::quantize_fp8(t, scale, fp8, &amax);
+  }
+  if (amax.defined()) record_amax(t, amax);
+  return (t * scale.to(t.scalar_type())).to(fp8);
 }
 
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
@@ -101,28 +113,91 @@ struct Quantized {
   at::Tensor q, qt, inv_scale;
 };
 
-Quantized quantize_t(const at::Tensor& t, at::ScalarType fp8, double fmax, bool want_q) {
-  auto scale = fp8_scale(t, fmax);
+// Delayed (amax-history) scaling, as Transformer Engine's and torchao's delayed recipes do
+// it: a tensor is scaled by what earlier steps' absolute maxima say, and its own maximum
+// is recorded by the quantization pass itself for the steps after, so the separate
+// absolute-maximum pass of dynamic scaling (one reduction kernel before each quantization,
+// 3.6 ms of the Llama proxy's fp8 step in the 2026-11-23 profile) goes away.
+//
+// The state of one fp8 linear is a row per operand (0: x, 1: w, 2: the incoming gradient)
+// of kScalingCols fp32 numbers: [scale, 1 / scale, this step's amax, the amax of the
+// kAmaxHistory - 1 steps before]. fp8_roll, once per optimizer step, turns the rows over for
+// every linear at once. Until the first roll (primed false) there is no history: the
+// tensor is scaled dynamically and its amax recorded all the same.
+constexpr int64_t kAmaxHistory = 16;
+constexpr int64_t kScalingCols = 2 + kAmaxHistory;
+
+struct Scaling {
+  at::Tensor row;  // one operand's row [kScalingCols], or undefined for dynamic scaling
+  bool primed;
+};
+
+Quantized quantize_t(const at::Tensor& t, at::ScalarType fp8, double fmax, bool want_q,
+                     const Scaling& sc = {at::Tensor(), false}) {
+  at::Tensor scale, inv, amax;
+  if (sc.row.defined()) amax = sc.row.narrow(0, 2, 1);
+  if (sc.row.defined() && sc.primed) {
+    scale = sc.row.narrow(0, 0, 1);
+    // A tensor of its own, as dynamic scaling's inverse is: on an H100 cuBLASLt refused
+    // (CUBLAS_STATUS_NOT_SUPPORTED) the view into the row as _scaled_mm's scale.
+    inv = sc.row.narrow(0, 1, 1).clone();
+  } else {
+    scale = fp8_scale(t, fmax);
+    inv = scale.reciprocal();
+  }
   if (fused_fp8_enabled() && fused_fp8_transpose_enabled() &&
       bench_fused::quantize_fp8_t_supported(t)) {
-    auto [q, qt] = bench_fused::quantize_fp8_t(t, scale, fp8, want_q);
-    return {q, qt, scale.reciprocal()};
+    auto [q, qt] = bench_fused::quantize_fp8_t(t, scale, fp8, want_q, &amax);
+    return {q, qt, inv};
   }
-  auto q = scale_and_cast(t, scale, fp8);
-  return {q, q.t().contiguous(), scale.reciprocal()};
+  auto q = scale_and_cast(t, scale, fp8, amax);
+  return {q, q.t().contiguous(), inv};
+}
+
+// Turns every linear's scaling rows over at the end of an optimizer step: the new scale
+// comes from the largest amax of the last kAmaxHistory steps (this one's included), as a
+// power of two like dynamic scaling's; the history moves one slot on and this step's slot
+// is cleared for the next step's quantizations to raise. st is [sites, 3, kScalingCols].
+void fp8_roll(const at::Tensor& st) {
+  TORCH_CHECK(st.dim() == 3 && st.size(1) == 3 && st.size(2) == kScalingCols &&
+                  st.scalar_type() == at::kFloat && st.is_contiguous(),
+              "fp8 scaling state: expected a contiguous fp32 [sites, 3, ", kScalingCols, "]");
+  auto hist = st.narrow(2, 2, kAmaxHistory);
+  // at::amax propagates a NaN, as dynamic scaling's norm does.
+  auto amax = hist.amax({2});
+  hist.narrow(2, 1, kAmaxHistory - 1).copy_(hist.narrow(2, 0, kAmaxHistory - 1).clone());
+  hist.select(2, 0).zero_();
+  // Each operand's format maximum as a scalar: a tensor of them would be copied from the
+  // host, which a CUDA graph capture does not allow.
+  const double fmax[3] = {kE4M3Max, kE4M3Max, kE5M2Max};
+  for (int64_t k = 0; k < 3; ++k) {
+    auto a = amax.select(1, k).clamp_min(1e-30);
+    // The same expression as fp8_scale's, so a history of one step gives dynamic's scale.
+    auto scale = at::exp2(at::floor(at::log2(at::full_like(a, fmax[k]) / a)));
+    st.select(1, k).select(1, 0).copy_(scale);
+    st.select(1, k).select(1, 1).copy_(scale.reciprocal());
+  }
 }
 
 // y = x @ w^T with x [M, K] in bf16 and w [N, K] in its own dtype (an fp32 master or a bf16
 // working copy): the weight is quantized straight from it, skipping a cast, and its gradient
 // comes out in that dtype. Matmuls in fp8 (e4m3 forward, e5m2 for the incoming gradient). Saves the
 // fp8 copies, which also halves the memory the backward keeps.
+//
+// st, when not null, is the linear's delayed-scaling state [3, kScalingCols] (see
+// quantize_t); primed says whether a roll has filled its scales yet. st goes in as a
+// pointer, not a tensor: autograd takes every tensor argument of apply for an input
+// (an undefined one fails with "tensor does not have a device", as seen on an H100).
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& w) {
+                            const at::Tensor& w, const at::Tensor* st, bool primed) {
+    auto row = [&](int64_t k) -> Scaling {
+      return {st != nullptr ? st->select(0, k) : at::Tensor(), primed};
+    };
     // The backward needs x8 and w8 only transposed, so those copies are what is saved; x8
     // and w8 themselves are freed after the forward's matmul.
-    auto xq = quantize_t(x, at::kFloat8_e4m3fn, kE4M3Max, true);
-    auto wq = quantize_t(w, at::kFloat8_e4m3fn, kE4M3Max, true);
+    auto xq = quantize_t(x, at::kFloat8_e4m3fn, kE4M3Max, true, row(0));
+    auto wq = quantize_t(w, at::kFloat8_e4m3fn, kE4M3Max, true, row(1));
     // _scaled_mm wants its first operand row-major and its second column-major; w8.t() is
     // the column-major view of the row-major w8.
     // Fast accumulation in the forward matmul only, as Transformer Engine does; the gradient
@@ -132,6 +207,10 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     ctx->save_for_backward({xq.qt, wq.qt, xq.inv_scale, wq.inv_scale});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    // The state is not saved for backward (autograd would check its version, which the
+    // step's roll changes after the backward); the gradient's row is written in place.
+    if (st != nullptr) ctx->saved_data["st"] = *st;
+    ctx->saved_data["primed"] = primed;
     return y;
   }
 
@@ -143,7 +222,11 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     auto& sx = saved[2];
     auto& sw = saved[3];
     auto g = grads[0].contiguous();
-    auto gq = quantize_t(g, at::kFloat8_e5m2, kE5M2Max, true);
+    auto found = ctx->saved_data.find("st");
+    Scaling grow{found != ctx->saved_data.end() ? found->second.toTensor().select(0, 2)
+                                                : at::Tensor(),
+                 ctx->saved_data["primed"].toBool()};
+    auto gq = quantize_t(g, at::kFloat8_e5m2, kE5M2Max, true, grow);
     auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     // dx [M, K] = g [M, N] @ w [N, K]: w column-major, which w8t.t() is.
@@ -152,7 +235,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     // dw [N, K] = g^T [N, M] @ x [M, K]: g^T row-major (gq.qt), x column-major (x8t.t()).
     auto dw = at::_scaled_mm(gq.qt, x8t.t(), gq.inv_scale, sx, std::nullopt, std::nullopt,
                              w_dtype, false);
-    return {dx, dw};
+    return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -168,9 +251,27 @@ extern "C" {
 
 const char* bench_last_error() { return g_last_error.c_str(); }
 
-// fp8 linear: *out = Fp8Linear(x2d, w); x2d is [M, K] bf16, w is [N, K] bf16.
-int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, at::Tensor** out) {
-  return guarded([&] { *out = new at::Tensor(Fp8Linear::apply(*x, *w)); });
+// fp8 linear: *out = Fp8Linear(x2d, w); x2d is [M, K] bf16, w is [N, K] bf16. st is null
+// for dynamic scaling, else the linear's delayed-scaling state [3, kScalingCols] (primed
+// once a roll has filled its scales).
+int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* st, int primed,
+                     at::Tensor** out) {
+  return guarded([&] {
+    TORCH_CHECK(st == nullptr ||
+                    (st->dim() == 2 && st->size(0) == 3 && st->size(1) == kScalingCols &&
+                     st->scalar_type() == at::kFloat && st->device() == x->device()),
+                "fp8 linear: the scaling state must be fp32 [3, ", kScalingCols,
+                "] on the input's device");
+    *out = new at::Tensor(Fp8Linear::apply(*x, *w, st, primed != 0));
+  });
+}
+
+// The number of fp32 columns of one operand's delayed-scaling row.
+int64_t bench_fp8_scaling_cols() { return kScalingCols; }
+
+// Turns the delayed-scaling state [sites, 3, kScalingCols] over after an optimizer step.
+int bench_fp8_roll(const at::Tensor* st) {
+  return guarded([&] { fp8_roll(*st); });
 }
 
 // Fused cross-entropy: *out = mean loss (fp32 scalar) of logits [N, V] (bf16 or fp32, CUDA)
@@ -274,11 +375,19 @@ int bench_fp8_quantize(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor
 // The fp8 linear's transposing quantization of the matrix t: *q = fp8(t * scale), *qt = its
 // transpose (row-major), *inv_scale = 1 / scale; through the one-pass transposing kernel
 // where it applies, as in the fp8 linear.
-int bench_fp8_quantize_t(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor** qt,
-                         at::Tensor** inv_scale) {
+// With a row (one operand's delayed-scaling state [kScalingCols]), as quantize_t does it
+// under delayed scaling.
+int bench_fp8_quantize_t(const at::Tensor* t, int e4m3, const at::Tensor* row, int primed,
+                         at::Tensor** q, at::Tensor** qt, at::Tensor** inv_scale) {
   return guarded([&] {
-    auto r = e4m3 ? quantize_t(*t, at::kFloat8_e4m3fn, kE4M3Max, true)
-                  : quantize_t(*t, at::kFloat8_e5m2, kE5M2Max, true);
+    Scaling sc{row == nullptr ? at::Tensor() : *row, primed != 0};
+    TORCH_CHECK(!sc.row.defined() ||
+                    (sc.row.dim() == 1 && sc.row.size(0) == kScalingCols &&
+                     sc.row.scalar_type() == at::kFloat && sc.row.device() == t->device()),
+                "fp8 quantization: the scaling row must be fp32 [", kScalingCols,
+                "] on the tensor's device");
+    auto r = e4m3 ? quantize_t(*t, at::kFloat8_e4m3fn, kE4M3Max, true, sc)
+                  : quantize_t(*t, at::kFloat8_e5m2, kE5M2Max, true, sc);
     *q = new at::Tensor(r.q);
     *qt = new at::Tensor(r.qt);
     *inv_scale = new at::Tensor(r.inv_scale);

@@ -137,7 +137,9 @@ pub(crate) fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u
     // for 2^57 sets (found by the matrix fuzz target).
     let cells = dims
         .iter()
-        .try_fold(1u128, |acc, d| d.len.and_then(|n| acc.checked_mul(n.max(1))))
+        .try_fold(1u128, |acc, d| {
+            d.len.and_then(|n| acc.checked_mul(n.max(1)))
+        })
         .and_then(|p| p.checked_add(include));
     let name = matrix_name(spec, src);
     let mut largest: Vec<&Dim> = dims.iter().collect();

@@ -20,7 +20,15 @@ pub(crate) struct RawGraph {
 
 extern "C" {
     fn bench_last_error() -> *const c_char;
-    fn bench_fp8_linear(x: *const C_tensor, w: *const C_tensor, out: *mut *mut C_tensor) -> c_int;
+    fn bench_fp8_linear(
+        x: *const C_tensor,
+        w: *const C_tensor,
+        st: *const C_tensor,
+        primed: c_int,
+        out: *mut *mut C_tensor,
+    ) -> c_int;
+    fn bench_fp8_scaling_cols() -> i64;
+    fn bench_fp8_roll(st: *const C_tensor) -> c_int;
     fn bench_fused_cross_entropy(
         logits: *const C_tensor,
         targets: *const C_tensor,
@@ -73,6 +81,8 @@ extern "C" {
     fn bench_fp8_quantize_t(
         t: *const C_tensor,
         e4m3: c_int,
+        row: *const C_tensor,
+        primed: c_int,
         q: *mut *mut C_tensor,
         qt: *mut *mut C_tensor,
         inv_scale: *mut *mut C_tensor,
@@ -153,11 +163,36 @@ fn check(rc: c_int) -> Result<(), String> {
 }
 
 /// `x [M, K] @ w[N, K]^T` with fp8 matmuls, differentiable in both arguments (bf16 in/out).
-pub(crate) fn fp8_linear(x: &Tensor, w: &Tensor) -> Result<Tensor, String> {
+/// `delayed` is the linear's delayed-scaling state (`[3, fp8_scaling_cols()]` fp32 on x's
+/// device) and whether a roll has filled its scales; `None` scales dynamically.
+pub(crate) fn fp8_linear(
+    x: &Tensor,
+    w: &Tensor,
+    delayed: Option<(&Tensor, bool)>,
+) -> Result<Tensor, String> {
     let mut out: *mut C_tensor = std::ptr::null_mut();
-    // SAFETY: x and w are live tensors; on success the shim hands over a new at::Tensor*.
-    check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), &mut out) })?;
+    let (st, primed) = match delayed {
+        Some((st, primed)) => (st.as_ptr(), c_int::from(primed)),
+        None => (std::ptr::null(), 0),
+    };
+    // SAFETY: x, w and st (when not null) are live tensors; on success the shim hands over a
+    // new at::Tensor*.
+    check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), st, primed, &mut out) })?;
     Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// Columns of one operand's delayed-scaling row: scale, inverse, this step's amax and the
+/// history before it.
+pub fn fp8_scaling_cols() -> i64 {
+    // SAFETY: a constant from the shim.
+    unsafe { bench_fp8_scaling_cols() }
+}
+
+/// Turns the delayed-scaling state `[sites, 3, fp8_scaling_cols()]` over after an optimizer
+/// step (csrc/shim.cpp's fp8_roll).
+pub fn fp8_roll(st: &Tensor) -> Result<(), String> {
+    // SAFETY: st is a live tensor.
+    check(unsafe { bench_fp8_roll(st.as_ptr()) })
 }
 
 /// Mean cross-entropy (fp32 scalar) of CUDA `logits [N, V]` (bf16 or fp32) against int64
@@ -306,10 +341,36 @@ pub fn fp8_quantize(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor), String> 
 /// (row-major) and the inverse scale, through the one-pass transposing kernel where it applies
 /// (both sides multiples of 64) unless `BENCH_FUSED_FP8T=0` or `BENCH_FUSED_FP8=0`.
 pub fn fp8_quantize_t(t: &Tensor, e4m3: bool) -> Result<(Tensor, Tensor, Tensor), String> {
+    quantize_t(t, e4m3, None)
+}
+
+/// [`fp8_quantize_t`] under delayed scaling, as the fp8 linear quantizes one operand: `row`
+/// is the operand's state (`[fp8_scaling_cols()]` fp32: scale, inverse, this step's amax,
+/// history); scaled by its scale when `primed`, dynamically before, and either way raises
+/// the row's amax slot to `t`'s largest magnitude.
+pub fn fp8_quantize_t_delayed(
+    t: &Tensor,
+    e4m3: bool,
+    row: &Tensor,
+    primed: bool,
+) -> Result<(Tensor, Tensor, Tensor), String> {
+    quantize_t(t, e4m3, Some((row, primed)))
+}
+
+fn quantize_t(
+    t: &Tensor,
+    e4m3: bool,
+    delayed: Option<(&Tensor, bool)>,
+) -> Result<(Tensor, Tensor, Tensor), String> {
     let mut out: [*mut C_tensor; 3] = [std::ptr::null_mut(); 3];
     let [q, qt, s] = &mut out;
-    // SAFETY: t is a live tensor; on success the shim hands over three new tensors.
-    check(unsafe { bench_fp8_quantize_t(t.as_ptr(), c_int::from(e4m3), q, qt, s) })?;
+    let (row, primed) = match delayed {
+        Some((row, primed)) => (row.as_ptr(), c_int::from(primed)),
+        None => (std::ptr::null(), 0),
+    };
+    // SAFETY: t and row (when not null) are live tensors; on success the shim hands over
+    // three new tensors.
+    check(unsafe { bench_fp8_quantize_t(t.as_ptr(), c_int::from(e4m3), row, primed, q, qt, s) })?;
     Ok(unsafe {
         (
             Tensor::from_ptr(out[0]),

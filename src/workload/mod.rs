@@ -465,9 +465,11 @@ fn train_on(
         }
         _ => None,
     };
+    let scaling = precision::fp8::Scaling::from_env().map_err(WorkerError::BadInput)?;
+    let ctx = Ctx::for_training(s.precision, s.cfg.layers as usize, dev.device, scaling);
     let lp = train::Loop {
         model: model.as_ref(),
-        ctx: Ctx::new(s.precision),
+        ctx,
         device: dev,
         opt,
         data,

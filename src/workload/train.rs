@@ -144,6 +144,9 @@ impl Loop<'_> {
                 loss
             }
         };
+        // Delayed fp8 scaling turns its history over once per optimizer step, inside a
+        // captured step too.
+        self.ctx.end_step().map_err(WorkerError::from_device)?;
         match self.parallel {
             Parallel::Data(d) => {
                 d.after_step();

@@ -8,7 +8,7 @@ use super::{
     Init, Model, ModelConfig, Param, Place,
 };
 use crate::workload::ffi;
-use crate::workload::precision::Ctx;
+use crate::workload::precision::{Ctx, Site};
 
 struct Block {
     ln1_w: Tensor,
@@ -99,11 +99,11 @@ fn layer_norm(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor
 /// backward also sums the bias gradient, which saves that gradient's own pass over the
 /// [tokens, 4 x hidden] gradient. Elsewhere the bias rides in the matmul and libtorch's GELU
 /// follows.
-fn mlp_in(ctx: &Ctx, h: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+fn mlp_in(ctx: &Ctx, site: Site, h: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     if !fused_bias_gelu_enabled(h.device()) {
-        return ctx.linear(h, w, Some(b)).gelu("tanh");
+        return ctx.linear(site, h, w, Some(b)).gelu("tanh");
     }
-    let pre = ctx.linear(h, w, None);
+    let pre = ctx.linear(site, h, w, None);
     if !ffi::fused_bias_gelu_supported(&pre) {
         return (pre + ctx.cast(b)).gelu("tanh");
     }
@@ -120,13 +120,13 @@ fn mlp_in(ctx: &Ctx, h: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
 /// linear runs the same addmm and matmul gradients as libtorch's and sums the bias gradient
 /// in its own column-sum kernel, at bandwidth where libtorch's reduction runs at about half
 /// of it; elsewhere the precision context's linear.
-fn linear_bias(ctx: &Ctx, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+fn linear_bias(ctx: &Ctx, site: Site, x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
     if ctx.fp8 || !fused_linear_bias_enabled(x.device()) {
-        return ctx.linear(x, w, Some(b));
+        return ctx.linear(site, x, w, Some(b));
     }
     let (xc, wc) = (ctx.cast(x), ctx.cast(w));
     if !ffi::fused_linear_supported(&xc, w.size()[0]) {
-        return ctx.linear(x, w, Some(b));
+        return ctx.linear(site, x, w, Some(b));
     }
     match ffi::fused_linear(&xc, &wc, b) {
         Ok(y) => y,
@@ -160,7 +160,7 @@ impl Model for Gpt2 {
         let (bsz, t) = (sz[0], sz[1]);
         let eps = self.cfg.norm_eps;
         let h = layer_norm(ctx, x, &b.ln1_w, &b.ln1_b, eps);
-        let qkv = linear_bias(ctx, &h, &b.attn_w, &b.attn_b);
+        let qkv = linear_bias(ctx, Site::Block(i, 0), &h, &b.attn_w, &b.attn_b);
         let heads = |z: &Tensor| z.view([bsz, t, nh, e / nh]).transpose(1, 2);
         let parts = qkv.split(e, 2);
         let y = Tensor::scaled_dot_product_attention::<Tensor>(
@@ -174,10 +174,10 @@ impl Model for Gpt2 {
             false,
         );
         let y = y.transpose(1, 2).reshape([bsz, t, e]);
-        let x = x + linear_bias(ctx, &y, &b.proj_w, &b.proj_b);
+        let x = x + linear_bias(ctx, Site::Block(i, 1), &y, &b.proj_w, &b.proj_b);
         let h = layer_norm(ctx, &x, &b.ln2_w, &b.ln2_b, eps);
-        let m = mlp_in(ctx, &h, &b.fc_w, &b.fc_b);
-        x + linear_bias(ctx, &m, &b.fc2_w, &b.fc2_b)
+        let m = mlp_in(ctx, Site::Block(i, 2), &h, &b.fc_w, &b.fc_b);
+        x + linear_bias(ctx, Site::Block(i, 3), &m, &b.fc2_w, &b.fc2_b)
     }
 
     fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {

@@ -8,7 +8,7 @@ use super::{
     Place,
 };
 use crate::workload::ffi;
-use crate::workload::precision::Ctx;
+use crate::workload::precision::{Ctx, Site};
 
 struct Block {
     n1: Tensor,
@@ -161,9 +161,15 @@ impl Model for Llama {
             Some((q, k, v)) => (Some(q), Some(k), Some(v)),
             None => (None, None, None),
         };
-        let q = ctx.linear(&h, &b.wq, bq).view([bsz, t, c.heads, d]);
-        let k = ctx.linear(&h, &b.wk, bk).view([bsz, t, c.kv_heads, d]);
-        let v = ctx.linear(&h, &b.wv, bv).view([bsz, t, c.kv_heads, d]);
+        let q = ctx
+            .linear(Site::Block(i, 0), &h, &b.wq, bq)
+            .view([bsz, t, c.heads, d]);
+        let k = ctx
+            .linear(Site::Block(i, 1), &h, &b.wk, bk)
+            .view([bsz, t, c.kv_heads, d]);
+        let v = ctx
+            .linear(Site::Block(i, 2), &h, &b.wv, bv)
+            .view([bsz, t, c.kv_heads, d]);
         let q = self.rope(&q).transpose(1, 2);
         let k = self.rope(&k).transpose(1, 2);
         let y = Tensor::scaled_dot_product_attention::<Tensor>(
@@ -177,10 +183,13 @@ impl Model for Llama {
             c.kv_heads != c.heads,
         );
         let y = y.transpose(1, 2).reshape([bsz, t, e]);
-        let x = x + ctx.linear(&y, &b.wo, None);
+        let x = x + ctx.linear(Site::Block(i, 3), &y, &b.wo, None);
         let h = rms_norm(ctx, &x, &b.n2, c.norm_eps);
-        let m = swiglu(&ctx.linear(&h, &b.w1, None), &ctx.linear(&h, &b.w3, None));
-        x + ctx.linear(&m, &b.w2, None)
+        let m = swiglu(
+            &ctx.linear(Site::Block(i, 4), &h, &b.w1, None),
+            &ctx.linear(Site::Block(i, 5), &h, &b.w3, None),
+        );
+        x + ctx.linear(Site::Block(i, 6), &m, &b.w2, None)
     }
 
     fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor {
