@@ -9,9 +9,10 @@
 // in 16-byte vectors and the scale once per thread, and writes the fp8 values with the PTX
 // conversion (sm_89 and later; the fp8 path needs such a GPU anyway).
 //
-// The conversion saturates where libtorch's cast does not, but the scale is a power of two
-// chosen so that |t * scale| <= the format's maximum, so the two give the same bits (the GPU
-// test compares them exactly).
+// The conversion saturates where libtorch's cast does not. Under dynamic scaling the scale
+// is a power of two chosen so that |t * scale| <= the format's maximum, so the two give the
+// same bits (the GPU test compares them exactly); under delayed scaling the scale comes from
+// earlier steps and a larger tensor saturates (the shim's libtorch path clamps to match).
 
 #include "fused.h"
 

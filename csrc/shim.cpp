@@ -80,14 +80,19 @@ void record_amax(const at::Tensor& t, const at::Tensor& amax) {
 }
 
 // fp8(t * scale); with an amax slot (defined), also raises it to t's largest magnitude (the
-// fused kernel in the same pass).
+// fused kernel in the same pass). The fused kernel's conversion saturates at the format's
+// maximum; libtorch's cast does not (e4m3fn has no infinity: a NaN; e5m2 an infinity), so
+// where the scale may be smaller than t needs (`saturate`: delayed scaling, whose scale
+// comes from earlier steps' maxima) the product is clamped first, as the kernel would.
 at::Tensor scale_and_cast(const at::Tensor& t, const at::Tensor& scale, at::ScalarType fp8,
-                          const at::Tensor& amax = at::Tensor()) {
+                          const at::Tensor& amax = at::Tensor(), double saturate = 0.0) {
   if (fused_fp8_enabled() && bench_fused::quantize_fp8_supported(t)) {
     return bench_fused::quantize_fp8(t, scale, fp8, &amax);
   }
   if (amax.defined()) record_amax(t, amax);
-  return (t * scale.to(t.scalar_type())).to(fp8);
+  auto scaled = t * scale.to(t.scalar_type());
+  if (saturate > 0.0) scaled = scaled.clamp(-saturate, saturate);
+  return scaled.to(fp8);
 }
 
 std::pair<at::Tensor, at::Tensor> quantize(const at::Tensor& t, at::ScalarType fp8, double fmax) {
@@ -123,7 +128,11 @@ struct Quantized {
 // of kScalingCols fp32 numbers: [scale, 1 / scale, this step's amax, the amax of the
 // kAmaxHistory - 1 steps before]. fp8_roll, once per optimizer step, turns the rows over for
 // every linear at once. Until the first roll (primed false) there is no history: the
-// tensor is scaled dynamically and its amax recorded all the same.
+// tensor is scaled dynamically and its amax recorded all the same. A tensor larger than
+// its history allowed for saturates at the format's maximum, as in those recipes. Each
+// data-parallel rank keeps its own history (the weights' maxima agree across ranks; x's
+// and the gradients' may not), where Transformer Engine reduces the maxima over the group.
+
 constexpr int64_t kAmaxHistory = 16;
 constexpr int64_t kScalingCols = 2 + kAmaxHistory;
 
@@ -150,7 +159,7 @@ Quantized quantize_t(const at::Tensor& t, at::ScalarType fp8, double fmax, bool 
     auto [q, qt] = bench_fused::quantize_fp8_t(t, scale, fp8, want_q, &amax);
     return {q, qt, inv};
   }
-  auto q = scale_and_cast(t, scale, fp8, amax);
+  auto q = scale_and_cast(t, scale, fp8, amax, sc.row.defined() && sc.primed ? fmax : 0.0);
   return {q, q.t().contiguous(), inv};
 }
 

@@ -413,12 +413,13 @@ pub(crate) fn capture(inv: &GpuInventory) -> Environment {
 }
 
 /// Environment variables that change how fast a training step runs, recorded in every run:
-/// the workload's kernel and fp8 switches (`BENCH_FUSED_*`, `BENCH_FP8_*`, `BENCH_CPU_THREADS`), NCCL's tuning
+/// the workload's kernel, fp8 and update switches ([`WORKLOAD_SWITCHES`], `BENCH_CPU_THREADS`), NCCL's tuning
 /// (`NCCL_*`), the CUDA caching allocator and launch settings, TF32 overrides and the CPU
 /// thread count. Prefixes end in `_`; other entries are whole names.
 pub(crate) const SPEED_SWITCHES: &[&str] = &[
     "BENCH_FUSED_",
     "BENCH_FP8_",
+    "BENCH_OVERLAP_ADAMW",
     "BENCH_CPU_THREADS",
     "NCCL_",
     "CUDA_LAUNCH_BLOCKING",
@@ -432,21 +433,30 @@ pub(crate) const SPEED_SWITCHES: &[&str] = &[
     "OMP_NUM_THREADS",
 ];
 
+/// The built-in workload's own switches among [`SPEED_SWITCHES`]: its fused kernels, fp8
+/// recipe (`BENCH_FP8_HEAD`, `BENCH_FP8_SCALING`) and overlapped update. A run with any of
+/// them set is not a clean run of the default code (the history's pools keep it apart).
+pub(crate) const WORKLOAD_SWITCHES: &[&str] =
+    &["BENCH_FUSED_", "BENCH_FP8_", "BENCH_OVERLAP_ADAMW"];
+
+/// Whether `name` matches one of `patterns` (a prefix when it ends in `_`, else whole).
+pub(crate) fn matches_switch(patterns: &[&str], name: &str) -> bool {
+    patterns.iter().any(|p| {
+        if p.ends_with('_') {
+            name.starts_with(p)
+        } else {
+            name == *p
+        }
+    })
+}
+
 /// The speed-changing variables among `vars` (see [`SPEED_SWITCHES`]), sorted by name so
 /// two runs with the same settings record the same map.
 pub(crate) fn speed_switches(
     vars: impl Iterator<Item = (String, String)>,
 ) -> indexmap::IndexMap<String, String> {
     let mut found: Vec<(String, String)> = vars
-        .filter(|(k, _)| {
-            SPEED_SWITCHES.iter().any(|p| {
-                if p.ends_with('_') {
-                    k.starts_with(p)
-                } else {
-                    k == p
-                }
-            })
-        })
+        .filter(|(k, _)| matches_switch(SPEED_SWITCHES, k))
         .collect();
     found.sort();
     found.into_iter().collect()
@@ -509,6 +519,8 @@ mod tests {
             ("BENCH_FUSED_RMS", "0"),
             ("NCCL_ALGO", "Ring"),
             ("BENCH_FUSED_ADAMW", "0"),
+            ("BENCH_OVERLAP_ADAMW", "1"),
+            ("BENCH_OVERLAP_ADAMWX", "1"),
             ("OMP_NUM_THREADS", "8"),
             ("OMP_NUM_THREADSX", "8"),
             ("GITHUB_TOKEN", "secret"),
@@ -521,6 +533,7 @@ mod tests {
             [
                 "BENCH_FUSED_ADAMW",
                 "BENCH_FUSED_RMS",
+                "BENCH_OVERLAP_ADAMW",
                 "NCCL_ALGO",
                 "OMP_NUM_THREADS"
             ]

@@ -978,6 +978,12 @@ fn delayed_fp8_scaling_trains_like_dynamic() {
                     String::from_utf8_lossy(&o.stderr)
                 );
             }
+            // The run says which scaling it used.
+            let said = |o: &Output| String::from_utf8_lossy(&o.stdout).contains("delayed scaling");
+            assert!(
+                said(&delayed) && !said(&dynamic),
+                "{model} {extra:?}: scaling notice"
+            );
             let (ld, ly) = (losses(&delayed), losses(&dynamic));
             println!("{model} {extra:?} delayed {ld:?}\n{model} {extra:?} dynamic {ly:?}");
             assert_eq!(ld.len(), 30);

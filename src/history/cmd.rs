@@ -323,12 +323,12 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     Ok(exit::OK)
 }
 
-/// The speed switches of a run (`BENCH_FUSED_*`), as `VAR=value` joined by commas; empty
-/// for a clean run.
+/// The workload switches of a run ([`crate::env::WORKLOAD_SWITCHES`]), as `VAR=value`
+/// joined by commas; empty for a clean run.
 fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
     let mut switch: Vec<String> = switches
         .iter()
-        .filter(|(k, _)| k.starts_with("BENCH_FUSED_"))
+        .filter(|(k, _)| crate::env::matches_switch(crate::env::WORKLOAD_SWITCHES, k))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     // Results written before `environment.switches` existed: scripts/gate-study.sh names
@@ -490,6 +490,34 @@ mod tests {
         assert_eq!(sparkline(&[5.0, 5.0]), "▄▄");
         assert_eq!(sparkline(&[1.0, f64::NAN, 2.0]), "▁ █");
         assert_eq!(sparkline(&[]), "");
+    }
+
+    #[test]
+    fn a_run_with_a_workload_switch_is_not_a_clean_run() {
+        let sw = |pairs: &[(&str, &str)]| -> IndexMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(switch_of(&sw(&[("NCCL_ALGO", "Ring")]), "nightly-7"), "");
+        assert_eq!(
+            switch_of(
+                &sw(&[
+                    ("BENCH_FP8_SCALING", "delayed"),
+                    ("BENCH_FUSED_RMS", "0"),
+                    ("BENCH_OVERLAP_ADAMW", "1"),
+                    ("OMP_NUM_THREADS", "8"),
+                ]),
+                "nightly-8"
+            ),
+            "BENCH_FP8_SCALING=delayed,BENCH_FUSED_RMS=0,BENCH_OVERLAP_ADAMW=1"
+        );
+        // Older results name the slowed switch in the run id only.
+        assert_eq!(
+            switch_of(&sw(&[]), "slow-003-BENCH_FUSED_ADAMW"),
+            "BENCH_FUSED_ADAMW=0"
+        );
     }
 
     #[test]

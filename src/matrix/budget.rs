@@ -129,17 +129,23 @@ fn dims(spec: &MatrixSpec) -> Vec<Dim<'_>> {
 /// Checks `spec` against `budget` before expansion; returns the number of cells the
 /// product and `include` may give.
 pub(crate) fn check(spec: &MatrixSpec, src: &Source, budget: Budget) -> Result<u128, MatrixError> {
+    // An empty axis is refused here, before the product: it would make the product zero
+    // and pass, and validation builds the axes' values in order (a `subsets_of` axis's 2^n
+    // sets) before it reaches the empty one; `x: []` beside `subsets_of` over 57 flags
+    // asked for 2^57 sets (found by the matrix fuzz target).
+    for (name, axis) in &spec.axes {
+        if matches!(axis, AxisSpec::Values(v) if v.is_empty()) {
+            return Err(src.error_at(
+                &format!("axes.{name}"),
+                format!("axis `{name}` has no values"),
+            ));
+        }
+    }
     let dims = dims(spec);
     let include = spec.include.len() as u128;
-    // An empty axis counts as one value: it makes the product zero, but validation builds
-    // every other axis's values (a `subsets_of` axis's 2^n sets) before it reaches the empty
-    // one and refuses it, so a zero here let `x: []` beside `subsets_of` over 57 flags ask
-    // for 2^57 sets (found by the matrix fuzz target).
     let cells = dims
         .iter()
-        .try_fold(1u128, |acc, d| {
-            d.len.and_then(|n| acc.checked_mul(n.max(1)))
-        })
+        .try_fold(1u128, |acc, d| d.len.and_then(|n| acc.checked_mul(n)))
         .and_then(|p| p.checked_add(include));
     let name = matrix_name(spec, src);
     let mut largest: Vec<&Dim> = dims.iter().collect();
@@ -235,13 +241,14 @@ mod tests {
     fn an_empty_axis_does_not_hide_a_bomb_beside_it() {
         let flags: Vec<String> = (0..57).map(|i| format!("f{i}")).collect();
         let y = format!(
-            "axes:\n  x: []\n  many: {{subsets_of: [{}]}}\n",
+            "axes:\n  many: {{subsets_of: [{}]}}\n  x: []\n",
             flags.join(", ")
         );
         let e = check_str(&y, 100_000).unwrap_err();
-        assert!(e.contains("144115188075855872 cells"), "{e}");
-        // An empty axis alone still reaches validation, which names it.
-        assert_eq!(check_str("axes:\n  x: []\n  m: [a, b]\n", 100_000), Ok(2));
+        assert!(
+            e.contains("m.yaml:3:3") && e.contains("axis `x` has no values"),
+            "{e}"
+        );
     }
 
     #[test]

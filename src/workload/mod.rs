@@ -465,8 +465,18 @@ fn train_on(
         }
         _ => None,
     };
-    let scaling = precision::fp8::Scaling::from_env().map_err(WorkerError::BadInput)?;
+    let scaling = match s.precision {
+        Precision::Fp8 => precision::fp8::Scaling::from_env().map_err(WorkerError::BadInput)?,
+        _ => precision::fp8::Scaling::Dynamic,
+    };
     let ctx = Ctx::for_training(s.precision, s.cfg.layers as usize, dev.device, scaling);
+    if ctx.delayed.is_some() {
+        // Said in the run's events, so a result of delayed scaling is never taken for the
+        // default's.
+        emit(Event::Notice {
+            message: "fp8: delayed scaling (BENCH_FP8_SCALING=delayed): each tensor is scaled by its linear's amax history of the last 16 steps, recorded by the quantization pass".to_string(),
+        });
+    }
     let lp = train::Loop {
         model: model.as_ref(),
         ctx,

@@ -175,9 +175,11 @@ mod tests {
             let model = models::build(&cfg, 32, Device::Cpu, Kind::BFloat16);
             let x = Tensor::randint(cfg.vocab, [2, 32], (Kind::Int64, Device::Cpu));
             let y = Tensor::randint(cfg.vocab, [2, 32], (Kind::Int64, Device::Cpu));
-            let dynamic = Ctx::new(Precision::Fp8);
+            // The head stays in bf16 whatever BENCH_FP8_HEAD says in this process.
+            let mut dynamic = Ctx::new(Precision::Fp8);
+            dynamic.fp8_head = false;
             let state = Rc::new(DelayedScaling::new(cfg.layers as usize, Device::Cpu));
-            let mut delayed = Ctx::new(Precision::Fp8);
+            let mut delayed = dynamic.clone();
             delayed.delayed = Some(state.clone());
             let (l0, g0) = loss_and_grads(model.as_ref(), &dynamic, &x, &y);
             let (l1, g1) = loss_and_grads(model.as_ref(), &delayed, &x, &y);
@@ -205,6 +207,27 @@ mod tests {
             for (i, p) in model.params().iter().enumerate() {
                 assert!(g0[i].equal(&g1[i]), "{name} {}: unprimed gradient", p.name);
                 assert!(g0[i].equal(&g2[i]), "{name} {}: primed gradient", p.name);
+            }
+            // Primed, the state's scales are what the quantizations use: 2^-10 of them for
+            // one operand (and 2^10 of the inverses) pushes small values under fp8's
+            // smallest and changes the results, in the forward for x and w, in the backward
+            // only for the incoming gradient. Each roll restores the scales from the
+            // history, which holds the same maxima.
+            for operand in 0..3i64 {
+                state.roll().unwrap();
+                tch::no_grad(|| {
+                    let row = st.narrow(1, operand, 1);
+                    let _ = row.narrow(2, 0, 1).multiply_scalar_(2f64.powi(-10));
+                    let _ = row.narrow(2, 1, 1).multiply_scalar_(2f64.powi(10));
+                });
+                let (l, g) = loss_and_grads(model.as_ref(), &delayed, &x, &y);
+                let grads_differ = g.iter().zip(&g0).any(|(a, b)| !a.equal(b));
+                if operand < 2 {
+                    assert_ne!(l, l0, "{name}: operand {operand}'s scale unused");
+                } else {
+                    assert_eq!(l, l0, "{name}: the gradient's scale in the forward");
+                }
+                assert!(grads_differ, "{name}: operand {operand}'s scale unused");
             }
         }
     }
