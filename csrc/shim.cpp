@@ -67,16 +67,24 @@ bool fused_fp8_enabled() {
   return on;
 }
 
-at::Tensor fp8_scale(const at::Tensor& t, double fmax) {
-  auto amax = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).clamp_min(1e-30);
-  return at::exp2(at::floor(at::log2(fmax / amax)));
+// t's largest magnitude, in fp32 (one reduction kernel; a NaN propagates).
+at::Tensor abs_max(const at::Tensor& t) {
+  return at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat);
 }
+
+// The power-of-two scale that maps amax (elementwise) to the format's maximum fmax or just
+// below it. Dynamic scaling takes it for the tensor's own amax, delayed scaling's roll for
+// the history's, so one step of history gives exactly dynamic's scale.
+at::Tensor pow2_scale(const at::Tensor& amax, double fmax) {
+  return at::exp2(at::floor(at::log2(fmax / amax.clamp_min(1e-30))));
+}
+
+at::Tensor fp8_scale(const at::Tensor& t, double fmax) { return pow2_scale(abs_max(t), fmax); }
 
 // Raises the one-element *amax to t's largest magnitude, where no fused kernel did.
 void record_amax(const at::Tensor& t, const at::Tensor& amax) {
-  auto m = at::linalg_vector_norm(t, INFINITY, std::nullopt, false, at::kFloat).reshape({1});
   // at::maximum propagates a NaN, as the fused kernel does.
-  amax.copy_(at::maximum(amax, m));
+  amax.copy_(at::maximum(amax, abs_max(t).reshape({1})));
 }
 
 // fp8(t * scale); with an amax slot (defined), also raises it to t's largest magnitude (the
@@ -141,6 +149,14 @@ struct Scaling {
   bool primed;
 };
 
+// What the entry points take as a scaling state: fp32 of `shape` on t's device.
+void check_scaling_state(const at::Tensor& st, at::IntArrayRef shape, const at::Tensor& t,
+                         const char* what) {
+  TORCH_CHECK(st.sizes() == shape && st.scalar_type() == at::kFloat && st.device() == t.device(),
+              what, ": the scaling state must be fp32 ", shape, " on the tensor's device, not ",
+              st.scalar_type(), " ", st.sizes(), " on ", st.device());
+}
+
 Quantized quantize_t(const at::Tensor& t, at::ScalarType fp8, double fmax, bool want_q,
                      const Scaling& sc = {at::Tensor(), false}) {
   at::Tensor scale, inv, amax;
@@ -180,9 +196,7 @@ void fp8_roll(const at::Tensor& st) {
   // host, which a CUDA graph capture does not allow.
   const double fmax[3] = {kE4M3Max, kE4M3Max, kE5M2Max};
   for (int64_t k = 0; k < 3; ++k) {
-    auto a = amax.select(1, k).clamp_min(1e-30);
-    // The same expression as fp8_scale's, so a history of one step gives dynamic's scale.
-    auto scale = at::exp2(at::floor(at::log2(at::full_like(a, fmax[k]) / a)));
+    auto scale = pow2_scale(amax.select(1, k), fmax[k]);
     st.select(1, k).select(1, 0).copy_(scale);
     st.select(1, k).select(1, 1).copy_(scale.reciprocal());
   }
@@ -266,11 +280,7 @@ const char* bench_last_error() { return g_last_error.c_str(); }
 int bench_fp8_linear(const at::Tensor* x, const at::Tensor* w, const at::Tensor* st, int primed,
                      at::Tensor** out) {
   return guarded([&] {
-    TORCH_CHECK(st == nullptr ||
-                    (st->dim() == 2 && st->size(0) == 3 && st->size(1) == kScalingCols &&
-                     st->scalar_type() == at::kFloat && st->device() == x->device()),
-                "fp8 linear: the scaling state must be fp32 [3, ", kScalingCols,
-                "] on the input's device");
+    if (st != nullptr) check_scaling_state(*st, {3, kScalingCols}, *x, "fp8 linear");
     *out = new at::Tensor(Fp8Linear::apply(*x, *w, st, primed != 0));
   });
 }
@@ -389,12 +399,8 @@ int bench_fp8_quantize(const at::Tensor* t, int e4m3, at::Tensor** q, at::Tensor
 int bench_fp8_quantize_t(const at::Tensor* t, int e4m3, const at::Tensor* row, int primed,
                          at::Tensor** q, at::Tensor** qt, at::Tensor** inv_scale) {
   return guarded([&] {
+    if (row != nullptr) check_scaling_state(*row, {kScalingCols}, *t, "fp8 quantization");
     Scaling sc{row == nullptr ? at::Tensor() : *row, primed != 0};
-    TORCH_CHECK(!sc.row.defined() ||
-                    (sc.row.dim() == 1 && sc.row.size(0) == kScalingCols &&
-                     sc.row.scalar_type() == at::kFloat && sc.row.device() == t->device()),
-                "fp8 quantization: the scaling row must be fp32 [", kScalingCols,
-                "] on the tensor's device");
     auto r = e4m3 ? quantize_t(*t, at::kFloat8_e4m3fn, kE4M3Max, true, sc)
                   : quantize_t(*t, at::kFloat8_e5m2, kE5M2Max, true, sc);
     *q = new at::Tensor(r.q);

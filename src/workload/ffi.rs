@@ -171,14 +171,20 @@ pub(crate) fn fp8_linear(
     delayed: Option<(&Tensor, bool)>,
 ) -> Result<Tensor, String> {
     let mut out: *mut C_tensor = std::ptr::null_mut();
-    let (st, primed) = match delayed {
-        Some((st, primed)) => (st.as_ptr(), c_int::from(primed)),
-        None => (std::ptr::null(), 0),
-    };
+    let (st, primed) = delayed_args(delayed);
     // SAFETY: x, w and st (when not null) are live tensors; on success the shim hands over a
     // new at::Tensor*.
     check(unsafe { bench_fp8_linear(x.as_ptr(), w.as_ptr(), st, primed, &mut out) })?;
     Ok(unsafe { Tensor::from_ptr(out) })
+}
+
+/// The shim's arguments for an optional delayed-scaling state: its pointer (null for
+/// dynamic scaling) and whether it is primed.
+fn delayed_args(delayed: Option<(&Tensor, bool)>) -> (*const C_tensor, c_int) {
+    match delayed {
+        Some((st, primed)) => (st.as_ptr(), c_int::from(primed)),
+        None => (std::ptr::null(), 0),
+    }
 }
 
 /// Columns of one operand's delayed-scaling row: scale, inverse, this step's amax and the
@@ -364,10 +370,7 @@ fn quantize_t(
 ) -> Result<(Tensor, Tensor, Tensor), String> {
     let mut out: [*mut C_tensor; 3] = [std::ptr::null_mut(); 3];
     let [q, qt, s] = &mut out;
-    let (row, primed) = match delayed {
-        Some((row, primed)) => (row.as_ptr(), c_int::from(primed)),
-        None => (std::ptr::null(), 0),
-    };
+    let (row, primed) = delayed_args(delayed);
     // SAFETY: t and row (when not null) are live tensors; on success the shim hands over
     // three new tensors.
     check(unsafe { bench_fp8_quantize_t(t.as_ptr(), c_int::from(e4m3), row, primed, q, qt, s) })?;

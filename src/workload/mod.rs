@@ -474,7 +474,10 @@ fn train_on(
         // Said in the run's events, so a result of delayed scaling is never taken for the
         // default's.
         emit(Event::Notice {
-            message: "fp8: delayed scaling (BENCH_FP8_SCALING=delayed): each tensor is scaled by its linear's amax history of the last 16 steps, recorded by the quantization pass".to_string(),
+            message: format!(
+                "fp8: delayed scaling (BENCH_FP8_SCALING=delayed): each tensor is scaled by its linear's amax history of the last {} steps, recorded by the quantization pass",
+                ffi::fp8_scaling_cols() - 2
+            ),
         });
     }
     let lp = train::Loop {
