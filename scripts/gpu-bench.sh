@@ -9,8 +9,9 @@
 #            (default .gpu, as the lead's recipe copies them there)
 #   OUT_DIR  gets one log per run, results.tsv and table.md (default $OUT or /tmp/gpu-bench)
 # The `.overlap-adamw` runs overlap the AdamW update with the backward (BENCH_OVERLAP_ADAMW=1,
-# src/workload/overlap.rs) beside the serial default, for the A/B; the `.delayed-scaling` runs
-# scale fp8 tensors by their amax history (BENCH_FP8_SCALING=delayed) beside the dynamic default.
+# src/workload/overlap.rs) beside the serial default, for the A/B; the `.dynamic-scaling` runs
+# scale each fp8 tensor by its own amax (BENCH_FP8_SCALING=dynamic) beside the default delayed
+# scaling (by the amax history).
 # Environment: QUICK=1 runs the bench side only; LEAN=1 skips the one-switch-off ablations and the eager peers; ONLY picks the models (space-separated
 # from gpt2 llama gpt2-1.5b; default "gpt2 llama"; gpt2 is gpt2-125m); GPU_TESTS="name
 # filters" runs only the matching GPU tests (GPU_TESTS=none skips them); TMO=seconds per
@@ -159,9 +160,9 @@ BENCH_JIT_LOG=1 mine gpt2-1.5b.bf16.compile "${X[@]}" --features compile
 grep -h "^\[jit\].*\(compiled\|registers\)" "$LOGS/gpt2-1.5b.bf16.compile.err"
 BENCH_FUSED_BIAS=0 ablate gpt2-1.5b.bf16.compile.unfused-bias "${X[@]}" --features compile
 BENCH_FUSED_ADAMW=0 ablate gpt2-1.5b.bf16.compile.per-param-adamw "${X[@]}" --features compile
-# The nightly keeps gpt2-1.5b in fp8: dynamic scaling (the default) and delayed.
+# The nightly keeps gpt2-1.5b in fp8: delayed scaling (the default) and dynamic.
 mine gpt2-1.5b.fp8.compile "${X[@]/bf16/fp8}" --features compile
-BENCH_FP8_SCALING=delayed mine gpt2-1.5b.fp8.compile.delayed-scaling "${X[@]/bf16/fp8}" --features compile
+BENCH_FP8_SCALING=dynamic mine gpt2-1.5b.fp8.compile.dynamic-scaling "${X[@]/bf16/fp8}" --features compile
 fi
 if [ $LLAMA = 1 ]; then
 mine llama8p.bf16 "${L[@]}" --dtype bf16
@@ -173,9 +174,9 @@ BENCH_FUSED_SWIGLU=0 BENCH_FUSED_RMS=0 ablate llama8p.bf16.compile.unfused-swigl
 ablate llama8p.bf16.sac "${L[@]}" --dtype bf16 --features sac --sac-every 1
 mine llama8p.fp8 "${L[@]}" --dtype fp8
 mine llama8p.fp8.compile "${L[@]}" --dtype fp8 --features compile
-# fp8 scaled by the amax history, recorded by the quantization pass itself, against the
-# default dynamic scaling (each tensor's own amax, a reduction pass before each quantization).
-BENCH_FP8_SCALING=delayed mine llama8p.fp8.compile.delayed-scaling "${L[@]}" --dtype fp8 --features compile
+# fp8 scaled by each tensor's own amax (a reduction pass before each quantization) against
+# the default delayed scaling (the amax history, recorded by the quantization pass itself).
+BENCH_FP8_SCALING=dynamic mine llama8p.fp8.compile.dynamic-scaling "${L[@]}" --dtype fp8 --features compile
 BENCH_OVERLAP_ADAMW=1 mine llama8p.fp8.compile.overlap-adamw "${L[@]}" --dtype fp8 --features compile
 BENCH_FUSED_FP8T=0 ablate llama8p.fp8.compile.unfused-transpose "${L[@]}" --dtype fp8 --features compile
 # The output head's matmul in fp8 too (off by default, as torchao's and torchtitan's recipes).
@@ -238,7 +239,7 @@ for r in rows:
         # Switch suffixes first: ".fp8-head" must not become ".bf16-head".
         b = r[0]
         for suffix in (".unfused-transpose", ".unfused-quant", ".fp8-head", ".overlap-adamw",
-                       ".delayed-scaling"):
+                       ".dynamic-scaling"):
             b = b.replace(suffix, "")
         b = b.replace(".fp8", ".bf16")
         t, u = tok(r[0]), tok(b)

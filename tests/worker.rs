@@ -352,10 +352,10 @@ fn multi_rank_on_cpu_is_unsupported_before_the_rendezvous() {
 }
 
 /// `--parallel ddp|fsdp` started alone (no WORLD_SIZE > 1) runs its own schedule over one
-/// rank (working weights from fp32 masters, gathered block by block under FSDP, gradients
-/// reduced into fp32 slices, AdamW over the slices) and trains exactly as the plain loop
-/// does: same losses step by step, with gradient accumulation and with checkpointing, and
-/// the same final weights.
+/// rank (working weights from fp32 masters, FSDP's units whole since a world of one has
+/// nothing to shard, which its run says; gradients reduced into fp32 slices, AdamW over the
+/// slices) and trains exactly as the plain loop does: same losses step by step, with
+/// gradient accumulation and with checkpointing, and the same final weights.
 #[test]
 fn data_parallel_with_one_rank_trains_like_the_plain_loop() {
     let base = [
@@ -399,6 +399,12 @@ fn data_parallel_with_one_rank_trains_like_the_plain_loop() {
         for o in [&plain, &fsdp] {
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
+        let said_whole = String::from_utf8_lossy(&fsdp.stdout).contains("nothing to shard");
+        assert_eq!(
+            said_whole,
+            parallel == "fsdp",
+            "{parallel}: the one-rank notice"
+        );
         let (a, b) = (losses(&events(&plain)), losses(&events(&fsdp)));
         assert_eq!(a.len(), 4);
         for (x, y) in a.iter().zip(&b) {

@@ -939,8 +939,8 @@ fn delayed_fp8_scaling_records_amax_and_scales_by_the_history() {
 
 #[test]
 fn delayed_fp8_scaling_trains_like_dynamic() {
-    // Delayed fp8 scaling (BENCH_FP8_SCALING=delayed, by the amax history) against the
-    // default dynamic scaling, eager and with the step captured in a CUDA graph (the
+    // Delayed fp8 scaling (the default, by the amax history) against dynamic scaling
+    // (BENCH_FP8_SCALING=dynamic), eager and with the step captured in a CUDA graph (the
     // roll replays inside it), for GPT-2 and Llama: both learn and their losses stay within
     // 2% of each other; an unknown value is refused before training.
     let Some(_) = cuda() else { return };
@@ -969,8 +969,8 @@ fn delayed_fp8_scaling_trains_like_dynamic() {
                 "1e-3",
             ];
             args.extend(extra);
-            let delayed = worker_env(&args, &[("BENCH_FP8_SCALING", "delayed")]);
-            let dynamic = worker(&args);
+            let delayed = worker(&args);
+            let dynamic = worker_env(&args, &[("BENCH_FP8_SCALING", "dynamic")]);
             for (o, what) in [(&delayed, "delayed"), (&dynamic, "dynamic")] {
                 assert!(
                     o.status.success(),
@@ -979,9 +979,12 @@ fn delayed_fp8_scaling_trains_like_dynamic() {
                 );
             }
             // The run says which scaling it used.
-            let said = |o: &Output| String::from_utf8_lossy(&o.stdout).contains("delayed scaling");
+            let said = |o: &Output, what: &str| String::from_utf8_lossy(&o.stdout).contains(what);
             assert!(
-                said(&delayed) && !said(&dynamic),
+                said(&delayed, "delayed scaling (the default)")
+                    && !said(&delayed, "dynamic scaling")
+                    && said(&dynamic, "dynamic scaling (BENCH_FP8_SCALING=dynamic)")
+                    && !said(&dynamic, "delayed scaling"),
                 "{model} {extra:?}: scaling notice"
             );
             let (ld, ly) = (losses(&delayed), losses(&dynamic));
@@ -1000,7 +1003,16 @@ fn delayed_fp8_scaling_trains_like_dynamic() {
         }
     }
     let bad = worker_env(
-        &["--model", "llama-tiny", "--dtype", "fp8", "--steps", "2"],
+        &[
+            "--model",
+            "llama-tiny",
+            "--dtype",
+            "fp8",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+        ],
         &[("BENCH_FP8_SCALING", "late")],
     );
     assert!(!bad.status.success());

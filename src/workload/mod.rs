@@ -253,8 +253,8 @@ pub(crate) fn run_worker(args: &WorkerSettings) -> i32 {
 
 /// The launch contract when this worker is one rank of several (`--parallel ddp|fsdp`
 /// with WORLD_SIZE > 1). A DDP or FSDP worker started alone runs the same schedule over
-/// one rank (collectives become local copies), so a one-GPU cell measures the code path
-/// its many-GPU cells run.
+/// one rank (no collectives; FSDP's units stay whole, there being nothing to shard), so a
+/// one-GPU cell measures the schedule its many-GPU cells run.
 fn dist_env(s: &Settings) -> Result<Option<DistEnv>, WorkerError> {
     if s.parallel == Parallel::Single {
         return Ok(None);
@@ -395,8 +395,19 @@ fn train_on(
                 },
                 None => dp::Comms::Local,
             };
-            let sharding = match kind {
-                Parallel::Fsdp => dp::Sharding::Sharded,
+            // FSDP over one rank has nothing to shard: its units stay whole, as DDP's do,
+            // so no all-gather copies are made and held (torchtitan likewise applies no
+            // FSDP at dp_shard 1). The block-by-block schedule, the flattened gradients
+            // and the optimizer over the slices are the many-rank code's; the gathers and
+            // releases run, and are tested on the CPU, wherever a rank holds a slice.
+            let sharding = match (kind, group) {
+                (Parallel::Fsdp, Some(_)) => dp::Sharding::Sharded,
+                (Parallel::Fsdp, None) => {
+                    emit(Event::Notice {
+                        message: "fsdp over one rank: nothing to shard, so the units stay whole (no all-gathers); the schedule, the gradients' reduction buffers and the optimizer over the slices are FSDP's".to_string(),
+                    });
+                    dp::Sharding::Replicated
+                }
                 _ => dp::Sharding::Replicated,
             };
             let update = if master_weights(s, dev) {
@@ -470,15 +481,19 @@ fn train_on(
         _ => precision::fp8::Scaling::Dynamic,
     };
     let ctx = Ctx::for_training(s.precision, s.cfg.layers as usize, dev.device, scaling);
-    if ctx.delayed.is_some() {
-        // Said in the run's events, so a result of delayed scaling is never taken for the
-        // default's.
-        emit(Event::Notice {
-            message: format!(
-                "fp8: delayed scaling (BENCH_FP8_SCALING=delayed): each tensor is scaled by its linear's amax history of the last {} steps, recorded by the quantization pass",
-                ffi::fp8_scaling_cols() - 2
-            ),
-        });
+    // Said in the run's events, so that a result is never taken for the other scaling's.
+    let notice = match (ctx.fp8 && dev.device.is_cuda(), scaling) {
+        (true, precision::fp8::Scaling::Delayed) => Some(format!(
+            "fp8: delayed scaling (the default): each tensor is scaled by its linear's amax history of the last {} steps, recorded by the quantization pass",
+            ffi::fp8_scaling_cols() - 2
+        )),
+        (true, precision::fp8::Scaling::Dynamic) => Some(
+            "fp8: dynamic scaling (BENCH_FP8_SCALING=dynamic): each tensor is scaled by its own amax, a reduction pass before each quantization".to_string(),
+        ),
+        (false, _) => None,
+    };
+    if let Some(message) = notice {
+        emit(Event::Notice { message });
     }
     let lp = train::Loop {
         model: model.as_ref(),

@@ -149,7 +149,7 @@ impl Loop<'_> {
         self.ctx.end_step().map_err(WorkerError::from_device)?;
         match self.parallel {
             Parallel::Data(d) => {
-                d.after_step();
+                d.after_step()?;
                 d.mean(&loss)
             }
             Parallel::Single => Ok(loss),

@@ -43,10 +43,13 @@
 //! ([`Update`]).
 //!
 //! With one rank (`--parallel ddp|fsdp` without WORLD_SIZE > 1) the same code runs with
-//! local copies for collectives, on any device, so a one-GPU cell measures the same code
-//! path as a many-GPU one (as torchrun with one process does for the PyTorch peer), and
-//! the CPU tests exercise the layout, the re-pointing, the storage release and the
-//! segment-wise schedule.
+//! local copies for collectives, on any device, and the CPU tests exercise the layout, the
+//! re-pointing, the storage release and the segment-wise schedule that way, sharded too.
+//! The worker itself runs FSDP over one rank with the units whole ([`Sharding::Replicated`]:
+//! a slice of a world of one is the whole unit, so gathering it would only copy it), so a
+//! one-GPU `fsdp` cell holds no second copy of the units in use, as torchtitan, which
+//! applies no FSDP at `dp_shard` 1, holds none; it runs the many-rank schedule, gradient
+//! flattening and optimizer over the slices.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -130,6 +133,14 @@ struct Unit {
     /// The full gradients (compute dtype) for FSDP's reduce-scatter across ranks; its
     /// memory exists only from the unit's backward until the collective has read it.
     grad: Tensor,
+    /// This rank's slice of the unit's averaged gradients (compute dtype): what the
+    /// optimizer reads. Its memory exists from the unit's first reduction in an optimizer
+    /// step until [`DataParallel::after_step`], so it is not held through the next
+    /// forward, where the plain loop holds no gradients either (one flat buffer for every
+    /// unit cost a rank a whole model's gradients beside the forward's activations).
+    reduced: Tensor,
+    /// Whether `reduced` has its memory now.
+    reduced_live: Cell<bool>,
     state: Cell<State>,
     /// Recorded on the communication stream after this unit's all-gather.
     gathered: Option<CudaEvent>,
@@ -147,16 +158,15 @@ pub(crate) struct DataParallel<'a> {
     update: Update,
     /// This rank's slices of every unit (under DDP: every unit whole), one after the
     /// other: fp32 masters, their fp32 gradients (only for [`Update::Separate`] and for
-    /// the kernel's sums under accumulation), the masters in the compute dtype and the
-    /// reduced gradients. The compute-dtype copy is what FSDP's all-gathers send; under
-    /// DDP the units' working parameters are views of it.
+    /// the kernel's sums under accumulation) and the masters in the compute dtype. The
+    /// compute-dtype copy is what FSDP's all-gathers send; under DDP the units' working
+    /// parameters are views of it.
     shard32: Tensor,
     grad32: Option<Tensor>,
     work: Tensor,
-    rs_out: Tensor,
     /// The optimizer's view of the slices, with their decay flags: fp32 views of the
     /// masters with fp32 gradients ([`Update::Separate`]), or compute-dtype views of
-    /// `work` whose `.grad` are fixed views of `rs_out` ([`Update::Kernel`]).
+    /// `work` whose `.grad` are fixed views of their unit's `reduced` ([`Update::Kernel`]).
     pieces: Vec<Param>,
     /// Where each piece starts in the flat slice buffers.
     piece_offsets: Vec<i64>,
@@ -167,6 +177,30 @@ pub(crate) struct DataParallel<'a> {
 
 fn internal(e: impl std::fmt::Display) -> WorkerError {
     WorkerError::Internal(format!("data parallel: {e}"))
+}
+
+impl Unit {
+    /// Gives `reduced` its memory if it has none (the unit's first reduction of a step).
+    fn reduced_buffer(&self, elt: usize) -> Result<&Tensor, WorkerError> {
+        if !self.reduced_live.get() {
+            ffi::storage_allocate(&self.reduced, self.layout.shard * elt)
+                .map_err(WorkerError::from_device)?;
+            self.reduced_live.set(true);
+        }
+        Ok(&self.reduced)
+    }
+
+    /// Hands `reduced`'s memory back to the allocator. Its last readers are on the compute
+    /// stream (the optimizer, or the accumulation), which has waited for the communication
+    /// stream's writes by then.
+    fn release_reduced(&self) -> Result<(), WorkerError> {
+        if self.reduced_live.replace(false) {
+            // SAFETY: nothing reads `reduced` again before `reduced_buffer` allocates it.
+            unsafe { ffi::storage_release(&self.reduced, std::ptr::null_mut()) }
+                .map_err(WorkerError::from_device)?;
+        }
+        Ok(())
+    }
 }
 
 impl<'a> DataParallel<'a> {
@@ -274,6 +308,7 @@ impl<'a> DataParallel<'a> {
                 };
                 drop(full32);
                 let grad = Tensor::zeros([n], (kind, device));
+                let reduced = Tensor::zeros([layout.shard as i64], (kind, device));
                 let mut unit_params = Vec::with_capacity(layout.slots.len());
                 for s in &layout.slots {
                     let p = &params[s.param];
@@ -300,6 +335,8 @@ impl<'a> DataParallel<'a> {
                     params: unit_params,
                     gaps: layout.gaps(),
                     grad,
+                    reduced,
+                    reduced_live: Cell::new(true),
                     state: Cell::new(match sharding {
                         Sharding::Sharded => State::Sharded,
                         Sharding::Replicated => State::Gathered,
@@ -318,17 +355,16 @@ impl<'a> DataParallel<'a> {
         if sharding == Sharding::Sharded {
             tch::no_grad(|| work.shallow_clone().copy_(&shard32));
         }
-        let rs_out = Tensor::zeros([total as i64], (kind, device));
         let (mut pieces, mut piece_offsets) = (Vec::new(), Vec::new());
         for (u, unit) in units.iter().enumerate() {
             for (range, decay) in unit.layout.pieces(slice_rank) {
                 let (start, len) = ((unit.shard_off + range.start) as i64, range.len() as i64);
                 let (value, grad) = match (update, &grad32) {
-                    (Update::Separate, Some(g32)) => (&shard32, g32),
-                    _ => (&work, &rs_out),
+                    (Update::Separate, Some(g32)) => (&shard32, g32.narrow(0, start, len)),
+                    _ => (&work, unit.reduced.narrow(0, range.start as i64, len)),
                 };
                 let mut t = value.narrow(0, start, len).detach().set_requires_grad(true);
-                ffi::set_grad(&mut t, &grad.narrow(0, start, len)).map_err(internal)?;
+                ffi::set_grad(&mut t, &grad).map_err(internal)?;
                 piece_offsets.push(start);
                 pieces.push(Param {
                     name: format!("unit{u}.{}", if decay { "decay" } else { "no_decay" }),
@@ -341,6 +377,10 @@ impl<'a> DataParallel<'a> {
                     },
                 });
             }
+        }
+        // The views are set: the reduced gradients' memory now waits for the first backward.
+        for unit in &units {
+            unit.release_reduced()?;
         }
         let compute_ready = if cuda && world > 1 {
             Some(CudaEvent::new().map_err(internal)?)
@@ -358,7 +398,6 @@ impl<'a> DataParallel<'a> {
             shard32,
             grad32,
             work,
-            rs_out,
             pieces,
             piece_offsets,
             compute_ready,

@@ -118,17 +118,17 @@ impl DataParallel<'_> {
     /// Gathers unit `u`'s gradients into one flat buffer (padding zeroed) and drops them,
     /// so the next backward hands each parameter a fresh gradient again, as the plain
     /// loop's does: one copy instead of zeroing a buffer of views before the backward and
-    /// adding into it (12 bytes a bf16 parameter then, 4 now). The buffer is this rank's
-    /// region of `rs_out` where the reduction happens in place (one rank, or DDP's
+    /// adding into it (12 bytes a bf16 parameter then, 4 now). The buffer is the unit's
+    /// `reduced` slice where the reduction happens in place (one rank, or DDP's
     /// all-reduce), else the unit's full gradient buffer for FSDP's reduce-scatter.
     fn flatten_grads(&self, u: usize) -> Result<Tensor, WorkerError> {
         let unit = &self.units[u];
         let l = &unit.layout;
+        let reduced = unit.reduced_buffer(self.elt())?;
         let in_place = self.sharding == Sharding::Replicated || matches!(self.comms, Comms::Local);
         let flat = if in_place {
             // One rank or DDP: the slice is the whole unit (`shard == padded`).
-            self.rs_out
-                .narrow(0, unit.shard_off as i64, l.padded as i64)
+            reduced.shallow_clone()
         } else {
             ffi::storage_allocate(&unit.grad, l.padded * self.elt())
                 .map_err(WorkerError::from_device)?;
@@ -155,8 +155,8 @@ impl DataParallel<'_> {
         Ok(flat)
     }
 
-    /// Queues the average of unit `u`'s gradients over the ranks into this rank's slice of
-    /// `rs_out` (an all-reduce in place under DDP, a reduce-scatter under FSDP, which
+    /// Queues the average of unit `u`'s gradients over the ranks into this rank's slice,
+    /// `reduced` (an all-reduce in place under DDP, a reduce-scatter under FSDP, which
     /// then releases the full gradient buffer). With one rank the flattened gradients are
     /// the average already.
     fn reduce(&self, u: usize) -> Result<(), WorkerError> {
@@ -168,13 +168,13 @@ impl DataParallel<'_> {
         let l = &unit.layout;
         self.comm_after_compute(*stream)?;
         let dt = nccl_dtype(self.kind).unwrap_or(DataType::Bfloat16);
-        let recv = (self.rs_out.data_ptr() as usize + unit.shard_off * self.elt()) as *mut c_void;
+        let recv = unit.reduced.data_ptr();
         let send = flat.data_ptr();
-        // SAFETY: `flat` holds `padded` elements and `recv` this rank's `shard` elements of
-        // `rs_out` (`padded` under DDP, where they are the same memory: NCCL reduces in
-        // place), both live; the full buffer is recorded on the communication stream
-        // before release, and `rs_out` is read only after the compute stream waited for
-        // the communication stream.
+        // SAFETY: `flat` holds `padded` elements and `recv` this rank's `shard` elements
+        // (`padded` under DDP, where they are the same memory: NCCL reduces in place), both
+        // live (`flatten_grads` allocated `reduced`); the full buffer is recorded on the
+        // communication stream before release, and `reduced` is read, and released, only
+        // after the compute stream waited for the communication stream.
         group.with_comm(|c| unsafe {
             match self.sharding {
                 Sharding::Sharded => c.reduce_scatter(send, recv, l.shard, dt, RedOp::Avg, *stream),
@@ -200,7 +200,11 @@ impl DataParallel<'_> {
         // The kernel reads the reduced slices itself (and sums them under accumulation).
         if let (Update::Separate, Some(g32)) = (self.update, &self.grad32) {
             tch::no_grad(|| {
-                let _ = g32.shallow_clone().g_add_(&self.rs_out);
+                for unit in &self.units {
+                    let _ = g32
+                        .narrow(0, unit.shard_off as i64, unit.layout.shard as i64)
+                        .g_add_(&unit.reduced);
+                }
             });
         }
         Ok(())
@@ -215,12 +219,17 @@ impl DataParallel<'_> {
     }
 
     /// After the optimizer step: refreshes the compute-dtype copy of the masters, which
-    /// the next all-gathers send (FSDP) or which are the working parameters (DDP). The
-    /// kernel has written it already.
-    pub(crate) fn after_step(&self) {
+    /// the next all-gathers send (FSDP) or which are the working parameters (DDP) (the
+    /// kernel has written it already), and hands the reduced gradients' memory back until
+    /// the next backward.
+    pub(crate) fn after_step(&self) -> Result<(), WorkerError> {
         if self.update == Update::Separate {
             tch::no_grad(|| self.work.shallow_clone().copy_(&self.shard32));
         }
+        for unit in &self.units {
+            unit.release_reduced()?;
+        }
+        Ok(())
     }
 
     /// Forward and backward of one micro-batch, block by block, with the loss scaled by

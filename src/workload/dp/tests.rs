@@ -65,6 +65,8 @@ fn one_rank_matches_plain_training_on_cpu() {
         let released = |t: &Tensor| ffi::storage_nbytes(t).unwrap() == 0;
         for u in &f.units {
             assert_eq!(released(&u.full), sharding == Sharding::Sharded);
+            // No memory for the reduced gradients before the first backward.
+            assert!(released(&u.reduced) && !u.reduced_live.get());
         }
         for sac_every in [None, Some(1), Some(2)] {
             f.zero_grads();
@@ -80,6 +82,12 @@ fn one_rank_matches_plain_training_on_cpu() {
             for u in &f.units {
                 assert_eq!(released(&u.full), sharding == Sharding::Sharded);
                 assert!(released(&u.grad));
+                // The reduced gradients hold memory from the backward to the step.
+                assert_eq!(
+                    ffi::storage_nbytes(&u.reduced).unwrap(),
+                    u.layout.shard * 4,
+                    "{name}"
+                );
                 // The backward's own gradients were copied out and dropped.
                 assert!(u.params.iter().all(|p| !p.grad().defined()));
                 // The padding stays zero, so the masters' padding does too.
@@ -141,7 +149,12 @@ fn optimizer_steps_match(cfg: &presets::ModelConfig, sharding: Sharding) {
             .forward_backward(sharded.as_ref(), &ctx, &x, &x, None, 1.0)
             .unwrap();
         opt_sharded.step().unwrap();
-        f.after_step();
+        f.after_step().unwrap();
+        // The step handed the reduced gradients' memory back until the next backward.
+        assert!(f
+            .units
+            .iter()
+            .all(|u| ffi::storage_nbytes(&u.reduced).unwrap() == 0 && !u.reduced_live.get()));
         let (s, q) = f.param_checksum().unwrap();
         let (ws, wq) = param_checksum(plain.params());
         let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.abs().max(1.0);

@@ -37,8 +37,8 @@ pub struct Ctx {
     pub fp8: bool,
     /// The output head's matmul in fp8 too (`BENCH_FP8_HEAD=1`, fp8 only).
     pub fp8_head: bool,
-    /// The fp8 linears' delayed-scaling state (fp8 on a GPU with
-    /// `BENCH_FP8_SCALING=delayed`); dynamic scaling without it, the default.
+    /// The fp8 linears' delayed-scaling state (fp8 on a GPU, the default); dynamic scaling
+    /// without it (`BENCH_FP8_SCALING=dynamic`, on the CPU, or a forward pass on its own).
     pub delayed: Option<Rc<fp8::DelayedScaling>>,
 }
 
