@@ -300,16 +300,27 @@ fn a_run_killed_halfway_keeps_the_history_of_its_finished_cells() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the first cell is in results.json, then kill bench outright.
+    // Wait until the first cell is in results.json and in the history (the recorder writes
+    // it right after results.json has it; on a loaded machine a kill in between could come
+    // first), then kill bench outright while the second cell still runs.
     let results = lab.dir.join("results/killed/results.json");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let done = std::fs::read_to_string(&results)
+    let saved = || {
+        std::fs::read_to_string(&results)
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|v| v["cells"].as_array().map(|c| c.len()))
-            .unwrap_or(0);
-        if done >= 1 {
+            .unwrap_or(0)
+    };
+    let history = || {
+        let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+            .args(["history", "a.1gpu", "--history", store.to_str().unwrap()])
+            .output()
+            .unwrap();
+        text(&o)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if saved() >= 1 && history().contains("killed") {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no cell finished");
@@ -317,10 +328,8 @@ fn a_run_killed_halfway_keeps_the_history_of_its_finished_cells() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["history", "a.1gpu", "--history", store.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let out = text(&o);
+    // Killed halfway: the second cell never finished, and the first one's history is kept.
+    assert_eq!(saved(), 1, "the kill came after the whole run");
+    let out = history();
     assert!(out.contains("killed"), "{out}");
 }

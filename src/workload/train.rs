@@ -199,7 +199,8 @@ impl Loop<'_> {
         if self.cuda_graph {
             side = Some(CudaGraph::new(device_index).map_err(WorkerError::Internal)?);
         }
-        let profile = std::env::var_os("BENCH_PROFILE").map(PathBuf::from);
+        let rank = self.parallel.rank_world().0;
+        let profile = std::env::var_os("BENCH_PROFILE").map(|p| rank_trace_path(p.into(), rank));
         let profile_step = self.warmup.saturating_sub(1);
         for step in 0..self.steps {
             let profiling = profile.is_some() && step == profile_step;
@@ -268,5 +269,42 @@ impl Loop<'_> {
             }));
         }
         Ok(self.opt)
+    }
+}
+
+/// Where rank `r` of a data-parallel run writes its `BENCH_PROFILE` trace: rank 0 at the path
+/// given, every other rank beside it with `.rank{r}` before the extension, so that the ranks
+/// (which share the environment) never write one file at once.
+fn rank_trace_path(path: PathBuf, rank: u32) -> PathBuf {
+    if rank == 0 {
+        return path;
+    }
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rank{rank}"),
+    };
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_but_the_first_traces_to_a_file_of_its_own() {
+        let p = PathBuf::from("/tmp/x/trace.ddp.json");
+        assert_eq!(rank_trace_path(p.clone(), 0), p);
+        assert_eq!(
+            rank_trace_path(p, 1),
+            PathBuf::from("/tmp/x/trace.ddp.rank1.json")
+        );
+        assert_eq!(
+            rank_trace_path(PathBuf::from("trace"), 3),
+            PathBuf::from("trace.rank3")
+        );
     }
 }
