@@ -128,6 +128,85 @@ fn two_ranks_stay_identical_and_match_one_gpu_on_the_same_global_batch() {
     }
 }
 
+/// The update split around the step's last collectives (the default under DDP and FSDP:
+/// every unit already reduced is updated while block 0's and the embeddings' collectives
+/// run, then those two) gives the serial update's (`BENCH_OVERLAP_ADAMW=0`) losses and
+/// parameters on two GPUs: the same kernel over the same reduced gradients, in two launches.
+#[test]
+fn split_update_equals_the_serial_update_on_two_gpus() {
+    if !two_gpus() {
+        return;
+    }
+    for parallel in ["ddp", "fsdp"] {
+        let run = |split: bool| -> Vec<Output> {
+            // The free port is probed, then used: another process may take it in between
+            // (seen once on a GPU host after the dead-rank test), so a taken port is tried
+            // again with another.
+            for _ in 0..3 {
+                let port = free_port();
+                let children = (0..2)
+                    .map(|r| {
+                        let mut c = rank(parallel, 6, &[], r, 2, port);
+                        if split {
+                            c.env_remove("BENCH_OVERLAP_ADAMW");
+                        } else {
+                            c.env("BENCH_OVERLAP_ADAMW", "0");
+                        }
+                        spawn(c)
+                    })
+                    .collect();
+                let out = wait_all(children);
+                let taken = out.iter().any(|o| {
+                    String::from_utf8_lossy(&o.stdout).contains("cannot listen on port")
+                        || String::from_utf8_lossy(&o.stderr).contains("cannot listen on port")
+                });
+                if !taken {
+                    return out;
+                }
+            }
+            panic!("{parallel}: three free ports were taken before rank 0 could listen");
+        };
+        let (serial, split) = (run(false), run(true));
+        for o in serial.iter().chain(&split) {
+            assert!(
+                o.status.success(),
+                "{parallel}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let said = |o: &Output| String::from_utf8_lossy(&o.stdout).contains("update is split");
+        assert!(
+            said(&split[0]) && !said(&serial[0]),
+            "{parallel}: the notice"
+        );
+        let (a, b) = (losses(&events(&serial[0])), losses(&events(&split[0])));
+        println!("{parallel} serial {a:?}\n{parallel} split {b:?}");
+        assert_eq!(a.len(), 6);
+        assert!(a[5] < a[0], "{parallel}: {a:?}");
+        // Across two runs only the kernels' own run-to-run variation (attention's backward
+        // adds atomically) may differ; an update that read a gradient before its collective
+        // ended would move the parameters by a step's worth.
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-3 * x.abs(),
+                "{parallel}: {a:?} vs {b:?}"
+            );
+        }
+        let (cs, cp) = (checksum(&serial[0]), checksum(&split[0]));
+        println!("{parallel} checksums serial {cs:?} split {cp:?}");
+        assert!(
+            (cs.1 - cp.1).abs() <= 1e-5 * cs.1.abs(),
+            "{parallel}: parameters {cs:?} vs {cp:?}"
+        );
+        if parallel == "ddp" {
+            // Both DDP ranks update from the same averaged gradients, so they stay
+            // bit-identical; a rank that updated block 0 or the embeddings from its own
+            // gradients, before their all-reduce, would not.
+            assert_eq!(checksum(&split[0]), checksum(&split[1]), "ddp ranks");
+        }
+    }
+}
+
 /// FSDP's two ranks against one GPU on the same global batch: the gathered weights are
 /// the bf16 rounding of the fp32 masters the plain loop casts per op, but the gradients
 /// are averaged in bf16 (the plain loop accumulates them in fp32), hence a tolerance.

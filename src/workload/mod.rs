@@ -384,7 +384,10 @@ fn train_on(
     tch::manual_seed(args.seed as i64);
     dev.reset_peak_memory()?;
     let model = models::build(&s.cfg, s.seq_len, dev.device, s.precision.compute_kind());
+    let overlap_switch = overlap::switch().map_err(WorkerError::BadInput)?;
     let mut dp_state: Option<dp::DataParallel> = None;
+    // Said in the run's events after its start event.
+    let mut notices: Vec<String> = Vec::new();
     let parallel = match s.parallel {
         Parallel::Single => train::Parallel::Single,
         kind => {
@@ -403,9 +406,7 @@ fn train_on(
             let sharding = match (kind, group) {
                 (Parallel::Fsdp, Some(_)) => dp::Sharding::Sharded,
                 (Parallel::Fsdp, None) => {
-                    emit(Event::Notice {
-                        message: "fsdp over one rank: nothing to shard, so the units stay whole (no all-gathers); the schedule, the gradients' reduction buffers and the optimizer over the slices are FSDP's".to_string(),
-                    });
+                    notices.push("fsdp over one rank: nothing to shard, so the units stay whole (no all-gathers); the schedule, the gradients' reduction buffers and the optimizer over the slices are FSDP's".to_string());
                     dp::Sharding::Replicated
                 }
                 _ => dp::Sharding::Replicated,
@@ -426,6 +427,11 @@ fn train_on(
                 s.precision.compute_kind(),
                 dev.device,
             )?);
+            // The split update is the default here (BENCH_OVERLAP_ADAMW=0 turns it off):
+            // measured faster under DDP and never slower (docs/perf-notes.md, 2026-11-27).
+            if overlap_switch != Some(false) && s.grad_accum == 1 && d.enable_split_update()? {
+                notices.push("data parallel: the update is split around the step's last collectives (the default; BENCH_OVERLAP_ADAMW=0 turns it off): every unit already reduced is updated while block 0's and the embeddings' collectives run".to_string());
+            }
             // The peak memory of the training steps: the freshly built fp32 model existed
             // whole on each rank only until it was cut into slices.
             dev.reset_peak_memory()?;
@@ -439,6 +445,9 @@ fn train_on(
         device: Some(dev.name.clone()),
         world_size: Some(world),
     });
+    for message in notices {
+        emit(Event::Notice { message });
+    }
     eprintln!(
         "bench worker {}: {} ({:.1}M params) {:?} on {}, batch {}x{} x{} accum, sac {:?}, compile {}",
         args.cell_id,
@@ -470,7 +479,7 @@ fn train_on(
     let mut rec = measure::Recorder::default();
     let overlap = match (parallel, dev.device) {
         (train::Parallel::Single, tch::Device::Cuda(i))
-            if overlap::Overlap::wanted(&opt, s.grad_accum) =>
+            if overlap::Overlap::wanted(&opt, s.grad_accum, overlap_switch) =>
         {
             Some(overlap::Overlap::new(model.as_ref(), i as i64)?)
         }

@@ -52,13 +52,30 @@ pub(crate) struct Overlap {
     embed: Vec<usize>,
 }
 
+/// `BENCH_OVERLAP_ADAMW`: `Some(true)` for `1`, `Some(false)` for `0`, `None` when unset or
+/// empty (each path's default: off in the plain loop, where it measured within the spread;
+/// on under DDP and FSDP, where the split update measured faster, docs/perf-notes.md).
+pub(crate) fn switch() -> Result<Option<bool>, String> {
+    parse_switch(std::env::var("BENCH_OVERLAP_ADAMW").ok().as_deref())
+}
+
+fn parse_switch(value: Option<&str>) -> Result<Option<bool>, String> {
+    match value {
+        None | Some("") => Ok(None),
+        Some("1") => Ok(Some(true)),
+        Some("0") => Ok(Some(false)),
+        Some(other) => Err(format!(
+            "BENCH_OVERLAP_ADAMW={other:?}: expected 1 (overlap the update) or 0 (do not)"
+        )),
+    }
+}
+
 impl Overlap {
-    /// Whether the overlapped update is asked for (`BENCH_OVERLAP_ADAMW=1`) and possible: the
-    /// flat-master layout over the plain loop's parameters without accumulation.
-    pub(crate) fn wanted(opt: &AdamW, grad_accum: u32) -> bool {
-        grad_accum == 1
-            && opt.can_overlap()
-            && std::env::var("BENCH_OVERLAP_ADAMW").is_ok_and(|v| v == "1")
+    /// Whether the overlapped update is asked for (`switch`, from [`switch`]: on only when
+    /// `BENCH_OVERLAP_ADAMW=1` in the plain loop) and possible: the flat-master layout over
+    /// the plain loop's parameters without accumulation.
+    pub(crate) fn wanted(opt: &AdamW, grad_accum: u32, switch: Option<bool>) -> bool {
+        grad_accum == 1 && opt.can_overlap() && switch == Some(true)
     }
 
     /// The stages of `model`'s parameters on CUDA device `device_index`.
@@ -163,5 +180,23 @@ impl Overlap {
         self.update(opt, &self.embed)?;
         self.join()?;
         Ok(loss.detach())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_switch;
+
+    #[test]
+    fn the_overlap_switch_is_on_off_or_the_default_and_nothing_else() {
+        assert_eq!(parse_switch(None), Ok(None));
+        assert_eq!(parse_switch(Some("")), Ok(None));
+        assert_eq!(parse_switch(Some("1")), Ok(Some(true)));
+        assert_eq!(parse_switch(Some("0")), Ok(Some(false)));
+        let e = parse_switch(Some("yes")).unwrap_err();
+        assert!(
+            e.contains("BENCH_OVERLAP_ADAMW") && e.contains("\"yes\""),
+            "{e}"
+        );
     }
 }

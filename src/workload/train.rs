@@ -140,7 +140,12 @@ impl Loop<'_> {
             )?,
             _ => {
                 let loss = self.micro_batches(xs, ys)?;
-                self.opt.step().map_err(WorkerError::from_device)?;
+                match self.parallel {
+                    // The update of the units already reduced runs beside the last
+                    // collectives.
+                    Parallel::Data(d) if d.split_update() => d.split_step(&mut self.opt)?,
+                    _ => self.opt.step().map_err(WorkerError::from_device)?,
+                }
                 loss
             }
         };

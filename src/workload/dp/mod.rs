@@ -173,6 +173,9 @@ pub(crate) struct DataParallel<'a> {
     /// Reused to make the communication stream wait for the compute stream.
     compute_ready: Option<CudaEvent>,
     device_index: i64,
+    /// The split update ([`DataParallel::enable_split_update`]): recorded on the
+    /// communication stream after every collective but block 0's and the embeddings'.
+    early_reduced: Option<CudaEvent>,
 }
 
 fn internal(e: impl std::fmt::Display) -> WorkerError {
@@ -402,7 +405,37 @@ impl<'a> DataParallel<'a> {
             piece_offsets,
             compute_ready,
             device_index,
+            early_reduced: None,
         })
+    }
+
+    /// Splits each optimizer step around the step's last two collectives (the default;
+    /// `BENCH_OVERLAP_ADAMW=0` keeps one update after every collective):
+    /// every unit whose gradients are reduced is updated while block 0's and the embeddings'
+    /// collectives still run, then those two. A traced two-GPU step (docs/perf-notes.md,
+    /// 2026-11-27) showed those collectives exposed at the step's end (DDP 6.1 ms of 143)
+    /// while the update, which only starts after them, runs alone. Possible with more than
+    /// one rank, the master-weight kernel without accumulation and at least one block;
+    /// returns whether the split is on.
+    pub(crate) fn enable_split_update(&mut self) -> Result<bool, WorkerError> {
+        let possible = matches!(self.comms, Comms::Nccl { .. })
+            && self.update == (Update::Kernel { accumulate: false })
+            && self.units.len() > 2;
+        if possible {
+            self.early_reduced = Some(CudaEvent::new().map_err(internal)?);
+        }
+        Ok(possible)
+    }
+
+    /// Whether each step's update is split ([`DataParallel::enable_split_update`]).
+    pub(crate) fn split_update(&self) -> bool {
+        self.early_reduced.is_some()
+    }
+
+    /// Whether the split update runs a slice piece after every collective: block 0's and
+    /// the embeddings' pieces, whose collectives come last.
+    fn is_late_piece(p: &Param) -> bool {
+        matches!(p.place, Place::Block(0) | Place::Embed)
     }
 
     pub(crate) fn rank(&self) -> u32 {

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use tch::Tensor;
 
-use super::{internal, Comms, DataParallel, Sharding, State, Update};
+use super::{internal, AdamW, Comms, DataParallel, Sharding, State, Update};
 use crate::dist::nccl::{DataType, RedOp};
 use crate::workload::ffi;
 use crate::workload::group::nccl_dtype;
@@ -190,8 +190,47 @@ impl DataParallel<'_> {
         Ok(())
     }
 
+    /// Under the split update: marks the communication stream once every collective but
+    /// block 0's and the embeddings' is queued.
+    fn mark_early_reduced(&self) -> Result<(), WorkerError> {
+        if let (Some(ev), Comms::Nccl { stream, .. }) = (&self.early_reduced, &self.comms) {
+            // SAFETY: the communication stream is live.
+            unsafe { ev.record(*stream) }.map_err(WorkerError::from_device)?;
+        }
+        Ok(())
+    }
+
+    /// The optimizer step split around the last collectives ([`Self::enable_split_update`]):
+    /// the entries of every unit reduced by then, once the compute stream has waited for
+    /// those collectives, then, after all of them, block 0's and the embeddings'. The same
+    /// kernel over the same reduced gradients as [`AdamW::step`], in two launches.
+    pub(crate) fn split_step(&self, opt: &mut AdamW) -> Result<(), WorkerError> {
+        let (Some(ev), Comms::Nccl { stream, .. }) = (&self.early_reduced, &self.comms) else {
+            return Err(internal("the split update needs several ranks"));
+        };
+        let cur = self.compute_stream()?;
+        let (mut early, mut late) = (Vec::new(), Vec::new());
+        for (i, p) in self.pieces.iter().enumerate() {
+            if Self::is_late_piece(p) {
+                late.push(i);
+            } else {
+                early.push(i);
+            }
+        }
+        opt.count_step().map_err(internal)?;
+        // SAFETY: both are live streams of this rank's device.
+        unsafe { ev.block(cur) }.map_err(WorkerError::from_device)?;
+        opt.update_entries(&early, cur).map_err(internal)?;
+        unsafe { ffi::cuda_stream_wait(cur, *stream) }.map_err(WorkerError::from_device)?;
+        opt.update_entries(&late, cur).map_err(internal)
+    }
+
     /// Adds the reduced gradient slices of this micro-batch into the fp32 gradients.
     fn accumulate(&self) -> Result<(), WorkerError> {
+        if self.split_update() {
+            // The split step waits for the collectives itself, the first ones early.
+            return Ok(());
+        }
         if let Comms::Nccl { stream, .. } = &self.comms {
             let cur = self.compute_stream()?;
             // SAFETY: both are live streams of this device.
@@ -286,6 +325,9 @@ impl DataParallel<'_> {
                 .ok_or_else(|| internal("backward ran out of saved blocks"))?;
             grad = sac::block_backward(model, ctx, i, kept, &grad)
                 .map_err(WorkerError::from_device)?;
+            if i == 0 {
+                self.mark_early_reduced()?;
+            }
             self.reduce(i)?;
             self.reshard(i)?;
         }
