@@ -25,9 +25,10 @@
 //! which see the re-gathered memory again before the backward needs them. Gradients are
 //! the backward's own: each parameter gets a fresh one, as in the plain loop, and right
 //! after the unit's backward they are copied into one flat buffer and dropped. That
-//! buffer is this rank's region of the reduced-gradient buffer where the reduction can
-//! happen in place (DDP's all-reduce, one rank), else a full-size buffer that exists only
-//! until FSDP's reduce-scatter has read it.
+//! buffer is the unit's own reduced-gradient slice where the reduction can happen in place
+//! (DDP's all-reduce, one rank), else a full-size buffer that exists only until FSDP's
+//! reduce-scatter has read it. The reduced slices hold memory from the unit's backward to
+//! the optimizer step only, so none is held through the forward.
 //!
 //! Schedule, per micro-batch: the forward and the backward are driven block by block from
 //! Rust, each block its own autograd segment (the technique of [`super::sac`], which also
