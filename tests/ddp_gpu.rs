@@ -183,19 +183,22 @@ fn split_update_equals_the_serial_update_on_two_gpus() {
         println!("{parallel} serial {a:?}\n{parallel} split {b:?}");
         assert_eq!(a.len(), 6);
         assert!(a[5] < a[0], "{parallel}: {a:?}");
-        // Across two runs only the kernels' own run-to-run variation (attention's backward
-        // adds atomically) may differ; an update that read a gradient before its collective
-        // ended would move the parameters by a step's worth.
+        // On the H200s the two runs agreed to the last digit (2026-11-27, three times); the
+        // tolerance only allows for kernels that vary from run to run. An update that read a
+        // gradient before its collective ended would move the parameters by far more. On a
+        // model this small the collectives end in microseconds, so a missing wait seldom
+        // shows here; DDP's ranks below are the sharper check.
         for (x, y) in a.iter().zip(&b) {
             assert!(
-                (x - y).abs() <= 1e-3 * x.abs(),
+                (x - y).abs() <= 1e-6 * x.abs(),
                 "{parallel}: {a:?} vs {b:?}"
             );
         }
         let (cs, cp) = (checksum(&serial[0]), checksum(&split[0]));
         println!("{parallel} checksums serial {cs:?} split {cp:?}");
         assert!(
-            (cs.1 - cp.1).abs() <= 1e-5 * cs.1.abs(),
+            (cs.0 - cp.0).abs() <= 1e-9 * cs.1.abs().sqrt().max(1.0)
+                && (cs.1 - cp.1).abs() <= 1e-9 * cs.1.abs(),
             "{parallel}: parameters {cs:?} vs {cp:?}"
         );
         if parallel == "ddp" {
