@@ -429,7 +429,9 @@ fn train_on(
             )?);
             // The split update is the default here (BENCH_OVERLAP_ADAMW=0 turns it off):
             // measured faster under DDP and never slower (docs/perf-notes.md, 2026-11-27).
-            if overlap_switch != Some(false) && s.grad_accum == 1 && d.enable_split_update()? {
+            // (Without gradient accumulation only: `enable_split_update` needs the kernel's
+            // update without sums.)
+            if overlap_switch != Some(false) && d.enable_split_update()? {
                 notices.push("data parallel: the update is split around the step's last collectives (the default; BENCH_OVERLAP_ADAMW=0 turns it off): every unit already reduced is updated while block 0's and the embeddings' collectives run".to_string());
             }
             // The peak memory of the training steps: the freshly built fp32 model existed
@@ -438,6 +440,22 @@ fn train_on(
             train::Parallel::Data(&*d)
         }
     };
+    let scaling = match s.precision {
+        Precision::Fp8 => precision::fp8::Scaling::from_env().map_err(WorkerError::BadInput)?,
+        _ => precision::fp8::Scaling::Dynamic,
+    };
+    let ctx = Ctx::for_training(s.precision, s.cfg.layers as usize, dev.device, scaling);
+    // Said in the run's events, so that a result is never taken for the other scaling's.
+    notices.extend(match (ctx.fp8 && dev.device.is_cuda(), scaling) {
+        (true, precision::fp8::Scaling::Delayed) => Some(format!(
+            "fp8: delayed scaling (the default): each tensor is scaled by its linear's amax history of the last {} steps, recorded by the quantization pass",
+            ffi::fp8_scaling_cols() - 2
+        )),
+        (true, precision::fp8::Scaling::Dynamic) => Some(
+            "fp8: dynamic scaling (BENCH_FP8_SCALING=dynamic): each tensor is scaled by its own amax, a reduction pass before each quantization".to_string(),
+        ),
+        (false, _) => None,
+    });
     let n_params = s.cfg.n_params();
     emit(Event::Start {
         model: Some(s.cfg.name.to_string()),
@@ -485,25 +503,6 @@ fn train_on(
         }
         _ => None,
     };
-    let scaling = match s.precision {
-        Precision::Fp8 => precision::fp8::Scaling::from_env().map_err(WorkerError::BadInput)?,
-        _ => precision::fp8::Scaling::Dynamic,
-    };
-    let ctx = Ctx::for_training(s.precision, s.cfg.layers as usize, dev.device, scaling);
-    // Said in the run's events, so that a result is never taken for the other scaling's.
-    let notice = match (ctx.fp8 && dev.device.is_cuda(), scaling) {
-        (true, precision::fp8::Scaling::Delayed) => Some(format!(
-            "fp8: delayed scaling (the default): each tensor is scaled by its linear's amax history of the last {} steps, recorded by the quantization pass",
-            ffi::fp8_scaling_cols() - 2
-        )),
-        (true, precision::fp8::Scaling::Dynamic) => Some(
-            "fp8: dynamic scaling (BENCH_FP8_SCALING=dynamic): each tensor is scaled by its own amax, a reduction pass before each quantization".to_string(),
-        ),
-        (false, _) => None,
-    };
-    if let Some(message) = notice {
-        emit(Event::Notice { message });
-    }
     let lp = train::Loop {
         model: model.as_ref(),
         ctx,

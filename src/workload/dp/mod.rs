@@ -174,9 +174,19 @@ pub(crate) struct DataParallel<'a> {
     /// Reused to make the communication stream wait for the compute stream.
     compute_ready: Option<CudaEvent>,
     device_index: i64,
-    /// The split update ([`DataParallel::enable_split_update`]): recorded on the
-    /// communication stream after every collective but block 0's and the embeddings'.
-    early_reduced: Option<CudaEvent>,
+    /// The split update ([`DataParallel::enable_split_update`]), when it is on.
+    split: Option<SplitUpdate>,
+}
+
+/// What the split update needs each step, fixed once it is enabled.
+struct SplitUpdate {
+    /// Recorded on the communication stream after every collective but block 0's and the
+    /// embeddings'.
+    early_reduced: CudaEvent,
+    /// The optimizer's entries (slice pieces) updated once those collectives are done.
+    early: Vec<usize>,
+    /// Block 0's and the embeddings' entries, whose collectives come last.
+    late: Vec<usize>,
 }
 
 fn internal(e: impl std::fmt::Display) -> WorkerError {
@@ -406,7 +416,7 @@ impl<'a> DataParallel<'a> {
             piece_offsets,
             compute_ready,
             device_index,
-            early_reduced: None,
+            split: None,
         })
     }
 
@@ -423,20 +433,20 @@ impl<'a> DataParallel<'a> {
             && self.update == (Update::Kernel { accumulate: false })
             && self.units.len() > 2;
         if possible {
-            self.early_reduced = Some(CudaEvent::new().map_err(internal)?);
+            let (late, early): (Vec<usize>, Vec<usize>) = (0..self.pieces.len())
+                .partition(|&i| matches!(self.pieces[i].place, Place::Block(0) | Place::Embed));
+            self.split = Some(SplitUpdate {
+                early_reduced: CudaEvent::new().map_err(internal)?,
+                early,
+                late,
+            });
         }
         Ok(possible)
     }
 
     /// Whether each step's update is split ([`DataParallel::enable_split_update`]).
     pub(crate) fn split_update(&self) -> bool {
-        self.early_reduced.is_some()
-    }
-
-    /// Whether the split update runs a slice piece after every collective: block 0's and
-    /// the embeddings' pieces, whose collectives come last.
-    fn is_late_piece(p: &Param) -> bool {
-        matches!(p.place, Place::Block(0) | Place::Embed)
+        self.split.is_some()
     }
 
     pub(crate) fn rank(&self) -> u32 {

@@ -193,9 +193,9 @@ impl DataParallel<'_> {
     /// Under the split update: marks the communication stream once every collective but
     /// block 0's and the embeddings' is queued.
     fn mark_early_reduced(&self) -> Result<(), WorkerError> {
-        if let (Some(ev), Comms::Nccl { stream, .. }) = (&self.early_reduced, &self.comms) {
+        if let (Some(split), Comms::Nccl { stream, .. }) = (&self.split, &self.comms) {
             // SAFETY: the communication stream is live.
-            unsafe { ev.record(*stream) }.map_err(WorkerError::from_device)?;
+            unsafe { split.early_reduced.record(*stream) }.map_err(WorkerError::from_device)?;
         }
         Ok(())
     }
@@ -205,24 +205,16 @@ impl DataParallel<'_> {
     /// those collectives, then, after all of them, block 0's and the embeddings'. The same
     /// kernel over the same reduced gradients as [`AdamW::step`], in two launches.
     pub(crate) fn split_step(&self, opt: &mut AdamW) -> Result<(), WorkerError> {
-        let (Some(ev), Comms::Nccl { stream, .. }) = (&self.early_reduced, &self.comms) else {
+        let (Some(split), Comms::Nccl { stream, .. }) = (&self.split, &self.comms) else {
             return Err(internal("the split update needs several ranks"));
         };
         let cur = self.compute_stream()?;
-        let (mut early, mut late) = (Vec::new(), Vec::new());
-        for (i, p) in self.pieces.iter().enumerate() {
-            if Self::is_late_piece(p) {
-                late.push(i);
-            } else {
-                early.push(i);
-            }
-        }
         opt.count_step().map_err(internal)?;
         // SAFETY: both are live streams of this rank's device.
-        unsafe { ev.block(cur) }.map_err(WorkerError::from_device)?;
-        opt.update_entries(&early, cur).map_err(internal)?;
+        unsafe { split.early_reduced.block(cur) }.map_err(WorkerError::from_device)?;
+        opt.update_entries(&split.early, cur).map_err(internal)?;
         unsafe { ffi::cuda_stream_wait(cur, *stream) }.map_err(WorkerError::from_device)?;
-        opt.update_entries(&late, cur).map_err(internal)
+        opt.update_entries(&split.late, cur).map_err(internal)
     }
 
     /// Adds the reduced gradient slices of this micro-batch into the fp32 gradients.

@@ -8,7 +8,7 @@
 //! pass, so no separate reduction runs (the first step, before any history exists, scales
 //! dynamically). `BENCH_FP8_SCALING=dynamic` scales every tensor by its own absolute
 //! maximum instead, one reduction pass before each quantization. Delayed became the
-//! default after an H100 run (2026-11-27, docs/perf-notes.md) measured it 2.0-2.9% faster on
+//! default after H100 runs (2026-11-27, docs/perf-notes.md) measured it 2.0-3.0% faster on
 //! the Llama proxy and 10.4% on gpt2-1.5b, with losses within 0.1% of dynamic scaling's.
 
 use std::cell::Cell;
