@@ -34,6 +34,7 @@
 //! costs a warning and its figures, never the run, and nothing is ever filled in for it.
 
 mod amd;
+pub(crate) mod host;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
@@ -169,6 +170,10 @@ pub struct CellTelemetry {
     /// proven foreign nor own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unverified: Vec<ForeignProcess>,
+    /// The host over the same steps: CPU, run queue, foreign processes, memory pressure
+    /// ([`host`]); on a CPU host this is all a cell's telemetry holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<host::HostFigures>,
 }
 
 /// A compute process on one of a cell's GPUs during its measured steps.
@@ -181,17 +186,102 @@ pub struct ForeignProcess {
 }
 
 impl CellTelemetry {
+    /// The telemetry of a cell on a host without GPU telemetry: the host's figures alone.
+    pub(crate) fn host_only(host: host::HostFigures) -> CellTelemetry {
+        CellTelemetry {
+            samples: 0,
+            gpus: Vec::new(),
+            sm_clock_mhz: None,
+            max_sm_clock_mhz: None,
+            power_w: None,
+            power_limit_w: None,
+            temperature_c: None,
+            utilization_pct: None,
+            reasons: IndexMap::new(),
+            foreign: Vec::new(),
+            unverified: Vec::new(),
+            host: Some(host),
+        }
+    }
+
     /// The fraction of samples that reported `reason` (0 when never).
     pub(crate) fn reason_fraction(&self, reason: &str) -> f64 {
         self.reasons.get(reason).copied().unwrap_or(0.0)
     }
 }
 
+/// Every throttle-reason bit a driver defines: NVML's `nvmlClocksEventReason*` (GPU idle
+/// 0x1, application clocks 0x2, SW power cap 0x4, HW slowdown 0x8, sync boost 0x10, SW
+/// thermal 0x20, HW thermal 0x40, HW power brake 0x80, display clock 0x100) and the AMD
+/// violation bits bench maps ([`amd::VIOLATIONS`]). A reading with any other bit set is no
+/// driver's.
+pub(crate) const KNOWN_REASON_BITS: u64 = 0x1ff | amd::SLOWDOWN_MASK;
+
+/// The physical bounds of one GPU reading, per field: what no GPU bench runs on can report,
+/// so a reading past them comes from a broken or forged tool. The SM (or GFX) clock of
+/// every data-centre GPU is under 3 GHz (H100 1980 MHz, MI300X 2100 MHz): 4000 MHz
+/// leaves room. Board power is under 1.5 kW (H100 SXM 700 W, MI300X 750 W, B200 1000 W):
+/// 3000 W. A die reports -40 to 150 C (the parts throttle near 90 C and shut down below
+/// 125 C). Utilisation is a percentage.
+pub(crate) mod bounds {
+    pub(crate) const SM_CLOCK_MHZ: (f64, f64) = (0.0, 4000.0);
+    pub(crate) const POWER_W: (f64, f64) = (0.0, 3000.0);
+    pub(crate) const TEMPERATURE_C: (f64, f64) = (-40.0, 150.0);
+    pub(crate) const UTILIZATION_PCT: (f64, f64) = (0.0, 100.0);
+}
+
+/// Why `s` is a reading no GPU can give, or `None` when every field is inside its bound
+/// ([`bounds`], [`KNOWN_REASON_BITS`]). A clock or power limit of zero is not a reading
+/// either.
+pub(crate) fn implausible(s: &Sample) -> Option<String> {
+    let check = |what: &str, unit: &str, v: Option<f64>, (lo, hi): (f64, f64), open_low: bool| {
+        let v = v?;
+        let below = if open_low { v <= lo } else { v < lo };
+        (below || v > hi || !v.is_finite())
+            .then(|| format!("{what} {v:e} {unit} (bounds {lo}..{hi})"))
+    };
+    check("SM clock", "MHz", s.sm_clock_mhz, bounds::SM_CLOCK_MHZ, true)
+        .or_else(|| check("max SM clock", "MHz", s.max_sm_clock_mhz, bounds::SM_CLOCK_MHZ, true))
+        .or_else(|| check("power", "W", s.power_w, bounds::POWER_W, false))
+        .or_else(|| check("power limit", "W", s.power_limit_w, bounds::POWER_W, true))
+        .or_else(|| check("temperature", "C", s.temperature_c, bounds::TEMPERATURE_C, false))
+        .or_else(|| {
+            check("utilisation", "%", s.utilization_pct, bounds::UTILIZATION_PCT, false)
+        })
+        .or_else(|| {
+            s.throttle_reasons
+                .filter(|r| r & !KNOWN_REASON_BITS != 0)
+                .map(|r| format!("throttle reasons {r:#x}, with bits no driver defines"))
+        })
+}
+
+/// Keeps the plausible readings of `samples`; the first implausible one is reported once
+/// per process on stderr. A reading is dropped whole: a tool that reports one field no GPU
+/// can give is not believed on its others, and a dropped reading excuses nothing.
+pub(crate) fn plausible(tool: &str, samples: Vec<Sample>) -> Vec<Sample> {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    samples
+        .into_iter()
+        .filter(|s| match implausible(s) {
+            None => true,
+            Some(why) => {
+                if !WARNED.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "warning: GPU telemetry: `{tool}` reported a reading no GPU can give (GPU {}: {why}); such readings are left out and excuse nothing",
+                        s.gpu
+                    );
+                }
+                false
+            }
+        })
+        .collect()
+}
+
 /// Parses `nvidia-smi --query-gpu=QUERY --format=csv,noheader,nounits` output; fields the
 /// driver does not support (`[N/A]`, `[Not Supported]`) are `None`, lines that do not
-/// parse are skipped.
+/// parse are skipped, and readings outside the physical [`bounds`] are dropped.
 pub(crate) fn parse(text: &str) -> Vec<Sample> {
-    text.lines().filter_map(parse_line).collect()
+    plausible("nvidia-smi", text.lines().filter_map(parse_line).collect())
 }
 
 fn parse_line(line: &str) -> Option<Sample> {
@@ -300,6 +390,44 @@ pub(crate) enum Owner {
     Own,
     Foreign,
     Unverified,
+}
+
+/// How a compute process the tool reports relates to this bench: [`owner_of`] its pid, and
+/// a foreign pid is believed only when the process `/proc` shows under it is the one the
+/// tool named. A tool in a container reports host pids, which can collide with local ones
+/// (nvidia-smi's pid 1 `init` is not this host's pid 1), and pids 1 and 2 (init, the
+/// kernel's thread parent) never compute on a GPU: such a process is unverified, a note,
+/// never a cause.
+pub(crate) fn classify(app: &AppSample, me: u32) -> Owner {
+    match owner_of(app.pid, me) {
+        Owner::Foreign if app.pid <= 2 || !same_process(app.pid, &app.name) => Owner::Unverified,
+        o => o,
+    }
+}
+
+/// Whether the process `/proc` shows as `pid` is the one a tool named `name` (a path or a
+/// command name): the basename of its executable, of its first argument, or its command
+/// name (which the kernel cuts at 15 bytes) must match the name's basename.
+fn same_process(pid: u32, name: &str) -> bool {
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).trim().to_string();
+    let want = base(name.trim());
+    if want.is_empty() || want.starts_with('[') {
+        return false;
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| base(&p.to_string_lossy()));
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|b| {
+        b.split(|c| *c == 0)
+            .next()
+            .map(|a| base(&String::from_utf8_lossy(a)))
+    });
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string());
+    exe.is_some_and(|e| e == want)
+        || argv0.is_some_and(|a| a == want)
+        || comm.is_some_and(|c| !c.is_empty() && want.starts_with(&c) && c.len() <= want.len())
 }
 
 /// Whether `pid` is this process or one of its descendants, by walking the parent chain in
@@ -423,10 +551,11 @@ impl AmdQuery {
     }
 
     fn parse(self, text: &str, limits: &std::collections::HashMap<u32, f64>) -> Vec<Sample> {
-        match self {
+        let samples = match self {
             AmdQuery::AmdSmiThrottle | AmdQuery::AmdSmi => amd::parse_metric(text, limits),
             AmdQuery::RocmSmi => amd::parse_rocm_smi(text),
-        }
+        };
+        plausible(self.program(), samples)
     }
 
     fn command_line(self) -> String {
@@ -849,7 +978,7 @@ fn spawn_apps_poller(
                 let seen: Vec<SeenApp> = apps
                     .into_iter()
                     .map(|app| SeenApp {
-                        owner: owner_of(app.pid, me),
+                        owner: classify(&app, me),
                         app,
                         at,
                     })
@@ -941,6 +1070,7 @@ fn summarize_cell(
         reasons,
         foreign,
         unverified,
+        host: None,
     })
 }
 
@@ -1083,6 +1213,62 @@ mod tests {
         assert_eq!(owner_of(1, me), Owner::Foreign);
         // A pid no process has.
         assert_eq!(owner_of(u32::MAX - 7, me), Owner::Unverified);
+    }
+
+    fn app(pid: u32, name: &str) -> AppSample {
+        AppSample {
+            gpu_uuid: "GPU-0".into(),
+            gpu_index: None,
+            pid,
+            name: name.into(),
+            used_mib: None,
+        }
+    }
+
+    /// Issue 34: a foreign process is believed only when /proc shows the process the tool
+    /// named under that pid; init and a pid whose process has another name are unverified.
+    #[test]
+    fn a_foreign_process_is_believed_only_when_its_pid_is_that_process() {
+        let me = std::process::id();
+        assert_eq!(classify(&app(1, "init"), me), Owner::Unverified);
+        // A process not ours, named rightly (sleep started by a shell, then orphaned, is
+        // still our descendant; so ask about our parent, which is not ours).
+        let parent = std::os::unix::process::parent_id();
+        let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap();
+        if parent > 2 {
+            assert_eq!(classify(&app(parent, comm.trim()), me), Owner::Foreign);
+            assert_eq!(
+                classify(&app(parent, "/opt/other/bin/python3-not-it"), me),
+                Owner::Unverified
+            );
+        }
+        let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(classify(&app(child.id(), "/usr/bin/sleep"), me), Owner::Own);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Issue 34: readings no GPU can give are dropped whole, never believed.
+    #[test]
+    fn readings_outside_the_physical_bounds_are_dropped() {
+        let good = "0, GPU-a, 1755, 1980, 690.5, 700.00, 70, 100, 0x0000000000000004";
+        assert_eq!(parse(good).len(), 1);
+        for bad in [
+            "0, GPU-a, 1e308, 1980, 690.5, 700.00, 70, 100, 0x4",
+            "0, GPU-a, 1755, 1980, 690.5, 700.00, 1e12, 100, 0x4",
+            "0, GPU-a, 1755, 1980, 690.5, 700.00, 70, 1e9, 0x4",
+            "0, GPU-a, 1755, 1980, 690.5, 700.00, 70, 100, 0xffffffffffffffff",
+            "0, GPU-a, 1755, 1980, -5, 700.00, 70, 100, 0x4",
+            "0, GPU-a, 0, 1980, 690.5, 700.00, 70, 100, 0x4",
+            "0, GPU-a, 1755, 1980, 690.5, 0, 70, 100, 0x4",
+        ] {
+            assert!(parse(bad).is_empty(), "{bad}");
+        }
+        // Every defined bit at once is a reading a driver can give.
+        assert_eq!(
+            parse("0, GPU-a, 1755, 1980, 690.5, 700.00, 70, 100, 0x1ff").len(),
+            1
+        );
     }
 
     #[test]

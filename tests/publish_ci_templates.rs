@@ -130,10 +130,17 @@ fn github_workflow_matches_the_docs() {
 
     let env = &wf["jobs"]["bench"]["env"];
     assert_eq!(
-        env["RUN_ID"],
+        env["RUN_ID_BASE"],
         "gh-${{ github.run_id }}-${{ github.run_attempt }}"
     );
-    assert_documented(&docs, "--run-id gh-<run id>-<attempt>");
+    // The run id gets the runner's hardware key, so two hardware jobs of one workflow
+    // never share one (issue 34).
+    let steps_text = serde_json::to_string(&wf["jobs"]["bench"]["steps"]).unwrap();
+    assert!(
+        steps_text.contains(r#"RUN_ID=$RUN_ID_BASE-${key:-unknown}"#),
+        "{steps_text}"
+    );
+    assert_documented(&docs, "--run-id gh-<run id>-<attempt>-<hardware key>");
     let steps = wf["jobs"]["bench"]["steps"].as_array().unwrap();
     let step = |uses: &str| {
         steps

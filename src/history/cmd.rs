@@ -325,7 +325,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
 
 /// The workload switches of a run ([`crate::env::WORKLOAD_SWITCHES`]), as `VAR=value`
 /// joined by commas; empty for a clean run.
-fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
+pub(crate) fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
     let mut switch: Vec<String> = switches
         .iter()
         .filter(|(k, _)| crate::env::matches_switch(crate::env::WORKLOAD_SWITCHES, k))
@@ -416,7 +416,7 @@ pub(crate) fn pools_from_store(
                 cell.clone()
             };
             for p in store.trend(&cell, key, metric)? {
-                if p.run_id.ends_with(super::gate::CONFIRM_SUFFIX) {
+                if super::gate::is_confirm_run(&p.run_id) {
                     continue;
                 }
                 let samples = if p.samples.is_empty() {
@@ -440,11 +440,12 @@ pub(crate) fn pools_from_store(
 
 /// `bench history study RUN_DIR...`.
 pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
-    let (cells, source) = match &args.history {
+    let (cells, sequences, source) = match &args.history {
         Some(location) => {
             let mut store = crate::history::open_existing(location)?;
             let cells = pools_from_store(&mut store, &args.metric)?;
-            (cells, format!("the history {}", store.location))
+            let sequences = super::sequence::from_store(&mut store, &args.metric)?;
+            (cells, sequences, format!("the history {}", store.location))
         }
         None => {
             let mut runs = Vec::new();
@@ -453,6 +454,7 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
             }
             (
                 pools(&runs, &args.metric),
+                super::sequence::from_results(&runs, &args.metric),
                 format!("{} run folder(s)", runs.len()),
             )
         }
@@ -476,6 +478,13 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
         &args.repeats,
         args.detect_trials,
         args.alarm_trials,
+    ));
+    // The same runs as months of ordered nights through the shipped verdict.
+    print("\n");
+    print(&super::sequence::table(
+        &sequences,
+        &policy,
+        (args.alarm_trials / 30).clamp(1, 2000),
     ));
     Ok(exit::OK)
 }

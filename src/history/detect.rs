@@ -13,14 +13,31 @@
 //!   do not use standard deviation around the mean, use absolute deviation around the
 //!   median", J. Exp. Soc. Psych. 49(4), who recommend thresholds of 2.5 to 3 robust
 //!   standard deviations for outliers; a gate wants fewer false alarms and uses more).
-//! - **The repeats' spread.** The new run's own half-range over its repeats widens the band
+//! - **The noise inside a run** ([`within_run`]). The new run's own noise widens the band
 //!   (the two noise sources are added in quadrature), so a run whose repeats disagree
-//!   cannot breach on noise it shows itself.
+//!   cannot breach on noise it shows itself. It is a robust estimate, 1.4826 x the MAD of
+//!   the repeats over their median (three repeats or more), or of the measured steps inside
+//!   each repeat (the standard error of a repeat's median step, 1.2533 sigma / sqrt(n),
+//!   Kendall & Stuart 1977, "The Advanced Theory of Statistics" vol. 1, 10.10), whichever
+//!   is larger; never the half-range, which one disturbed repeat sets alone. It is capped
+//!   at the typical (median) within-run noise of the lookback's runs, so no band is wider
+//!   than the cell's own history justifies, and a disturbed run's spread never widens
+//!   later runs' bands (they take the median over the lookback).
+//! - **Outlier repeats** ([`outlier_repeats`]). A repeat far from the others while the
+//!   others agree is named in the verdict ("repeat 2 of 3 ran 32% slower than the
+//!   others"): the clearest sign that something disturbed the run. The median over the
+//!   repeats already ignores it.
 //! - **The floor.** The band is never narrower than `floor_rel` of the centre, so a history
 //!   of near-identical numbers (a CPU host, a quantized timer) does not flag 0.1% changes.
-//! - **Confirmation.** One breach is `Suspect`; it becomes `Regressed`/`Improved` when a
-//!   re-run in the same job (`--confirm`) or the previous run breaches the same way, and
-//!   `Unchanged` when the re-run lands inside the band.
+//! - **Confirmation, never borrowed.** One breach is `Suspect`; it becomes
+//!   `Regressed`/`Improved` when a re-run in the same job (`--confirm`: same commit, same
+//!   switches) breaches the same way, and `Unchanged` when the re-run lands inside the band.
+//!   The previous run confirms only when it breached the same way **at the same level**:
+//!   the two-sample test says *same* between its repeats and this run's, and it was not
+//!   shown good (its verdict was not a clean one). A previous run that breached at another
+//!   level (a different cause) confirms nothing: the cell is re-run instead. Where the
+//!   cell's own clean runs have shown values as far out (a bimodal cell), one re-run is not
+//!   enough: [`reruns_needed`] asks for as many as keep the false alarm under 1%.
 //! - **The baseline.** With too little history the stored baseline and its tolerance decide
 //!   (the old rule), reported as `InsufficientHistory`. With enough history the baseline
 //!   catches slow creep that no single run shows: when the history's centre itself is past
@@ -156,9 +173,10 @@ pub(crate) enum Side {
 }
 
 /// The band of the last `policy.lookback` values of `history` (oldest first), widened by
-/// the new run's relative repeat spread. `None` when `history` has fewer than
+/// the new run's relative within-run noise (see [`within_run`]; the caller caps it at the
+/// history's typical within-run noise). `None` when `history` has fewer than
 /// `policy.min_history` finite values.
-pub(crate) fn band(history: &[f64], new_rel_spread: f64, policy: &Policy) -> Option<Band> {
+pub(crate) fn band(history: &[f64], new_within_rel: f64, policy: &Policy) -> Option<Band> {
     let finite: Vec<f64> = history.iter().copied().filter(|v| v.is_finite()).collect();
     if finite.len() < policy.min_history.max(1) {
         return None;
@@ -166,7 +184,12 @@ pub(crate) fn band(history: &[f64], new_rel_spread: f64, policy: &Policy) -> Opt
     let recent = &finite[finite.len().saturating_sub(policy.lookback.max(1))..];
     let center = median(recent)?;
     let sigma_history = MAD_TO_SIGMA * mad(recent)?;
-    let sigma_repeats = new_rel_spread.max(0.0) * center.abs();
+    let within = if new_within_rel.is_finite() {
+        new_within_rel.max(0.0)
+    } else {
+        0.0
+    };
+    let sigma_repeats = within * center.abs();
     let sigma = sigma_history.hypot(sigma_repeats);
     let half_width = (policy.threshold_sigmas * sigma).max(policy.floor_rel * center.abs());
     Some(Band {
@@ -214,17 +237,150 @@ pub(crate) struct Observation<'a> {
     pub history: &'a [f64],
     /// The repeats of the earlier runs the test compares with (the lookback's, pooled).
     pub history_samples: &'a [f64],
-    /// This run's value (median over its repeats) and relative repeat spread.
+    /// The typical (median) robust within-run noise of the lookback's runs, relative; it
+    /// caps this run's (`None`: the history's runs kept no repeats, and the run-to-run
+    /// noise of the history is the cap).
+    pub history_within_rel: Option<f64>,
+    /// This run's value (median over its repeats).
     pub value: f64,
-    pub rel_spread: f64,
+    /// This run's robust within-run noise, relative ([`within_run`]).
+    pub within_rel: f64,
     /// This run's repeats.
     pub samples: &'a [f64],
-    /// A re-run of the cell in the same job (`--confirm`): its repeats.
-    pub confirm: Option<&'a [f64]>,
+    /// The re-runs of the cell in the same job (`--confirm`), in order: each one's repeats.
+    pub confirms: &'a [&'a [f64]],
     /// The stored baseline and its relative tolerance, when there is one.
     pub baseline: Option<(f64, f64)>,
-    /// The run just before this one was judged regressed (a breach now repeats it).
-    pub previous_regressed: bool,
+    /// The run just before this one in the judged scope, whatever its verdict.
+    pub previous: Option<Previous<'a>>,
+}
+
+/// The run just before the judged one: a breach it showed at the same level confirms a
+/// breach now (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Previous<'a> {
+    pub value: f64,
+    pub samples: &'a [f64],
+    /// Its verdict in the store's snake_case form, when it was judged.
+    pub verdict: Option<&'a str>,
+}
+
+impl Previous<'_> {
+    /// Whether its own verdict leaves a breach of `side` open: a run judged clean (or
+    /// blamed on the environment) was shown not to be that shift.
+    fn left_open(&self, side: Side) -> bool {
+        match self.verdict {
+            None => true,
+            Some("suspect") => true,
+            Some("regressed") => side == Side::Worse,
+            Some("improved") => side == Side::Better,
+            Some(_) => false,
+        }
+    }
+}
+
+/// Robust within-run noise of a cell's measurement, relative to its value: the larger of
+/// 1.4826 x MAD / median over the repeats' values (with three repeats or more) and the
+/// median over repeats of the standard error of each repeat's median step time
+/// (`step_rel_sigmas`: each repeat's 1.4826 x MAD / median of its measured steps, divided
+/// by sqrt(steps) and multiplied by 1.2533). One disturbed repeat moves neither; the
+/// half-range, which it sets alone, is never used.
+pub(crate) fn within_run(samples: &[f64], step_rel_sigmas: &[f64]) -> f64 {
+    let finite: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
+    let repeats = if finite.len() >= 3 {
+        match (median(&finite), mad(&finite)) {
+            (Some(m), Some(d)) if m != 0.0 => MAD_TO_SIGMA * d / m.abs(),
+            _ => 0.0,
+        }
+    } else {
+        0.0
+    };
+    let steps: Vec<f64> = step_rel_sigmas
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .collect();
+    repeats.max(median(&steps).unwrap_or(0.0))
+}
+
+/// The relative standard error of the median of `times` (one repeat's measured steps):
+/// 1.2533 x 1.4826 x MAD / median / sqrt(n). `None` with fewer than three steps.
+pub(crate) fn step_rel_sigma(times: &[f64]) -> Option<f64> {
+    let t: Vec<f64> = times.iter().copied().filter(|v| v.is_finite()).collect();
+    if t.len() < 3 {
+        return None;
+    }
+    let m = median(&t)?;
+    if m == 0.0 {
+        return None;
+    }
+    Some(1.2533 * MAD_TO_SIGMA * mad(&t)? / m.abs() / (t.len() as f64).sqrt())
+}
+
+/// The smallest gap, relative to the others' median, at which a repeat is an outlier.
+pub(crate) const OUTLIER_MIN_REL: f64 = 0.05;
+/// Within-run sigmas (the history's typical) a repeat must be away to be an outlier.
+pub(crate) const OUTLIER_SIGMAS: f64 = 5.0;
+
+/// A repeat far from the others while the others agree.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OutlierRepeat {
+    /// 1-based.
+    pub repeat: usize,
+    pub of: usize,
+    /// Its value against the others' median, relative (negative: lower).
+    pub rel: f64,
+}
+
+impl OutlierRepeat {
+    /// "repeat 2 of 3 ran 32% slower than the others", for a metric of `direction`.
+    pub(crate) fn describe(&self, direction: Direction) -> String {
+        let worse = match direction {
+            Direction::Higher => self.rel < 0.0,
+            Direction::Lower => self.rel > 0.0,
+        };
+        format!(
+            "repeat {} of {} ran {:.0}% {} than the others",
+            self.repeat,
+            self.of,
+            self.rel.abs() * 100.0,
+            if worse { "slower" } else { "faster" }
+        )
+    }
+}
+
+/// The repeats of `samples` that lie far from the others while the others agree (leave-one-
+/// out against the others' median, in the manner of Leys et al. 2013's MAD rule): the gap
+/// must exceed `min_rel` of the others' median (the larger of [`OUTLIER_MIN_REL`] and
+/// [`OUTLIER_SIGMAS`] x the history's typical within-run noise, chosen by the caller) and
+/// four times the others' own largest distance from their median. Needs three repeats.
+pub(crate) fn outlier_repeats(samples: &[f64], min_rel: f64) -> Vec<OutlierRepeat> {
+    let n = samples.len();
+    if n < 3 || samples.iter().any(|v| !v.is_finite()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (i, &x) in samples.iter().enumerate() {
+        let others: Vec<f64> = samples
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, v)| *v)
+            .collect();
+        let Some(m) = median(&others).filter(|m| *m != 0.0) else {
+            continue;
+        };
+        let spread = others.iter().map(|v| (v - m).abs()).fold(0.0, f64::max);
+        let gap = (x - m).abs();
+        if gap > min_rel * m.abs() && gap > 4.0 * spread {
+            out.push(OutlierRepeat {
+                repeat: i + 1,
+                of: n,
+                rel: (x - m) / m.abs(),
+            });
+        }
+    }
+    out
 }
 
 /// The verdict on one measurement, with the numbers that explain it.
@@ -243,6 +399,64 @@ pub struct Judgement {
     /// against the earlier runs' repeats.
     #[serde(default)]
     pub repeats_test: Option<TwoSample>,
+    /// Re-runs that must all breach the same way before a breach is confirmed
+    /// ([`reruns_needed`]); more than one where the cell's clean runs have shown values
+    /// this far out.
+    #[serde(default = "one")]
+    pub reruns_needed: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The false-alarm probability a confirmed breach may carry, at most (see
+/// [`reruns_needed`]).
+pub(crate) const CONFIRM_ALPHA: f64 = 0.01;
+
+/// The most re-runs a breach asks for.
+pub(crate) const MAX_RERUNS: usize = 3;
+
+/// Clean runs after which a value none of them reached counts as rare (one re-run
+/// confirms it); with fewer, two re-runs must.
+pub(crate) const RARE_AFTER: usize = 20;
+
+/// How many re-runs must breach the same way for a breach at `value` to be confirmed. A
+/// clean run of this cell lands this far out with probability p, estimated as the share of
+/// the recent clean runs (`history`: three lookbacks) at least as far out (within half the floor), this run counted
+/// among them; none at all needs one re-run when there are [`RARE_AFTER`] of them (the
+/// band already says it is rare), two when there are fewer. The run and k
+/// independent re-runs all do with probability p^(k+1), so k is the least with
+/// p^(k+1) <= [`CONFIRM_ALPHA`], at least 1 and at most [`MAX_RERUNS`]. A cell whose clean
+/// runs are bimodal (issue 31's eager SAC cell on an H100, one night in six some 3.5%
+/// slower) would otherwise confirm its own slow mode once in 36 nights with one re-run.
+pub(crate) fn reruns_needed(
+    history: &[f64],
+    value: f64,
+    band: &Band,
+    direction: Direction,
+    floor_rel: f64,
+) -> usize {
+    let slack = 0.5 * floor_rel * band.center.abs();
+    let as_far = |v: f64| match (direction, value < band.center) {
+        (Direction::Higher, true) | (Direction::Lower, true) => v <= value + slack,
+        _ => v >= value - slack,
+    };
+    let n = history.iter().filter(|v| v.is_finite()).count();
+    let seen = history.iter().filter(|v| v.is_finite() && as_far(**v)).count();
+    if seen == 0 {
+        // None of them: rare, when there are enough of them to say so. Fewer runs than
+        // RARE_AFTER hide a one-in-six mode too often (5/6 to the tenth is 16%).
+        return if n >= RARE_AFTER { 1 } else { 2 };
+    }
+    // This run counts as one more such value among n + 1 (the rule of succession's
+    // caution: ten runs estimate a rate of one in six poorly).
+    let p = (seen + 1) as f64 / (n + 1) as f64;
+    if p >= 1.0 {
+        return MAX_RERUNS;
+    }
+    let k = (CONFIRM_ALPHA.ln() / p.ln()).ceil() as usize;
+    k.saturating_sub(1).clamp(1, MAX_RERUNS)
 }
 
 /// The side a two-sample answer points to for a metric of `direction`.
@@ -259,11 +473,17 @@ fn test_side(t: &TwoSample, direction: Direction) -> Side {
 /// Judges `obs` for a metric of `direction` under `policy` (see the module docs).
 pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy) -> Judgement {
     let test = |after: &[f64]| twosample::compare(obs.history_samples, after, &policy.two_sample);
-    let Some(b) = band(obs.history, obs.rel_spread, policy) else {
+    // The new run's noise widens the band only as far as the history's runs show such
+    // noise themselves: a disturbed run cannot blind its own judgement.
+    let within = match obs.history_within_rel {
+        Some(cap) => obs.within_rel.min(cap),
+        None => obs.within_rel,
+    };
+    let Some(b) = band(obs.history, within, policy) else {
         // Too few runs for a band: the repeats decide, as a two-sample test against every
         // earlier repeat; with no earlier run at all the stored baseline decides.
         let mut after: Vec<f64> = obs.samples.to_vec();
-        if let Some(c) = obs.confirm {
+        for c in obs.confirms {
             after.extend_from_slice(c);
         }
         let Some(t) = test(&after) else {
@@ -277,14 +497,16 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
                 rel_change,
                 drift: false,
                 repeats_test: None,
+                reruns_needed: 1,
             };
         };
+        // With too few runs to know how often this cell's clean runs land this far out, a
+        // difference stands only when two re-runs pooled in keep it (see `reruns_needed`).
+        let needed = 2;
         let verdict = match (t.answer, test_side(&t, direction)) {
             (Answer::Same, _) => HistoryVerdict::Unchanged,
             (Answer::Unknown, _) => HistoryVerdict::Unknown,
-            // A difference in this run's repeats alone waits for the re-run's; with them
-            // pooled in, it stands.
-            (Answer::Different, side) if obs.confirm.is_some() => confirmed(side),
+            (Answer::Different, side) if obs.confirms.len() >= needed => confirmed(side),
             (Answer::Different, _) => HistoryVerdict::Suspect,
         };
         return Judgement {
@@ -294,6 +516,7 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
             rel_change: Some(t.shift_rel),
             drift: false,
             repeats_test: Some(t),
+            reruns_needed: needed,
         };
     };
     let rel_change = Some((obs.value - b.center) / b.center.abs().max(f64::MIN_POSITIVE));
@@ -308,12 +531,39 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
         s => s,
     };
     let this = breach_of(obs.value, repeats.as_ref());
-    let previous = previous_side(obs.history, direction, policy);
+    // The previous run confirms only a breach it showed itself, at the same level (its
+    // repeats the same as this run's), and that its own judgement left open.
+    let previous_confirms = |breach: Side| {
+        obs.previous.is_some_and(|p| {
+            let its_test = test(p.samples);
+            p.left_open(breach)
+                && breach_of(p.value, its_test.as_ref()) == breach
+                && twosample::compare(p.samples, obs.samples, &policy.two_sample)
+                    .is_some_and(|t| t.answer == Answer::Same)
+        })
+    };
+    // How often clean runs land this far out is a tail rate: it is estimated over three
+    // lookbacks of clean runs, since ten runs rarely hold a one-in-six mode.
+    let finite: Vec<f64> = obs.history.iter().copied().filter(|v| v.is_finite()).collect();
+    let tail = &finite[finite.len().saturating_sub(3 * policy.lookback.max(1))..];
+    let needed = match this {
+        Side::Inside => 1,
+        _ => reruns_needed(tail, obs.value, &b, direction, policy.floor_rel),
+    };
     let mut repeats_test = repeats;
     let mut verdict = match this {
         Side::Inside => HistoryVerdict::Unchanged,
-        breach => match obs.confirm {
-            Some(c) => {
+        breach if obs.confirms.is_empty() => {
+            if needed == 1 && previous_confirms(breach) {
+                confirmed(breach)
+            } else {
+                HistoryVerdict::Suspect
+            }
+        }
+        breach => {
+            // Every re-run must breach the same way; one that does not clears the cell.
+            let mut all = true;
+            for c in obs.confirms {
                 let again_t = test(c);
                 let again = match median(c) {
                     Some(m) => breach_of(m, again_t.as_ref()),
@@ -322,17 +572,14 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
                 if again_t.is_some() {
                     repeats_test = again_t;
                 }
-                if again == breach {
-                    confirmed(breach)
-                } else {
-                    HistoryVerdict::Unchanged
-                }
+                all &= again == breach;
             }
-            None if previous == breach || (breach == Side::Worse && obs.previous_regressed) => {
-                confirmed(breach)
+            match (all, obs.confirms.len() >= needed) {
+                (false, _) => HistoryVerdict::Unchanged,
+                (true, true) => confirmed(breach),
+                (true, false) => HistoryVerdict::Suspect,
             }
-            None => HistoryVerdict::Suspect,
-        },
+        }
     };
     let mut drift = false;
     if verdict == HistoryVerdict::Unchanged {
@@ -354,6 +601,7 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
         rel_change,
         drift,
         repeats_test,
+        reruns_needed: needed,
     }
 }
 
@@ -362,18 +610,6 @@ fn confirmed(side: Side) -> HistoryVerdict {
         Side::Worse => HistoryVerdict::Regressed,
         Side::Better => HistoryVerdict::Improved,
         Side::Inside => HistoryVerdict::Unchanged,
-    }
-}
-
-/// The side the last value of `history` fell on against the lookback before it: a breach
-/// there, repeated now, confirms without a re-run.
-fn previous_side(history: &[f64], direction: Direction, policy: &Policy) -> Side {
-    let Some((&last, before)) = history.split_last() else {
-        return Side::Inside;
-    };
-    match band(before, 0.0, policy) {
-        Some(b) => side(&b, last, direction),
-        None => Side::Inside,
     }
 }
 
@@ -441,12 +677,13 @@ mod tests {
         Observation {
             history,
             value,
-            rel_spread: 0.0,
+            within_rel: 0.0,
+            history_within_rel: None,
             history_samples: &[],
             samples: &[],
-            confirm: None,
+            confirms: &[],
             baseline: None,
-            previous_regressed: false,
+            previous: None,
         }
     }
 
@@ -499,10 +736,49 @@ mod tests {
     }
 
     fn quiet_history() -> Vec<f64> {
-        // 0.3% run-to-run noise around 1000, as measured on one H100.
-        vec![
+        // 0.3% run-to-run noise around 1000, as measured on one H100; twenty runs, enough
+        // for a value none of them reached to count as rare (one re-run confirms it).
+        let ten = [
             1000.0, 1003.0, 997.0, 1001.0, 999.0, 1002.0, 998.0, 1000.0, 1001.0, 999.0,
-        ]
+        ];
+        ten.iter().chain(ten.iter()).copied().collect()
+    }
+
+    /// Issue 31's bimodal cell: where the clean runs have shown values this far out, one
+    /// re-run is not enough; with fewer than RARE_AFTER clean runs, neither.
+    #[test]
+    fn reruns_needed_grow_with_how_often_clean_runs_land_this_far_out() {
+        let p = Policy::default();
+        let h = quiet_history();
+        let b = band(&h, 0.0, &p).unwrap();
+        assert_eq!(reruns_needed(&h, 960.0, &b, Direction::Higher, 0.01), 1);
+        assert_eq!(reruns_needed(&h[..10], 960.0, &b, Direction::Higher, 0.01), 2);
+        let mut bimodal = h.clone();
+        for i in [3, 9, 15] {
+            bimodal[i] = 962.0;
+        }
+        // 4 of 21 (this run counted): p = 0.19, p^3 = 0.7%.
+        assert_eq!(reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01), 2);
+        for i in [1, 5, 11, 13, 17] {
+            bimodal[i] = 962.0;
+        }
+        assert_eq!(reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01), 3);
+        // Two re-runs that both breach confirm a breach that needs two; one does not.
+        let o = Observation {
+            confirms: &[&[963.0]],
+            ..obs(&h[..10], 963.0)
+        };
+        assert_eq!(judge(&o, Direction::Higher, &p).verdict, HistoryVerdict::Suspect);
+        let o2 = Observation {
+            confirms: &[&[963.0], &[962.5]],
+            ..o
+        };
+        assert_eq!(judge(&o2, Direction::Higher, &p).verdict, HistoryVerdict::Regressed);
+        let cleared = Observation {
+            confirms: &[&[963.0], &[1000.5]],
+            ..o
+        };
+        assert_eq!(judge(&cleared, Direction::Higher, &p).verdict, HistoryVerdict::Unchanged);
     }
 
     #[test]
@@ -515,7 +791,7 @@ mod tests {
             HistoryVerdict::Suspect
         );
         let again = Observation {
-            confirm: Some(&[979.0]),
+            confirms: &[&[979.0]],
             ..obs(&h, 980.0)
         };
         assert_eq!(
@@ -523,7 +799,7 @@ mod tests {
             HistoryVerdict::Regressed
         );
         let transient = Observation {
-            confirm: Some(&[1000.5]),
+            confirms: &[&[1000.5]],
             ..obs(&h, 980.0)
         };
         assert_eq!(
@@ -532,7 +808,7 @@ mod tests {
         );
         // Faster, confirmed: improved. Lower-is-better metrics mirror it.
         let faster = Observation {
-            confirm: Some(&[1030.0]),
+            confirms: &[&[1030.0]],
             ..obs(&h, 1030.0)
         };
         assert_eq!(
@@ -551,12 +827,126 @@ mod tests {
     }
 
     #[test]
-    fn a_breach_that_the_previous_run_also_showed_is_confirmed() {
-        let mut h = quiet_history();
-        h.push(975.0);
-        let j = judge(&obs(&h, 978.0), Direction::Higher, &Policy::default());
-        assert_eq!(j.verdict, HistoryVerdict::Regressed);
+    fn a_breach_that_the_previous_run_showed_at_the_same_level_is_confirmed() {
+        let h = quiet_history();
+        let before: Vec<f64> = (0..30).map(|i| 1000.0 + (i % 5) as f64 - 2.0).collect();
+        let prev = [975.0, 975.5, 974.5, 975.2, 974.8, 975.1, 974.9, 975.3];
+        let now = [975.4, 974.6, 975.0, 975.2, 974.7, 975.1, 974.9, 975.3];
+        let o = Observation {
+            history_samples: &before,
+            samples: &now,
+            previous: Some(Previous {
+                value: 975.0,
+                samples: &prev,
+                verdict: Some("suspect"),
+            }),
+            ..obs(&h, 975.0)
+        };
+        let j = judge(&o, Direction::Higher, &Policy::default());
+        assert_eq!(j.verdict, HistoryVerdict::Regressed, "{j:?}");
         assert!(j.sigmas.unwrap() < -4.0, "{j:?}");
+        // A previous run its own re-run showed good confirms nothing.
+        let shown_good = Observation {
+            previous: Some(Previous {
+                verdict: Some("unchanged"),
+                ..o.previous.unwrap()
+            }),
+            ..o
+        };
+        assert_eq!(
+            judge(&shown_good, Direction::Higher, &Policy::default()).verdict,
+            HistoryVerdict::Suspect
+        );
+    }
+
+    /// Issue 31's night 15: the night before was a real regression at another level (414K
+    /// against a usual 425K); this night measures 400K on a revert. Its breach borrows
+    /// nothing from the night before: it is a suspect, to be re-run.
+    #[test]
+    fn a_previous_breach_at_another_level_confirms_nothing() {
+        let h = [
+            424.0, 425.0, 426.0, 423.0, 425.0, 427.0, 424.0, 425.0, 426.0, 424.0,
+        ];
+        let before: Vec<f64> = h.iter().flat_map(|v| [v - 0.5, *v, v + 0.5]).collect();
+        let prev = [414.0, 414.5, 413.6];
+        let now = [405.0, 398.0, 400.0];
+        let o = Observation {
+            history_samples: &before,
+            samples: &now,
+            previous: Some(Previous {
+                value: 414.0,
+                samples: &prev,
+                verdict: Some("regressed"),
+            }),
+            ..obs(&h, 400.0)
+        };
+        let j = judge(&o, Direction::Higher, &Policy::default());
+        assert_eq!(j.verdict, HistoryVerdict::Suspect, "{j:?}");
+        // Three repeats against three can never say "same" at the 5% level (no interval
+        // exists), so even a previous breach at this level needs the re-run.
+        let same_level = Observation {
+            previous: Some(Previous {
+                value: 400.0,
+                samples: &[400.5, 399.0, 401.0],
+                verdict: Some("regressed"),
+            }),
+            ..o
+        };
+        assert_eq!(
+            judge(&same_level, Direction::Higher, &Policy::default()).verdict,
+            HistoryVerdict::Suspect
+        );
+    }
+
+    /// Issue 31's blind spot: one repeat of three ran 32% slower. The half-range would
+    /// widen the band to +-80%; the robust within-run noise does not, so a 5% drop of the
+    /// median is still a breach, and the outlier repeat is named.
+    #[test]
+    fn one_disturbed_repeat_neither_blinds_the_band_nor_goes_unnamed() {
+        let h = quiet_history();
+        let disturbed = [950.0, 951.0, 646.0];
+        let within = within_run(&disturbed, &[]);
+        assert!(within < 0.002, "{within}");
+        let o = Observation {
+            within_rel: within,
+            samples: &disturbed,
+            ..obs(&h, 950.0)
+        };
+        let j = judge(&o, Direction::Higher, &Policy::default());
+        assert_eq!(j.verdict, HistoryVerdict::Suspect, "{j:?}");
+        let b = j.band.unwrap();
+        assert!(b.half_width / b.center < 0.02, "{b:?}");
+        let out = outlier_repeats(&disturbed, OUTLIER_MIN_REL);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(
+            out[0].describe(Direction::Higher),
+            "repeat 3 of 3 ran 32% slower than the others"
+        );
+        // Repeats that merely disagree name no outlier; two repeats never do.
+        assert!(outlier_repeats(&[1000.0, 950.0, 900.0], OUTLIER_MIN_REL).is_empty());
+        assert!(outlier_repeats(&[1000.0, 600.0], OUTLIER_MIN_REL).is_empty());
+        assert!(outlier_repeats(&[1000.0, 1001.0, 990.0], OUTLIER_MIN_REL).is_empty());
+        // A run noisier than its history is capped at the history's typical noise.
+        let capped = Observation {
+            within_rel: 0.2,
+            history_within_rel: Some(0.002),
+            ..obs(&h, 950.0)
+        };
+        let bc = judge(&capped, Direction::Higher, &Policy::default()).band.unwrap();
+        assert!(bc.half_width / bc.center < 0.02, "{bc:?}");
+    }
+
+    #[test]
+    fn within_run_noise_is_robust_and_uses_the_steps() {
+        assert_eq!(within_run(&[100.0, 100.0, 100.0], &[]), 0.0);
+        // 1.4826 x MAD 1 / 100.
+        assert!((within_run(&[99.0, 100.0, 101.0], &[]) - 0.014826).abs() < 1e-9);
+        // Two repeats: the steps decide.
+        assert_eq!(within_run(&[100.0, 60.0], &[0.004, 0.002, 0.003]), 0.003);
+        let steps: Vec<f64> = (0..100).map(|i| 1.0 + 0.01 * ((i % 3) as f64 - 1.0)).collect();
+        let s = step_rel_sigma(&steps).unwrap();
+        assert!((s - 1.2533 * 1.4826 * 0.01 / 10.0).abs() < 1e-9, "{s}");
+        assert_eq!(step_rel_sigma(&[1.0, 2.0]), None);
     }
 
     #[test]
@@ -574,7 +964,7 @@ mod tests {
         );
         // Repeats 1% apart (half-range 1%): the band becomes 4% wide on each side.
         let noisy = Observation {
-            rel_spread: 0.01,
+            within_rel: 0.01,
             ..obs(&flat, 985.0)
         };
         assert_eq!(
@@ -625,8 +1015,17 @@ mod tests {
         };
         let j = judge(&o, Direction::Higher, &p);
         assert_eq!(j.verdict, HistoryVerdict::Suspect, "{j:?}");
+        // Too few runs for a band: two re-runs must keep the difference.
+        let once = Observation {
+            confirms: &[&[970.5, 969.5, 971.5]],
+            ..o
+        };
+        assert_eq!(
+            judge(&once, Direction::Higher, &p).verdict,
+            HistoryVerdict::Suspect
+        );
         let confirmed = Observation {
-            confirm: Some(&[970.5, 969.5, 971.5]),
+            confirms: &[&[970.5, 969.5, 971.5], &[970.0, 971.0, 969.0]],
             ..o
         };
         assert_eq!(

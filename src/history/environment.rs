@@ -20,6 +20,13 @@
 //!   every clean run also shows (SW power cap at full load, as on every H100 under
 //!   training) excuses nothing.
 //!
+//! - **A busy host** (`crate::telemetry::host`): processes that are not bench's own used
+//!   more CPU during the measured steps than in the clean runs, by at least
+//!   [`HOST_CPU_MIN`] CPUs and 4 robust sigmas of the clean runs' figures; or the host
+//!   swapped ([`SWAP_PAGES_MIN`] pages/s where its clean runs did not) or waited for memory
+//!   (PSI above [`PRESSURE_MIN`]% where its clean runs stayed under 1%). The busiest foreign
+//!   processes are named. A longer run queue is shown as a note.
+//!
 //! Without at least [`MIN_CLEAN`] clean runs with telemetry only a foreign process can
 //! explain a loss: "nothing to compare with" is never an excuse.
 
@@ -40,6 +47,13 @@ const CLOCK_FLOOR: f64 = 0.01;
 const REASON_PRESENT: f64 = 0.10;
 /// A reason at most this often in every clean run is "not in the history".
 const REASON_ABSENT: f64 = 0.05;
+
+/// Foreign CPUs above the clean runs' that make a busy host (one core taken away).
+pub(crate) const HOST_CPU_MIN: f64 = 0.5;
+/// Pages swapped per second that count as swapping.
+pub(crate) const SWAP_PAGES_MIN: f64 = 10.0;
+/// Memory pressure (PSI some avg10, percent) that counts as waiting for memory.
+pub(crate) const PRESSURE_MIN: f64 = 10.0;
 
 /// The SW power cap: a busy GPU may sit at it whatever the code does.
 const POWER_CAP: &str = "SW power cap";
@@ -259,6 +273,7 @@ pub(crate) fn explain(
         }
         f.clock = Some(figures);
     }
+    host_causes(now, clean, rel_change, &mut f);
     // Slowdown reasons the history does not show.
     if enough {
         let with: Vec<&&CellTelemetry> = clean
@@ -295,6 +310,79 @@ pub(crate) fn explain(
     Some(f)
 }
 
+/// The host's figures against the clean runs' (see the module docs): causes when the
+/// run is worse, notes otherwise.
+fn host_causes(
+    now: &CellTelemetry,
+    clean: &[(f64, &CellTelemetry)],
+    rel_change: f64,
+    f: &mut Finding,
+) {
+    let Some(h) = &now.host else { return };
+    let before: Vec<&crate::telemetry::host::HostFigures> =
+        clean.iter().filter_map(|(_, t)| t.host.as_ref()).collect();
+    if before.len() < MIN_CLEAN {
+        return;
+    }
+    let worse = rel_change < 0.0;
+    let mut push = |text: String| {
+        if worse {
+            f.causes.push(text);
+        } else {
+            f.notes.push(format!("{text}, which does not explain a loss"));
+        }
+    };
+    let foreign: Vec<f64> = before.iter().map(|b| b.foreign_cpus).collect();
+    let centre = median(&foreign).unwrap_or(0.0);
+    let sigma = 1.4826 * mad(&foreign).unwrap_or(0.0);
+    if h.foreign_cpus >= centre + HOST_CPU_MIN.max(4.0 * sigma) {
+        let queue: Vec<f64> = before.iter().map(|b| b.run_queue).collect();
+        let top: Vec<String> = h
+            .top
+            .iter()
+            .map(|p| {
+                format!(
+                    "`{}` (pid {}) {:.0}%",
+                    crate::sanitize::clean(&p.name),
+                    p.pid,
+                    p.cpus * 100.0
+                )
+            })
+            .collect();
+        push(format!(
+            "the host was busy: other processes used {:.1} of its {} CPUs during the measured steps against {:.1} in its last {} clean runs (CPUs {:.0}% busy, run queue {:.1} against {:.1}){}",
+            h.foreign_cpus,
+            h.cpus,
+            centre,
+            before.len(),
+            h.cpu_busy_pct,
+            h.run_queue,
+            median(&queue).unwrap_or(0.0),
+            if top.is_empty() {
+                String::new()
+            } else {
+                format!("; busiest: {}", top.join(", "))
+            }
+        ));
+    }
+    let swap: Vec<f64> = before.iter().map(|b| b.swap_pages_per_s).collect();
+    let swap_before = median(&swap).unwrap_or(0.0);
+    if h.swap_pages_per_s >= SWAP_PAGES_MIN && swap_before < SWAP_PAGES_MIN / 10.0 {
+        push(format!(
+            "the host swapped {:.0} pages/s during the measured steps against {:.1} in its clean runs",
+            h.swap_pages_per_s, swap_before
+        ));
+    }
+    let pressure: Vec<f64> = before.iter().filter_map(|b| b.memory_pressure_pct).collect();
+    if let (Some(p), Some(was)) = (h.memory_pressure_pct, median(&pressure)) {
+        if p >= PRESSURE_MIN && was < 1.0 {
+            push(format!(
+                "tasks waited for memory {p:.0}% of the time (PSI) against {was:.1}% in its clean runs"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,6 +405,7 @@ mod tests {
             reasons,
             foreign: vec![],
             unverified: vec![],
+            host: None,
         }
     }
 
@@ -424,5 +513,51 @@ mod tests {
         let f = explain(Some(&now), 485_000.0, &pairs(&calm), -0.03).unwrap();
         assert!(!f.explains(), "{f:?}");
         assert_eq!(f.notes.len(), 1);
+    }
+
+    fn host(foreign: f64, queue: f64) -> CellTelemetry {
+        CellTelemetry::host_only(crate::telemetry::host::HostFigures {
+            samples: 12,
+            cpus: 2,
+            cpu_busy_pct: 50.0 + foreign * 25.0,
+            foreign_cpus: foreign,
+            run_queue: queue,
+            memory_pressure_pct: Some(0.0),
+            swap_pages_per_s: 0.0,
+            top: if foreign > 0.1 {
+                vec![crate::telemetry::host::HostProcess {
+                    pid: 4242,
+                    name: "stress-ng\u{1b}]0;x".into(),
+                    cpus: foreign,
+                }]
+            } else {
+                vec![]
+            },
+        })
+    }
+
+    /// Issue 31: a cell slowed while the host's CPUs were busy with other work is the
+    /// environment, naming the processes; the same load on a run that is not worse only
+    /// notes it; no clean runs with host figures, no excuse.
+    #[test]
+    fn a_busy_host_explains_a_loss_and_names_its_processes() {
+        let c: Vec<CellTelemetry> = [0.02, 0.0, 0.05, 0.01].iter().map(|&x| host(x, 1.0)).collect();
+        let now = host(1.9, 4.0);
+        let f = explain(Some(&now), 400.0, &pairs(&c), -0.3).unwrap();
+        assert!(f.explains(), "{f:?}");
+        let cause = &f.causes[0];
+        assert!(cause.contains("other processes used 1.9 of its 2 CPUs"), "{cause}");
+        assert!(cause.contains("(pid 4242) 190%"), "{cause}");
+        assert!(!cause.contains('\u{1b}'), "escapes are cleaned: {cause}");
+        let same = host(0.03, 1.0);
+        assert!(!explain(Some(&same), 400.0, &pairs(&c), -0.3).unwrap().explains());
+        let faster = explain(Some(&now), 600.0, &pairs(&c), 0.1).unwrap();
+        assert!(!faster.explains() && faster.notes.len() == 1, "{faster:?}");
+        assert!(!explain(Some(&now), 400.0, &pairs(&c[..2]), -0.3).unwrap().explains());
+        // Swapping where the clean runs did not.
+        let mut swapping = host(0.0, 1.0);
+        swapping.host.as_mut().unwrap().swap_pages_per_s = 500.0;
+        let f = explain(Some(&swapping), 400.0, &pairs(&c), -0.3).unwrap();
+        assert!(f.causes[0].contains("swapped 500 pages/s"), "{f:?}");
     }
 }

@@ -28,7 +28,9 @@ use crate::baseline::{compare, Baselines, Direction, Verdict};
 use crate::results::{CellResult, Outcome, RunResults};
 
 use super::detect::{
-    judge, judge_loss, HistoryVerdict, Judgement, NumericsVerdict, Observation, Policy,
+    judge, judge_loss, outlier_repeats, step_rel_sigma, within_run, HistoryVerdict, Judgement,
+    NumericsVerdict, Observation, OutlierRepeat, Policy, Previous, OUTLIER_MIN_REL,
+    OUTLIER_SIGMAS,
 };
 use super::environment::{excuse, explain, Finding};
 use super::record::{context_of, CellRecord, RunRecord};
@@ -42,8 +44,30 @@ pub(crate) const METRIC: &str = "tokens_per_s";
 /// Relative floor of the loss band (see `detect::judge_loss`).
 pub(crate) const LOSS_FLOOR_REL: f64 = 1e-3;
 
-/// The run-id suffix of a confirming re-run.
+/// The run-id suffix of a confirming re-run (the first; later ones add `-2`, `-3`).
 pub(crate) const CONFIRM_SUFFIX: &str = "-confirm";
+
+/// The run id of the `pass`-th confirming re-run of `run_id` (from 1).
+pub(crate) fn confirm_run_id(run_id: &str, pass: usize) -> String {
+    if pass <= 1 {
+        format!("{run_id}{CONFIRM_SUFFIX}")
+    } else {
+        format!("{run_id}{CONFIRM_SUFFIX}-{pass}")
+    }
+}
+
+/// Whether `run_id` names a confirming re-run (evidence for its own run only).
+pub(crate) fn is_confirm_run(run_id: &str) -> bool {
+    if run_id.ends_with(CONFIRM_SUFFIX) {
+        return true;
+    }
+    match run_id.rsplit_once('-') {
+        Some((head, n)) => {
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && head.ends_with(CONFIRM_SUFFIX)
+        }
+        None => false,
+    }
+}
 
 /// Where a shift began and the last run before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,11 +88,19 @@ pub struct CellJudgement {
     /// This run's repeats.
     #[serde(default)]
     pub samples: Vec<f64>,
+    /// Repeats far from the others while the others agree: a disturbed run (environment
+    /// evidence, named in the verdict line).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outliers: Vec<OutlierRepeat>,
     pub judgement: Judgement,
-    /// The re-run's value (median), when the cell was re-run to confirm.
+    /// The re-run's value (median), when the cell was re-run to confirm (the last re-run's
+    /// when there were several).
     pub confirm_value: Option<f64>,
     #[serde(default)]
     pub confirm_samples: Vec<f64>,
+    /// Each re-run's value (median), in order, when the cell was re-run more than once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirm_values: Vec<f64>,
     /// Why the confirming re-run produced no measurement, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_failed: Option<String>,
@@ -116,7 +148,8 @@ pub struct GateReport {
     /// Which runs the cells were judged against (branch, merge-base).
     #[serde(default)]
     pub scope: String,
-    /// The run that re-ran the suspect and unknown cells, when one did.
+    /// The run that re-ran the suspect and unknown cells, when one did (the last, when
+    /// several passes re-ran them).
     pub confirm_run_id: Option<String>,
     /// Cells left unconfirmed because the confirmation budget ran out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -240,7 +273,17 @@ fn git(args: &[&str]) -> Option<String> {
 /// Re-runs cells by id (each with at least the given repeats) and returns the run's
 /// results (the seam the confirmation goes through).
 pub(crate) trait ConfirmRunner {
-    fn rerun(&mut self, cells: &[(String, u32)]) -> Result<ConfirmOutcome, crate::error::CliError>;
+    /// The `pass`-th re-run (from 1) of `cells`.
+    fn rerun(
+        &mut self,
+        pass: usize,
+        cells: &[(String, u32)],
+    ) -> Result<ConfirmOutcome, crate::error::CliError>;
+
+    /// How many independent re-runs this runner can give a cell.
+    fn max_passes(&self) -> usize {
+        super::detect::MAX_RERUNS
+    }
 }
 
 /// What a confirming re-run gave.
@@ -269,7 +312,7 @@ pub fn judge_run(
         policy: *policy,
         scope: &scope,
     }
-    .run(confirm)
+    .run(confirm.as_slice())
 }
 
 /// Everything the gate knows while judging one run.
@@ -282,8 +325,8 @@ pub(crate) struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    /// Judges every passed cell of the run (and, given `confirm`, the re-run's cells).
-    pub(crate) fn run(&mut self, confirm: Option<&RunResults>) -> Result<GateReport, HistoryError> {
+    /// Judges every passed cell of the run (and, given `confirms`, the re-runs' cells).
+    pub(crate) fn run(&mut self, confirms: &[&RunResults]) -> Result<GateReport, HistoryError> {
         let comparison = compare(self.results, self.baselines);
         let mut cells = Vec::new();
         for cell in self
@@ -292,12 +335,15 @@ impl Judge<'_> {
             .iter()
             .filter(|c| c.outcome == Outcome::Passed && c.metrics.contains_key(METRIC))
         {
-            let again = confirm.and_then(|c| c.cells.iter().find(|x| x.id == cell.id));
+            let again: Vec<&CellResult> = confirms
+                .iter()
+                .filter_map(|c| c.cells.iter().find(|x| x.id == cell.id))
+                .collect();
             let baseline_regressed = comparison
                 .cell(cell.id.as_str())
                 .and_then(|c| c.metric(METRIC))
                 .is_some_and(|mc| mc.verdict == Verdict::Regression);
-            cells.push(self.cell(cell, again, baseline_regressed)?);
+            cells.push(self.cell(cell, &again, baseline_regressed)?);
         }
         Ok(GateReport {
             run_id: self.results.run_id.clone(),
@@ -305,7 +351,7 @@ impl Judge<'_> {
             store: self.store.location.clone(),
             policy: self.policy,
             scope: self.scope.describe.clone(),
-            confirm_run_id: confirm.map(|c| c.run_id.clone()),
+            confirm_run_id: confirms.last().map(|c| c.run_id.clone()),
             over_budget: Vec::new(),
             cells,
         })
@@ -314,7 +360,7 @@ impl Judge<'_> {
     fn cell(
         &mut self,
         cell: &CellResult,
-        again: Option<&CellResult>,
+        again: &[&CellResult],
         baseline_regressed: bool,
     ) -> Result<CellJudgement, HistoryError> {
         let id = cell.id.as_str();
@@ -326,71 +372,66 @@ impl Judge<'_> {
         // Earlier runs of the branch judged: never this run, never a confirming re-run.
         let scoped: Vec<&Point> = current_segment(&trend, &segments)
             .iter()
-            .filter(|p| &p.run_id != run_id && !p.run_id.ends_with(CONFIRM_SUFFIX))
+            .filter(|p| &p.run_id != run_id && !is_confirm_run(&p.run_id))
             .filter(|p| p.started_at <= self.results.started_at)
             .filter(|p| self.scope.admits(p))
             .collect();
         // The run `bench baseline accept` started the segment with is the new normal,
         // whatever it was judged then.
         let accepted = segments.last().map(|s| s.first_run_id.as_str());
-        let clean: Vec<&Point> = scoped
-            .iter()
-            .copied()
-            .filter(|p| {
-                Some(p.run_id.as_str()) == accepted
-                    || !matches!(p.verdict.as_deref(), Some("regressed" | "environment"))
-            })
-            .collect();
-        let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
-        let lookback = &clean[clean.len().saturating_sub(self.policy.lookback)..];
-        let history_samples: Vec<f64> = lookback
-            .iter()
-            .flat_map(|p| {
-                if p.samples.is_empty() {
-                    vec![p.value]
-                } else {
-                    p.samples.clone()
-                }
-            })
-            .collect();
         let base = self
             .baselines
             .cell(id)
             .and_then(|b| b.metrics.get(METRIC))
             .map(|b| (b.value, b.effective_tolerance(METRIC)));
-        let (confirm_samples, confirm_failed) = match again {
-            Some(c) => match (&c.outcome, c.metrics.get(METRIC)) {
-                (Outcome::Passed, Some(mv)) => (Some(mv.samples.clone()), None),
-                (Outcome::Passed, None) => (None, Some("it measured no tokens/s".to_string())),
-                (o, _) => (None, Some(outcome_reason(o))),
-            },
-            None => (None, None),
-        };
-        let obs = Observation {
-            history: &history,
-            history_samples: &history_samples,
-            value: m.value,
-            rel_spread: m.rel_spread,
-            samples: &m.samples,
-            confirm: confirm_samples.as_deref(),
-            baseline: base,
-            previous_regressed: scoped
-                .last()
-                .is_some_and(|p| p.verdict.as_deref() == Some("regressed")),
-        };
-        let mut judgement = judge(&obs, Direction::Higher, &self.policy);
-        // A suspect whose re-run could not measure stays failed: a confirmation that
-        // cannot run must never pass a cell.
-        if judgement.verdict == HistoryVerdict::Suspect && confirm_failed.is_some() {
-            judgement.verdict = HistoryVerdict::Regressed;
+        // Each re-run's repeats, in order; the first that measured nothing says why.
+        let mut confirm_runs: Vec<Vec<f64>> = Vec::new();
+        let mut confirm_failed = None;
+        for c in again {
+            match (&c.outcome, c.metrics.get(METRIC)) {
+                (Outcome::Passed, Some(mv)) => confirm_runs.push(mv.samples.clone()),
+                (Outcome::Passed, None) => {
+                    confirm_failed.get_or_insert_with(|| "it measured no tokens/s".to_string());
+                }
+                (o, _) => {
+                    confirm_failed.get_or_insert_with(|| outcome_reason(o));
+                }
+            }
         }
-        let clean_tele: Vec<(f64, &crate::telemetry::CellTelemetry)> = lookback
+        let confirms: Vec<&[f64]> = confirm_runs.iter().map(Vec::as_slice).collect();
+        // The noise of the steps inside each repeat (see `detect::within_run`).
+        let step_sigmas: Vec<f64> = cell
+            .repeats
             .iter()
-            .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
+            .filter_map(|r| {
+                let times: Vec<f64> =
+                    crate::metrics::stats::measured_steps(&r.steps, cell.params.warmup)
+                        .into_iter()
+                        .map(|(t, _)| t)
+                        .collect();
+                step_rel_sigma(&times)
+            })
             .collect();
-        let rel = judgement.rel_change.unwrap_or(0.0);
-        let environment = explain(cell.telemetry.as_deref(), m.value, &clean_tele, rel);
-        excuse(&mut judgement, environment.as_ref());
+        let decided = decide(
+            &scoped,
+            accepted,
+            &Measured {
+                value: m.value,
+                samples: &m.samples,
+                step_sigmas: &step_sigmas,
+                telemetry: cell.telemetry.as_deref(),
+                confirms: &confirms,
+                confirm_failed: confirm_failed.is_some(),
+                baseline: base,
+            },
+            &self.policy,
+        );
+        let Decided {
+            judgement,
+            outliers,
+            environment,
+        } = decided;
+        let clean = clean_runs(&scoped, accepted);
         let curves: Vec<Vec<f64>> = clean.iter().map(|p| p.loss_curve.clone()).collect();
         let loss = CellRecord::from_result(cell).loss_curve;
         let numerics = judge_loss(&curves, &loss, self.policy.min_history, LOSS_FLOOR_REL);
@@ -424,11 +465,20 @@ impl Judge<'_> {
             metric: METRIC.to_string(),
             value: m.value,
             samples: m.samples.clone(),
+            outliers,
             judgement,
-            confirm_value: confirm_samples
-                .as_deref()
-                .and_then(crate::metrics::stats::median),
-            confirm_samples: confirm_samples.unwrap_or_default(),
+            confirm_value: confirm_runs
+                .last()
+                .and_then(|c| crate::metrics::stats::median(c)),
+            confirm_samples: confirm_runs.concat(),
+            confirm_values: if confirm_runs.len() > 1 {
+                confirm_runs
+                    .iter()
+                    .filter_map(|c| crate::metrics::stats::median(c))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             confirm_failed,
             numerics,
             since,
@@ -444,6 +494,116 @@ impl Judge<'_> {
     }
 }
 
+/// One measurement of a cell, as the gate (and the sequence study) judges it.
+pub(crate) struct Measured<'a> {
+    pub value: f64,
+    /// The repeats' values.
+    pub samples: &'a [f64],
+    /// Each repeat's relative noise of its median step (`detect::step_rel_sigma`).
+    pub step_sigmas: &'a [f64],
+    pub telemetry: Option<&'a crate::telemetry::CellTelemetry>,
+    /// The confirming re-runs' repeats, in order (same job, same commit and switches).
+    pub confirms: &'a [&'a [f64]],
+    /// A re-run was asked for and produced no measurement.
+    pub confirm_failed: bool,
+    /// The stored baseline and its tolerance.
+    pub baseline: Option<(f64, f64)>,
+}
+
+/// What [`decide`] found.
+pub(crate) struct Decided {
+    pub judgement: Judgement,
+    pub outliers: Vec<OutlierRepeat>,
+    pub environment: Option<Finding>,
+}
+
+/// The earlier runs of `scoped` that form a band: all but those judged regressed or
+/// environment (a regression stays red until fixed or accepted), except the run `accepted`
+/// started its segment with.
+pub(crate) fn clean_runs<'a>(scoped: &[&'a Point], accepted: Option<&str>) -> Vec<&'a Point> {
+    scoped
+        .iter()
+        .copied()
+        .filter(|p| {
+            Some(p.run_id.as_str()) == accepted
+                || !matches!(p.verdict.as_deref(), Some("regressed" | "environment"))
+        })
+        .collect()
+}
+
+/// The shipped speed verdict of one measurement against the earlier runs of its scope
+/// (oldest first): the band and the repeats' test ([`judge`]), confirmation by the re-run
+/// or by the previous run at the same level, the within-run noise capped by the history's,
+/// the outlier repeats, and the environment's excuse. Pure: the gate calls it with the
+/// store's runs, `bench history study` with simulated nights, so the study measures what
+/// users get.
+pub(crate) fn decide(
+    scoped: &[&Point],
+    accepted: Option<&str>,
+    now: &Measured<'_>,
+    policy: &Policy,
+) -> Decided {
+    let clean = clean_runs(scoped, accepted);
+    let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
+    let lookback = &clean[clean.len().saturating_sub(policy.lookback)..];
+    let samples_of = |p: &&Point| {
+        if p.samples.is_empty() {
+            vec![p.value]
+        } else {
+            p.samples.clone()
+        }
+    };
+    let history_samples: Vec<f64> = lookback.iter().flat_map(samples_of).collect();
+    // The noise the lookback's runs showed inside themselves caps this run's.
+    let lookback_within: Vec<f64> = lookback
+        .iter()
+        .filter(|p| p.samples.len() >= 3)
+        .map(|p| within_run(&p.samples, &[]))
+        .collect();
+    let history_within_rel = crate::metrics::stats::median(&lookback_within);
+    let outlier_floor =
+        OUTLIER_MIN_REL.max(OUTLIER_SIGMAS * history_within_rel.unwrap_or(0.0));
+    let outliers = outlier_repeats(now.samples, outlier_floor);
+    let previous = scoped.last().map(|p| Previous {
+        value: p.value,
+        samples: if p.samples.is_empty() {
+            std::slice::from_ref(&p.value)
+        } else {
+            &p.samples
+        },
+        verdict: p.verdict.as_deref(),
+    });
+    let obs = Observation {
+        history: &history,
+        history_samples: &history_samples,
+        history_within_rel,
+        value: now.value,
+        within_rel: within_run(now.samples, now.step_sigmas),
+        samples: now.samples,
+        confirms: now.confirms,
+        baseline: now.baseline,
+        previous,
+    };
+    let mut judgement = judge(&obs, Direction::Higher, policy);
+    // A suspect whose re-run could not measure stays failed: a confirmation that cannot
+    // run must never pass a cell.
+    if judgement.verdict == HistoryVerdict::Suspect && now.confirm_failed {
+        judgement.verdict = HistoryVerdict::Regressed;
+    }
+    let clean_tele: Vec<(f64, &crate::telemetry::CellTelemetry)> = lookback
+        .iter()
+        .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
+        .collect();
+    let rel = judgement.rel_change.unwrap_or(0.0);
+    let environment = explain(now.telemetry, now.value, &clean_tele, rel);
+    excuse(&mut judgement, environment.as_ref());
+    Decided {
+        judgement,
+        outliers,
+        environment,
+    }
+}
+
 fn outcome_reason(o: &Outcome) -> String {
     match o {
         Outcome::Passed => "passed".into(),
@@ -453,9 +613,18 @@ fn outcome_reason(o: &Outcome) -> String {
     }
 }
 
-/// For a regression or improvement: the first run of the unbroken streak of runs just
-/// before this one that were judged regressed (this run when the one before was not), and
-/// the run before that streak.
+/// Whether a run's stored verdict showed the cell good at its commit: judged inside its
+/// band (or improved), or recorded before verdicts existed.
+fn shown_good(p: &Point) -> bool {
+    matches!(
+        p.verdict.as_deref(),
+        None | Some("unchanged" | "improved" | "insufficient_history")
+    )
+}
+
+/// For a regression or improvement: the last run that showed the cell good (the latest
+/// one, so the range never spans a commit a clean run already vouched for), and the first
+/// run after it (this run when it is the next). For an improvement, the run just before.
 fn since(scoped: &[&Point], results: &RunResults, verdict: HistoryVerdict) -> Option<Since> {
     if !matches!(
         verdict,
@@ -465,11 +634,16 @@ fn since(scoped: &[&Point], results: &RunResults, verdict: HistoryVerdict) -> Op
     }
     let mut start = scoped.len();
     if verdict == HistoryVerdict::Regressed {
-        while start > 0 && scoped[start - 1].verdict.as_deref() == Some("regressed") {
+        // Back over the runs since the last good one (regressed, suspect, unknown,
+        // environment): the shift may have begun at any of them.
+        while start > 0 && !shown_good(scoped[start - 1]) {
             start -= 1;
         }
     }
-    let good = start.checked_sub(1).map(|i| scoped[i]);
+    let good = start
+        .checked_sub(1)
+        .map(|i| scoped[i])
+        .filter(|p| verdict != HistoryVerdict::Regressed || shown_good(p));
     let (run_id, commit, started_at) = match scoped.get(start) {
         Some(p) => (p.run_id.clone(), p.commit.clone(), p.started_at.clone()),
         None => (
@@ -576,38 +750,59 @@ pub(crate) fn after_run(
         policy,
         scope: &scope,
     };
-    let mut report = judge.run(None)?;
+    let mut report = judge.run(&[])?;
     let mut interrupted = false;
-    let wanted = report.to_confirm();
-    if let Some(runner) = runner.filter(|_| !wanted.is_empty()) {
-        let (chosen, over) = within_budget(&wanted, &report, results, budget_gpu_s);
-        if !over.is_empty() {
+    if let Some(runner) = runner {
+        // Pass after pass: the suspects (and, in the first pass, the unknown cells) are
+        // re-run until each has the re-runs its breach needs (`detect::reruns_needed`),
+        // one re-run clears it, the runner has no more independent re-runs to give, or
+        // the budget is spent. Every pass is judged with all the re-runs before it.
+        let mut confirms: Vec<RunResults> = Vec::new();
+        let mut spent = 0.0;
+        let mut over: Vec<String> = Vec::new();
+        for pass in 1..=runner.max_passes() {
+            let wanted: Vec<String> = report
+                .to_confirm()
+                .into_iter()
+                .filter(|id| {
+                    pass == 1 || report.cell(id).is_some_and(|c| c.verdict() == HistoryVerdict::Suspect)
+                })
+                .collect();
+            if wanted.is_empty() || interrupted {
+                break;
+            }
+            let left = budget_gpu_s.map(|b| b - spent);
+            let (chosen, out, cost) = within_budget(&wanted, &report, results, left);
+            spent += cost;
+            for id in out {
+                if !over.contains(&id) {
+                    over.push(id);
+                }
+            }
+            if chosen.is_empty() {
+                break;
+            }
             eprintln!(
-                "history: confirmation budget reached; not re-run: {}",
-                over.join(", ")
-            );
-        }
-        if !chosen.is_empty() {
-            eprintln!(
-                "history: re-running {} cell(s) to confirm: {}",
+                "history: re-running {} cell(s) to confirm{}: {}",
                 chosen.len(),
+                if pass > 1 {
+                    format!(" (re-run {pass}: their clean runs have shown values this far out)")
+                } else {
+                    String::new()
+                },
                 chosen
                     .iter()
                     .map(|(c, _)| c.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            match runner.rerun(&chosen) {
+            match runner.rerun(pass, &chosen) {
                 Ok(confirm) => {
                     interrupted = confirm.interrupted;
-                    let mut again = Judge {
-                        store: judge.store,
-                        results,
-                        baselines: &baselines,
-                        policy,
-                        scope: &scope,
-                    };
-                    let rejudged = again.run(Some(&confirm.results))?;
+                    record(judge.store, &confirm.results, None)?;
+                    confirms.push(confirm.results);
+                    let all: Vec<&RunResults> = confirms.iter().collect();
+                    let rejudged = judge.run(&all)?;
                     // Only the re-run cells take the new verdict.
                     for c in rejudged.cells {
                         if chosen.iter().any(|(id, _)| id == &c.cell_id) {
@@ -618,12 +813,7 @@ pub(crate) fn after_run(
                             }
                         }
                     }
-                    report.confirm_run_id = Some(confirm.results.run_id.clone());
-                    record(again.store, &confirm.results, None)?;
-                    again
-                        .store
-                        .set_verdicts(&confirm.results.run_id, &verdict_words(&report))?;
-                    judge.store = again.store;
+                    report.confirm_run_id = confirms.last().map(|c| c.run_id.clone());
                 }
                 Err(e) => {
                     let e = e.report();
@@ -638,9 +828,21 @@ pub(crate) fn after_run(
                         c.confirm_failed = Some(format!("the re-run could not start: {e}"));
                         c.line = super::report::verdict_line(c);
                     }
+                    break;
                 }
             }
         }
+        if !over.is_empty() {
+            eprintln!(
+                "history: confirmation budget reached; not re-run: {}",
+                over.join(", ")
+            );
+        }
+        for c in &confirms {
+            judge.store.set_verdicts(&c.run_id, &verdict_words(&report))?;
+        }
+        // Only cells still waiting for a re-run are over the budget.
+        over.retain(|id| report.cell(id).is_some_and(|c| c.verdict() == HistoryVerdict::Suspect || c.verdict() == HistoryVerdict::Unknown));
         report.over_budget = over;
     }
     judge
@@ -659,13 +861,13 @@ pub(crate) fn after_run(
 
 /// The cells to re-run within `budget` GPU-seconds (each costs what it took in this run,
 /// times its GPUs; an unknown cell is re-run with twice its repeats, since its test asked
-/// for more), in the order given; and those left out.
+/// for more), in the order given; those left out; and what the chosen ones cost.
 fn within_budget(
     wanted: &[String],
     report: &GateReport,
     results: &RunResults,
     budget: Option<f64>,
-) -> (Vec<(String, u32)>, Vec<String>) {
+) -> (Vec<(String, u32)>, Vec<String>, f64) {
     let mut spent = 0.0;
     let (mut chosen, mut over) = (Vec::new(), Vec::new());
     for id in wanted {
@@ -689,7 +891,7 @@ fn within_budget(
         spent += cost;
         chosen.push((id.clone(), repeats));
     }
-    (chosen, over)
+    (chosen, over, spent)
 }
 
 fn cell_gpus(cell: &CellResult) -> u32 {
@@ -707,7 +909,11 @@ pub(crate) struct MatrixConfirm<'a> {
 }
 
 impl ConfirmRunner for MatrixConfirm<'_> {
-    fn rerun(&mut self, cells: &[(String, u32)]) -> Result<ConfirmOutcome, crate::error::CliError> {
+    fn rerun(
+        &mut self,
+        pass: usize,
+        cells: &[(String, u32)],
+    ) -> Result<ConfirmOutcome, crate::error::CliError> {
         let mut expansion = crate::matrix::cmd::load(&self.settings.source)?;
         expansion
             .cells
@@ -718,7 +924,7 @@ impl ConfirmRunner for MatrixConfirm<'_> {
             }
         }
         let mut settings = self.settings.clone();
-        let run_id = format!("{}{CONFIRM_SUFFIX}", self.run_id);
+        let run_id = confirm_run_id(&self.run_id, pass);
         // The suffix can push a valid id past the limit; it is checked like `--run-id`.
         crate::run::check_run_id(&run_id)?;
         settings.config.run_id = Some(run_id);

@@ -18,6 +18,8 @@
 //! - [`gate`]: `bench matrix --history URL [--confirm]`: record, judge, confirm.
 //! - [`cmd`]: `bench history import|CELL|study` and `bench baseline accept`.
 //! - [`study`]: the calibration analysis behind the default policy (pure).
+//! - [`sequence`]: the same study on ordered months of nights, through the gate's own
+//!   verdict (pure).
 //! - [`report`]: the Markdown lines a report shows for a run judged against history.
 
 pub mod changepoint;
@@ -30,6 +32,7 @@ pub mod postgres;
 pub mod record;
 pub mod recorder;
 pub mod report;
+pub(crate) mod sequence;
 pub mod sqlite;
 pub mod store;
 pub mod study;

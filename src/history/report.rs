@@ -78,7 +78,26 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     if j.drift {
         line.push_str("; the recent runs have all drifted past the baseline's tolerance");
     }
-    if let Some(v) = c.confirm_value {
+    // A disturbed repeat is environment evidence: the median set it aside, the reader
+    // should still know the run was not quiet.
+    for o in &c.outliers {
+        line.push_str(&format!(
+            "; {} (set aside by the median: the run was disturbed)",
+            o.describe(crate::baseline::Direction::Higher)
+        ));
+    }
+    if c.confirm_values.len() > 1 {
+        let each: Vec<String> = c
+            .confirm_values
+            .iter()
+            .map(|v| crate::report::text::si(*v))
+            .collect();
+        line.push_str(&format!(
+            "; {} re-runs measured {} (its clean runs have shown values this far out, so one re-run was not enough)",
+            each.len(),
+            each.join(", ")
+        ));
+    } else if let Some(v) = c.confirm_value {
         line.push_str(&format!(
             "; the re-run measured {}",
             crate::report::text::si(v)
@@ -204,6 +223,7 @@ mod tests {
             metric: "tokens_per_s".into(),
             value: 487000.0,
             samples: vec![487000.0, 486000.0, 488000.0],
+            outliers: vec![],
             judgement: Judgement {
                 verdict: HistoryVerdict::Regressed,
                 band: Some(Band {
@@ -217,9 +237,11 @@ mod tests {
                 rel_change: Some(-0.026),
                 drift: false,
                 repeats_test: None,
+                reruns_needed: 1,
             },
             confirm_value: Some(486500.0),
             confirm_samples: vec![486500.0],
+            confirm_values: vec![],
             confirm_failed: None,
             numerics: NumericsVerdict::Unchanged,
             since: Some(Since {

@@ -151,12 +151,13 @@ pub(crate) fn simulate(
         let obs = Observation {
             history: &history,
             history_samples: &pooled,
+            history_within_rel: None,
             value: x,
-            rel_spread: x_spread,
+            within_rel: detect::within_run(&x_draws, &[]),
             samples: &x_draws,
-            confirm: None,
+            confirms: &[],
             baseline: None,
-            previous_regressed: false,
+            previous: None,
         };
         let first = detect::judge(&obs, Direction::Higher, policy);
         if matches!(
@@ -165,23 +166,25 @@ pub(crate) fn simulate(
         ) {
             single += 1;
         }
-        // As `--confirm` does: a suspect or unknown cell is re-run and judged with both.
-        let mut judgement = if matches!(
-            first.verdict,
-            HistoryVerdict::Suspect | HistoryVerdict::Unknown
-        ) {
-            let again = sim_draws(pool.values, repeats, &mut rng).2;
-            detect::judge(
+        // As `--confirm` does: a suspect is re-run (an unknown cell once) until it has the
+        // re-runs its breach needs or one clears it, judged with all of them.
+        let mut judgement = first;
+        let mut agains: Vec<Vec<f64>> = Vec::new();
+        while agains.len() < detect::MAX_RERUNS
+            && (judgement.verdict == HistoryVerdict::Suspect
+                || (agains.is_empty() && judgement.verdict == HistoryVerdict::Unknown))
+        {
+            agains.push(sim_draws(pool.values, repeats, &mut rng).2);
+            let views: Vec<&[f64]> = agains.iter().map(Vec::as_slice).collect();
+            judgement = detect::judge(
                 &Observation {
-                    confirm: Some(&again),
+                    confirms: &views,
                     ..obs
                 },
                 Direction::Higher,
                 policy,
-            )
-        } else {
-            first
-        };
+            );
+        }
         if judgement.verdict == HistoryVerdict::Regressed {
             new += 1;
         }
@@ -427,6 +430,7 @@ mod tests {
             reasons: [("SW power cap".to_string(), 1.0)].into_iter().collect(),
             foreign: vec![],
             unverified: vec![],
+            host: None,
         }
     }
 

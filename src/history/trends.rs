@@ -37,7 +37,7 @@ pub(crate) fn of_run(store: &mut History, results: &RunResults) -> Result<Trends
             // Confirming re-runs are evidence for their own run, not points of the trend.
             let trend: Vec<_> = trend
                 .into_iter()
-                .filter(|p| !p.run_id.ends_with(super::gate::CONFIRM_SUFFIX))
+                .filter(|p| !super::gate::is_confirm_run(&p.run_id))
                 .filter(|p| p.started_at <= results.started_at || p.run_id == results.run_id)
                 .collect();
             let trend = &trend[trend.len().saturating_sub(MAX_POINTS)..];

@@ -351,7 +351,12 @@ struct LaterHalf<'a> {
 }
 
 impl ConfirmRunner for LaterHalf<'_> {
-    fn rerun(&mut self, _cells: &[(String, u32)]) -> Result<ConfirmOutcome, CliError> {
+    /// A log has one later half: a second re-run would be the same steps again.
+    fn max_passes(&self) -> usize {
+        1
+    }
+
+    fn rerun(&mut self, _pass: usize, _cells: &[(String, u32)]) -> Result<ConfirmOutcome, CliError> {
         let measured = &self.log.steps[self.s.skip_steps..];
         let later = Log {
             steps: measured[measured.len() / 2..].to_vec(),

@@ -273,7 +273,17 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
         counts.join(", ")
     ));
     let code = cmp.exit_code();
-    out.push_str(&if code == 0 {
+    // An interrupted run is never a pass: its last line is what a job log or a person
+    // reads first, and the cells it did not run were judged by nobody.
+    out.push_str(&if r.interrupted {
+        format!(
+            "result: INTERRUPTED (exit {}): {} regressed, {} failed, {} timed out among the cells that ran\n",
+            crate::exit::bench::INTERRUPTED,
+            n.regression,
+            n.failed,
+            n.timed_out
+        )
+    } else if code == 0 {
         "result: ok (exit 0)\n".to_string()
     } else {
         format!(

@@ -154,6 +154,22 @@ impl Exporter for JunitExporter {
             total += cell.duration_s.unwrap_or(0.0);
             suite.add_test_case(testcase(cell, result, &r.matrix_name));
         }
+        if r.interrupted {
+            // A cancelled run is not a pass: without this case a CI test view would show
+            // every cell that ran as green and say nothing of those that never ran.
+            let ran = r.cells.len();
+            let message = format!(
+                "the run was interrupted before every cell ran ({ran} cell{} ran); exit {}",
+                if ran == 1 { "" } else { "s" },
+                crate::exit::bench::INTERRUPTED
+            );
+            let mut tc = TestCase::new(
+                "run.interrupted",
+                non_success(NonSuccessKind::Error, "interrupted", &message),
+            );
+            tc.set_classname(r.matrix_name.as_str());
+            suite.add_test_case(tc);
+        }
         suite.set_time(seconds(Some(total)));
         let mut props: Vec<(String, String)> = vec![
             ("run_id".into(), r.run_id.clone()),

@@ -120,6 +120,11 @@ pub fn run_with(
         Launch::Local => crate::telemetry::Stream::start().map(Arc::new),
         Launch::Slurm(_) => None,
     };
+    // The host beside the GPUs (a CPU host too): only cells that run here are sampled.
+    let host = match &config.launcher {
+        Launch::Local => crate::telemetry::host::HostSampler::start().map(Arc::new),
+        Launch::Slurm(_) => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -131,7 +136,11 @@ pub fn run_with(
         env,
         reporter,
         stream.clone(),
+        host.clone(),
     ))?;
+    if let Some(h) = &host {
+        h.stop();
+    }
     outcome.telemetry = stream.and_then(|s| s.finish());
     Ok(outcome)
 }
@@ -151,7 +160,18 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
             // A damaged store, one of a newer schema or a row bench cannot read is refused
             // here (exit 2), not after the cells have run.
             crate::history::check(location)?;
-            Some(crate::history::open(location)?)
+            let mut s = crate::history::open(location)?;
+            // A run id another hardware's job already recorded is refused here, before
+            // the first cell, rather than at the first write (where it would cost a cell)
+            // or, worse, by replacing that job's run.
+            if let (Some(id), LauncherRequest::Local) = (&args.config.run_id, &args.launcher) {
+                let mut inv = GpuInventory::detect();
+                if let Some(n) = args.config.gpus {
+                    inv = inv.with_count(n);
+                }
+                s.claim_run_id(id, &crate::env::hardware_key(&inv))?;
+            }
+            Some(s)
         }
         None => None,
     };

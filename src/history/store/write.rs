@@ -4,7 +4,37 @@
 use super::{json_floats, now, Backend, Sql};
 use crate::history::record::{CellRecord, RunRecord};
 
+/// The hardware key a run id is stored under, when the store has the run.
+pub(super) fn stored_key(b: &mut dyn Backend, run_id: &str) -> Result<Option<String>, String> {
+    let rows = b.query(
+        "SELECT hardware_key FROM bench_runs WHERE run_id = ?",
+        &[Sql::Text(run_id.into())],
+    )?;
+    Ok(rows.first().and_then(|r| r.first()).and_then(|v| v.text().map(str::to_string)))
+}
+
+/// Refuses to write `run` over a run of the same id from another hardware key: two jobs of
+/// one workflow (a CPU job and an H100 job) given the same `--run-id` would otherwise
+/// leave only the second one's cells in a shared store.
+fn refuse_other_hardware(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    match stored_key(b, &run.run_id)? {
+        Some(k) if k != run.hardware_key => Err(collision(&run.run_id, &k, &run.hardware_key)),
+        _ => Ok(()),
+    }
+}
+
+/// The message for a run id already stored under another hardware key.
+pub(crate) fn collision(run_id: &str, stored: &str, this: &str) -> String {
+    format!(
+        "run id {} is already in the history for hardware {}, and this run is on {}: a run id names one run of one hardware; give each hardware job its own --run-id (the CI templates add the hardware key)",
+        crate::sanitize::clean(run_id),
+        crate::sanitize::clean(stored),
+        crate::sanitize::clean(this)
+    )
+}
+
 pub(super) fn write_run(b: &mut dyn Backend, run: &RunRecord) -> Result<(), String> {
+    refuse_other_hardware(b, run)?;
     let id = Sql::Text(run.run_id.clone());
     b.execute(
         "DELETE FROM bench_metrics WHERE run_id = ?",
@@ -29,6 +59,7 @@ pub(super) fn write_cells(
     run: &RunRecord,
     cells: &[CellRecord],
 ) -> Result<(), String> {
+    refuse_other_hardware(b, run)?;
     upsert_run_row(b, run)?;
     for cell in cells {
         let key = [

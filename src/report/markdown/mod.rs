@@ -91,8 +91,12 @@ pub fn render_comment(
     render(results, comparison, trends, history, artifacts_url, true)
 }
 
-fn headline(c: &Counts) -> String {
+fn headline(c: &Counts, interrupted: bool) -> String {
     let mut bad = Vec::new();
+    // A cancelled nightly must not read as green in a job summary or a PR comment.
+    if interrupted {
+        bad.push("interrupted before every cell ran".to_string());
+    }
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     if c.regression > 0 {
@@ -304,7 +308,7 @@ fn render(
         "### bench: {} on {}: {}\n\n",
         code(&results.matrix_name),
         code(&env.hardware_key),
-        headline(&counts)
+        headline(&counts, results.interrupted)
     );
     head.push_str(&counts_line(&counts));
     head.push_str("\n\n");

@@ -36,6 +36,8 @@ pub(crate) struct Shared {
     pub withdraw: watch::Receiver<bool>,
     /// The run's GPU telemetry stream, when this host has one and cells run here.
     pub telemetry: Option<Arc<crate::telemetry::Stream>>,
+    /// The host sampler (CPU, run queue, foreign processes), when cells run here.
+    pub host: Option<Arc<crate::telemetry::host::HostSampler>>,
 }
 
 /// When one repeat's measured steps ran: from the start of its first measured step (its
@@ -233,8 +235,22 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         },
         other => (other, Metrics::new()),
     };
-    let telemetry = match (&outcome, &shared.telemetry) {
-        (Outcome::Passed, Some(t)) => t.cell(&windows, &devices).map(Box::new),
+    let telemetry = match &outcome {
+        Outcome::Passed => {
+            let gpu = shared
+                .telemetry
+                .as_ref()
+                .and_then(|t| t.cell(&windows, &devices));
+            let host = shared.host.as_ref().and_then(|h| h.cell(&windows));
+            match (gpu, host) {
+                (Some(mut t), host) => {
+                    t.host = host;
+                    Some(Box::new(t))
+                }
+                (None, Some(h)) => Some(Box::new(crate::telemetry::CellTelemetry::host_only(h))),
+                (None, None) => None,
+            }
+        }
         _ => None,
     };
     CellResult {

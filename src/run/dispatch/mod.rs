@@ -88,6 +88,7 @@ pub(crate) async fn run(
     env: Environment,
     reporter: &mut dyn Reporter,
     telemetry: Option<Arc<crate::telemetry::Stream>>,
+    host: Option<Arc<crate::telemetry::host::HostSampler>>,
 ) -> Result<RunOutcome, RunError> {
     let run_started = Instant::now();
     // Cells that cannot even be planned are bad input: refuse the run before anything
@@ -195,6 +196,7 @@ pub(crate) async fn run(
         cancel: cancel_rx,
         withdraw: withdraw_rx,
         telemetry,
+        host,
     });
     let mut d = Dispatcher {
         config,
