@@ -240,19 +240,47 @@ pub(crate) fn implausible(s: &Sample) -> Option<String> {
         (below || v > hi || !v.is_finite())
             .then(|| format!("{what} {v:e} {unit} (bounds {lo}..{hi})"))
     };
-    check("SM clock", "MHz", s.sm_clock_mhz, bounds::SM_CLOCK_MHZ, true)
-        .or_else(|| check("max SM clock", "MHz", s.max_sm_clock_mhz, bounds::SM_CLOCK_MHZ, true))
-        .or_else(|| check("power", "W", s.power_w, bounds::POWER_W, false))
-        .or_else(|| check("power limit", "W", s.power_limit_w, bounds::POWER_W, true))
-        .or_else(|| check("temperature", "C", s.temperature_c, bounds::TEMPERATURE_C, false))
-        .or_else(|| {
-            check("utilisation", "%", s.utilization_pct, bounds::UTILIZATION_PCT, false)
-        })
-        .or_else(|| {
-            s.throttle_reasons
-                .filter(|r| r & !KNOWN_REASON_BITS != 0)
-                .map(|r| format!("throttle reasons {r:#x}, with bits no driver defines"))
-        })
+    check(
+        "SM clock",
+        "MHz",
+        s.sm_clock_mhz,
+        bounds::SM_CLOCK_MHZ,
+        true,
+    )
+    .or_else(|| {
+        check(
+            "max SM clock",
+            "MHz",
+            s.max_sm_clock_mhz,
+            bounds::SM_CLOCK_MHZ,
+            true,
+        )
+    })
+    .or_else(|| check("power", "W", s.power_w, bounds::POWER_W, false))
+    .or_else(|| check("power limit", "W", s.power_limit_w, bounds::POWER_W, true))
+    .or_else(|| {
+        check(
+            "temperature",
+            "C",
+            s.temperature_c,
+            bounds::TEMPERATURE_C,
+            false,
+        )
+    })
+    .or_else(|| {
+        check(
+            "utilisation",
+            "%",
+            s.utilization_pct,
+            bounds::UTILIZATION_PCT,
+            false,
+        )
+    })
+    .or_else(|| {
+        s.throttle_reasons
+            .filter(|r| r & !KNOWN_REASON_BITS != 0)
+            .map(|r| format!("throttle reasons {r:#x}, with bits no driver defines"))
+    })
 }
 
 /// Keeps the plausible readings of `samples`; the first implausible one is reported once
@@ -417,11 +445,13 @@ fn same_process(pid: u32, name: &str) -> bool {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .ok()
         .map(|p| base(&p.to_string_lossy()));
-    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|b| {
-        b.split(|c| *c == 0)
-            .next()
-            .map(|a| base(&String::from_utf8_lossy(a)))
-    });
+    let argv0 = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .and_then(|b| {
+            b.split(|c| *c == 0)
+                .next()
+                .map(|a| base(&String::from_utf8_lossy(a)))
+        });
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|c| c.trim().to_string());

@@ -275,20 +275,32 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
     let p = Policy::default();
     // Too little history first.
     let first = run("night0", 0, "c0", &[(CELL, 500_000.0)], &LOSS);
-    let r = judge_run(&mut h, &first, None, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &first, &[], &baselines, &p).unwrap();
     assert_eq!(r.cells[0].verdict(), HistoryVerdict::InsufficientHistory);
     clean_history(&mut h);
     let same = run("night6", 6, "c6", &[(CELL, 500_300.0)], &LOSS);
-    let r = judge_run(&mut h, &same, None, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &same, &[], &baselines, &p).unwrap();
     assert_eq!(r.cells[0].verdict(), HistoryVerdict::Unchanged);
     assert_eq!(r.cells[0].numerics, NumericsVerdict::Unchanged);
     // 2.6% slower, as BENCH_FUSED_ADAMW=0 measured on an H100.
     let slow = run("night7", 7, "badc0de", &[(CELL, 487_000.0)], &LOSS);
-    let r = judge_run(&mut h, &slow, None, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &slow, &[], &baselines, &p).unwrap();
     assert_eq!(r.cells[0].verdict(), HistoryVerdict::Suspect);
     assert_eq!(r.to_confirm(), [CELL]);
+    // Seven clean runs are too few to call the value rare: one re-run leaves it suspect,
+    // two that breach too confirm it.
     let again = run("night7-confirm", 8, "badc0de", &[(CELL, 486_500.0)], &LOSS);
-    let r = judge_run(&mut h, &slow, Some(&again), &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &slow, &[&again], &baselines, &p).unwrap();
+    assert_eq!(r.cells[0].verdict(), HistoryVerdict::Suspect);
+    assert_eq!(r.cells[0].judgement.reruns_needed, 2);
+    let again2 = run(
+        "night7-confirm-2",
+        9,
+        "badc0de",
+        &[(CELL, 487_200.0)],
+        &LOSS,
+    );
+    let r = judge_run(&mut h, &slow, &[&again, &again2], &baselines, &p).unwrap();
     let c = &r.cells[0];
     assert_eq!(c.verdict(), HistoryVerdict::Regressed);
     assert!(c.judgement.sigmas.unwrap() < -4.0);
@@ -307,7 +319,7 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
         &[(CELL, 500_100.0)],
         &[10.0, 9.0, 8.9, 8.2],
     );
-    let r = judge_run(&mut h, &numerics, None, &baselines, &p).unwrap();
+    let r = judge_run(&mut h, &numerics, &[], &baselines, &p).unwrap();
     assert_eq!(r.cells[0].verdict(), HistoryVerdict::Unchanged);
     assert!(matches!(
         r.cells[0].numerics,

@@ -153,13 +153,10 @@ fn github_workflow_matches_the_docs() {
     assert_eq!(upload["with"]["path"], "results/${{ env.RUN_ID }}/");
     assert_eq!(upload["with"]["retention-days"], 30);
     assert_eq!(upload["if"], "always()");
+    assert_documented(&docs, "the artifact `bench-<run-id>` (kept 30 days");
     assert_documented(
         &docs,
-        "the artifact `bench-gh-<run id>-<attempt>` (kept 30 days",
-    );
-    assert_documented(
-        &docs,
-        "--name bench-gh-<run id>-1 --dir results/gh-<run id>-1",
+        "--name bench-gh-<run id>-1-<hardware key> --dir results/gh-<run id>-1-<hardware key>",
     );
     let junit = step("mikepenz/action-junit-report@");
     assert_eq!(

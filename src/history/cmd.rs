@@ -303,7 +303,13 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
         Some(r) => r.clone(),
         None => {
             let trend = store.trend(&args.cell, &key, super::gate::METRIC)?;
-            match trend.last() {
+            // The latest run of the cell, never a confirming re-run (a segment that began
+            // at `<run>-confirm` would leave its own run out of the new normal).
+            match trend
+                .iter()
+                .rev()
+                .find(|p| !super::gate::is_confirm_run(&p.run_id))
+            {
                 Some(p) => p.run_id.clone(),
                 None => {
                     return Err(CliError::bad_input(miette::miette!(

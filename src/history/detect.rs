@@ -443,7 +443,10 @@ pub(crate) fn reruns_needed(
         _ => v >= value - slack,
     };
     let n = history.iter().filter(|v| v.is_finite()).count();
-    let seen = history.iter().filter(|v| v.is_finite() && as_far(**v)).count();
+    let seen = history
+        .iter()
+        .filter(|v| v.is_finite() && as_far(**v))
+        .count();
     if seen == 0 {
         // None of them: rare, when there are enough of them to say so. Fewer runs than
         // RARE_AFTER hide a one-in-six mode too often (5/6 to the tenth is 16%).
@@ -544,7 +547,12 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
     };
     // How often clean runs land this far out is a tail rate: it is estimated over three
     // lookbacks of clean runs, since ten runs rarely hold a one-in-six mode.
-    let finite: Vec<f64> = obs.history.iter().copied().filter(|v| v.is_finite()).collect();
+    let finite: Vec<f64> = obs
+        .history
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
     let tail = &finite[finite.len().saturating_sub(3 * policy.lookback.max(1))..];
     let needed = match this {
         Side::Inside => 1,
@@ -752,33 +760,51 @@ mod tests {
         let h = quiet_history();
         let b = band(&h, 0.0, &p).unwrap();
         assert_eq!(reruns_needed(&h, 960.0, &b, Direction::Higher, 0.01), 1);
-        assert_eq!(reruns_needed(&h[..10], 960.0, &b, Direction::Higher, 0.01), 2);
+        assert_eq!(
+            reruns_needed(&h[..10], 960.0, &b, Direction::Higher, 0.01),
+            2
+        );
         let mut bimodal = h.clone();
         for i in [3, 9, 15] {
             bimodal[i] = 962.0;
         }
         // 4 of 21 (this run counted): p = 0.19, p^3 = 0.7%.
-        assert_eq!(reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01), 2);
+        assert_eq!(
+            reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01),
+            2
+        );
         for i in [1, 5, 11, 13, 17] {
             bimodal[i] = 962.0;
         }
-        assert_eq!(reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01), 3);
+        assert_eq!(
+            reruns_needed(&bimodal, 963.0, &b, Direction::Higher, 0.01),
+            3
+        );
         // Two re-runs that both breach confirm a breach that needs two; one does not.
         let o = Observation {
             confirms: &[&[963.0]],
             ..obs(&h[..10], 963.0)
         };
-        assert_eq!(judge(&o, Direction::Higher, &p).verdict, HistoryVerdict::Suspect);
+        assert_eq!(
+            judge(&o, Direction::Higher, &p).verdict,
+            HistoryVerdict::Suspect
+        );
         let o2 = Observation {
             confirms: &[&[963.0], &[962.5]],
             ..o
         };
-        assert_eq!(judge(&o2, Direction::Higher, &p).verdict, HistoryVerdict::Regressed);
+        assert_eq!(
+            judge(&o2, Direction::Higher, &p).verdict,
+            HistoryVerdict::Regressed
+        );
         let cleared = Observation {
             confirms: &[&[963.0], &[1000.5]],
             ..o
         };
-        assert_eq!(judge(&cleared, Direction::Higher, &p).verdict, HistoryVerdict::Unchanged);
+        assert_eq!(
+            judge(&cleared, Direction::Higher, &p).verdict,
+            HistoryVerdict::Unchanged
+        );
     }
 
     #[test]
@@ -932,7 +958,9 @@ mod tests {
             history_within_rel: Some(0.002),
             ..obs(&h, 950.0)
         };
-        let bc = judge(&capped, Direction::Higher, &Policy::default()).band.unwrap();
+        let bc = judge(&capped, Direction::Higher, &Policy::default())
+            .band
+            .unwrap();
         assert!(bc.half_width / bc.center < 0.02, "{bc:?}");
     }
 
@@ -943,7 +971,9 @@ mod tests {
         assert!((within_run(&[99.0, 100.0, 101.0], &[]) - 0.014826).abs() < 1e-9);
         // Two repeats: the steps decide.
         assert_eq!(within_run(&[100.0, 60.0], &[0.004, 0.002, 0.003]), 0.003);
-        let steps: Vec<f64> = (0..100).map(|i| 1.0 + 0.01 * ((i % 3) as f64 - 1.0)).collect();
+        let steps: Vec<f64> = (0..100)
+            .map(|i| 1.0 + 0.01 * ((i % 3) as f64 - 1.0))
+            .collect();
         let s = step_rel_sigma(&steps).unwrap();
         assert!((s - 1.2533 * 1.4826 * 0.01 / 10.0).abs() < 1e-9, "{s}");
         assert_eq!(step_rel_sigma(&[1.0, 2.0]), None);

@@ -22,7 +22,9 @@
 //!
 //! - **A busy host** (`crate::telemetry::host`): processes that are not bench's own used
 //!   more CPU during the measured steps than in the clean runs, by at least
-//!   [`HOST_CPU_MIN`] CPUs and 4 robust sigmas of the clean runs' figures; or the host
+//!   [`HOST_CPU_MIN`] CPUs and 4 robust sigmas of the clean runs' figures, on a contended
+//!   host (at least [`HOST_CONTENDED_PCT`]% of all CPUs busy, or more runnable tasks than
+//!   CPUs: a compile job on an idle core takes nothing from the benchmark); or the host
 //!   swapped ([`SWAP_PAGES_MIN`] pages/s where its clean runs did not) or waited for memory
 //!   (PSI above [`PRESSURE_MIN`]% where its clean runs stayed under 1%). The busiest foreign
 //!   processes are named. A longer run queue is shown as a note.
@@ -50,6 +52,9 @@ const REASON_ABSENT: f64 = 0.05;
 
 /// Foreign CPUs above the clean runs' that make a busy host (one core taken away).
 pub(crate) const HOST_CPU_MIN: f64 = 0.5;
+/// The share of all CPUs busy (percent) at which the host counts as contended; a longer
+/// run queue than CPUs counts too.
+pub(crate) const HOST_CONTENDED_PCT: f64 = 90.0;
 /// Pages swapped per second that count as swapping.
 pub(crate) const SWAP_PAGES_MIN: f64 = 10.0;
 /// Memory pressure (PSI some avg10, percent) that counts as waiting for memory.
@@ -329,13 +334,17 @@ fn host_causes(
         if worse {
             f.causes.push(text);
         } else {
-            f.notes.push(format!("{text}, which does not explain a loss"));
+            f.notes
+                .push(format!("{text}, which does not explain a loss"));
         }
     };
     let foreign: Vec<f64> = before.iter().map(|b| b.foreign_cpus).collect();
     let centre = median(&foreign).unwrap_or(0.0);
     let sigma = 1.4826 * mad(&foreign).unwrap_or(0.0);
-    if h.foreign_cpus >= centre + HOST_CPU_MIN.max(4.0 * sigma) {
+    // Foreign load slows a cell only where it leaves no CPU idle: a spare core running a
+    // compile job beside the benchmark takes nothing from it.
+    let contended = h.cpu_busy_pct >= HOST_CONTENDED_PCT || h.run_queue > h.cpus as f64;
+    if contended && h.foreign_cpus >= centre + HOST_CPU_MIN.max(4.0 * sigma) {
         let queue: Vec<f64> = before.iter().map(|b| b.run_queue).collect();
         let top: Vec<String> = h
             .top
@@ -373,7 +382,10 @@ fn host_causes(
             h.swap_pages_per_s, swap_before
         ));
     }
-    let pressure: Vec<f64> = before.iter().filter_map(|b| b.memory_pressure_pct).collect();
+    let pressure: Vec<f64> = before
+        .iter()
+        .filter_map(|b| b.memory_pressure_pct)
+        .collect();
     if let (Some(p), Some(was)) = (h.memory_pressure_pct, median(&pressure)) {
         if p >= PRESSURE_MIN && was < 1.0 {
             push(format!(
@@ -541,19 +553,29 @@ mod tests {
     /// notes it; no clean runs with host figures, no excuse.
     #[test]
     fn a_busy_host_explains_a_loss_and_names_its_processes() {
-        let c: Vec<CellTelemetry> = [0.02, 0.0, 0.05, 0.01].iter().map(|&x| host(x, 1.0)).collect();
+        let c: Vec<CellTelemetry> = [0.02, 0.0, 0.05, 0.01]
+            .iter()
+            .map(|&x| host(x, 1.0))
+            .collect();
         let now = host(1.9, 4.0);
         let f = explain(Some(&now), 400.0, &pairs(&c), -0.3).unwrap();
         assert!(f.explains(), "{f:?}");
         let cause = &f.causes[0];
-        assert!(cause.contains("other processes used 1.9 of its 2 CPUs"), "{cause}");
+        assert!(
+            cause.contains("other processes used 1.9 of its 2 CPUs"),
+            "{cause}"
+        );
         assert!(cause.contains("(pid 4242) 190%"), "{cause}");
         assert!(!cause.contains('\u{1b}'), "escapes are cleaned: {cause}");
         let same = host(0.03, 1.0);
-        assert!(!explain(Some(&same), 400.0, &pairs(&c), -0.3).unwrap().explains());
+        assert!(!explain(Some(&same), 400.0, &pairs(&c), -0.3)
+            .unwrap()
+            .explains());
         let faster = explain(Some(&now), 600.0, &pairs(&c), 0.1).unwrap();
         assert!(!faster.explains() && faster.notes.len() == 1, "{faster:?}");
-        assert!(!explain(Some(&now), 400.0, &pairs(&c[..2]), -0.3).unwrap().explains());
+        assert!(!explain(Some(&now), 400.0, &pairs(&c[..2]), -0.3)
+            .unwrap()
+            .explains());
         // Swapping where the clean runs did not.
         let mut swapping = host(0.0, 1.0);
         swapping.host.as_mut().unwrap().swap_pages_per_s = 500.0;

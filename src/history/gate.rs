@@ -29,8 +29,7 @@ use crate::results::{CellResult, Outcome, RunResults};
 
 use super::detect::{
     judge, judge_loss, outlier_repeats, step_rel_sigma, within_run, HistoryVerdict, Judgement,
-    NumericsVerdict, Observation, OutlierRepeat, Policy, Previous, OUTLIER_MIN_REL,
-    OUTLIER_SIGMAS,
+    NumericsVerdict, Observation, OutlierRepeat, Policy, Previous, OUTLIER_MIN_REL, OUTLIER_SIGMAS,
 };
 use super::environment::{excuse, explain, Finding};
 use super::record::{context_of, CellRecord, RunRecord};
@@ -293,11 +292,11 @@ pub(crate) struct ConfirmOutcome {
 }
 
 /// Judges `results` against `store` (every branch; `bench matrix` narrows to the branch it
-/// judges), with the re-run's results when `confirm` is given. The library entry tests use.
+/// judges), with the re-runs' results in `confirms`. The library entry tests use.
 pub fn judge_run(
     store: &mut History,
     results: &RunResults,
-    confirm: Option<&RunResults>,
+    confirms: &[&RunResults],
     baselines: &Baselines,
     policy: &Policy,
 ) -> Result<GateReport, HistoryError> {
@@ -312,7 +311,7 @@ pub fn judge_run(
         policy: *policy,
         scope: &scope,
     }
-    .run(confirm.as_slice())
+    .run(confirms)
 }
 
 /// Everything the gate knows while judging one run.
@@ -561,8 +560,7 @@ pub(crate) fn decide(
         .map(|p| within_run(&p.samples, &[]))
         .collect();
     let history_within_rel = crate::metrics::stats::median(&lookback_within);
-    let outlier_floor =
-        OUTLIER_MIN_REL.max(OUTLIER_SIGMAS * history_within_rel.unwrap_or(0.0));
+    let outlier_floor = OUTLIER_MIN_REL.max(OUTLIER_SIGMAS * history_within_rel.unwrap_or(0.0));
     let outliers = outlier_repeats(now.samples, outlier_floor);
     let previous = scoped.last().map(|p| Previous {
         value: p.value,
@@ -765,7 +763,10 @@ pub(crate) fn after_run(
                 .to_confirm()
                 .into_iter()
                 .filter(|id| {
-                    pass == 1 || report.cell(id).is_some_and(|c| c.verdict() == HistoryVerdict::Suspect)
+                    pass == 1
+                        || report
+                            .cell(id)
+                            .is_some_and(|c| c.verdict() == HistoryVerdict::Suspect)
                 })
                 .collect();
             if wanted.is_empty() || interrupted {
@@ -786,7 +787,7 @@ pub(crate) fn after_run(
                 "history: re-running {} cell(s) to confirm{}: {}",
                 chosen.len(),
                 if pass > 1 {
-                    format!(" (re-run {pass}: their clean runs have shown values this far out)")
+                    format!(" (re-run {pass}: their breach needs more than one)")
                 } else {
                     String::new()
                 },
@@ -839,10 +840,16 @@ pub(crate) fn after_run(
             );
         }
         for c in &confirms {
-            judge.store.set_verdicts(&c.run_id, &verdict_words(&report))?;
+            judge
+                .store
+                .set_verdicts(&c.run_id, &verdict_words(&report))?;
         }
         // Only cells still waiting for a re-run are over the budget.
-        over.retain(|id| report.cell(id).is_some_and(|c| c.verdict() == HistoryVerdict::Suspect || c.verdict() == HistoryVerdict::Unknown));
+        over.retain(|id| {
+            report.cell(id).is_some_and(|c| {
+                c.verdict() == HistoryVerdict::Suspect || c.verdict() == HistoryVerdict::Unknown
+            })
+        });
         report.over_budget = over;
     }
     judge

@@ -93,9 +93,10 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
             .map(|v| crate::report::text::si(*v))
             .collect();
         line.push_str(&format!(
-            "; {} re-runs measured {} (its clean runs have shown values this far out, so one re-run was not enough)",
+            "; {} re-runs measured {} (one is not enough while the cell has fewer than {} clean runs or they have shown values this far out)",
             each.len(),
-            each.join(", ")
+            each.join(", "),
+            crate::history::detect::RARE_AFTER
         ));
     } else if let Some(v) = c.confirm_value {
         line.push_str(&format!(
@@ -161,6 +162,9 @@ pub(crate) fn remarkable(c: &CellJudgement) -> bool {
             | HistoryVerdict::Environment
     ) || matches!(c.numerics, NumericsVerdict::Changed { .. })
         || (c.verdict() == HistoryVerdict::InsufficientHistory && c.baseline_regressed)
+        // A disturbed repeat is environment evidence a reader should see whatever the
+        // verdict.
+        || !c.outliers.is_empty()
 }
 
 /// The history section of `summary.md` and the PR/MR comment (empty when nothing was

@@ -306,9 +306,10 @@ pub(crate) fn split_disturbed(cell: &mut CellRuns) {
     let Some(centre) = median(&usual) else {
         return;
     };
-    let (busy, quiet): (Vec<RealRun>, Vec<RealRun>) = cell.clean.drain(..).partition(|r| {
-        foreign(r).is_some_and(|f| f >= centre + super::environment::HOST_CPU_MIN)
-    });
+    let (busy, quiet): (Vec<RealRun>, Vec<RealRun>) = cell
+        .clean
+        .drain(..)
+        .partition(|r| foreign(r).is_some_and(|f| f >= centre + super::environment::HOST_CPU_MIN));
     cell.clean = quiet;
     cell.disturbed.extend(busy);
 }
@@ -320,7 +321,10 @@ fn rate(events: usize, of: usize) -> String {
     } else if events == 0 {
         format!("0 of {of} (< {:.2}%)", 300.0 / of as f64)
     } else {
-        format!("{events} of {of} ({:.2}%)", events as f64 / of as f64 * 100.0)
+        format!(
+            "{events} of {of} ({:.2}%)",
+            events as f64 / of as f64 * 100.0
+        )
     }
 }
 
@@ -355,7 +359,10 @@ pub(crate) fn table(cells: &[CellRuns], policy: &Policy, trials: usize) -> Strin
             )
             .unwrap_or(f64::NAN);
             kinds.push((
-                format!("{switch} ({:.2}%, real)", (1.0 - slow_median / clean_median) * 100.0),
+                format!(
+                    "{switch} ({:.2}%, real)",
+                    (1.0 - slow_median / clean_median) * 100.0
+                ),
                 Slowdown::Real(runs),
             ));
         }

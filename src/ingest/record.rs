@@ -356,7 +356,11 @@ impl ConfirmRunner for LaterHalf<'_> {
         1
     }
 
-    fn rerun(&mut self, _pass: usize, _cells: &[(String, u32)]) -> Result<ConfirmOutcome, CliError> {
+    fn rerun(
+        &mut self,
+        _pass: usize,
+        _cells: &[(String, u32)],
+    ) -> Result<ConfirmOutcome, CliError> {
         let measured = &self.log.steps[self.s.skip_steps..];
         let later = Log {
             steps: measured[measured.len() / 2..].to_vec(),

@@ -204,11 +204,11 @@ pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
             } else {
                 None
             };
-        // By default the re-runs may take twice what the run took: an unknown cell is
-        // re-run with twice its repeats.
-        let budget = args
-            .confirm_budget_gpu_s
-            .or_else(|| Some(2.0 * run_gpu_seconds(&outcome.results)));
+        // By default the re-runs may take what the run took, once for each re-run a breach
+        // can ask for (`history::detect::MAX_RERUNS`): every cell could be re-run that often.
+        let budget = args.confirm_budget_gpu_s.or_else(|| {
+            Some(crate::history::detect::MAX_RERUNS as f64 * run_gpu_seconds(&outcome.results))
+        });
         let (report, confirm_interrupted) = crate::history::gate::after_run(
             s,
             &outcome.run_dir,

@@ -369,12 +369,7 @@ impl HostSampler {
     /// Stops the thread.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self
-            .thread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
     }
@@ -394,7 +389,8 @@ mod tests {
     fn parses_the_proc_files() {
         let stat = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 1\nprocs_running 3\nprocs_blocked 0\n";
         assert_eq!(parse_stat(stat), Some((1000, 150, 2, 3.0)));
-        let pid = "4242 (stress ng (x)) R 1 4242 4242 0 -1 4194560 100 0 0 0 700 300 0 0 20 0 1 0 1 1 1";
+        let pid =
+            "4242 (stress ng (x)) R 1 4242 4242 0 -1 4194560 100 0 0 0 700 300 0 0 20 0 1 0 1 1 1";
         assert_eq!(
             parse_pid_stat(pid),
             Some((4242, 1, "stress ng (x)".to_string(), 1000))
@@ -428,8 +424,26 @@ mod tests {
         let now = Instant::now();
         // bench is pid 10; its worker 11 and the worker's child 12 are its own; 20 is a
         // stress process under init.
-        let a = counters(1000, 100, &[(10, 1, "bench", 0), (11, 10, "bench", 0), (12, 11, "python", 0), (20, 1, "stress", 0)]);
-        let b = counters(1200, 300, &[(10, 1, "bench", 10), (11, 10, "bench", 50), (12, 11, "python", 40), (20, 1, "stress", 100)]);
+        let a = counters(
+            1000,
+            100,
+            &[
+                (10, 1, "bench", 0),
+                (11, 10, "bench", 0),
+                (12, 11, "python", 0),
+                (20, 1, "stress", 0),
+            ],
+        );
+        let b = counters(
+            1200,
+            300,
+            &[
+                (10, 1, "bench", 10),
+                (11, 10, "bench", 50),
+                (12, 11, "python", 40),
+                (20, 1, "stress", 100),
+            ],
+        );
         let s = sample(&a, &b, 1.0, 100.0, 10, now).unwrap();
         assert!((s.busy - 1.0).abs() < 1e-9);
         assert!((s.foreign_cpus - 1.0).abs() < 1e-9, "{s:?}");

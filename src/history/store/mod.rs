@@ -398,7 +398,10 @@ impl History {
     }
 
     /// The hardware key the store holds run `run_id` under, when it has that run.
-    pub(crate) fn run_hardware_key(&mut self, run_id: &str) -> Result<Option<String>, HistoryError> {
+    pub(crate) fn run_hardware_key(
+        &mut self,
+        run_id: &str,
+    ) -> Result<Option<String>, HistoryError> {
         let location = self.location.clone();
         write::stored_key(self.backend.as_mut(), run_id)
             .map_err(|message| HistoryError::Query { location, message })
@@ -406,7 +409,11 @@ impl History {
 
     /// Refuses (bad input) a run of `hardware_key` whose id the store already holds for
     /// another hardware key; checked before the first cell runs.
-    pub(crate) fn claim_run_id(&mut self, run_id: &str, hardware_key: &str) -> Result<(), HistoryError> {
+    pub(crate) fn claim_run_id(
+        &mut self,
+        run_id: &str,
+        hardware_key: &str,
+    ) -> Result<(), HistoryError> {
         match self.run_hardware_key(run_id)? {
             Some(k) if k != hardware_key => Err(HistoryError::Input {
                 path: self.location.clone(),

@@ -10,7 +10,10 @@ pub(super) fn stored_key(b: &mut dyn Backend, run_id: &str) -> Result<Option<Str
         "SELECT hardware_key FROM bench_runs WHERE run_id = ?",
         &[Sql::Text(run_id.into())],
     )?;
-    Ok(rows.first().and_then(|r| r.first()).and_then(|v| v.text().map(str::to_string)))
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(|v| v.text().map(str::to_string)))
 }
 
 /// Refuses to write `run` over a run of the same id from another hardware key: two jobs of
