@@ -62,6 +62,37 @@ pub fn open_regular(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
+/// Opens (creating it if absent) `path` for appending, if it is a regular file; never
+/// blocks on a FIFO someone put there (`O_NONBLOCK`: with no reader the open fails at once,
+/// with one the `fstat` check refuses it) and does not follow a link at the last component
+/// (`O_NOFOLLOW`), so a writer never appends to something it did not create as a file.
+pub fn open_append_regular(path: &Path) -> std::io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC | nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(nix::libc::ENXIO) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a FIFO (named pipe), not the regular file bench writes",
+            ),
+            Some(nix::libc::ELOOP) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a symbolic link, not the regular file bench writes",
+            ),
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}; bench writes regular files only", kind_of(meta.file_type())),
+        ));
+    }
+    Ok(file)
+}
+
 /// The error of a file larger than `limit`.
 fn too_large(limit: u64) -> std::io::Error {
     std::io::Error::new(
@@ -124,6 +155,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("directory"));
+    }
+
+    #[test]
+    fn an_appending_writer_refuses_a_fifo_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("j");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = open_append_regular(&fifo).unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        let ok = dir.path().join("k");
+        open_append_regular(&ok).unwrap();
+        assert!(ok.is_file());
     }
 
     #[test]
