@@ -292,7 +292,10 @@ impl Event {
                 }
                 if let Some(w) = s.world_size {
                     if w == 0 || u64::from(w) > crate::metrics::bounds::MAX_WORLD_SIZE {
-                        return Err(format!("with world_size {w}: a run has 1 to {} ranks", crate::metrics::bounds::MAX_WORLD_SIZE));
+                        return Err(format!(
+                            "with world_size {w}: a run has 1 to {} ranks",
+                            crate::metrics::bounds::MAX_WORLD_SIZE
+                        ));
                     }
                 }
                 non_negative("time_to_first_step_s", s.time_to_first_step_s)?;

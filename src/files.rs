@@ -87,7 +87,10 @@ pub fn open_append_regular(path: &Path) -> std::io::Result<File> {
     if !meta.file_type().is_file() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!("{}; bench writes regular files only", kind_of(meta.file_type())),
+            format!(
+                "{}; bench writes regular files only",
+                kind_of(meta.file_type())
+            ),
         ));
     }
     Ok(file)

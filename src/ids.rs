@@ -97,14 +97,32 @@ mod tests {
     #[test]
     fn names_that_leave_their_folder_are_refused() {
         for bad in [
-            "", ".", "..", "../../x", "a/b", "/tmp/x", "x\n", "a\u{1b}]0;t\u{7}", ".hidden", "a b",
+            "",
+            ".",
+            "..",
+            "../../x",
+            "a/b",
+            "/tmp/x",
+            "x\n",
+            "a\u{1b}]0;t\u{7}",
+            ".hidden",
+            "a b",
             "é",
         ] {
             assert!(check_run_id("--run-id", bad).is_err(), "{bad:?}");
-            assert!(check_hardware_key("--hardware-key", bad).is_err(), "{bad:?}");
+            assert!(
+                check_hardware_key("--hardware-key", bad).is_err(),
+                "{bad:?}"
+            );
         }
         assert!(check_run_id("--run-id", &"x".repeat(129)).is_err());
-        for good in ["nightly.1", "gh-123-1", "h100-sxm-80gb", "cpu-x86_64", "a..b"] {
+        for good in [
+            "nightly.1",
+            "gh-123-1",
+            "h100-sxm-80gb",
+            "cpu-x86_64",
+            "a..b",
+        ] {
             check_run_id("--run-id", good).unwrap();
             check_hardware_key("--hardware", good).unwrap();
         }

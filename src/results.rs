@@ -348,12 +348,13 @@ impl RunResults {
                 source,
             },
         )?;
-        let mut doc: RunResults = serde_json::from_slice(&text).map_err(|e| ResultsError::Parse {
-            path: file.clone(),
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let mut doc: RunResults =
+            serde_json::from_slice(&text).map_err(|e| ResultsError::Parse {
+                path: file.clone(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })?;
         if doc.schema_version > SCHEMA_VERSION {
             return Err(ResultsError::Version {
                 path: file,
@@ -363,11 +364,12 @@ impl RunResults {
         // The names a run folder gives are checked as the command line's are
         // (crate::ids): a document whose run id or hardware key leaves its folder would
         // have a report read a baseline file, or the history key a run, anywhere.
-        crate::ids::check_run_id(&format!("{}: run_id", file.display()), &doc.run_id)
-            .map_err(|e| ResultsError::Invalid {
+        crate::ids::check_run_id(&format!("{}: run_id", file.display()), &doc.run_id).map_err(
+            |e| ResultsError::Invalid {
                 path: file.clone(),
                 message: e.to_string(),
-            })?;
+            },
+        )?;
         crate::ids::check_hardware_key(
             &format!("{}: environment.hardware_key", file.display()),
             &doc.environment.hardware_key,

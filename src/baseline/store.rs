@@ -301,9 +301,9 @@ impl Baselines {
     pub fn load_file(path: &Path) -> Result<Baselines, BaselineError> {
         let text = crate::files::read_to_string_bounded(path, crate::files::MAX_CONFIG_BYTES)
             .map_err(|source| BaselineError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+                path: path.to_path_buf(),
+                source,
+            })?;
         Ok(Baselines {
             path: path.to_path_buf(),
             existed: true,

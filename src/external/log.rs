@@ -320,7 +320,16 @@ mod tests {
         assert!(number("nan").unwrap().is_nan());
         assert_eq!(number("x"), None);
         // A decimal comma, or a separator in no grouping a framework prints, is refused.
-        for ambiguous in ["8,5", "1,2345", "12,34,567", ",5", "1,", "1,000.", "5%%", "5%5"] {
+        for ambiguous in [
+            "8,5",
+            "1,2345",
+            "12,34,567",
+            ",5",
+            "1,",
+            "1,000.",
+            "5%%",
+            "5%5",
+        ] {
             assert_eq!(number(ambiguous), None, "{ambiguous}");
         }
     }

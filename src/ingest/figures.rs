@@ -119,11 +119,17 @@ pub(crate) fn read_logs(s: &IngestSettings) -> Result<Log, IngestError> {
                 ),
             });
         }
+        // Hashed before it is parsed (one streaming pass), so a copy is named as a copy
+        // rather than as a log whose steps go backwards.
+        let read_error = |source| IngestError::Read {
+            path: name.clone(),
+            source,
+        };
         let mut hashing = Hashing {
             inner: file,
             hash: sha2::Sha256::default(),
         };
-        for_each_line(&name, &mut hashing, |n, text| c.line(&name, n, text))?;
+        std::io::copy(&mut hashing, &mut std::io::sink()).map_err(read_error)?;
         let digest: [u8; 32] = sha2::Digest::finalize(hashing.hash).into();
         if let Some((_, _, first)) = seen.iter().find(|(_, d, _)| *d == digest) {
             return Err(IngestError::Log {
@@ -133,6 +139,9 @@ pub(crate) fn read_logs(s: &IngestSettings) -> Result<Log, IngestError> {
                 ),
             });
         }
+        let mut file = hashing.inner;
+        std::io::Seek::rewind(&mut file).map_err(read_error)?;
+        for_each_line(&name, file, |n, text| c.line(&name, n, text))?;
         seen.push((real, digest, name));
     }
     let all = s

@@ -92,7 +92,10 @@ mod tests {
             .unwrap_err()
             .contains("truncated"));
         let e = Maxtext::default()
-            .parse(None, "completed step: 9, seconds: 8,5, TFLOP/s/device: 470.000, loss: 10.880")
+            .parse(
+                None,
+                "completed step: 9, seconds: 8,5, TFLOP/s/device: 470.000, loss: 10.880",
+            )
             .unwrap_err();
         assert!(e.contains("decimal comma"), "{e}");
     }
