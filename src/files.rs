@@ -37,7 +37,7 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
     } else if ft.is_socket() {
         "a socket"
     } else {
-        "not a regular file"
+        "something else"
     }
 }
 
@@ -53,7 +53,7 @@ pub fn open_regular(path: &Path) -> std::io::Result<File> {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
-                "{}; bench reads regular files only",
+                "not a regular file but {}; bench reads regular files only",
                 kind_of(meta.file_type())
             ),
         ));

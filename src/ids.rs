@@ -129,6 +129,22 @@ mod tests {
         check_run_id("--run-id", &"x".repeat(128)).unwrap();
     }
 
+    proptest::proptest! {
+        /// A name that passes names exactly one entry directly inside its folder.
+        #[test]
+        fn a_valid_name_stays_in_its_folder(id in "\\PC{0,140}") {
+            if is_valid(&id) {
+                let dir = std::path::Path::new("/results");
+                let p = dir.join(&id);
+                proptest::prop_assert_eq!(p.parent(), Some(dir));
+                proptest::prop_assert_eq!(p.components().count(), 3);
+                proptest::prop_assert!(!id.chars().any(char::is_control));
+            } else {
+                proptest::prop_assert!(check_run_id("--run-id", &id).is_err());
+            }
+        }
+    }
+
     #[test]
     fn the_message_names_the_origin_and_shows_no_control_character() {
         let e = check_hardware_key("--hardware-key", "../evil\u{1b}[2J\n").unwrap_err();

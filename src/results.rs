@@ -370,10 +370,16 @@ impl RunResults {
                 message: e.to_string(),
             },
         )?;
-        crate::ids::check_hardware_key(
-            &format!("{}: environment.hardware_key", file.display()),
-            &doc.environment.hardware_key,
-        )
+        // An empty key (a run whose hardware was never known) names no file and is kept.
+        let key = &doc.environment.hardware_key;
+        (if key.is_empty() {
+            Ok(())
+        } else {
+            crate::ids::check_hardware_key(
+                &format!("{}: environment.hardware_key", file.display()),
+                key,
+            )
+        })
         .map_err(|e| ResultsError::Invalid {
             path: file.clone(),
             message: e.to_string(),

@@ -519,6 +519,37 @@ mod tests {
         format!("{:#}", e.report())
     }
 
+    proptest::proptest! {
+        /// Every `bench history study` knob outside its range is exit 2 naming the flag;
+        /// inside it, the settings resolve.
+        #[test]
+        fn study_knobs_are_bounded(lookback in proptest::prelude::any::<u64>(), repeats in 0usize..2_000, trials in 0u64..10_000_000, sigmas in proptest::prelude::any::<f64>(), floor in proptest::prelude::any::<f64>()) {
+            let argv = [
+                "history".to_string(), "study".into(), "r".into(),
+                format!("--lookback={lookback}"), format!("--repeats={repeats}"),
+                format!("--alarm-trials={trials}"), format!("--sigmas={sigmas}"), format!("--floor={floor}"),
+            ];
+            let Ok(cli) = Cli::try_parse_from(std::iter::once("bench".to_string()).chain(argv)) else {
+                return Ok(());
+            };
+            let Command::History(h) = cli.command else { panic!() };
+            let Some(HistoryCommand::Study(a)) = &h.command else { panic!() };
+            let ok = (2..=MAX_STUDY_LOOKBACK as u64).contains(&lookback)
+                && (1..=MAX_STUDY_REPEATS).contains(&repeats)
+                && (1..=MAX_STUDY_TRIALS as u64).contains(&trials)
+                && sigmas.is_finite() && sigmas > 0.0 && sigmas <= MAX_STUDY_SIGMAS
+                && floor.is_finite() && (0.0..1.0).contains(&floor);
+            match study(a) {
+                Ok(_) => proptest::prop_assert!(ok),
+                Err(e) => {
+                    proptest::prop_assert!(!ok);
+                    let m = bad_input(e);
+                    proptest::prop_assert!(m.starts_with("--"), "{}", m);
+                }
+            }
+        }
+    }
+
     /// One default per axis: a worker started without `--dtype`, `--parallel` or
     /// `--device` runs what a cell without those axes would ask for.
     #[test]

@@ -312,6 +312,36 @@ mod tests {
         assert_eq!(o.last_step(), 1);
     }
 
+    proptest::proptest! {
+        /// Whatever the text, a number read with a comma is the number the text means with
+        /// its thousands separators removed, and a comma in any other place reads as none.
+        #[test]
+        fn a_comma_is_never_dropped_silently(int in 0u64..10_000_000, frac in proptest::option::of(0u32..1000), cut in 1usize..8, junk in "[0-9,.%]{0,12}") {
+            let plain = match frac { Some(f) => format!("{int}.{f}"), None => int.to_string() };
+            // The unambiguous grouping reads as the plain number.
+            let digits = int.to_string();
+            let mut grouped = String::new();
+            for (i, ch) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 { grouped.push(','); }
+                grouped.push(ch);
+            }
+            if let Some(f) = frac { grouped = format!("{grouped}.{f}"); }
+            proptest::prop_assert_eq!(number(&grouped), plain.parse::<f64>().ok());
+            // A comma after a group of another length is refused.
+            if digits.len() > cut && (digits.len() - cut) % 3 != 0 {
+                let odd = format!("{},{}", &digits[..digits.len() - cut], &digits[digits.len() - cut..]);
+                proptest::prop_assert_eq!(number(&odd), None, "{}", odd);
+            }
+            // Any text: a value read with a comma equals the text without commas.
+            if let Some(v) = number(&junk) {
+                if junk.contains(',') {
+                    let stripped = junk.trim_end_matches('%').replace(',', "");
+                    proptest::prop_assert_eq!(Some(v), stripped.parse::<f64>().ok(), "{}", junk);
+                }
+            }
+        }
+    }
+
     #[test]
     fn numbers_as_printed() {
         assert_eq!(number("353,169"), Some(353169.0));
