@@ -38,7 +38,7 @@ impl From<crate::results::ResultsError> for CliError {
     fn from(e: crate::results::ResultsError) -> Self {
         use crate::results::ResultsError as E;
         match e {
-            E::Read { .. } | E::Parse { .. } | E::Version { .. } => {
+            E::Read { .. } | E::Parse { .. } | E::Version { .. } | E::Invalid { .. } => {
                 CliError::BadInput(miette::Report::msg(e.to_string()))
             }
             E::Write { .. } => CliError::Internal(miette::Report::msg(e.to_string())),

@@ -248,9 +248,14 @@ impl Event {
                 _ => Ok(()),
             }
         }
+        // Each figure within its metric's plausibility bound (crate::metrics::bounds).
+        fn bounded(name: &str, v: Option<f64>) -> Result<(), String> {
+            crate::metrics::bounds::check_opt(name, v).map_err(|why| format!("with {why}"))
+        }
         match self {
             Event::Step(s) => {
                 positive("step_time_s", s.step_time_s)?;
+                bounded("step_time_s", Some(s.step_time_s))?;
                 if s.tokens > MAX_TOKENS {
                     return Err(format!(
                         "with tokens {}: more than 2^53 tokens in one step is not a measurement",
@@ -277,12 +282,35 @@ impl Event {
                 }
                 non_negative("tflops_per_gpu", s.tflops_per_gpu)?;
                 non_negative("mfu", s.mfu)?;
+                bounded("tokens_per_s", s.tokens_per_s)?;
+                bounded("tokens_per_s_per_gpu", s.tokens_per_s_per_gpu)?;
+                bounded("step_time_s", s.step_time_s)?;
+                bounded("tflops_per_gpu", s.tflops_per_gpu.filter(|v| *v != 0.0))?;
+                bounded("mfu", s.mfu.filter(|v| *v != 0.0))?;
+                for b in &s.peak_mem_bytes {
+                    bounded("peak_mem_bytes", Some(*b as f64))?;
+                }
+                if let Some(w) = s.world_size {
+                    if w == 0 || u64::from(w) > crate::metrics::bounds::MAX_WORLD_SIZE {
+                        return Err(format!(
+                            "with world_size {w}: a run has 1 to {} ranks",
+                            crate::metrics::bounds::MAX_WORLD_SIZE
+                        ));
+                    }
+                }
                 non_negative("time_to_first_step_s", s.time_to_first_step_s)?;
                 match s.final_loss {
                     Some(l) if !l.is_finite() => Err(format!("with final_loss {l}")),
                     _ => Ok(()),
                 }
             }
+            Event::Start {
+                world_size: Some(w),
+                ..
+            } if *w == 0 || u64::from(*w) > crate::metrics::bounds::MAX_WORLD_SIZE => Err(format!(
+                "with world_size {w}: a run has 1 to {} ranks",
+                crate::metrics::bounds::MAX_WORLD_SIZE
+            )),
             Event::Start { .. } | Event::Notice { .. } | Event::Error { .. } => Ok(()),
         }
     }

@@ -222,17 +222,7 @@ fn open_journal(path: &Path) -> Result<Option<std::fs::File>, ResultsError> {
         path: path.to_path_buf(),
         source,
     };
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => {
-            return Err(error(std::io::Error::other(
-                "not a regular file: a run's journal is one, written by bench",
-            )))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(error(e)),
-    }
-    match std::fs::File::open(path) {
+    match crate::files::open_regular(path) {
         Ok(f) => Ok(Some(f)),
         // Removed between the two calls: the run folded it into the document.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -308,6 +298,10 @@ pub enum ResultsError {
         column: usize,
         message: String,
     },
+    /// A value no run can have written (a run id or hardware key that leaves its folder);
+    /// the message names the key path.
+    #[error("{message}")]
+    Invalid { path: PathBuf, message: String },
     #[error("{path}: results schema version {found} is newer than this bench understands ({SCHEMA_VERSION}); upgrade bench")]
     Version { path: PathBuf, found: u32 },
     #[error("{path}: cannot write results: {source}")]
@@ -346,27 +340,52 @@ impl RunResults {
         } else {
             None
         };
-        let text = std::fs::read_to_string(&file).map_err(|source| ResultsError::Read {
-            path: file.clone(),
-            source,
-        })?;
-        let mut doc: RunResults = serde_json::from_str(&text).map_err(|e| ResultsError::Parse {
-            path: file.clone(),
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        // A regular file of a bounded size (crate::files): a FIFO would hang the reader,
+        // a link to /dev/zero fill its memory.
+        let text = crate::files::read_bounded(&file, crate::files::MAX_RESULTS_BYTES).map_err(
+            |source| ResultsError::Read {
+                path: file.clone(),
+                source,
+            },
+        )?;
+        let mut doc: RunResults =
+            serde_json::from_slice(&text).map_err(|e| ResultsError::Parse {
+                path: file.clone(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })?;
         if doc.schema_version > SCHEMA_VERSION {
             return Err(ResultsError::Version {
                 path: file,
                 found: doc.schema_version,
             });
         }
-        if let Some(mut handle) = journal {
-            use std::io::Read;
-            let mut bytes = Vec::new();
-            handle
-                .read_to_end(&mut bytes)
+        // The names a run folder gives are checked as the command line's are
+        // (crate::ids): a document whose run id or hardware key leaves its folder would
+        // have a report read a baseline file, or the history key a run, anywhere.
+        crate::ids::check_run_id(&format!("{}: run_id", file.display()), &doc.run_id).map_err(
+            |e| ResultsError::Invalid {
+                path: file.clone(),
+                message: e.to_string(),
+            },
+        )?;
+        // An empty key (a run whose hardware was never known) names no file and is kept.
+        let key = &doc.environment.hardware_key;
+        (if key.is_empty() {
+            Ok(())
+        } else {
+            crate::ids::check_hardware_key(
+                &format!("{}: environment.hardware_key", file.display()),
+                key,
+            )
+        })
+        .map_err(|e| ResultsError::Invalid {
+            path: file.clone(),
+            message: e.to_string(),
+        })?;
+        if let Some(handle) = journal {
+            let bytes = crate::files::read_open_bounded(handle, crate::files::MAX_RESULTS_BYTES)
                 .map_err(|source| ResultsError::Read {
                     path: journal_path.clone(),
                     source,

@@ -80,9 +80,43 @@ pub fn xml_chars(xml: &str) -> Cow<'_, str> {
     }
 }
 
+/// Text for a terminal with every control character shown, not acted on: stored text
+/// (a history's reasons, run ids, host names, written by whoever shares the store) may
+/// hold an escape that would retitle or clear the reader's terminal. Newlines and tabs stay
+/// (the layout of what bench prints); every other C0/C1 control and DEL is written as
+/// `\x1b` / `\u{9b}`, so the reader sees that it was there.
+pub fn terminal(text: &str) -> Cow<'_, str> {
+    let shown = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(shown) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if shown(c) {
+            if (c as u32) < 0x80 {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_text_shows_controls_instead_of_acting_on_them() {
+        assert_eq!(terminal("plain ✓\n\tx"), "plain ✓\n\tx");
+        assert_eq!(
+            terminal("a\x1b]0;pwned\x07b\x1b[2J\u{9b}c\r"),
+            "a\\x1b]0;pwned\\x07b\\x1b[2J\\u{9b}c\\x0d"
+        );
+    }
 
     #[test]
     fn colours_and_cursor_moves_are_removed_whole() {

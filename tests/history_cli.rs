@@ -156,6 +156,12 @@ fn bad_input_exits_2_with_the_place_named() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("nope"), "{}", text(&o));
+    // Every run folder is checked before the store is opened: a refused import creates
+    // nothing (issue 34). A real run creates the store the next commands read.
+    assert!(!tmp.path().join("h.sqlite").exists());
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/runs/cpu-ok");
+    let o = bench(&["history", "import", run, "--history", db]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = bench(&["history", "no.such.cell", "--history", db]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("no.such.cell"), "{}", text(&o));

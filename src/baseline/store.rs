@@ -230,7 +230,19 @@ impl Baselines {
     /// exist (a new hardware key has no baselines, which is not an error).
     pub fn load_for(dir: &Path, hardware_key: &str) -> Result<Baselines, BaselineError> {
         let path = file_for(dir, hardware_key);
-        match std::fs::read_to_string(&path) {
+        // A run whose hardware was never known has no baselines.
+        if hardware_key.is_empty() {
+            return Ok(Baselines::empty(path, hardware_key));
+        }
+        // The key names one file in `dir` (crate::ids), whoever gave it: a results
+        // document's `../evil` must not read a file outside --baselines.
+        crate::ids::check_hardware_key("hardware key", hardware_key).map_err(|e| {
+            BaselineError::Read {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            }
+        })?;
+        match crate::files::read_to_string_bounded(&path, crate::files::MAX_CONFIG_BYTES) {
             Ok(text) => {
                 let doc = parse(&path, &text)?;
                 if doc.hardware_key != hardware_key {
@@ -291,10 +303,11 @@ impl Baselines {
 
     /// Loads one baseline file by path.
     pub fn load_file(path: &Path) -> Result<Baselines, BaselineError> {
-        let text = std::fs::read_to_string(path).map_err(|source| BaselineError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::files::read_to_string_bounded(path, crate::files::MAX_CONFIG_BYTES)
+            .map_err(|source| BaselineError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Ok(Baselines {
             path: path.to_path_buf(),
             existed: true,

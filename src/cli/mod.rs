@@ -25,7 +25,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Worker(args) => Ok(crate::workload::run_worker(&resolve::worker(&args))),
         Command::Baseline(args) => match &args.command {
             BaselineCommand::Update(u) => crate::baseline::cmd::update(&resolve::update(u)),
-            BaselineCommand::Accept(a) => crate::history::cmd::accept(&resolve::accept(a)),
+            BaselineCommand::Accept(a) => crate::history::cmd::accept(&resolve::accept(a)?),
         },
         Command::Report(args) => match &args.command {
             Some(ReportCommand::Post(p)) => crate::report::post::post_command(&resolve::post(p)?),
@@ -36,7 +36,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Adapt(args) => Ok(crate::external::run::main(&args.cell)),
         Command::History(args) => match &args.command {
             Some(HistoryCommand::Import(a)) => crate::history::cmd::import(&resolve::import(a)),
-            Some(HistoryCommand::Study(a)) => crate::history::cmd::study(&resolve::study(a)),
+            Some(HistoryCommand::Study(a)) => crate::history::cmd::study(&resolve::study(a)?),
             None => crate::history::cmd::show(&resolve::show(&args)?),
         },
         Command::Bisect(args) => crate::bisect::cmd(&resolve::bisect(&args)?),

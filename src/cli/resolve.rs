@@ -197,15 +197,22 @@ pub(crate) fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
     }
 }
 
-/// `bench baseline accept`.
-pub(crate) fn accept(args: &BaselineAcceptArgs) -> AcceptSettings {
-    AcceptSettings {
+/// `bench baseline accept`: the hardware key and run id are checked as every command
+/// checks them ([`crate::ids`]).
+pub(crate) fn accept(args: &BaselineAcceptArgs) -> Result<AcceptSettings, CliError> {
+    if let Some(key) = &args.hardware {
+        crate::ids::check_hardware_key("--hardware", key)?;
+    }
+    if let Some(run) = &args.run {
+        crate::ids::check_run_id("--run", run)?;
+    }
+    Ok(AcceptSettings {
         cell: args.cell.clone(),
         reason: args.reason.clone(),
         history: args.history.clone(),
         hardware: args.hardware.clone(),
         run: args.run.clone(),
-    }
+    })
 }
 
 /// `bench history CELL`: the cell is optional to clap only because the command also has
@@ -216,6 +223,9 @@ pub(crate) fn show(args: &HistoryArgs) -> Result<ShowSettings, CliError> {
             "bench history needs a cell id (`bench history gpt2-125m.bf16.1gpu.single.compile`) or a subcommand (import, study)"
         )));
     };
+    if let Some(key) = &args.hardware {
+        crate::ids::check_hardware_key("--hardware", key)?;
+    }
     Ok(ShowSettings {
         cell: cell.clone(),
         history: args.history.clone(),
@@ -233,9 +243,69 @@ pub(crate) fn import(args: &HistoryImportArgs) -> ImportSettings {
     }
 }
 
-/// `bench history study`.
-pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
-    StudySettings {
+/// The most repeats per simulated run `bench history study` takes (a cell has at most a
+/// few dozen clean repeats to draw from).
+pub(crate) const MAX_STUDY_REPEATS: usize = 100;
+/// The most values of `--repeats` (rows per cell).
+pub(crate) const MAX_STUDY_REPEAT_ROWS: usize = 16;
+/// The most trials of one rate: 1e6 puts a rate's rule-of-three bound at 0.0003%, and
+/// keeps the table to minutes.
+pub(crate) const MAX_STUDY_TRIALS: usize = 1_000_000;
+/// The longest lookback (runs of history).
+pub(crate) const MAX_STUDY_LOOKBACK: usize = 1_000;
+/// The widest band, in robust sigmas.
+pub(crate) const MAX_STUDY_SIGMAS: f64 = 100.0;
+
+/// `bench history study`: each knob within its range (exit 2 naming the flag otherwise),
+/// so the simulation's work is bounded and no table is printed for a policy that cannot be.
+pub(crate) fn study(args: &HistoryStudyArgs) -> Result<StudySettings, CliError> {
+    let bad = |m: String| CliError::bad_input(miette::miette!("{m}"));
+    if args.repeats.is_empty() || args.repeats.len() > MAX_STUDY_REPEAT_ROWS {
+        return Err(bad(format!(
+            "--repeats: give 1 to {MAX_STUDY_REPEAT_ROWS} values (comma-separated)"
+        )));
+    }
+    if let Some(r) = args
+        .repeats
+        .iter()
+        .find(|r| !(1..=MAX_STUDY_REPEATS).contains(*r))
+    {
+        return Err(bad(format!(
+            "--repeats {r}: repeats per simulated run are 1 to {MAX_STUDY_REPEATS}"
+        )));
+    }
+    for (flag, v) in [
+        ("--detect-trials", args.detect_trials),
+        ("--alarm-trials", args.alarm_trials),
+    ] {
+        if !(1..=MAX_STUDY_TRIALS).contains(&v) {
+            return Err(bad(format!(
+                "{flag} {v}: trials are 1 to {MAX_STUDY_TRIALS}"
+            )));
+        }
+    }
+    if let Some(s) = args.sigmas {
+        if !(s.is_finite() && s > 0.0 && s <= MAX_STUDY_SIGMAS) {
+            return Err(bad(format!(
+                "--sigmas {s}: the band's half-width is above 0 and at most {MAX_STUDY_SIGMAS} robust sigmas"
+            )));
+        }
+    }
+    if let Some(f) = args.floor {
+        if !(f.is_finite() && (0.0..1.0).contains(&f)) {
+            return Err(bad(format!(
+                "--floor {f}: the band's relative floor is 0 or more and below 1 (0.01 is 1%)"
+            )));
+        }
+    }
+    if let Some(l) = args.lookback {
+        if !(2..=MAX_STUDY_LOOKBACK).contains(&l) {
+            return Err(bad(format!(
+                "--lookback {l}: the lookback is 2 to {MAX_STUDY_LOOKBACK} runs"
+            )));
+        }
+    }
+    Ok(StudySettings {
         run_dirs: args.run_dirs.clone(),
         history: args.history.clone(),
         metric: args.metric.clone(),
@@ -245,7 +315,7 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> StudySettings {
         sigmas: args.sigmas,
         floor: args.floor,
         lookback: args.lookback,
-    }
+    })
 }
 
 /// `bench bisect`: the matrix must be a relative path (it is read in each probed commit's
@@ -298,11 +368,25 @@ pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
     })
 }
 
-/// `bench ingest`: counts above zero, a finite parameter count and peak; the model, peak
-/// and cell are checked by the stage (`ingest::model`, `ingest::figures`).
+/// The smallest model `--params-billion` takes: a million parameters.
+pub(crate) const MIN_PARAMS_BILLION: f64 = 1e-3;
+/// The largest: a hundred trillion parameters.
+pub(crate) const MAX_PARAMS_BILLION: f64 = 1e5;
+/// The lowest peak `--peak-tflops` takes (10 GFLOP/s, about one CPU core).
+pub(crate) const MIN_PEAK_TFLOPS: f64 = 0.01;
+
+/// `bench ingest`: the run id and hardware key first (nothing is read or written under a
+/// name that could leave its folder), counts above zero, a parameter count, peak and GPU
+/// count within physical bounds; the model, peak and cell are checked by the stage (`ingest::model`, `ingest::figures`).
 pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings, CliError> {
     use crate::ingest::{model::ModelSpec, PeakSource};
     let bad = |m: String| CliError::bad_input(miette::miette!("{m}"));
+    if let Some(id) = &args.run_id {
+        crate::ids::check_run_id("--run-id", id)?;
+    }
+    if let Some(key) = &args.hardware_key {
+        crate::ids::check_hardware_key("--hardware-key", key)?;
+    }
     for (flag, v) in [
         ("--global-batch", args.global_batch),
         ("--seq-len", args.seq_len),
@@ -310,6 +394,35 @@ pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings,
     ] {
         if v == 0 {
             return Err(bad(format!("{flag} 0: it must be at least 1")));
+        }
+    }
+    let max_gpus = crate::metrics::bounds::MAX_WORLD_SIZE;
+    if u64::from(args.gpus) > max_gpus {
+        return Err(bad(format!(
+            "--gpus {}: a run has 1 to {max_gpus} GPUs",
+            args.gpus
+        )));
+    }
+    if let Some(b) = args.params_billion {
+        if !(b.is_finite() && (MIN_PARAMS_BILLION..=MAX_PARAMS_BILLION).contains(&b)) {
+            return Err(bad(format!(
+                "--params-billion {b}: a model has {MIN_PARAMS_BILLION} to {MAX_PARAMS_BILLION} billion parameters (1e-3 is a million)"
+            )));
+        }
+    }
+    if let Some(f) = args.flops_per_sequence {
+        if !(f.is_finite() && (1.0..=1e30).contains(&f)) {
+            return Err(bad(format!(
+                "--flops-per-sequence {f}: a number of FLOPs from 1 to 1e30"
+            )));
+        }
+    }
+    if let Some(p) = args.peak_tflops {
+        let max = crate::metrics::flops::UNKNOWN_DEVICE_TFLOPS;
+        if !(p.is_finite() && (MIN_PEAK_TFLOPS..=max).contains(&p)) {
+            return Err(bad(format!(
+                "--peak-tflops {p}: one GPU's dense peak is {MIN_PEAK_TFLOPS} to {max} TFLOP/s"
+            )));
         }
     }
     if args
@@ -404,6 +517,37 @@ mod tests {
     fn bad_input(e: CliError) -> String {
         assert_eq!(e.exit_code(), crate::exit::bench::BAD_INPUT, "{e:?}");
         format!("{:#}", e.report())
+    }
+
+    proptest::proptest! {
+        /// Every `bench history study` knob outside its range is exit 2 naming the flag;
+        /// inside it, the settings resolve.
+        #[test]
+        fn study_knobs_are_bounded(lookback in proptest::prelude::any::<u64>(), repeats in 0usize..2_000, trials in 0u64..10_000_000, sigmas in proptest::prelude::any::<f64>(), floor in proptest::prelude::any::<f64>()) {
+            let argv = [
+                "history".to_string(), "study".into(), "r".into(),
+                format!("--lookback={lookback}"), format!("--repeats={repeats}"),
+                format!("--alarm-trials={trials}"), format!("--sigmas={sigmas}"), format!("--floor={floor}"),
+            ];
+            let Ok(cli) = Cli::try_parse_from(std::iter::once("bench".to_string()).chain(argv)) else {
+                return Ok(());
+            };
+            let Command::History(h) = cli.command else { panic!() };
+            let Some(HistoryCommand::Study(a)) = &h.command else { panic!() };
+            let ok = (2..=MAX_STUDY_LOOKBACK as u64).contains(&lookback)
+                && (1..=MAX_STUDY_REPEATS).contains(&repeats)
+                && (1..=MAX_STUDY_TRIALS as u64).contains(&trials)
+                && sigmas.is_finite() && sigmas > 0.0 && sigmas <= MAX_STUDY_SIGMAS
+                && floor.is_finite() && (0.0..1.0).contains(&floor);
+            match study(a) {
+                Ok(_) => proptest::prop_assert!(ok),
+                Err(e) => {
+                    proptest::prop_assert!(!ok);
+                    let m = bad_input(e);
+                    proptest::prop_assert!(m.starts_with("--"), "{}", m);
+                }
+            }
+        }
     }
 
     /// One default per axis: a worker started without `--dtype`, `--parallel` or

@@ -31,6 +31,8 @@ pub(crate) struct Bounds {
     step_flops: f64,
     tokens_per_step: u64,
     gpus: u32,
+    /// The cell's GPUs as it asks for them (0: a CPU cell).
+    cell_gpus: u32,
     dtype: Dtype,
 }
 
@@ -40,6 +42,7 @@ impl Bounds {
             step_flops: flops_per_token * tokens_per_step as f64,
             tokens_per_step,
             gpus: gpus.max(1),
+            cell_gpus: gpus,
             dtype,
         }
     }
@@ -87,6 +90,12 @@ impl Bounds {
             ));
         }
         Ok(())
+    }
+
+    /// A world size the framework reports, against the cell's GPUs
+    /// ([`crate::metrics::bounds::check_world_size`]).
+    pub(crate) fn check_world_size(&self, world_size: u64) -> Result<(), String> {
+        crate::metrics::bounds::check_world_size(world_size, self.cell_gpus)
     }
 
     /// The peak TFLOP/s of one GPU the steps are held to, and the words that name it.

@@ -218,15 +218,55 @@ pub(crate) fn read_all(
     Ok((steps, end))
 }
 
-/// A number as frameworks print it (`353,169`, `2.18940`, `nan`).
+/// A number as frameworks print it (`353,169`, `2.18940`, `1.249e+03`, `nan`, `42.7%`),
+/// or `None` when it is not one, or is ambiguous. A comma is read only as a thousands
+/// separator in its one unambiguous form: one to three leading digits, then groups of
+/// exactly three (`353,169`, `1,234,567.5`). Anything else with a comma (`8,5`, `1,2345`,
+/// `12,34,567`) could be a decimal comma and is refused, never read with the comma
+/// dropped (`8,5` as 85). One trailing `%` is allowed (the caller knows the field is a
+/// percentage); `%%` or a `%` elsewhere is not a number.
 pub(crate) fn number(s: &str) -> Option<f64> {
-    let cleaned = s.replace(',', "");
-    match cleaned.to_ascii_lowercase().as_str() {
-        "nan" => Some(f64::NAN),
-        "inf" | "+inf" => Some(f64::INFINITY),
-        "-inf" => Some(f64::NEG_INFINITY),
-        _ => cleaned.parse().ok(),
+    let t = s.trim();
+    let t = t.strip_suffix('%').unwrap_or(t);
+    match t.to_ascii_lowercase().as_str() {
+        "nan" | "-nan" => return Some(f64::NAN),
+        "inf" | "+inf" | "infinity" => return Some(f64::INFINITY),
+        "-inf" | "-infinity" => return Some(f64::NEG_INFINITY),
+        _ => {}
     }
+    if t.contains(',') {
+        let (sign, body) = match t.strip_prefix(['-', '+']) {
+            Some(rest) => (&t[..1], rest),
+            None => ("", t),
+        };
+        let (int, frac) = match body.split_once('.') {
+            Some((i, f)) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => (i, Some(f)),
+            Some(_) => return None,
+            None => (body, None),
+        };
+        let mut groups = int.split(',');
+        let head = groups.next()?;
+        if head.is_empty() || head.len() > 3 || !head.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut digits = String::from(sign);
+        digits.push_str(head);
+        for g in groups {
+            if g.len() != 3 || !g.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.push_str(g);
+        }
+        if let Some(f) = frac {
+            digits.push('.');
+            digits.push_str(f);
+        }
+        return digits.parse().ok();
+    }
+    if t.contains('%') {
+        return None;
+    }
+    t.parse().ok()
 }
 
 /// Median of the framework's per-step figure over the measured steps (step number above
@@ -272,10 +312,55 @@ mod tests {
         assert_eq!(o.last_step(), 1);
     }
 
+    proptest::proptest! {
+        /// Whatever the text, a number read with a comma is the number the text means with
+        /// its thousands separators removed, and a comma in any other place reads as none.
+        #[test]
+        fn a_comma_is_never_dropped_silently(int in 0u64..10_000_000, frac in proptest::option::of(0u32..1000), cut in 1usize..8, junk in "[0-9,.%]{0,12}") {
+            let plain = match frac { Some(f) => format!("{int}.{f}"), None => int.to_string() };
+            // The unambiguous grouping reads as the plain number.
+            let digits = int.to_string();
+            let mut grouped = String::new();
+            for (i, ch) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 { grouped.push(','); }
+                grouped.push(ch);
+            }
+            if let Some(f) = frac { grouped = format!("{grouped}.{f}"); }
+            proptest::prop_assert_eq!(number(&grouped), plain.parse::<f64>().ok());
+            // A comma after a group of another length is refused.
+            if digits.len() > cut && (digits.len() - cut) % 3 != 0 {
+                let odd = format!("{},{}", &digits[..digits.len() - cut], &digits[digits.len() - cut..]);
+                proptest::prop_assert_eq!(number(&odd), None, "{}", odd);
+            }
+            // Any text: a value read with a comma equals the text without commas.
+            if let Some(v) = number(&junk) {
+                if junk.contains(',') {
+                    let stripped = junk.trim_end_matches('%').replace(',', "");
+                    proptest::prop_assert_eq!(Some(v), stripped.parse::<f64>().ok(), "{}", junk);
+                }
+            }
+        }
+    }
+
     #[test]
     fn numbers_as_printed() {
         assert_eq!(number("353,169"), Some(353169.0));
+        assert_eq!(number("1,234,567.5"), Some(1_234_567.5));
+        assert_eq!(number("-1,000"), Some(-1000.0));
         assert!(number("nan").unwrap().is_nan());
         assert_eq!(number("x"), None);
+        // A decimal comma, or a separator in no grouping a framework prints, is refused.
+        for ambiguous in [
+            "8,5",
+            "1,2345",
+            "12,34,567",
+            ",5",
+            "1,",
+            "1,000.",
+            "5%%",
+            "5%5",
+        ] {
+            assert_eq!(number(ambiguous), None, "{ambiguous}");
+        }
     }
 }

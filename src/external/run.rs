@@ -356,6 +356,26 @@ impl LogReader {
             .parser
             .finish(exited_ok)
             .map_err(|e| (ErrorKind::BadInput, e.to_string()))?;
+        // The ranks the framework says it ran must be the cell's GPUs: a figure per GPU
+        // over another world size is made up (crate::metrics::bounds).
+        if exited_ok && end.info != crate::external::log::DriverInfo::default() {
+            self.bounds
+                .check_world_size(u64::from(end.info.world_size))
+                .map_err(|why| {
+                    (
+                        ErrorKind::BadInput,
+                        format!("{}: the driver line reports {why}", self.name),
+                    )
+                })?;
+            for (rank, b) in end.peak_mem_bytes.iter().enumerate() {
+                crate::metrics::bounds::check("peak_mem_bytes", *b as f64).map_err(|why| {
+                    (
+                        ErrorKind::BadInput,
+                        format!("{}: rank {rank}'s {why}", self.name),
+                    )
+                })?;
+            }
+        }
         Ok((self.checked(rest, 0, "", elapsed_s)?, end))
     }
 

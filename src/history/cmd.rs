@@ -20,10 +20,60 @@ use super::store::{Point, Segment};
 use super::study::{table, CellPools};
 use super::HistoryError;
 
-/// Prints `text` on stdout; a closed pipe (`| head`) is not a failure.
+/// Prints `text` on stdout; a closed pipe (`| head`) is not a failure. What these commands
+/// print holds text from the store (reasons, run ids, host names, written by whoever
+/// shares it): its control characters are shown escaped, never sent to the terminal
+/// ([`crate::sanitize::terminal`]).
 fn print(text: &str) {
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+    let _ = out
+        .write_all(crate::sanitize::terminal(text).as_bytes())
+        .and_then(|_| out.flush());
+}
+
+/// Refuses a SQLite store that exists but is an empty file: the read-only commands
+/// (`bench history CELL`, `study --history`, `baseline accept`) must not write a schema
+/// into a file that someone else created (an empty file is not a history).
+fn refuse_empty_file(location: &str) -> Result<(), CliError> {
+    if let Ok(super::Location::Sqlite(path)) = super::parse_location(location) {
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{location}: an empty file, not a bench history (a read-only command does not create one; `bench history import` or `bench matrix --history` does)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a run folder whose metrics no measurement can have given (zero, negative,
+/// 1e308, subnormal, non-finite; [`crate::metrics::bounds`]), naming its key path: once in
+/// the history such a value makes up change points and verdicts.
+fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliError> {
+    for (i, cell) in results.cells.iter().enumerate() {
+        for (name, m) in &cell.metrics {
+            let values = std::iter::once((String::from("value"), m.value)).chain(
+                m.samples
+                    .iter()
+                    .enumerate()
+                    .map(|(j, v)| (format!("samples[{j}]"), *v)),
+            );
+            for (key, v) in values {
+                // A metric the run could not compute is stored as NaN and left out of the
+                // record (RunRecord::from_results); only values that would be kept count.
+                if key == "value" && v.is_nan() {
+                    break;
+                }
+                if let Err(why) = crate::metrics::bounds::check(name, v) {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "{}: cells[{i}] ({}).metrics.{name}.{key}: {why}; not imported",
+                        dir.join(RunResults::FILE).display(),
+                        crate::sanitize::terminal(cell.id.as_str()),
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Resolved settings of `bench history CELL`.
@@ -92,9 +142,16 @@ pub(crate) fn import(args: &ImportSettings) -> Result<i32, CliError> {
             "bench history import needs at least one run folder"
         )));
     }
-    let mut store = super::open(&args.history)?;
+    // Every run folder is read and checked before the store is opened or written: one
+    // impossible value refuses the import with its key path, and nothing is half done.
+    let mut runs = Vec::with_capacity(args.run_dirs.len());
     for dir in &args.run_dirs {
         let results = RunResults::load(dir)?;
+        check_metrics(dir, &results)?;
+        runs.push(results);
+    }
+    let mut store = super::open(&args.history)?;
+    for (dir, results) in args.run_dirs.iter().zip(runs) {
         let telemetry =
             crate::telemetry::load(dir).map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
         let rec = RunRecord::from_results(&results, args.branch.clone(), telemetry);
@@ -248,10 +305,22 @@ pub(crate) fn render_trend(
 /// `bench history CELL`.
 pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
     let cell = args.cell.as_str();
+    refuse_empty_file(&args.history)?;
     let mut store = super::open_existing(&args.history)?;
+    let known = store.hardware_keys(cell, &args.metric)?;
     let keys = match &args.hardware {
+        // A hardware key with no history of the cell is bad input, as an unknown cell is.
+        Some(k) if !known.contains(k) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: --hardware {k}: no run of cell {} on that hardware key has {} (keys with history: {})",
+                store.location,
+                crate::sanitize::terminal(cell),
+                args.metric,
+                if known.is_empty() { "none".to_string() } else { crate::sanitize::terminal(&known.join(", ")).into_owned() }
+            )))
+        }
         Some(k) => vec![k.clone()],
-        None => store.hardware_keys(cell, &args.metric)?,
+        None => known,
     };
     if keys.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
@@ -275,6 +344,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
             "--reason: say why the shift is intended (it is kept with the segment)"
         )));
     }
+    refuse_empty_file(&args.history)?;
     let mut store = super::open_existing(&args.history)?;
     let key = match &args.hardware {
         Some(k) => k.clone(),
@@ -448,6 +518,7 @@ pub(crate) fn pools_from_store(
 pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
     let (cells, sequences, source) = match &args.history {
         Some(location) => {
+            refuse_empty_file(location)?;
             let mut store = crate::history::open_existing(location)?;
             let cells = pools_from_store(&mut store, &args.metric)?;
             let sequences = super::sequence::from_store(&mut store, &args.metric)?;

@@ -77,6 +77,20 @@ pub(crate) struct Log {
     pub untimed: usize,
 }
 
+/// A reader that hashes what passes through it.
+struct Hashing<R> {
+    inner: R,
+    hash: sha2::Sha256,
+}
+
+impl<R: std::io::Read> std::io::Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        sha2::Digest::update(&mut self.hash, &buf[..n]);
+        Ok(n)
+    }
+}
+
 /// Reads every log file in order as one log.
 pub(crate) fn read_logs(s: &IngestSettings) -> Result<Log, IngestError> {
     let mut c = Collector::new(
@@ -86,13 +100,49 @@ pub(crate) fn read_logs(s: &IngestSettings) -> Result<Log, IngestError> {
             gpus: s.gpus,
         },
     );
+    // The same file named twice (or two copies of one log) would read as one run of twice
+    // the steps: refused by path (after links) and by content.
+    let mut seen: Vec<(std::path::PathBuf, [u8; 32], String)> = Vec::new();
     for path in &s.logs {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| IngestError::Read {
+        // A regular file only: a FIFO would wait forever, a device never end.
+        let file = crate::files::open_regular(path).map_err(|source| IngestError::Read {
             path: name.clone(),
             source,
         })?;
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if let Some((_, _, first)) = seen.iter().find(|(p, ..)| *p == real) {
+            return Err(IngestError::Log {
+                path: name,
+                message: format!(
+                    "the same file as {first}, given twice: its steps would count twice"
+                ),
+            });
+        }
+        // Hashed before it is parsed (one streaming pass), so a copy is named as a copy
+        // rather than as a log whose steps go backwards.
+        let read_error = |source| IngestError::Read {
+            path: name.clone(),
+            source,
+        };
+        let mut hashing = Hashing {
+            inner: file,
+            hash: sha2::Sha256::default(),
+        };
+        std::io::copy(&mut hashing, &mut std::io::sink()).map_err(read_error)?;
+        let digest: [u8; 32] = sha2::Digest::finalize(hashing.hash).into();
+        if let Some((_, _, first)) = seen.iter().find(|(_, d, _)| *d == digest) {
+            return Err(IngestError::Log {
+                path: name,
+                message: format!(
+                    "the same content as {first} (SHA-256): one log given twice would read as one run of twice the steps"
+                ),
+            });
+        }
+        let mut file = hashing.inner;
+        std::io::Seek::rewind(&mut file).map_err(read_error)?;
         for_each_line(&name, file, |n, text| c.line(&name, n, text))?;
+        seen.push((real, digest, name));
     }
     let all = s
         .logs
@@ -189,7 +239,7 @@ pub(crate) fn compute(
     }
     if s.skip_steps >= log.steps.len() {
         return Err(IngestError::Log {
-            path: log.steps[0].file.clone(),
+            path: log.steps[0].file.to_string(),
             message: format!(
                 "the log has {} timed step(s) and --skip-steps is {}: no step is left to measure (lower --skip-steps; 0 measures every step)",
                 log.steps.len(),
@@ -208,6 +258,23 @@ pub(crate) fn compute(
         Some(model.flops_per_token),
         peak.map(|p| p.tflops),
     );
+    // Every figure within its plausibility bound (crate::metrics::bounds): parameters
+    // that put MFU at 4e-298 or above 1 are wrong, whatever the log says.
+    let gpu_hours = t.days_per_1t_tokens * 24.0 * f64::from(s.gpus);
+    for (name, v) in [
+        ("step_time_s", Some(step_time_s)),
+        ("tokens_per_s", Some(t.tokens_per_s)),
+        ("tokens_per_s_per_gpu", Some(t.tokens_per_s_per_gpu)),
+        ("tflops_per_gpu", t.tflops_per_gpu),
+        ("mfu", t.mfu),
+        ("time_to_1t_tokens_days", Some(t.days_per_1t_tokens)),
+    ] {
+        crate::metrics::bounds::check_opt(name, v).map_err(|why| {
+            IngestError::Args(format!(
+                "{why}: --model/--params-billion, --global-batch, --seq-len, --gpus or the peak do not match the run"
+            ))
+        })?;
+    }
     Ok(Figures {
         step_time_s,
         measured_steps: measured.len(),
@@ -217,7 +284,7 @@ pub(crate) fn compute(
         tflops_per_gpu: t.tflops_per_gpu.unwrap_or(0.0),
         mfu: t.mfu,
         days_per_1t_tokens: t.days_per_1t_tokens,
-        gpu_hours_per_1t_tokens: t.days_per_1t_tokens * 24.0 * f64::from(s.gpus),
+        gpu_hours_per_1t_tokens: gpu_hours,
         own: Own {
             tokens_per_s_per_gpu: own_median(measured, |o| o.tokens_per_s_per_gpu),
             tflops_per_gpu: own_median(measured, |o| o.tflops_per_gpu),

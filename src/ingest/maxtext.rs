@@ -41,6 +41,17 @@ impl LineParser for Maxtext {
             "a `completed step:` line without `, seconds: X,` (the line is cut: truncated log?)"
                 .to_string()
         })?;
+        // The fields after `seconds` are `key: value` pairs; a bare number there is the
+        // other half of a decimal comma (`seconds: 8,5`), which would otherwise read as 8.
+        let rest = c.get(3).map_or("", |m| m.as_str());
+        let next = rest.split(',').next().unwrap_or("").trim();
+        if !next.is_empty() && !next.contains(':') {
+            return Err(format!(
+                "`seconds` is `{},{next}`: a decimal comma (or a field bench does not know) where MaxText prints `seconds: X.Y, key: value`; refusing rather than reading {}",
+                c[2].trim(),
+                c[2].trim()
+            ));
+        }
         let seconds = field("seconds", &c[2])?;
         let step_time = self.clock.step_time(text.trim_start(), seconds)?;
         let f = pairs(c.get(3).map_or("", |m| m.as_str()), ",", ':');
@@ -80,6 +91,13 @@ mod tests {
             .parse(None, "completed step: 9")
             .unwrap_err()
             .contains("truncated"));
+        let e = Maxtext::default()
+            .parse(
+                None,
+                "completed step: 9, seconds: 8,5, TFLOP/s/device: 470.000, loss: 10.880",
+            )
+            .unwrap_err();
+        assert!(e.contains("decimal comma"), "{e}");
     }
 
     /// The captured H100 run's lines (MaxText 0.2.5): timed by their stamps, not by the

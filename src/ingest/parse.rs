@@ -10,7 +10,7 @@
 //! (another global batch) is an error naming the file and line, never a step.
 
 use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex::Regex;
 
@@ -142,20 +142,24 @@ pub(crate) fn split_rank(line: &str) -> (Option<u32>, &str) {
     (None, line)
 }
 
-/// A number as frameworks print it (`353,169`, `2.18940`, `1.249e+03`, `nan`, `42.7%`).
+/// A number as frameworks print it: [`crate::external::log::number`], the one reader of
+/// printed numbers (a comma only as an unambiguous thousands separator; `8,5` is refused,
+/// never read as 85).
 pub(crate) fn number(s: &str) -> Option<f64> {
-    let cleaned = s.trim().trim_end_matches('%').replace(',', "");
-    match cleaned.to_ascii_lowercase().as_str() {
-        "nan" | "-nan" => Some(f64::NAN),
-        "inf" | "+inf" | "infinity" => Some(f64::INFINITY),
-        "-inf" | "-infinity" => Some(f64::NEG_INFINITY),
-        _ => cleaned.parse().ok(),
-    }
+    crate::external::log::number(s)
 }
 
 /// A field of a step line that must be a number, or the message saying which is not.
 pub(crate) fn field(name: &str, value: &str) -> Result<f64, String> {
-    number(value).ok_or_else(|| format!("`{name}` is `{value}`, not a number"))
+    number(value).ok_or_else(|| {
+        if value.contains(',') {
+            format!(
+                "`{name}` is `{value}`: a comma bench cannot read unambiguously (a decimal comma? a thousands separator is 1,234,567); refusing rather than guessing"
+            )
+        } else {
+            format!("`{name}` is `{value}`, not a number")
+        }
+    })
 }
 
 /// A whole number (a step, a batch), refusing fractions and signs.
@@ -197,8 +201,15 @@ pub(crate) struct Step {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
     pub own: Own,
-    pub file: String,
+    /// The file, shared by every step read from it (a long path is held once, not once
+    /// per step: a million steps under a 3,000-character path are 3 GB otherwise).
+    #[serde(serialize_with = "shared_str")]
+    pub file: Arc<str>,
     pub line: usize,
+}
+
+fn shared_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v)
 }
 
 /// Per-rank ordering state.
@@ -208,7 +219,7 @@ struct Stream {
     last: Option<(Option<u64>, u64)>,
     stride: Option<u64>,
     /// Where the previous step came from, for the message of a gap.
-    last_at: Option<(String, usize)>,
+    last_at: Option<(Arc<str>, usize)>,
     /// Lines the framework printed with no step time (torchtitan's first).
     untimed: usize,
     counted: u64,
@@ -222,6 +233,8 @@ pub(crate) struct Collector {
     wanted: Framework,
     streams: BTreeMap<Option<u32>, Stream>,
     writer: Option<String>,
+    /// The file being read, shared by its steps.
+    file: Option<Arc<str>>,
     /// The step lines read so far (every rank's).
     pub step_lines: usize,
 }
@@ -234,6 +247,7 @@ impl Collector {
             wanted,
             streams: BTreeMap::new(),
             writer: None,
+            file: None,
             step_lines: 0,
         }
     }
@@ -295,6 +309,14 @@ impl Collector {
         l: Logged,
     ) -> Result<(), IngestError> {
         let err = |m: String| IngestError::at(file, line_no, raw, m);
+        let shared = match &self.file {
+            Some(f) if &**f == file => f.clone(),
+            _ => {
+                let f: Arc<str> = Arc::from(file);
+                self.file = Some(f.clone());
+                f
+            }
+        };
         if let Some(gb) = l.global_batch {
             if gb != self.ctx.global_batch {
                 return Err(err(format!(
@@ -378,12 +400,29 @@ impl Collector {
                     Some(_) => {}
                 }
             } else {
-                // A new epoch of a progress bar restarts its count.
+                // A new epoch of a progress bar restarts its count; epochs only go forward.
+                // One that goes back is two bars (two runs, or two processes) interleaved
+                // in one file, or a log that repeats: their steps are not one run's.
+                match (epoch, l.epoch) {
+                    (Some(prev), Some(now)) if now < prev => {
+                        return Err(err(format!(
+                            "epoch {now} after epoch {prev} in {who}: epochs only go forward, so two progress bars are interleaved (two runs or processes in one file) or the log repeats itself"
+                        )));
+                    }
+                    (Some(_), None) | (None, Some(_)) => {
+                        return Err(err(format!(
+                            "a step line {} an epoch after lines {} one in {who}: two kinds of step lines are mixed, so the steps are not one sequence",
+                            if l.epoch.is_some() { "with" } else { "without" },
+                            if l.epoch.is_some() { "without" } else { "with" },
+                        )));
+                    }
+                    _ => {}
+                }
                 s.stride = None;
             }
         }
         s.last = Some((l.epoch, step));
-        s.last_at = Some((file.to_string(), line_no));
+        s.last_at = Some((shared.clone(), line_no));
         let Some(t) = l.step_time_s else {
             s.untimed += 1;
             return Ok(());
@@ -404,7 +443,7 @@ impl Collector {
             step_time_s: t,
             loss: l.loss,
             own: l.own,
-            file: file.to_string(),
+            file: shared,
             line: line_no,
         });
         Ok(())
@@ -445,6 +484,10 @@ mod tests {
         assert_eq!(number("353,169"), Some(353_169.0));
         assert_eq!(number("1.249e+03"), Some(1249.0));
         assert_eq!(number("42.7%"), Some(42.7));
+        assert_eq!(number("8,5"), None);
+        assert!(field("train_step_timing in s", "8,5")
+            .unwrap_err()
+            .contains("decimal comma"));
         assert!(number("nan").unwrap().is_nan());
         assert_eq!(number("12.8x"), None);
         assert!(count("step", "2.5").is_err());
@@ -489,6 +532,38 @@ mod tests {
         let (steps, rank, _, _) = c.finish();
         assert_eq!(steps.len(), 2);
         assert_eq!(rank, None);
+    }
+
+    #[test]
+    fn epochs_only_go_forward() {
+        let at = |epoch: u64, step: u64, t: f64| Logged {
+            epoch: Some(epoch),
+            ..logged(step, t)
+        };
+        let mut c = collector();
+        c.take("f", 1, "", None, at(0, 1, 8.5)).unwrap();
+        c.take("f", 2, "", None, at(1, 1, 0.5)).unwrap();
+        let e = c.take("f", 3, "", None, at(0, 2, 8.5)).unwrap_err();
+        assert!(
+            e.to_string().starts_with("f:3: epoch 0 after epoch 1"),
+            "{e}"
+        );
+        let mut c = collector();
+        c.take("f", 1, "", None, at(0, 1, 8.5)).unwrap();
+        let e = c.take("f", 2, "", None, logged(2, 8.5)).unwrap_err();
+        assert!(e.to_string().contains("mixed"), "{e}");
+    }
+
+    #[test]
+    fn steps_share_their_file_name() {
+        let mut c = collector();
+        let long = "d/".repeat(1500) + "x.log";
+        for i in 1..=3 {
+            c.take(&long, i as usize, "", None, logged(i, 1.0)).unwrap();
+        }
+        let (steps, ..) = c.finish();
+        assert_eq!(steps.len(), 3);
+        assert!(Arc::ptr_eq(&steps[0].file, &steps[2].file));
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
     for w in &plan.warnings {
         eprintln!("warning: {w}");
     }
+    // The run's own check of every cell's workload (crate::run::launch::check), so the
+    // dry run refuses what the run refuses (an empty argv, an unknown placeholder).
+    plan.each_cell(crate::run::launch::check)
+        .map_err(|e| CliError::from(crate::run::RunError::from(e)))?;
     let listing = Listing {
         name: super::budget::matrix_name(&spec, &src),
         file: src.path.display().to_string(),

@@ -95,15 +95,7 @@ pub struct RunConfig {
 /// characters. Anything else could write outside the results folder (`../x`, `/tmp/x`) or
 /// make a name a file system or a CI artifact upload refuses; it is bad input.
 pub fn check_run_id(id: &str) -> Result<(), CliError> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-    if id.is_empty() || id.len() > 128 || id.starts_with('.') || !id.chars().all(ok_char) {
-        return Err(CliError::bad_input(miette::miette!(
-            "--run-id {:?}: a run id names one folder under --results-dir: 1 to 128 letters, \
-             digits, `.`, `_` or `-`, not starting with `.`",
-            crate::sanitize::clean(id)
-        )));
-    }
-    Ok(())
+    Ok(crate::ids::check_run_id("--run-id", id)?)
 }
 
 /// What a run produced.

@@ -234,6 +234,14 @@ pub(crate) fn command(
     })
 }
 
+/// Whether `cell`'s workload can be turned into a command line (no unknown placeholder,
+/// no unclosed brace, an argv with a program): the check [`command`] makes at launch, made
+/// for every cell by the run before its first cell and by `bench matrix --dry-run`, so a
+/// dry run passes exactly what the run accepts.
+pub(crate) fn check(cell: &Cell) -> Result<(), LaunchError> {
+    command(cell, &AttemptCtx::default(), Path::new("bench")).map(|_| ())
+}
+
 /// The processes of one attempt of `cell`; `bench_exe` is the program for built-in cells.
 pub fn plan(cell: &Cell, ctx: &AttemptCtx, bench_exe: &Path) -> Result<LaunchPlan, LaunchError> {
     let ProcSpec {

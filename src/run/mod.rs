@@ -152,6 +152,10 @@ pub fn run_with(
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
     let expansion = crate::matrix::cmd::load(&args.source)?;
+    // Before the first cell, as the dry run checks it: a workload no cell can start.
+    for cell in &expansion.cells {
+        launch::check(cell).map_err(RunError::from)?;
+    }
     // Before the first cell: a malformed baseline file, or a history store that cannot be
     // opened, found after the run would leave no verdict for cells that took hours.
     crate::baseline::Baselines::check_dir(&args.baselines)?;

@@ -354,11 +354,9 @@ impl Book {
         let file = match &mut self.journal {
             Some(file) => file,
             None => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(write_error)?;
+                // A regular file only, opened without blocking: a FIFO someone put at the
+                // journal's path must not hang the run (crate::files).
+                let file = crate::files::open_append_regular(&path).map_err(write_error)?;
                 self.journal_on_disk = true;
                 self.journal.insert(file)
             }

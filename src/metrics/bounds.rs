@@ -1,0 +1,210 @@
+//! The plausibility bound of every metric: what no measurement of a training step can
+//! give, whatever the hardware, checked at every door a figure comes in by (a worker's
+//! events, a framework's log read by `bench adapt` or `bench ingest`, a run folder
+//! imported into the history). A value outside its bound is refused there with where it
+//! came from; it never reaches a baseline or the history, where it would make up change
+//! points (`20.03K -> infT (+inf%)`) and verdicts (`improved +inf%`).
+//!
+//! The bounds are physical, not statistical: loose enough for any run of the next years,
+//! tight enough that a forged, misread or overflowed figure is outside.
+//!
+//! | metric | bound | why |
+//! |---|---|---|
+//! | `step_time_s` | 1 µs to 1 day | no step is shorter than a kernel launch; the collector's day |
+//! | `tokens_per_s` | 1e-5 to 1e15 | one token per day at least; 1e6 GPUs at the per-GPU bound |
+//! | `tokens_per_s_per_gpu` | 1e-5 to 1e10 | a 1M-parameter model at [`UNKNOWN_DEVICE_TFLOPS`] does 4e9 |
+//! | `tflops_per_gpu` | above 0, at most [`UNKNOWN_DEVICE_TFLOPS`] | ten times the fastest peak known |
+//! | `mfu` | above 0, at most 1 | a fraction of the peak |
+//! | `peak_mem_bytes` | 0 to 1 TiB | no device has more memory (0: not measured, a CPU) |
+//! | `time_to_1t_tokens_days` | above 0, at most 1.2e12 | 1e12 tokens at the slowest tokens/s |
+//! | any other metric | finite, not subnormal, magnitude below 1e300 | a number, not an overflow |
+//!
+//! Every value must also be a finite, normal `f64` (a subnormal is an underflow, not a
+//! measurement): NaN, infinities and denormals are refused for every metric.
+//!
+//! [`UNKNOWN_DEVICE_TFLOPS`]: super::flops::UNKNOWN_DEVICE_TFLOPS
+
+use super::flops::UNKNOWN_DEVICE_TFLOPS;
+
+/// The most memory one device has (1 TiB; the largest today have under 300 GB).
+pub const MAX_DEVICE_MEM_BYTES: f64 = (1u64 << 40) as f64;
+/// The shortest step believed.
+pub const MIN_STEP_S: f64 = 1e-6;
+/// The longest step believed: a day (as `bench ingest`'s collector).
+pub const MAX_STEP_S: f64 = 86_400.0;
+/// The most ranks (GPUs) of one run.
+pub const MAX_WORLD_SIZE: u64 = 1 << 20;
+
+/// The closed range `[lo, hi]` a metric's value lies in (`lo_open`: above `lo`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    pub lo: f64,
+    pub lo_open: bool,
+    pub hi: f64,
+    /// Why, in a few words, for the message.
+    pub why: &'static str,
+}
+
+/// The bound of metric `name` ([`None`]: a metric outside the catalog, held to
+/// [`check`]'s generic rule only).
+pub fn bound(name: &str) -> Option<Bound> {
+    let b = |lo, lo_open, hi, why| {
+        Some(Bound {
+            lo,
+            lo_open,
+            hi,
+            why,
+        })
+    };
+    match name {
+        "step_time_s" => b(
+            MIN_STEP_S,
+            false,
+            MAX_STEP_S,
+            "a step takes between a microsecond and a day",
+        ),
+        "tokens_per_s" => b(
+            1e-5,
+            false,
+            1e15,
+            "at least a token a day, at most 1e10 tokens/s on each of a million GPUs",
+        ),
+        "tokens_per_s_per_gpu" => b(
+            1e-5,
+            false,
+            1e10,
+            "at least a token a day, at most what the fastest device allows the smallest model",
+        ),
+        "tflops_per_gpu" => b(
+            0.0,
+            true,
+            UNKNOWN_DEVICE_TFLOPS,
+            "above 0 and at most ten times the fastest peak in the table",
+        ),
+        "mfu" => b(0.0, true, 1.0, "a fraction of the peak: above 0, at most 1"),
+        "peak_mem_bytes" => b(
+            0.0,
+            false,
+            MAX_DEVICE_MEM_BYTES,
+            "no device has more than 1 TiB",
+        ),
+        "time_to_1t_tokens_days" => b(
+            0.0,
+            true,
+            1.2e12,
+            "1e12 tokens at between a token a day and the tokens/s bound",
+        ),
+        _ => None,
+    }
+}
+
+/// Checks one value of metric `name`; `Err` says why it cannot be a measurement (the
+/// caller adds where it came from).
+pub fn check(name: &str, v: f64) -> Result<(), String> {
+    if !v.is_finite() {
+        return Err(format!("{name} is {v}: not a finite number"));
+    }
+    if v != 0.0 && !v.is_normal() {
+        return Err(format!(
+            "{name} is {v:e}: a subnormal number (an underflow), not a measurement"
+        ));
+    }
+    match bound(name) {
+        Some(b) => {
+            let low = if b.lo_open { v <= b.lo } else { v < b.lo };
+            if low || v > b.hi {
+                let lo = if b.lo_open { "(" } else { "[" };
+                return Err(format!(
+                    "{name} is {v:e}, outside its plausible range {lo}{:e}, {:e}] ({})",
+                    b.lo, b.hi, b.why
+                ));
+            }
+            Ok(())
+        }
+        None if v.abs() >= 1e300 => Err(format!(
+            "{name} is {v:e}: no metric of a training run is that large"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks an optional value (absent is fine).
+pub fn check_opt(name: &str, v: Option<f64>) -> Result<(), String> {
+    v.map_or(Ok(()), |v| check(name, v))
+}
+
+/// Checks a world size (ranks of a run) a framework or worker reports against the GPUs
+/// of the cell: at least one rank, and exactly the cell's GPUs when it has any.
+pub fn check_world_size(world_size: u64, cell_gpus: u32) -> Result<(), String> {
+    if world_size == 0 || world_size > MAX_WORLD_SIZE {
+        return Err(format!(
+            "a world size of {world_size}: a run has 1 to {MAX_WORLD_SIZE} ranks"
+        ));
+    }
+    if cell_gpus > 0 && world_size != u64::from(cell_gpus) {
+        return Err(format!(
+            "a world size of {world_size} on a cell of {cell_gpus} GPU(s): the figures per GPU would be wrong"
+        ));
+    }
+    if cell_gpus == 0 && world_size > 1024 {
+        return Err(format!(
+            "a world size of {world_size} on a CPU cell: more ranks than any host runs"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn impossible_values_are_refused_for_every_metric() {
+        for m in super::super::catalog::CATALOG {
+            for v in [
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                -1.0,
+                1e308,
+                5e-324,
+            ] {
+                assert!(check(m.name, v).is_err(), "{} {v}", m.name);
+            }
+        }
+        for m in ["step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu"] {
+            assert!(check(m, 0.0).is_err(), "{m}");
+        }
+        assert!(check("mfu", 1.01).is_err());
+        assert!(check("my_metric", 1e301).is_err());
+        assert!(check("my_metric", f64::MIN_POSITIVE / 2.0).is_err());
+    }
+
+    #[test]
+    fn real_figures_pass() {
+        for (m, v) in [
+            ("step_time_s", 8.5),
+            ("step_time_s", 0.002),
+            ("tokens_per_s", 20_030.0),
+            ("tokens_per_s_per_gpu", 3.5e5),
+            ("tflops_per_gpu", 450.0),
+            ("mfu", 0.42),
+            ("peak_mem_bytes", 7.5e10),
+            ("peak_mem_bytes", 0.0),
+            ("time_to_1t_tokens_days", 577.8),
+            ("my_metric", -3.0),
+            ("my_metric", 0.0),
+        ] {
+            check(m, v).unwrap_or_else(|e| panic!("{m} {v}: {e}"));
+        }
+    }
+
+    #[test]
+    fn world_sizes() {
+        check_world_size(8, 8).unwrap();
+        check_world_size(1, 0).unwrap();
+        assert!(check_world_size(4_000_000_000, 1).is_err());
+        assert!(check_world_size(2, 1).is_err());
+        assert!(check_world_size(0, 1).is_err());
+    }
+}

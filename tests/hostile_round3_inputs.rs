@@ -1,0 +1,528 @@
+//! Issue 34 ("Hostile input, round 3") through the built binary, the input classes: names
+//! that leave their folder (4), made-up figures from logs and run folders (5), FIFOs and
+//! endless files (7), unbounded work (10), and the smaller cases (11). Each case checks the
+//! exit code, the message, a time limit, and that nothing was written outside the results
+//! folder. Inputs live in tests/fixtures/hostile3/ or are written by the test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest any case may take: each is refused before any work.
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn bench(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.current_dir(dir)
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("BENCH_HISTORY")
+        .env_remove("BENCH_MAX_CELLS")
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Runs `bench ARGS` in `dir`, killed after [`LIMIT`] (a hang fails the test, not CI).
+fn run(dir: &Path, args: &[&str]) -> Output {
+    let mut child = bench(dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bench");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("bench {args:?} still running after {LIMIT:?}: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn refused(o: &Output, want: &str) {
+    let t = text(o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains(want), "want {want:?} in: {t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Every path under `dir`, relative, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn mkfifo(p: &Path) {
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+/// The megatron fixture's own parameters.
+fn megatron_args(log: &Path) -> Vec<String> {
+    [
+        log.to_str().unwrap(),
+        "--model",
+        "llama-3.1-8b",
+        "--global-batch",
+        "128",
+        "--seq-len",
+        "4096",
+        "--gpus",
+        "8",
+        "--gpu",
+        "h100",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn nemo_args(log: &Path) -> Vec<String> {
+    [
+        log.to_str().unwrap(),
+        "--model",
+        "llama-3.1-405b",
+        "--global-batch",
+        "252",
+        "--seq-len",
+        "8192",
+        "--gpus",
+        "576",
+        "--dtype",
+        "fp8",
+        "--skip-steps",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn ingest(dir: &Path, args: &[String], extra: &[&str]) -> Output {
+    let mut all: Vec<&str> = vec!["ingest"];
+    all.extend(args.iter().map(String::as_str));
+    all.extend(extra);
+    run(dir, &all)
+}
+
+/// A copy of the cpu-ok run folder in `dir/name`, with `edit` applied to its document.
+fn run_folder(dir: &Path, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let src = fixture("runs/cpu-ok/results.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src).unwrap()).unwrap();
+    edit(&mut doc);
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("results.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    d
+}
+
+// ---- 4: names that leave their folder -------------------------------------------------
+
+#[test]
+fn c4_ingest_run_ids_that_leave_the_results_dir_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = fixture("ingest/megatron-core-0.12-llama31-8b.log");
+    for id in ["../../x", "", ".", "a/b", "x\ny", "/tmp/bench-hostile3-abs"] {
+        let o = ingest(&dir, &megatron_args(&log), &["--run-id", id]);
+        refused(&o, "--run-id");
+        assert!(
+            text(&o).contains("a run id names one folder"),
+            "{}",
+            text(&o)
+        );
+    }
+    assert!(tree(&dir).is_empty(), "{:?}", tree(&dir));
+    assert!(tree(tmp.path()) == vec!["work".to_string()]);
+    assert!(!Path::new("/tmp/bench-hostile3-abs").exists());
+}
+
+#[test]
+fn c4_ingest_hardware_key_outside_baselines_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("work");
+    std::fs::create_dir_all(dir.join("baselines")).unwrap();
+    std::fs::write(tmp.path().join("evil.yaml"), "not: [a baseline").unwrap();
+    let log = fixture("ingest/megatron-core-0.12-llama31-8b.log");
+    let o = ingest(&dir, &megatron_args(&log), &["--hardware-key", "../evil"]);
+    refused(&o, "--hardware-key \"../evil\"");
+    assert!(!dir.join("results").exists(), "{:?}", tree(&dir));
+}
+
+#[test]
+fn c4_a_results_document_naming_a_key_outside_baselines_is_refused_by_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = run_folder(tmp.path(), "r", |doc| {
+        doc["environment"]["hardware_key"] = "../evil".into();
+    });
+    let o = run(tmp.path(), &["report", d.to_str().unwrap()]);
+    refused(&o, "environment.hardware_key");
+    let d = run_folder(tmp.path(), "s", |doc| doc["run_id"] = "../../x".into());
+    let o = run(
+        tmp.path(),
+        &[
+            "history",
+            "import",
+            d.to_str().unwrap(),
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    refused(&o, ": run_id");
+    assert!(!tmp.path().join("h.sqlite").exists());
+}
+
+#[test]
+fn c4_history_and_accept_check_the_same_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = run(
+        tmp.path(),
+        &[
+            "history",
+            "c",
+            "--history",
+            "h.sqlite",
+            "--hardware",
+            "../x",
+        ],
+    );
+    refused(&o, "--hardware \"../x\"");
+    let o = run(
+        tmp.path(),
+        &[
+            "baseline",
+            "accept",
+            "c",
+            "--reason",
+            "r",
+            "--history",
+            "h.sqlite",
+            "--run",
+            "a/b",
+        ],
+    );
+    refused(&o, "--run \"a/b\"");
+    let o = run(tmp.path(), &["matrix", "m.yaml", "--run-id", "../x"]);
+    refused(&o, "--run-id \"../x\"");
+    assert!(tree(tmp.path()).is_empty(), "{:?}", tree(tmp.path()));
+}
+
+// ---- 5: made-up figures -------------------------------------------------------------------
+
+#[test]
+fn c5_two_progress_bars_interleaved_are_refused_with_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("hostile3/nemo-two-bars-interleaved.log");
+    let o = ingest(tmp.path(), &nemo_args(&log), &[]);
+    refused(&o, "nemo-two-bars-interleaved.log:3: epoch 0 after epoch 1");
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn c5_a_decimal_comma_is_refused_not_misread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("hostile3/nemo-decimal-comma.log");
+    let o = ingest(tmp.path(), &nemo_args(&log), &[]);
+    refused(&o, "nemo-decimal-comma.log:1:");
+    assert!(text(&o).contains("decimal comma"), "{}", text(&o));
+    let log = fixture("hostile3/maxtext-decimal-comma.log");
+    let args: Vec<String> = [
+        log.to_str().unwrap(),
+        "--model",
+        "llama-3.1-8b",
+        "--global-batch",
+        "32",
+        "--seq-len",
+        "8192",
+        "--gpus",
+        "8",
+    ]
+    .map(String::from)
+    .to_vec();
+    let o = ingest(tmp.path(), &args, &[]);
+    refused(&o, "maxtext-decimal-comma.log:1:");
+    assert!(text(&o).contains("decimal comma"), "{}", text(&o));
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn c5_the_same_log_given_twice_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("hostile3/nemo-ok.log");
+    let mut args = nemo_args(&log);
+    args.insert(1, log.to_str().unwrap().to_string());
+    let o = ingest(tmp.path(), &args, &[]);
+    refused(&o, "given twice");
+    let copy = tmp.path().join("copy.log");
+    std::fs::copy(&log, &copy).unwrap();
+    args[1] = copy.to_str().unwrap().to_string();
+    let o = ingest(tmp.path(), &args, &[]);
+    refused(&o, "the same content as");
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn c5_absurd_ingest_arguments_are_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("ingest/megatron-core-0.12-llama31-8b.log");
+    let base = |model: &[&str], gpus: &str, peak: &[&str]| {
+        let mut a: Vec<String> = vec![log.to_str().unwrap().into()];
+        a.extend(model.iter().map(|s| s.to_string()));
+        a.extend(
+            ["--global-batch", "128", "--seq-len", "4096", "--gpus", gpus]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        a.extend(peak.iter().map(|s| s.to_string()));
+        a
+    };
+    let model = ["--model", "llama-3.1-8b"];
+    for (args, want) in [
+        (
+            base(&["--params-billion", "1e-12"], "8", &["--gpu", "h100"]),
+            "--params-billion 0.000000000001",
+        ),
+        (
+            base(&model, "4294967295", &["--gpu", "h100"]),
+            "--gpus 4294967295",
+        ),
+        (
+            base(&model, "8", &["--peak-tflops", "1e300"]),
+            "--peak-tflops",
+        ),
+        (
+            base(&model, "8", &["--peak-tflops", "nan"]),
+            "--peak-tflops",
+        ),
+    ] {
+        let o = ingest(tmp.path(), &args, &[]);
+        refused(&o, want);
+    }
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn c5_impossible_metric_values_are_refused_at_history_import() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, v) in [
+        serde_json::json!(0.0),
+        serde_json::json!(-5.0),
+        serde_json::json!(1e308),
+        serde_json::json!(5e-324),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = run_folder(tmp.path(), &format!("r{i}"), |doc| {
+            doc["cells"][0]["metrics"]["tokens_per_s"]["value"] = v.clone();
+        });
+        let o = run(
+            tmp.path(),
+            &[
+                "history",
+                "import",
+                d.to_str().unwrap(),
+                "--history",
+                "h.sqlite",
+            ],
+        );
+        refused(
+            &o,
+            "cells[0] (gpt2-tiny.fp32.1gpu.single.base).metrics.tokens_per_s.value",
+        );
+        assert!(!tmp.path().join("h.sqlite").exists());
+    }
+    // The real run still imports.
+    let o = run(
+        tmp.path(),
+        &[
+            "history",
+            "import",
+            fixture("runs/cpu-ok").to_str().unwrap(),
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+// ---- 7: FIFOs and endless files ------------------------------------------------------------
+
+#[test]
+fn c7_ingest_of_a_fifo_does_not_wait() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("log.fifo");
+    mkfifo(&fifo);
+    let o = ingest(tmp.path(), &nemo_args(&fifo), &[]);
+    refused(&o, "FIFO");
+    assert!(!tmp.path().join("results").exists());
+}
+
+#[test]
+fn c7_report_of_a_fifo_or_dev_zero_results_does_not_hang_or_fill_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("fifo-run");
+    std::fs::create_dir_all(&d).unwrap();
+    mkfifo(&d.join("results.json"));
+    let o = run(tmp.path(), &["report", d.to_str().unwrap()]);
+    refused(&o, "FIFO");
+    let z = tmp.path().join("zero-run");
+    std::fs::create_dir_all(&z).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", z.join("results.json")).unwrap();
+    let o = run(tmp.path(), &["report", z.to_str().unwrap()]);
+    refused(&o, "character device");
+    // A FIFO at the journal of a good run folder is refused by the reader too.
+    let j = run_folder(tmp.path(), "journal-run", |_| {});
+    mkfifo(&j.join("results.journal"));
+    let o = run(tmp.path(), &["report", j.to_str().unwrap()]);
+    refused(&o, "FIFO");
+}
+
+// ---- 10: unbounded work and a panic --------------------------------------------------------
+
+#[test]
+fn c10_history_study_knobs_out_of_range_are_exit_2_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = fixture("runs/cpu-ok");
+    for (flag, value, want) in [
+        (
+            "--lookback",
+            "18446744073709551615",
+            "--lookback 18446744073709551615",
+        ),
+        ("--lookback", "0", "--lookback 0"),
+        ("--repeats", "0", "--repeats 0"),
+        ("--repeats", "1000000", "--repeats 1000000"),
+        (
+            "--alarm-trials",
+            "1000000000000",
+            "--alarm-trials 1000000000000",
+        ),
+        ("--detect-trials", "0", "--detect-trials 0"),
+        ("--sigmas", "nan", "--sigmas NaN"),
+        ("--floor", "-0.01", "--floor -0.01"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let o = run(
+            tmp.path(),
+            &["history", "study", runs.to_str().unwrap(), &arg],
+        );
+        refused(&o, want);
+    }
+}
+
+// ---- 11: smaller ---------------------------------------------------------------------------
+
+#[test]
+fn c11_stored_escapes_are_shown_not_sent_to_the_terminal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = run(
+        tmp.path(),
+        &[
+            "history",
+            "import",
+            fixture("runs/cpu-ok").to_str().unwrap(),
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let cell = "gpt2-tiny.fp32.1gpu.single.base";
+    let o = run(
+        tmp.path(),
+        &[
+            "baseline",
+            "accept",
+            cell,
+            "--reason",
+            "new kernels\u{1b}]0;pwned\u{7}\u{1b}[2J",
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!o.stdout.contains(&0x1b), "{}", text(&o));
+    let o = run(tmp.path(), &["history", cell, "--history", "h.sqlite"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!o.stdout.contains(&0x1b), "{}", text(&o));
+    assert!(text(&o).contains("\\x1b]0;pwned"), "{}", text(&o));
+    // An unknown hardware key is bad input, as an unknown cell is.
+    let o = run(
+        tmp.path(),
+        &[
+            "history",
+            cell,
+            "--history",
+            "h.sqlite",
+            "--hardware",
+            "nope",
+        ],
+    );
+    refused(&o, "--hardware nope");
+}
+
+#[test]
+fn c11_history_on_an_empty_file_leaves_it_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("empty.sqlite");
+    std::fs::write(&store, b"").unwrap();
+    let o = run(
+        tmp.path(),
+        &["history", "c", "--history", store.to_str().unwrap()],
+    );
+    refused(&o, "an empty file");
+    assert_eq!(std::fs::metadata(&store).unwrap().len(), 0);
+}
+
+#[test]
+fn c11_dry_run_refuses_what_the_run_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (argv, want) in [
+        ("[]", "argv is empty"),
+        ("[sh, \"{nope}\"]", "unknown placeholder {nope}"),
+    ] {
+        let m = tmp.path().join("m.yaml");
+        std::fs::write(
+            &m,
+            format!("name: d\naxes:\n  model: [small]\ndefaults:\n  steps: 5\n  warmup: 1\n  workload:\n    kind: command\n    argv: {argv}\n"),
+        )
+        .unwrap();
+        let dry = run(tmp.path(), &["matrix", "m.yaml", "--dry-run"]);
+        refused(&dry, want);
+        let real = run(tmp.path(), &["matrix", "m.yaml", "--gpus", "0"]);
+        refused(&real, want);
+        assert!(
+            !tmp.path().join("results").exists(),
+            "{:?}",
+            tree(tmp.path())
+        );
+    }
+}
