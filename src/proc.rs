@@ -542,7 +542,9 @@ pub(crate) fn dying_with_bench(program: impl AsRef<OsStr>, path: Option<&OsStr>)
                         .map_err(std::io::Error::from)?;
                     // bench may have died before the call above: then nothing would come.
                     if nix::unistd::getppid() != bench_pid {
-                        return Err(std::io::Error::other("bench exited before the child started"));
+                        return Err(std::io::Error::other(
+                            "bench exited before the child started",
+                        ));
                     }
                     Ok(())
                 });
@@ -716,7 +718,10 @@ mod tests {
         // A tool that hangs, with a child in its group: both are gone at the limit.
         let t0 = Instant::now();
         let r = Tool::new("sh")
-            .args(["-c", &format!("sleep 30 & echo $! > {}; wait", pidfile.display())])
+            .args([
+                "-c",
+                &format!("sleep 30 & echo $! > {}; wait", pidfile.display()),
+            ])
             .timeout(Duration::from_millis(300))
             .run(None);
         assert!(
@@ -724,7 +729,11 @@ mod tests {
             "{r:?}"
         );
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         assert!(wait_dead(pid), "the tool's child {pid} outlived it");
         assert_eq!(
             r.unwrap_err().to_string(),
@@ -789,8 +798,15 @@ mod tests {
             .stdout(None)
             .unwrap();
         assert_eq!(out, "ok\n");
-        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-        assert!(wait_dead(pid), "the tool's background child {pid} outlived it");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            wait_dead(pid),
+            "the tool's background child {pid} outlived it"
+        );
     }
 
     #[test]
@@ -804,12 +820,15 @@ mod tests {
             .stderr()
             .stdout(None);
         let e = r.unwrap_err();
-        assert!(matches!(&e, ToolError::Failed { stderr, .. } if stderr == "why"), "{e:?}");
-        assert!(e.to_string().contains("exited with exit status: 2: why"), "{e}");
-        let out = Tool::new("sh")
-            .args(["-c", "exit 3"])
-            .run(None)
-            .unwrap();
+        assert!(
+            matches!(&e, ToolError::Failed { stderr, .. } if stderr == "why"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("exited with exit status: 2: why"),
+            "{e}"
+        );
+        let out = Tool::new("sh").args(["-c", "exit 3"]).run(None).unwrap();
         assert_eq!(out.status.code(), Some(3));
         assert_eq!(
             Tool::new("bench-no-such-tool-here").stdout(None),
@@ -850,7 +869,10 @@ mod tests {
         let st = doomed.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(st.signal(), Some(9));
-        assert!(keep.try_wait().unwrap().is_none(), "an unwatched group was killed");
+        assert!(
+            keep.try_wait().unwrap().is_none(),
+            "an unwatched group was killed"
+        );
         let _ = keep.kill();
         let _ = keep.wait();
     }

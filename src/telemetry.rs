@@ -1113,20 +1113,14 @@ mod tests {
         // time limit, whole process group included.
         let t0 = Instant::now();
         let r = run_tool("sh", &["-c", "sleep 30"], Duration::from_millis(300), None);
-        assert!(
-            matches!(&r, Err(ToolError::TimedOut { .. })),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::TimedOut { .. })), "{r:?}");
         let r = run_tool(
             "sh",
             &["-c", "(sleep 30; echo late) & echo '[]'; exit 0"],
             Duration::from_millis(300),
             None,
         );
-        assert!(
-            matches!(&r, Err(ToolError::OutputOpen { .. })),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::OutputOpen { .. })), "{r:?}");
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
         // Output past the bound is no answer.
         let r = run_tool(
@@ -1135,10 +1129,7 @@ mod tests {
             TOOL_TIMEOUT,
             None,
         );
-        assert!(
-            matches!(&r, Err(ToolError::TooMuchOutput { .. })),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::TooMuchOutput { .. })), "{r:?}");
         // A failing tool, a missing one, a stop request, and one that answers.
         assert!(matches!(
             run_tool("sh", &["-c", "echo x; exit 2"], TOOL_TIMEOUT, None),
@@ -1151,9 +1142,10 @@ mod tests {
             })
         );
         let stop = AtomicBool::new(true);
-        assert!(
-            matches!(run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)), Err(ToolError::Stopped { .. }))
-        );
+        assert!(matches!(
+            run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)),
+            Err(ToolError::Stopped { .. })
+        ));
         assert_eq!(
             run_tool("sh", &["-c", "echo ok"], TOOL_TIMEOUT, None),
             Ok("ok\n".to_string())
@@ -1180,7 +1172,10 @@ mod tests {
             apps: vec![],
         });
         let r = read_stream(flood.as_bytes(), &data);
-        assert!(r.as_ref().is_err_and(|w| w.contains("lines in a second")), "{r:?}");
+        assert!(
+            r.as_ref().is_err_and(|w| w.contains("lines in a second")),
+            "{r:?}"
+        );
         assert!(lock(&data).samples.len() <= MAX_LINES_PER_S as usize);
         // Endless bytes without a newline: read in bounded pieces, and cut off the same way.
         let data = Mutex::new(Collected {

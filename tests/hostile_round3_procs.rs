@@ -122,7 +122,12 @@ fn alive(pid: i32) -> bool {
 /// The parent of `pid`.
 fn parent(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    s.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Asserts that every pid in `pids` is gone within 3 s (a killed process's parent may take
@@ -232,11 +237,7 @@ fn hung_nvidia_smi_is_not_called_by_a_cpu_only_run() {
 fn hung_nvidia_smi_costs_bench_env_its_time_limit_and_leaves_nothing() {
     let lab = Lab::new();
     lab.tool("nvidia-smi", HUNG);
-    let (out, took) = run_within(
-        lab.bench().arg("env"),
-        Duration::from_secs(20),
-        "bench env",
-    );
+    let (out, took) = run_within(lab.bench().arg("env"), Duration::from_secs(20), "bench env");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("`nvidia-smi` did not answer within 10 s"),
@@ -256,9 +257,17 @@ fn hung_nvidia_smi_costs_bench_matrix_its_time_limit() {
     let lab = Lab::new();
     lab.tool("nvidia-smi", HUNG);
     let m = lab.matrix(0, "true");
-    let (out, took) = run_within(&mut lab.run_matrix(&m), Duration::from_secs(25), "bench matrix");
+    let (out, took) = run_within(
+        &mut lab.run_matrix(&m),
+        Duration::from_secs(25),
+        "bench matrix",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("did not answer within 10 s"), "{}", text(&out));
+    assert!(
+        text(&out).contains("did not answer within 10 s"),
+        "{}",
+        text(&out)
+    );
     assert!(
         lab.dir.join("results/r1/results.json").is_file(),
         "{}",
@@ -272,7 +281,10 @@ fn hung_nvidia_smi_costs_bench_matrix_its_time_limit() {
 fn flooding_nvidia_smi_is_cut_off_at_its_output_bound() {
     // Detection read everything the tool printed: 8 GB from `yes` aborted bench.
     let lab = Lab::new();
-    lab.tool("nvidia-smi", "exec yes 'NVIDIA H100 80GB HBM3, 81559, 580.159.04'");
+    lab.tool(
+        "nvidia-smi",
+        "exec yes 'NVIDIA H100 80GB HBM3, 81559, 580.159.04'",
+    );
     let mut cmd = lab.bench();
     cmd.arg("env");
     limit_data(&mut cmd, GIB);
@@ -340,7 +352,14 @@ fn kill_9_of_bench_takes_the_workers_children_with_it() {
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
-        .args(["-c", "commit.gpgsign=false", "-c", "user.name=t", "-c", "user.email=t@t"])
+        .args([
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
@@ -424,7 +443,11 @@ fn bisect_setup_that_ignores_signals_is_stopped_by_the_second_one() {
     let (out, _) = finish_within(child, Duration::from_secs(10), "bench bisect");
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     assert_gone("a setup that ignores signals", &pids);
-    assert_eq!(leftovers(&lab), Vec::<PathBuf>::new(), "the worktree was left");
+    assert_eq!(
+        leftovers(&lab),
+        Vec::<PathBuf>::new(),
+        "the worktree was left"
+    );
 }
 
 #[test]
@@ -439,7 +462,11 @@ fn bisect_setup_children_do_not_outlive_their_setup() {
         "bench bisect",
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("setup command failed"), "{}", text(&out));
+    assert!(
+        text(&out).contains("setup command failed"),
+        "{}",
+        text(&out)
+    );
     let pids = lab.pids("bg");
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_gone("the setup's background children", &pids);

@@ -221,9 +221,11 @@ impl Worktree {
             return Ok(false);
         }
         let run = |args: &[&str]| {
-            git_limited(&self.path, args, GIT_WORKTREE_TIMEOUT).map_err(|message| BisectError::Git {
-                args: args.join(" "),
-                message,
+            git_limited(&self.path, args, GIT_WORKTREE_TIMEOUT).map_err(|message| {
+                BisectError::Git {
+                    args: args.join(" "),
+                    message,
+                }
             })
         };
         run(&["checkout", "--quiet", "--force", "--detach", sha])?;

@@ -294,8 +294,7 @@ pub(crate) async fn execute(
             .rev()
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
-        let mut cmd =
-            tokio::process::Command::from(crate::proc::command_in(&p.program, path));
+        let mut cmd = tokio::process::Command::from(crate::proc::command_in(&p.program, path));
         cmd.args(&p.args);
         cmd.envs(p.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
