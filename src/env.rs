@@ -7,7 +7,6 @@
 //! tested against captured tool output. Also the `bench env` command.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::error::CliError;
 use crate::report::Format;
@@ -53,6 +52,8 @@ pub(crate) struct GpuInventory {
 impl GpuInventory {
     /// Probes `nvidia-smi`, then `rocm-smi`; an empty inventory when neither answers.
     /// A visible-devices variable already set for `bench` narrows the ids to its list.
+    /// Each call is bounded ([`crate::proc::Tool`]: 10 s, 8 MiB of output), so a hung or
+    /// flooding driver tool costs at most its time limit and a warning, never a hang.
     pub(crate) fn detect() -> GpuInventory {
         let mut inv = if let Some(out) = run_tool(
             "nvidia-smi",
@@ -121,12 +122,19 @@ impl GpuInventory {
     }
 }
 
-/// Runs a probe tool; its stdout when it exists and exits 0.
+/// Runs a probe tool through the bounded runner; its stdout when it exists and exits 0
+/// within its limits. A tool that hangs or floods is worth a warning (the host's GPUs go
+/// undetected); a missing or failing one is the usual CPU host and says nothing.
 fn run_tool(program: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(program).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    use crate::proc::ToolError;
+    match crate::proc::Tool::new(program).args(args).stdout(None) {
+        Ok(out) => Some(out),
+        Err(e @ (ToolError::TimedOut { .. } | ToolError::TooMuchOutput { .. })) => {
+            eprintln!("warning: GPU detection: {e}; no GPUs of it are used");
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 /// Parses `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits`.
@@ -360,14 +368,13 @@ fn os_description() -> String {
 /// The commit of the git work tree at `dir` and whether it has uncommitted changes.
 pub(crate) fn git_state(dir: &Path) -> (Option<String>, bool) {
     let git = |args: &[&str]| {
-        Command::new("git")
+        crate::proc::Tool::git()
             .arg("-C")
             .arg(dir)
             .args(args)
-            .output()
+            .stdout(None)
             .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .map(|o| o.trim().to_string())
     };
     let commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty());
     let dirty = commit.is_some()

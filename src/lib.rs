@@ -9,7 +9,8 @@
 //! the command line and resolves it into each stage's settings struct; no other module
 //! sees clap's types. [`bisect`] walks a commit range with [`run`] and [`history`] to find
 //! the commit that changed a cell's speed. [`ingest`] judges a run launched elsewhere from its
-//! log, through [`history`].
+//! log, through [`history`]. Every program bench starts (tools, workers, setups) goes
+//! through `proc`: bounded in time and output, in a process group, dying with bench.
 
 pub mod atomic;
 pub mod axes;
@@ -29,6 +30,7 @@ pub mod ids;
 pub mod ingest;
 pub mod matrix;
 pub mod metrics;
+pub(crate) mod proc;
 pub mod publish;
 pub mod report;
 pub mod results;

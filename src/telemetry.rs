@@ -37,9 +37,8 @@ mod amd;
 pub(crate) mod host;
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,11 +75,11 @@ pub(crate) const AMD_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The longest a single call of a telemetry tool may take before it is killed. amd-smi's
 /// first call on a large host takes a few seconds; anything near this is a hung tool.
-pub(crate) const TOOL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TOOL_TIMEOUT: Duration = crate::proc::TOOL_TIMEOUT;
 
 /// The most output read from one call of a telemetry tool: an amd-smi answer for eight
 /// MI300X GPUs is about 300 KB; more than this is not an answer.
-pub(crate) const MAX_OUTPUT: u64 = 8 << 20;
+pub(crate) const MAX_OUTPUT: u64 = crate::proc::MAX_OUTPUT;
 
 /// Failed polls in a row after which a tool is given up for the rest of the run, so that a
 /// broken tool costs one warning and not a stream of hung processes.
@@ -593,100 +592,24 @@ impl AmdQuery {
     }
 }
 
-/// Why a call of a telemetry tool gave nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ToolError {
-    /// The program is not installed (not on PATH): silent, the next backend is tried.
-    Missing,
-    /// It ran and failed: exit status, timeout, too much output, a stop request.
-    Failed(String),
-}
+pub(crate) use crate::proc::ToolError;
 
-/// Runs a telemetry tool with a time limit and a bound on its output, in a process group of
-/// its own so that a timed-out tool is killed with whatever it started (a helper holding
-/// the pipe open would otherwise keep the reader waiting). Returns its stdout when it exits
-/// 0 within `timeout`. `stop`, when set, ends the wait early, so a run never waits for a
-/// tool at its end.
+/// Runs a telemetry tool through the bounded runner ([`crate::proc::Tool`]): a time limit,
+/// a bound on its output, in a process group of its own that is killed with it (a helper
+/// holding the pipe open would otherwise keep the reader waiting). Returns its stdout when
+/// it exits 0 within `timeout`. `stop`, when set, ends the wait early, so a run never
+/// waits for a tool at its end.
 pub(crate) fn run_tool(
     program: &str,
     args: &[&str],
     timeout: Duration,
     stop: Option<&AtomicBool>,
 ) -> Result<String, ToolError> {
-    let mut child = match Command::new(program)
+    crate::proc::Tool::new(program)
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ToolError::Missing),
-        Err(e) => return Err(ToolError::Failed(format!("could not start: {e}"))),
-    };
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let kill_group = || {
-        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    };
-    let Some(stdout) = child.stdout.take() else {
-        kill_group();
-        let _ = child.wait();
-        return Err(ToolError::Failed("no stdout".into()));
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let r = stdout.take(MAX_OUTPUT + 1).read_to_end(&mut buf);
-        let _ = tx.send(r.map(|_| buf));
-    });
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => {
-                kill_group();
-                let _ = child.wait();
-                return Err(ToolError::Failed(format!("wait: {e}")));
-            }
-        }
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            kill_group();
-            let _ = child.wait();
-            return Err(ToolError::Failed("stopped".into()));
-        }
-        if started.elapsed() >= timeout {
-            kill_group();
-            let _ = child.wait();
-            return Err(ToolError::Failed(format!(
-                "did not answer within {} s",
-                timeout.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    // The tool has exited; what it started may still hold the pipe, which is given a moment
-    // and then killed with it.
-    let out = match rx.recv_timeout(Duration::from_secs(1)) {
-        Ok(Ok(buf)) => buf,
-        Ok(Err(e)) => return Err(ToolError::Failed(format!("reading its output: {e}"))),
-        Err(_) => {
-            kill_group();
-            return Err(ToolError::Failed(
-                "its output did not end when it exited".into(),
-            ));
-        }
-    };
-    if out.len() as u64 > MAX_OUTPUT {
-        return Err(ToolError::Failed(format!(
-            "printed more than {MAX_OUTPUT} bytes"
-        )));
-    }
-    if !status.success() {
-        return Err(ToolError::Failed(format!("exited with {status}")));
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+        .timeout(timeout)
+        .max_output(MAX_OUTPUT)
+        .stdout(stop)
 }
 
 /// Says once, on stderr, that a telemetry tool is not usable and what that costs.
@@ -699,7 +622,7 @@ fn warn(what: &str, why: &str) {
 /// [`Stream::cell`] summarizes a cell's windows; [`Stream::finish`] stops them and
 /// summarizes the run.
 pub(crate) struct Stream {
-    child: Mutex<Option<Child>>,
+    child: Mutex<Option<crate::proc::Watched>>,
     stop: Arc<AtomicBool>,
     data: Arc<Mutex<Collected>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -726,36 +649,30 @@ impl Stream {
             samples: first.into_iter().map(|s| (now, s)).collect(),
             apps: Vec::new(),
         }));
-        let mut child = Command::new("nvidia-smi")
-            .args([
-                &format!("--query-gpu={QUERY}"),
-                "--format=csv,noheader,nounits",
-                "-lms",
-                &INTERVAL_MS.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let stdout = child.stdout.take()?;
+        // Through the runner's spawn: its own process group, killed with bench.
+        let mut child = crate::proc::spawn(
+            crate::proc::command("nvidia-smi")
+                .args([
+                    &format!("--query-gpu={QUERY}"),
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    &INTERVAL_MS.to_string(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+        )
+        .ok()?;
+        let stdout = child.child.stdout.take()?;
+        let pgid = child.pgid();
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         let d = data.clone();
         threads.push(std::thread::spawn(move || {
-            // One line per GPU per reading; a line longer than this is not nvidia-smi's.
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match (&mut reader).take(4096).read_line(&mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        if let Some(s) = parse_line(line.trim_end()) {
-                            lock(&d).samples.push((Instant::now(), s));
-                        }
-                    }
-                }
+            if let Err(why) = read_stream(stdout, &d) {
+                warn("nvidia-smi -lms", &why);
+                // The leader is reaped only by `finish`, so the group is still this one.
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
             }
         }));
         threads.push(spawn_apps_poller(data.clone(), stop.clone(), query_apps));
@@ -791,10 +708,10 @@ impl Stream {
                         warn(&query.command_line(), "printed nothing readable");
                     }
                 }
-                Err(ToolError::Missing) => {}
-                Err(ToolError::Failed(why)) => {
+                Err(ToolError::Missing { .. }) => {}
+                Err(e) => {
                     if query != AmdQuery::AmdSmiThrottle {
-                        warn(&query.command_line(), &why);
+                        warn(&query.command_line(), &e.why());
                     }
                 }
             }
@@ -854,8 +771,9 @@ impl Stream {
                 // tool reads the GPUs at the end of its run, after its start-up.
                 let samples = match result {
                     Ok(text) => query.parse(&text, &limits),
-                    Err(ToolError::Missing) => vec![],
-                    Err(ToolError::Failed(why)) => {
+                    Err(ToolError::Missing { .. }) => vec![],
+                    Err(e) => {
+                        let why = e.why();
                         failures += 1;
                         if failures >= MAX_FAILURES {
                             warn(&query.command_line(), &format!("{why} {MAX_FAILURES} times in a row, so it is no longer polled"));
@@ -968,7 +886,6 @@ impl Stream {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(mut c) = lock(&self.child).take() {
             let _ = c.kill();
-            let _ = c.wait();
         }
         for t in lock(&self.threads).drain(..) {
             let _ = t.join();
@@ -976,6 +893,95 @@ impl Stream {
         let data = lock(&self.data);
         let all: Vec<Sample> = data.samples.iter().map(|(_, s)| s.clone()).collect();
         summarize(&all)
+    }
+}
+
+/// The longest line read from `nvidia-smi -lms` (one GPU's reading is about 150 bytes); a
+/// longer line is read in pieces of this size and dropped.
+pub(crate) const MAX_LINE: usize = 4096;
+
+/// The most lines a second the `-lms` stream may print: one per GPU per reading, for 64
+/// GPUs, four times over. A stream past it is not nvidia-smi's and is cut off.
+pub(crate) const MAX_LINES_PER_S: u64 = 64 * (1000 / INTERVAL_MS) * 4;
+
+/// The most samples a run keeps from the stream (about 1.5 GB at most: 29 hours of eight
+/// GPUs); the stream is cut off there.
+pub(crate) const MAX_SAMPLES: usize = 1 << 23;
+
+/// Reads the `-lms` stream into `data` until it ends: `Err` with why it was cut off when
+/// it printed faster than [`MAX_LINES_PER_S`] or more than [`MAX_SAMPLES`] readings.
+/// Holds at most [`MAX_LINE`] bytes of a line, whatever the stream prints.
+fn read_stream(stdout: impl Read, data: &Mutex<Collected>) -> Result<(), String> {
+    let mut reader = BufReader::with_capacity(64 << 10, stdout);
+    let mut line = Vec::with_capacity(MAX_LINE);
+    let mut window = Instant::now();
+    let mut in_window = 0u64;
+    let mut skipping = false;
+    loop {
+        line.clear();
+        match read_line_bounded(&mut reader, &mut line, MAX_LINE) {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+        if window.elapsed() >= Duration::from_secs(1) {
+            window = Instant::now();
+            in_window = 0;
+        }
+        in_window += 1;
+        if in_window > MAX_LINES_PER_S {
+            return Err(format!(
+                "printed more than {MAX_LINES_PER_S} lines in a second (not nvidia-smi's stream), so it is cut off"
+            ));
+        }
+        // A piece of a line longer than MAX_LINE (or the tail of one) is dropped whole.
+        let complete = line.last() == Some(&b'\n');
+        if skipping || !complete {
+            skipping = !complete;
+            continue;
+        }
+        let Ok(text) = std::str::from_utf8(&line) else {
+            continue;
+        };
+        if let Some(s) = parse_line(text.trim_end()) {
+            let mut d = lock(data);
+            if d.samples.len() >= MAX_SAMPLES {
+                return Err(format!(
+                    "gave {MAX_SAMPLES} readings, the most a run keeps, so it is cut off"
+                ));
+            }
+            d.samples.push((Instant::now(), s));
+        }
+    }
+}
+
+/// Reads one line (through its `\n`) into `line`, or its first `max` bytes when it is
+/// longer (the next call reads on from there). The bytes read (0 at the end of the stream).
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(consumed);
+        }
+        let room = max - line.len();
+        let (n, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) if i < room => (i + 1, true),
+            _ => (buf.len().min(room), buf.len() >= room),
+        };
+        line.extend_from_slice(&buf[..n]);
+        reader.consume(n);
+        consumed += n;
+        if done {
+            return Ok(consumed);
+        }
     }
 }
 
@@ -1025,7 +1031,6 @@ impl Drop for Stream {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(mut c) = lock(&self.child).take() {
             let _ = c.kill();
-            let _ = c.wait();
         }
     }
 }
@@ -1115,12 +1120,15 @@ fn query_once() -> Option<Vec<Sample>> {
         None,
     ) {
         Ok(t) => t,
-        Err(ToolError::Missing) => return None,
-        Err(ToolError::Failed(why)) => {
+        Err(ToolError::Missing { .. }) => return None,
+        Err(e) => {
             // A host with the tool but no usable GPU (driver not loaded) is common on CI
-            // runners; only a hang is worth a word.
-            if why.contains("did not answer") {
-                warn("nvidia-smi --query-gpu", &why);
+            // runners; only a hang or a flood is worth a word.
+            if matches!(
+                e,
+                ToolError::TimedOut { .. } | ToolError::TooMuchOutput { .. }
+            ) {
+                warn("nvidia-smi --query-gpu", &e.why());
             }
             return None;
         }
@@ -1173,6 +1181,7 @@ pub(crate) fn load(run_dir: &Path) -> Result<Option<Telemetry>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     // The query's shape as an H100 SXM host (driver 580) prints it under load, and a
     // clock-capped one.
@@ -1320,20 +1329,14 @@ mod tests {
         // time limit, whole process group included.
         let t0 = Instant::now();
         let r = run_tool("sh", &["-c", "sleep 30"], Duration::from_millis(300), None);
-        assert!(
-            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not answer")),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::TimedOut { .. })), "{r:?}");
         let r = run_tool(
             "sh",
             &["-c", "(sleep 30; echo late) & echo '[]'; exit 0"],
             Duration::from_millis(300),
             None,
         );
-        assert!(
-            matches!(&r, Err(ToolError::Failed(w)) if w.contains("did not end")),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::OutputOpen { .. })), "{r:?}");
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
         // Output past the bound is no answer.
         let r = run_tool(
@@ -1342,27 +1345,62 @@ mod tests {
             TOOL_TIMEOUT,
             None,
         );
-        assert!(
-            matches!(&r, Err(ToolError::Failed(w)) if w.contains("more than")),
-            "{r:?}"
-        );
+        assert!(matches!(&r, Err(ToolError::TooMuchOutput { .. })), "{r:?}");
         // A failing tool, a missing one, a stop request, and one that answers.
         assert!(matches!(
             run_tool("sh", &["-c", "echo x; exit 2"], TOOL_TIMEOUT, None),
-            Err(ToolError::Failed(_))
+            Err(ToolError::Failed { .. })
         ));
         assert_eq!(
             run_tool("bench-no-such-tool-here", &[], TOOL_TIMEOUT, None),
-            Err(ToolError::Missing)
+            Err(ToolError::Missing {
+                tool: "bench-no-such-tool-here".into()
+            })
         );
         let stop = AtomicBool::new(true);
-        assert!(
-            matches!(run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)), Err(ToolError::Failed(w)) if w == "stopped")
-        );
+        assert!(matches!(
+            run_tool("sh", &["-c", "sleep 30"], TOOL_TIMEOUT, Some(&stop)),
+            Err(ToolError::Stopped { .. })
+        ));
         assert_eq!(
             run_tool("sh", &["-c", "echo ok"], TOOL_TIMEOUT, None),
             Ok("ok\n".to_string())
         );
+    }
+
+    #[test]
+    fn telemetry_stream_reader_is_bounded_per_line_and_in_rate() {
+        let data = Mutex::new(Collected {
+            samples: vec![],
+            apps: vec![],
+        });
+        // Two readings, an overlong line (dropped whole, its tail included), one more.
+        let good = H100.lines().next().unwrap();
+        let long = format!("{}{good}\n", "x".repeat(3 * MAX_LINE));
+        let text = format!("{good}\n{good}\n{long}{good}\n");
+        assert_eq!(read_stream(text.as_bytes(), &data), Ok(()));
+        assert_eq!(lock(&data).samples.len(), 3);
+        // A stream faster than any nvidia-smi is cut off within its first second, having
+        // kept no more than the lines of that second.
+        let flood = format!("{good}\n").repeat(MAX_LINES_PER_S as usize + 10);
+        let data = Mutex::new(Collected {
+            samples: vec![],
+            apps: vec![],
+        });
+        let r = read_stream(flood.as_bytes(), &data);
+        assert!(
+            r.as_ref().is_err_and(|w| w.contains("lines in a second")),
+            "{r:?}"
+        );
+        assert!(lock(&data).samples.len() <= MAX_LINES_PER_S as usize);
+        // Endless bytes without a newline: read in bounded pieces, and cut off the same way.
+        let data = Mutex::new(Collected {
+            samples: vec![],
+            apps: vec![],
+        });
+        let r = read_stream(std::io::repeat(b'7'), &data);
+        assert!(r.is_err(), "{r:?}");
+        assert!(lock(&data).samples.is_empty());
     }
 
     #[test]

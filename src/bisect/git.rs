@@ -5,13 +5,13 @@
 //! Everything goes through the `git` program (as `env::git_state` does): the repositories
 //! bench bisects are the user's, with their own configuration, hooks and worktrees.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::BisectError;
+use crate::proc::{Tool, ToolOutput, GIT_TIMEOUT, GIT_WORKTREE_TIMEOUT};
 
 /// A commit with what the reports show of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,21 +42,30 @@ fn parse_commit(line: &str) -> Option<Commit> {
     })
 }
 
-/// `git` in `dir`, in a process group of its own: Ctrl-C on the terminal reaches bench
-/// only, which lets a checkout finish (a git killed half-way leaves `index.lock` behind)
-/// and stops at the next step.
-fn git_command(dir: &Path) -> Command {
-    let mut cmd = Command::new("git");
-    cmd.current_dir(dir).process_group(0);
-    cmd
+/// `git ARGS` in `dir` through the bounded runner (`crate::proc`): in a process group of
+/// its own, so Ctrl-C on the terminal reaches bench only, which lets a checkout finish (a
+/// git killed half-way leaves `index.lock` behind) and stops at the next step; within
+/// `limit` (then SIGTERM, which git answers by removing its lock, and SIGKILL), with a
+/// bound on its output; dying with bench.
+fn git_run(dir: &Path, args: &[&str], limit: Duration) -> Result<ToolOutput, String> {
+    Tool::git()
+        .current_dir(dir)
+        .args(args)
+        .timeout(limit)
+        .stderr()
+        .run(None)
+        .map_err(|e| format!("cannot run git: {e}"))
 }
 
-/// Runs `git ARGS` in `dir`: its stdout (trimmed) on success, else its stderr.
+/// Runs `git ARGS` in `dir` (a query: [`GIT_TIMEOUT`]): its stdout (trimmed) on success,
+/// else its stderr.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let out = git_command(dir)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
+    git_limited(dir, args, GIT_TIMEOUT)
+}
+
+/// [`git`] with the time limit `limit` (a call that writes a work tree).
+fn git_limited(dir: &Path, args: &[&str], limit: Duration) -> Result<String, String> {
+    let out = git_run(dir, args, limit)?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_string())
     } else {
@@ -125,13 +134,16 @@ impl Repo {
 
     /// Whether `a` is an ancestor of `b` (or `b` itself).
     pub(crate) fn is_ancestor(&self, a: &Commit, b: &Commit) -> Result<bool, BisectError> {
-        let st = git_command(&self.root)
-            .args(["merge-base", "--is-ancestor", &a.sha, &b.sha])
-            .status()
-            .map_err(|e| BisectError::Git {
-                args: "merge-base --is-ancestor".into(),
-                message: e.to_string(),
-            })?;
+        let st = git_run(
+            &self.root,
+            &["merge-base", "--is-ancestor", &a.sha, &b.sha],
+            GIT_TIMEOUT,
+        )
+        .map_err(|message| BisectError::Git {
+            args: "merge-base --is-ancestor".into(),
+            message,
+        })?
+        .status;
         match st.code() {
             Some(0) => Ok(true),
             Some(1) => Ok(false),
@@ -171,7 +183,13 @@ impl Repo {
             })?;
         let path = dir.path().join("worktree");
         let shown = path.display().to_string();
-        self.git(&["worktree", "add", "--quiet", "--detach", &shown, &at.sha])?;
+        let args = ["worktree", "add", "--quiet", "--detach", &shown, &at.sha];
+        git_limited(&self.root, &args, GIT_WORKTREE_TIMEOUT).map_err(|message| {
+            BisectError::Git {
+                args: args.join(" "),
+                message,
+            }
+        })?;
         Ok(Worktree {
             repo_root: self.root.clone(),
             path,
@@ -203,9 +221,11 @@ impl Worktree {
             return Ok(false);
         }
         let run = |args: &[&str]| {
-            git(&self.path, args).map_err(|message| BisectError::Git {
-                args: args.join(" "),
-                message,
+            git_limited(&self.path, args, GIT_WORKTREE_TIMEOUT).map_err(|message| {
+                BisectError::Git {
+                    args: args.join(" "),
+                    message,
+                }
             })
         };
         run(&["checkout", "--quiet", "--force", "--detach", sha])?;
@@ -218,7 +238,11 @@ impl Worktree {
 impl Drop for Worktree {
     fn drop(&mut self) {
         let shown = self.path.display().to_string();
-        if let Err(e) = git(&self.repo_root, &["worktree", "remove", "--force", &shown]) {
+        if let Err(e) = git_limited(
+            &self.repo_root,
+            &["worktree", "remove", "--force", &shown],
+            GIT_WORKTREE_TIMEOUT,
+        ) {
             eprintln!("warning: git worktree remove {shown}: {e}");
         }
         // The folder is gone either way (TempDir); prune drops git's record of it.

@@ -10,17 +10,20 @@
 //! hardware key, because the history keys runs by id alone, and `n` counts the rounds of
 //! that commit.
 //!
-//! Children run in process groups of their own, so Ctrl-C reaches this process only: it
-//! passes the signal on to the running child (each one, so a second Ctrl-C stops `bench
-//! matrix` at once as it does on a terminal), waits for it, and the command ends with 130
-//! after removing the worktree.
+//! Children run in process groups of their own (through `crate::proc`, so they also die
+//! with this process, even when it is killed with SIGKILL), so Ctrl-C reaches this process
+//! only: it passes the signal on to the running child (each one, so a second Ctrl-C stops
+//! `bench matrix` at once as it does on a terminal), waits for it, and the command ends
+//! with 130 after removing the worktree. From the second signal on, a child that does not
+//! end within [`STOP_GRACE`] (a setup that ignores signals) is killed with its group. When
+//! a child ends, whatever it left running (in its group, or re-parented to this process)
+//! is killed: nothing a setup starts outlives its step.
 
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -30,6 +33,7 @@ use crate::error::CliError;
 use crate::history::gate::METRIC;
 use crate::history::record::RunRecord;
 use crate::history::History;
+use crate::proc::Watched;
 use crate::results::{Outcome, RunResults};
 
 /// The branch probes are recorded under: never a branch whose history judges nightly runs.
@@ -99,6 +103,9 @@ pub(crate) fn install_signal_handlers() -> Result<(), CliError> {
     // A Ctrl-C while the history store is read or written is the same request to stop,
     // not an exit that would leave the worktree behind.
     crate::history::interrupt::defer_first_signal();
+    // What a setup starts and detaches from its group is re-parented here, not to init,
+    // where `wait_forwarding` finds it.
+    let _ = nix::sys::prctl::set_child_subreaper(true);
     Ok(())
 }
 
@@ -107,22 +114,45 @@ pub(crate) fn interrupted() -> bool {
     SIGNALS.load(Ordering::SeqCst) > 0 || crate::history::interrupt::deferred() > 0
 }
 
-/// Waits for `child` (the leader of its own process group), passing every signal this
-/// process receives on to its group as SIGINT.
-fn wait_forwarding(child: &mut Child) -> std::io::Result<ExitStatus> {
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+/// After the second SIGINT or SIGTERM, how long the running child (setup or probe) has to
+/// end before its whole process group is killed with SIGKILL: a setup that ignores signals
+/// cannot keep the bisection (and its worktree) alive.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// The variable every child of a bisection carries (the bisection's pid): what a child
+/// left behind outside its process group, re-parented to this process (a subreaper), is
+/// found by it and killed when the child ends.
+const MARK: &str = "BENCH_BISECT_PID";
+
+/// Waits for `child` (the leader of its own process group, watched), passing every signal
+/// this process receives on to its group as SIGINT (so a second Ctrl-C stops `bench
+/// matrix` at once, as on a terminal); from the second on, SIGTERM too, and SIGKILL to the
+/// group once [`STOP_GRACE`] has passed. When it has exited, what it left in its group (a
+/// setup's background jobs) is killed, and so is what it left outside it.
+fn wait_forwarding(child: &mut Watched) -> std::io::Result<ExitStatus> {
+    use nix::sys::signal::Signal;
     let mut forwarded = 0;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        if child.exited()? {
+            break child.kill()?;
         }
         let seen = SIGNALS.load(Ordering::SeqCst) + crate::history::interrupt::deferred();
         if seen > forwarded {
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT);
+            child.signal(Signal::SIGINT);
+            if seen >= 2 {
+                child.signal(Signal::SIGTERM);
+                kill_at.get_or_insert_with(|| Instant::now() + STOP_GRACE);
+            }
             forwarded = seen;
         }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            break child.kill()?;
+        }
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
+    crate::proc::reap_orphans(&format!("{MARK}={}", std::process::id()));
+    Ok(status)
 }
 
 /// The last `n` lines of the file at `path` (for a failure's message).
@@ -278,9 +308,10 @@ impl<'a> Prober<'a> {
             .join(format!("setup-{}.log", commit.short()));
         eprintln!("bisect: setup at {} ({cmd})", commit.short());
         let status = self.spawn_logged(
-            Command::new("sh")
+            crate::proc::command("sh")
                 .args(["-c", cmd])
                 .env("BENCH_BISECT_COMMIT", &commit.sha),
+            "sh",
             &log,
         )?;
         if interrupted() {
@@ -298,9 +329,15 @@ impl<'a> Prober<'a> {
         Ok(())
     }
 
-    /// Runs `cmd` in the worktree, in a process group of its own, stdout and stderr into
-    /// `log`, passing signals on; returns its status.
-    fn spawn_logged(&self, cmd: &mut Command, log: &Path) -> Result<ExitStatus, Halt> {
+    /// Runs `cmd` (made by `crate::proc::command`: a process group of its own, dying with
+    /// bench) in the worktree, stdout and stderr into `log`, passing signals on; returns
+    /// its status. `program` names it in a message.
+    fn spawn_logged(
+        &self,
+        cmd: &mut Command,
+        program: &str,
+        log: &Path,
+    ) -> Result<ExitStatus, Halt> {
         let io = |e: std::io::Error| {
             Halt::Error(CliError::internal(miette::miette!(
                 "{}: {e}",
@@ -309,19 +346,18 @@ impl<'a> Prober<'a> {
         };
         let out = File::create(log).map_err(io)?;
         let err = out.try_clone().map_err(io)?;
-        let mut child = cmd
-            .current_dir(&self.worktree.path)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                Halt::Error(CliError::internal(miette::miette!(
-                    "cannot start {:?}: {e}",
-                    cmd.get_program()
-                )))
-            })?;
+        let mut child = crate::proc::spawn(
+            cmd.current_dir(&self.worktree.path)
+                .env(MARK, std::process::id().to_string())
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err),
+        )
+        .map_err(|e| {
+            Halt::Error(CliError::internal(miette::miette!(
+                "cannot start {program:?}: {e}"
+            )))
+        })?;
         wait_forwarding(&mut child).map_err(io)
     }
 
@@ -361,7 +397,7 @@ impl<'a> Prober<'a> {
             commit.subject
         );
         let matrix = self.worktree.path.join(&self.settings.matrix);
-        let mut cmd = Command::new(exe);
+        let mut cmd = crate::proc::command(&exe);
         cmd.arg("matrix")
             .arg(&matrix)
             .arg("--filter")
@@ -385,7 +421,7 @@ impl<'a> Prober<'a> {
             }
             cmd.arg("--worker-exe").arg(path);
         }
-        let status = self.spawn_logged(&mut cmd, &log)?;
+        let status = self.spawn_logged(&mut cmd, &exe.display().to_string(), &log)?;
         if interrupted() || status.code() == Some(crate::exit::bench::INTERRUPTED) {
             return Err(Halt::Interrupted);
         }

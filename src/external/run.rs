@@ -11,7 +11,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{mpsc, LazyLock};
 use std::time::Instant;
 
@@ -148,7 +148,9 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     eprintln!("bench adapt: {}", argv.join(" "));
 
     let started = Instant::now();
-    let mut child = match Command::new(&argv[0])
+    // It dies with this worker (the parent-death signal), and stays in the worker's process
+    // group, which the runner stops and kills as one.
+    let mut child = match crate::proc::dying_with_bench(&argv[0], None)
         .args(&argv[1..])
         .envs(prepared.env.iter().map(|(k, v)| (k, v)))
         .envs(opts.env.iter())

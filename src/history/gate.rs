@@ -258,14 +258,12 @@ impl Scope {
 }
 
 fn git(args: &[&str]) -> Option<String> {
-    let out = std::process::Command::new("git")
+    // Bounded in time and output (`crate::proc`), as every call of a tool is.
+    crate::proc::Tool::git()
         .args(args)
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .stdout(None)
+        .ok()
+        .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
 }
 

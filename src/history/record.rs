@@ -185,10 +185,11 @@ pub(crate) fn current_branch() -> Option<String> {
             }
         }
     }
-    let out = std::process::Command::new("git")
+    // Bounded in time and output (`crate::proc`), as every call of a tool is.
+    let out = crate::proc::Tool::git()
         .args(["rev-parse", "--abbrev-ref", "HEAD"])
-        .output()
+        .stdout(None)
         .ok()?;
-    let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !name.is_empty() && name != "HEAD").then_some(name)
+    let name = out.trim().to_string();
+    (!name.is_empty() && name != "HEAD").then_some(name)
 }

@@ -3,13 +3,16 @@
 //! survives a crash of the writer or of the machine, and a reader never blocks a writer.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
 
 use super::interrupt::Guard;
 use super::store::{Backend, Sql};
+
+/// How long a writer waits for another one's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) struct SqliteBackend {
     conn: Connection,
@@ -42,12 +45,25 @@ impl SqliteBackend {
         }
         let conn = Connection::open_with_flags(path, flags).map_err(|e| e.to_string())?;
         // Two writers (a nightly and an import) wait for each other instead of failing.
-        conn.busy_timeout(Duration::from_secs(60))
-            .map_err(|e| e.to_string())?;
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
-        )
-        .map_err(|e| e.to_string())?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| e.to_string())?;
+        // Switching a new file to WAL needs it alone, and SQLite answers "database is
+        // locked" at once, without its busy handler, while another connection is creating
+        // or switching the same file (two bisections started together on a new store):
+        // that is waited out like any other lock, up to the same limit.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match conn.execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+            ) {
+                Ok(()) => break,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == rusqlite::ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
         Ok(SqliteBackend { conn })
     }
 
@@ -149,5 +165,34 @@ impl Backend for SqliteBackend {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Several writers opening a store that does not exist yet all get it, however their
+    /// schema creation interleaves: none fails with "database is locked" (two bisections
+    /// started at once on a new store did).
+    #[test]
+    fn writers_opening_a_new_store_at_once_all_succeed() {
+        for round in 0..12 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("new-{round}.sqlite"));
+            let n = 6;
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    let (barrier, path) = (barrier.clone(), path.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        crate::history::open(path.to_str().unwrap()).map(|_| ())
+                    })
+                })
+                .collect();
+            for h in handles {
+                let r = h.join().unwrap();
+                assert!(r.is_ok(), "round {round}: {:?}", r.err());
+            }
+        }
     }
 }

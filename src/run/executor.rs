@@ -5,7 +5,10 @@
 //! tree a worker starts can be signalled at once. At the timeout, on cancellation, or when
 //! one rank of a multi-process cell fails, every group gets SIGTERM, then SIGKILL after
 //! the grace period. When the processes have exited, their groups get SIGKILL anyway,
-//! which removes children a worker left behind: no orphans outlive an attempt.
+//! which removes children a worker left behind: no orphans outlive an attempt. Should bench
+//! itself be killed (SIGKILL included), each worker gets its parent-death signal and the
+//! watchdog of `crate::proc` kills the groups still running, so what a worker started in
+//! its group (a launcher's ranks) does not outlive bench either.
 //!
 //! Every output line of both streams goes to the attempt's log file; lines that parse as
 //! worker [`Event`]s are collected for the results and passed to the caller as they come.
@@ -204,68 +207,6 @@ pub(crate) fn become_subreaper() {
     let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
-/// What the shim's shell runs: `$0` is bench's pid, the rest the worker's command line.
-/// A worker whose parent is no longer bench (it died before setpriv set the death signal)
-/// would outlive it, so it stops there instead, as the fork path's check does.
-const SHIM_SCRIPT: &str = r#"[ "$PPID" = "$0" ] || { echo "bench exited before the worker started" >&2; exit 1; }; exec "$@""#;
-
-/// `setpriv` when it can set the parent-death signal (util-linux 2.33 or later), found once.
-///
-/// Setting the signal in the child needs code between fork and exec, and with such code
-/// the standard library forks bench instead of using `posix_spawn`. bench maps libtorch
-/// (hundreds of MB): copying its page tables at fork and dropping them at exec took most
-/// of the runner's time per cell (a profile of 60 trivial cells: 41% of all samples in
-/// `copy_page_range` and `unmap_page_range`, about 30 ms per cell on a loaded 2-core
-/// machine). Started through setpriv, the worker is spawned without a fork of bench, and
-/// still dies with it. Without setpriv the fork path stays.
-fn pdeathsig_shim() -> Option<&'static Path> {
-    static SHIM: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    SHIM.get_or_init(|| {
-        let setpriv = find_in_path(Path::new("setpriv"), None)?;
-        let help = std::process::Command::new(&setpriv)
-            .arg("--help")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&help.stdout);
-        (text.contains("--pdeathsig") && Path::new("/bin/sh").exists()).then_some(setpriv)
-    })
-    .as_deref()
-}
-
-/// Whether `program` names an executable file (through `PATH`, the worker's own when its
-/// environment sets one): the shim's shell would report a missing program as exit 127,
-/// where a spawn reports it as a spawn failure with the system's words, so such a program
-/// takes the fork path.
-fn resolvable(program: &Path, env: &[(String, String)]) -> bool {
-    let path = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
-    find_in_path(program, path).is_some()
-}
-
-/// `program` as `execvp` would find it: a name with a `/` as it is, any other in `PATH`.
-fn find_in_path(program: &Path, path: Option<&str>) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.as_os_str().as_bytes().contains(&b'/') {
-        return executable(program).then(|| program.to_path_buf());
-    }
-    let path = match path {
-        Some(p) => p.to_string(),
-        None => std::env::var("PATH").ok()?,
-    };
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| executable(p))
-}
-
 /// The `BENCH_CELL_ID` an attempt's processes carry (and pass to their descendants).
 fn cell_id(spec: &AttemptSpec) -> Option<String> {
     spec.plan
@@ -280,75 +221,10 @@ fn cell_id(spec: &AttemptSpec) -> Option<String> {
 /// Kills and reaps bench's children that descend from a worker of cell `cell` (their
 /// environment still says `BENCH_CELL_ID=<cell>`) once that cell's attempt is over: the
 /// processes that left the worker's process group and were re-parented to bench
-/// ([`become_subreaper`]). Killing one re-parents its own children to bench in turn, so
-/// the scan repeats until a pass finds none (at most a few passes: each removes a level
-/// of the tree). bench's other children (other cells' workers, Slurm commands) carry
-/// another cell id or none and are left alone.
+/// ([`become_subreaper`]). bench's other children (other cells' workers, Slurm commands)
+/// carry another cell id or none and are left alone.
 fn reap_orphans(cell: &str) {
-    use nix::sys::wait::waitpid;
-    let me = std::process::id();
-    let needle = format!("BENCH_CELL_ID={cell}");
-    for _ in 0..16 {
-        let orphans: Vec<i32> = children_of(me)
-            .into_iter()
-            .filter(|pid| {
-                std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
-            })
-            .collect();
-        if orphans.is_empty() {
-            return;
-        }
-        for pid in orphans {
-            let pid = Pid::from_raw(pid);
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
-        }
-    }
-}
-
-/// The pids of `me`'s children. Each thread's `/proc/<me>/task/<tid>/children` lists the
-/// children it started or was given as subreaper, so this reads a handful of small files
-/// instead of every process on the host: a scan of all of `/proc` after every cell cost a
-/// few milliseconds per hundred processes, a real part of a short cell on a busy runner.
-/// Kernels built without those files fall back to that scan.
-fn children_of(me: u32) -> Vec<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{me}/task"));
-    let mut lists = tasks
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .map(|t| std::fs::read_to_string(t.path().join("children")))
-        .peekable();
-    if lists.peek().is_some_and(Result::is_ok) {
-        return lists
-            .flatten()
-            .flat_map(|text| {
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-    }
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| parent_of(*pid) == Some(me))
-        .collect()
-}
-
-/// The parent pid of `pid` from `/proc/<pid>/stat` (the field after the parenthesised
-/// command name, which may itself hold spaces and parentheses).
-fn parent_of(pid: i32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    crate::proc::reap_orphans(&format!("BENCH_CELL_ID={cell}"));
 }
 
 /// Reads `stream` line by line into `tx`, tagged with the process index.
@@ -405,47 +281,21 @@ pub(crate) async fn execute(
     let mut waits: JoinSet<(usize, std::io::Result<ExitStatus>)> = JoinSet::new();
     let mut pgids: Vec<Pid> = Vec::with_capacity(n);
     for (i, p) in spec.plan.procs.iter().enumerate() {
-        let bench_pid = nix::unistd::getpid();
-        let shim = pdeathsig_shim().filter(|_| resolvable(&p.program, &p.env));
-        let mut cmd = match shim {
-            // posix_spawn (no fork of bench, see `pdeathsig_shim`): setpriv sets the death
-            // signal, then the shell checks that bench is still its parent and becomes
-            // the worker (the signal survives both execs; the pid, and so the process
-            // group, stay the worker's).
-            Some(setpriv) => {
-                let mut c = tokio::process::Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL", "--", "/bin/sh", "-c", SHIM_SCRIPT])
-                    .arg(bench_pid.to_string())
-                    .arg(&p.program)
-                    .args(&p.args);
-                c
-            }
-            None => {
-                let mut c = tokio::process::Command::new(&p.program);
-                c.args(&p.args);
-                // SAFETY: between fork and exec the closure only makes async-signal-safe
-                // system calls (prctl, getppid) and touches no memory the parent shares.
-                unsafe {
-                    c.pre_exec(move || {
-                        // The worker dies with bench, even when bench is killed with
-                        // SIGKILL and can stop nothing itself (the signal survives exec,
-                        // not a fork: the worker's own children are ended by
-                        // `reap_orphans` or by its group).
-                        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                            .map_err(std::io::Error::from)?;
-                        // bench may have died before the call above: then nothing would
-                        // come.
-                        if nix::unistd::getppid() != bench_pid {
-                            return Err(std::io::Error::other(
-                                "bench exited before the worker started",
-                            ));
-                        }
-                        Ok(())
-                    });
-                }
-                c
-            }
-        };
+        // Through the runner's command (`crate::proc`): where setpriv can set the
+        // parent-death signal the worker is spawned without a fork of bench (which maps
+        // libtorch: about 30 ms per cell), through `setpriv --pdeathsig KILL -- /bin/sh -c
+        // '<check bench is the parent>; exec "$@"'`, the same process becoming the worker;
+        // otherwise the signal is set between fork and exec. Either way the worker dies
+        // with bench, even when bench is killed with SIGKILL, and its group is watched, so
+        // what the worker started in it dies too.
+        let path = p
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| std::ffi::OsStr::new(v.as_str()));
+        let mut cmd = tokio::process::Command::from(crate::proc::command_in(&p.program, path));
+        cmd.args(&p.args);
         cmd.envs(p.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -456,7 +306,9 @@ pub(crate) async fn execute(
         match cmd.spawn() {
             Ok(mut child) => {
                 if let Some(id) = child.id() {
-                    pgids.push(Pid::from_raw(id as i32));
+                    let pgid = Pid::from_raw(id as i32);
+                    crate::proc::watch(pgid);
+                    pgids.push(pgid);
                 }
                 if let Some(s) = child.stdout.take() {
                     spawn_reader(&mut readers, i, s, tx.clone());
@@ -472,6 +324,9 @@ pub(crate) async fn execute(
                     let _ = writeln!(log, "bench: {msg}");
                 }
                 signal_groups(&pgids, Signal::SIGKILL);
+                for pg in &pgids {
+                    crate::proc::unwatch(*pg);
+                }
                 out.termination = Termination::SpawnFailed(msg);
                 // The processes already started die with their groups; reap them.
                 while waits.join_next().await.is_some() {}
@@ -571,6 +426,9 @@ pub(crate) async fn execute(
     // left the groups (a `setsid` daemon): bench is the run's child subreaper, so those
     // are its children now.
     signal_groups(&pgids, Signal::SIGKILL);
+    for pg in &pgids {
+        crate::proc::unwatch(*pg);
+    }
     if let Some(id) = cell_id(&spec) {
         reap_orphans(&id);
     }

@@ -100,10 +100,13 @@ pub fn run_with(
     reporter: &mut dyn progress::Reporter,
 ) -> Result<RunOutcome, RunError> {
     executor::become_subreaper();
-    let mut inv = GpuInventory::detect();
-    if let Some(n) = config.gpus {
-        inv = inv.with_count(n);
-    }
+    // `--gpus 0` runs on CPU only: the GPU tools are not asked (a hung driver's
+    // nvidia-smi then costs nothing).
+    let inv = match config.gpus {
+        Some(0) => GpuInventory::default().with_count(0),
+        Some(n) => GpuInventory::detect().with_count(n),
+        None => GpuInventory::detect(),
+    };
     let env = crate::env::capture(&inv);
     let bench_exe = match &config.bench_exe {
         Some(p) => p.clone(),
@@ -116,9 +119,10 @@ pub fn run_with(
         Launch::Slurm(sl) => Arc::new(Slurm::new(sl.clone(), bench_exe)),
     };
     // Telemetry is read on this host, so only cells that run here have it.
+    // Only a run that uses GPUs has telemetry to read.
     let stream = match &config.launcher {
-        Launch::Local => crate::telemetry::Stream::start().map(Arc::new),
-        Launch::Slurm(_) => None,
+        Launch::Local if !inv.ids.is_empty() => crate::telemetry::Stream::start().map(Arc::new),
+        _ => None,
     };
     // The host beside the GPUs (a CPU host too): only cells that run here are sampled.
     let host = match &config.launcher {

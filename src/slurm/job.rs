@@ -7,9 +7,7 @@
 //! `scontrol show job` (the controller keeps finished jobs for `MinJobAge`), then from
 //! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
 
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 
 use super::script::JobPlan;
 use super::SlurmError;
@@ -103,17 +101,35 @@ fn split_label(line: &str) -> (Option<u32>, &str) {
 /// A Slurm client command in a process group of its own: the terminal's Ctrl-C is for
 /// `bench`, which then cancels its jobs itself; an `sbatch` killed halfway by the same
 /// keypress could leave a job submitted that `bench` never heard of.
-fn command(tool: &str) -> Command {
-    let mut c = Command::new(tool);
-    c.process_group(0);
-    c
+///
+/// Through the bounded runner (`crate::proc`): a time limit ([`crate::proc::SLURM_TIMEOUT`],
+/// a controller that does not answer does not hang the run), a bound on its output, and
+/// the parent-death signal.
+fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmError> {
+    run_tool(crate::proc::Tool::new(tool).args(args), tool)
 }
 
-fn run(tool: &'static str, args: &[&str]) -> Result<std::process::Output, SlurmError> {
-    command(tool)
-        .args(args)
-        .output()
-        .map_err(|source| SlurmError::Tool { tool, source })
+/// Runs a Slurm client call built by the caller; its output whatever its exit status.
+pub(crate) fn run_tool(
+    cmd: crate::proc::Tool,
+    tool: &'static str,
+) -> Result<std::process::Output, SlurmError> {
+    let out = cmd
+        .timeout(crate::proc::SLURM_TIMEOUT)
+        .stderr()
+        .run(None)
+        .map_err(|e| SlurmError::Tool {
+            tool,
+            source: match e {
+                crate::proc::ToolError::Missing { .. } => std::io::ErrorKind::NotFound.into(),
+                e => std::io::Error::other(e.why()),
+            },
+        })?;
+    Ok(std::process::Output {
+        status: out.status,
+        stdout: out.stdout,
+        stderr: out.stderr,
+    })
 }
 
 /// Writes the plan's script and submits it with `sbatch --parsable`.
@@ -128,12 +144,12 @@ pub(crate) fn submit(plan: &JobPlan) -> Result<SlurmJob, SlurmError> {
         path: plan.script_path.display().to_string(),
         source,
     })?;
-    let mut cmd = command("sbatch");
-    cmd.args(&plan.sbatch_args).arg(&plan.script_path);
-    let out = cmd.output().map_err(|source| SlurmError::Tool {
-        tool: "sbatch",
-        source,
-    })?;
+    let out = run_tool(
+        crate::proc::Tool::new("sbatch")
+            .args(&plan.sbatch_args)
+            .arg(&plan.script_path),
+        "sbatch",
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     // --parsable prints `jobid` or `jobid;cluster`.
     let id = stdout

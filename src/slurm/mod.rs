@@ -217,15 +217,10 @@ pub(crate) fn gpus_in_listing(listing: &str, partition: Option<&str>) -> bool {
 /// Asks `sinfo` whether the partition the jobs go to has GPUs; CPU cells are submitted
 /// without `--gpus-per-node` when it has none.
 pub(crate) fn partition_has_gpus(partition: Option<&str>) -> Result<bool, SlurmError> {
-    use std::os::unix::process::CommandExt;
-    let out = std::process::Command::new("sinfo")
-        .process_group(0)
-        .args(["-h", "-o", "%P|%G"])
-        .output()
-        .map_err(|source| SlurmError::Tool {
-            tool: "sinfo",
-            source,
-        })?;
+    let out = job::run_tool(
+        crate::proc::Tool::new("sinfo").args(["-h", "-o", "%P|%G"]),
+        "sinfo",
+    )?;
     if !out.status.success() {
         return Err(SlurmError::Query {
             cmd: "sinfo -h -o %P|%G".into(),

@@ -352,15 +352,19 @@ impl History {
 
     /// Applies the migrations the store lacks; refuses a store newer than this bench.
     fn migrate(&mut self) -> Result<(), HistoryError> {
-        self.backend
-            .batch(
+        // In a write transaction (SQLite: BEGIN IMMEDIATE), which waits for another
+        // writer's lock: as a statement of its own it starts as a read, and a writer that
+        // creates the table meanwhile makes SQLite refuse the upgrade at once ("database is
+        // locked", no busy wait), which two commands opening a new store together met.
+        self.transaction(|b| {
+            b.batch(
                 "CREATE TABLE IF NOT EXISTS bench_schema_migrations (
                     version BIGINT PRIMARY KEY,
                     description TEXT NOT NULL,
                     applied_at TEXT NOT NULL
                 )",
             )
-            .map_err(|m| self.err(m))?;
+        })?;
         let found = self.schema_version()?;
         if found > schema_version_known() {
             return Err(HistoryError::Newer {
