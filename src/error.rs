@@ -34,6 +34,13 @@ impl CliError {
     }
 }
 
+/// A run id or hardware key that names no single folder or file: bad input.
+impl From<crate::ids::IdError> for CliError {
+    fn from(e: crate::ids::IdError) -> Self {
+        CliError::bad_input(miette::miette!("{e}"))
+    }
+}
+
 impl From<crate::results::ResultsError> for CliError {
     fn from(e: crate::results::ResultsError) -> Self {
         use crate::results::ResultsError as E;

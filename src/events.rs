@@ -248,9 +248,9 @@ impl Event {
                 _ => Ok(()),
             }
         }
-        // Each figure within its metric's plausibility bound (crate::metrics::bounds).
+        // Each figure within its metric's plausibility bound (crate::bounds).
         fn bounded(name: &str, v: Option<f64>) -> Result<(), String> {
-            crate::metrics::bounds::check_opt(name, v).map_err(|why| format!("with {why}"))
+            crate::bounds::check_opt(name, v).map_err(|why| format!("with {why}"))
         }
         match self {
             Event::Step(s) => {
@@ -291,10 +291,10 @@ impl Event {
                     bounded("peak_mem_bytes", Some(*b as f64))?;
                 }
                 if let Some(w) = s.world_size {
-                    if w == 0 || u64::from(w) > crate::metrics::bounds::MAX_WORLD_SIZE {
+                    if w == 0 || u64::from(w) > crate::bounds::MAX_WORLD_SIZE {
                         return Err(format!(
                             "with world_size {w}: a run has 1 to {} ranks",
-                            crate::metrics::bounds::MAX_WORLD_SIZE
+                            crate::bounds::MAX_WORLD_SIZE
                         ));
                     }
                 }
@@ -307,9 +307,9 @@ impl Event {
             Event::Start {
                 world_size: Some(w),
                 ..
-            } if *w == 0 || u64::from(*w) > crate::metrics::bounds::MAX_WORLD_SIZE => Err(format!(
+            } if *w == 0 || u64::from(*w) > crate::bounds::MAX_WORLD_SIZE => Err(format!(
                 "with world_size {w}: a run has 1 to {} ranks",
-                crate::metrics::bounds::MAX_WORLD_SIZE
+                crate::bounds::MAX_WORLD_SIZE
             )),
             Event::Start { .. } | Event::Notice { .. } | Event::Error { .. } => Ok(()),
         }

@@ -84,12 +84,6 @@ pub fn check_hardware_key(origin: &str, key: &str) -> Result<(), IdError> {
     check(IdKind::HardwareKey, origin, key)
 }
 
-impl From<IdError> for crate::error::CliError {
-    fn from(e: IdError) -> Self {
-        crate::error::CliError::bad_input(miette::miette!("{e}"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ pub mod atomic;
 pub mod axes;
 pub mod baseline;
 pub mod bisect;
+pub mod bounds;
 pub mod cell;
 pub mod cli;
 pub mod dist;

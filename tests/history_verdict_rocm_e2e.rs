@@ -241,7 +241,13 @@ fn rocm_telemetry_from_an_amd_smi_printing_garbage_is_absent_not_made_up() {
     let o = lab.run("g1", &[]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
-    assert!(lab.telemetry("g1").is_null(), "{}", lab.telemetry("g1"));
+    // No GPU figure is made up; the host's figures (CPU, run queue) are real and stay.
+    let t = lab.telemetry("g1");
+    assert!(t.is_null() || t["samples"] == 0, "{t}");
+    assert!(
+        t["sm_clock_mhz"].is_null() && t["gpus"].as_array().is_none_or(Vec::is_empty),
+        "{t}"
+    );
     assert!(
         out.contains("warning: GPU telemetry: `amd-smi metric"),
         "{out}"

@@ -396,7 +396,7 @@ pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings,
             return Err(bad(format!("{flag} 0: it must be at least 1")));
         }
     }
-    let max_gpus = crate::metrics::bounds::MAX_WORLD_SIZE;
+    let max_gpus = crate::bounds::MAX_WORLD_SIZE;
     if u64::from(args.gpus) > max_gpus {
         return Err(bad(format!(
             "--gpus {}: a run has 1 to {max_gpus} GPUs",

@@ -93,9 +93,9 @@ impl Bounds {
     }
 
     /// A world size the framework reports, against the cell's GPUs
-    /// ([`crate::metrics::bounds::check_world_size`]).
+    /// ([`crate::bounds::check_world_size`]).
     pub(crate) fn check_world_size(&self, world_size: u64) -> Result<(), String> {
-        crate::metrics::bounds::check_world_size(world_size, self.cell_gpus)
+        crate::bounds::check_world_size(world_size, self.cell_gpus)
     }
 
     /// The peak TFLOP/s of one GPU the steps are held to, and the words that name it.

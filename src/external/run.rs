@@ -359,7 +359,7 @@ impl LogReader {
             .finish(exited_ok)
             .map_err(|e| (ErrorKind::BadInput, e.to_string()))?;
         // The ranks the framework says it ran must be the cell's GPUs: a figure per GPU
-        // over another world size is made up (crate::metrics::bounds).
+        // over another world size is made up (crate::bounds).
         if exited_ok && end.info != crate::external::log::DriverInfo::default() {
             self.bounds
                 .check_world_size(u64::from(end.info.world_size))
@@ -370,7 +370,7 @@ impl LogReader {
                     )
                 })?;
             for (rank, b) in end.peak_mem_bytes.iter().enumerate() {
-                crate::metrics::bounds::check("peak_mem_bytes", *b as f64).map_err(|why| {
+                crate::bounds::check("peak_mem_bytes", *b as f64).map_err(|why| {
                     (
                         ErrorKind::BadInput,
                         format!("{}: rank {rank}'s {why}", self.name),

@@ -46,7 +46,7 @@ fn refuse_empty_file(location: &str) -> Result<(), CliError> {
 }
 
 /// Refuses a run folder whose metrics no measurement can have given (zero, negative,
-/// 1e308, subnormal, non-finite; [`crate::metrics::bounds`]), naming its key path: once in
+/// 1e308, subnormal, non-finite; [`crate::bounds`]), naming its key path: once in
 /// the history such a value makes up change points and verdicts.
 fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliError> {
     for (i, cell) in results.cells.iter().enumerate() {
@@ -63,7 +63,7 @@ fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliE
                 if key == "value" && v.is_nan() {
                     break;
                 }
-                if let Err(why) = crate::metrics::bounds::check(name, v) {
+                if let Err(why) = crate::bounds::check(name, v) {
                     return Err(CliError::bad_input(miette::miette!(
                         "{}: cells[{i}] ({}).metrics.{name}.{key}: {why}; not imported",
                         dir.join(RunResults::FILE).display(),

@@ -253,6 +253,10 @@ pub(crate) struct Observation<'a> {
     pub baseline: Option<(f64, f64)>,
     /// The run just before this one in the judged scope, whatever its verdict.
     pub previous: Option<Previous<'a>>,
+    /// The most independent re-runs the caller can make ([`MAX_RERUNS`] for `bench
+    /// matrix`; one for `bench ingest`, whose re-run is the log's later half): a breach
+    /// never waits for more than it can get.
+    pub max_reruns: usize,
 }
 
 /// The run just before the judged one: a breach it showed at the same level confirms a
@@ -505,7 +509,7 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
         };
         // With too few runs to know how often this cell's clean runs land this far out, a
         // difference stands only when two re-runs pooled in keep it (see `reruns_needed`).
-        let needed = 2;
+        let needed = 2.min(obs.max_reruns.max(1));
         let verdict = match (t.answer, test_side(&t, direction)) {
             (Answer::Same, _) => HistoryVerdict::Unchanged,
             (Answer::Unknown, _) => HistoryVerdict::Unknown,
@@ -557,7 +561,8 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
     let needed = match this {
         Side::Inside => 1,
         _ => reruns_needed(tail, obs.value, &b, direction, policy.floor_rel),
-    };
+    }
+    .min(obs.max_reruns.max(1));
     let mut repeats_test = repeats;
     let mut verdict = match this {
         Side::Inside => HistoryVerdict::Unchanged,
@@ -692,6 +697,7 @@ mod tests {
             confirms: &[],
             baseline: None,
             previous: None,
+            max_reruns: MAX_RERUNS,
         }
     }
 

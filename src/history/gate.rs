@@ -308,6 +308,7 @@ pub fn judge_run(
         baselines,
         policy: *policy,
         scope: &scope,
+        max_reruns: super::detect::MAX_RERUNS,
     }
     .run(confirms)
 }
@@ -319,6 +320,8 @@ pub(crate) struct Judge<'a> {
     pub baselines: &'a Baselines,
     pub policy: Policy,
     pub scope: &'a Scope,
+    /// The most independent re-runs the confirmation can make.
+    pub max_reruns: usize,
 }
 
 impl Judge<'_> {
@@ -420,6 +423,7 @@ impl Judge<'_> {
                 confirms: &confirms,
                 confirm_failed: confirm_failed.is_some(),
                 baseline: base,
+                max_reruns: self.max_reruns,
             },
             &self.policy,
         );
@@ -505,6 +509,8 @@ pub(crate) struct Measured<'a> {
     pub confirm_failed: bool,
     /// The stored baseline and its tolerance.
     pub baseline: Option<(f64, f64)>,
+    /// The most independent re-runs the caller can make (`ConfirmRunner::max_passes`).
+    pub max_reruns: usize,
 }
 
 /// What [`decide`] found.
@@ -579,6 +585,7 @@ pub(crate) fn decide(
         confirms: now.confirms,
         baseline: now.baseline,
         previous,
+        max_reruns: now.max_reruns,
     };
     let mut judgement = judge(&obs, Direction::Higher, policy);
     // A suspect whose re-run could not measure stays failed: a confirmation that cannot
@@ -745,6 +752,9 @@ pub(crate) fn after_run(
         baselines: &baselines,
         policy,
         scope: &scope,
+        max_reruns: runner
+            .as_ref()
+            .map_or(super::detect::MAX_RERUNS, |r| r.max_passes()),
     };
     let mut report = judge.run(&[])?;
     let mut interrupted = false;

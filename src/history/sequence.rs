@@ -148,6 +148,7 @@ pub(crate) fn replay(
                     confirms: &views,
                     confirm_failed: false,
                     baseline: None,
+                    max_reruns: MAX_RERUNS,
                 };
                 decide(&scoped, None, &now, policy)
             };

@@ -158,6 +158,7 @@ pub(crate) fn simulate(
             confirms: &[],
             baseline: None,
             previous: None,
+            max_reruns: detect::MAX_RERUNS,
         };
         let first = detect::judge(&obs, Direction::Higher, policy);
         if matches!(

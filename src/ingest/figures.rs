@@ -258,7 +258,7 @@ pub(crate) fn compute(
         Some(model.flops_per_token),
         peak.map(|p| p.tflops),
     );
-    // Every figure within its plausibility bound (crate::metrics::bounds): parameters
+    // Every figure within its plausibility bound (crate::bounds): parameters
     // that put MFU at 4e-298 or above 1 are wrong, whatever the log says.
     let gpu_hours = t.days_per_1t_tokens * 24.0 * f64::from(s.gpus);
     for (name, v) in [
@@ -269,7 +269,7 @@ pub(crate) fn compute(
         ("mfu", t.mfu),
         ("time_to_1t_tokens_days", Some(t.days_per_1t_tokens)),
     ] {
-        crate::metrics::bounds::check_opt(name, v).map_err(|why| {
+        crate::bounds::check_opt(name, v).map_err(|why| {
             IngestError::Args(format!(
                 "{why}: --model/--params-billion, --global-batch, --seq-len, --gpus or the peak do not match the run"
             ))

@@ -82,7 +82,7 @@ pub(crate) fn peak_tflops(device_name: &str, dtype: Dtype) -> Option<Peak> {
 /// table) is held to when a framework's figures are checked (`external::bounds`): ten
 /// times the fastest peak in the table (MI300X fp8, 2614.9). Loose enough for any
 /// accelerator of the next years, and a forged figure (1e302 tokens/s) is still far beyond.
-pub(crate) const UNKNOWN_DEVICE_TFLOPS: f64 = 26_149.0;
+pub(crate) use crate::bounds::UNKNOWN_DEVICE_TFLOPS;
 
 /// Tokens per second of a step: `seq_len * global_batch / step_time`.
 pub(crate) fn tokens_per_s(tokens_per_step: u64, step_time_s: f64) -> f64 {

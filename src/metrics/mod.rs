@@ -2,7 +2,6 @@
 //! peak-FLOPs table, MFU ([`flops`]), and the statistics of step times and repeats
 //! ([`stats`]).
 
-pub mod bounds;
 pub mod catalog;
 pub mod flops;
 pub mod stats;
