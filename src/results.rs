@@ -276,7 +276,7 @@ impl JournalEntry {
 /// The hex SHA-256 of a matrix file's bytes, as [`RunResults::matrix_sha256`] records it.
 pub(crate) fn matrix_digest(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::files::read_bounded(path, crate::files::MAX_CONFIG_BYTES)?;
     Ok(sha2::Sha256::digest(&bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

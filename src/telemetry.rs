@@ -1170,7 +1170,7 @@ pub(crate) fn save(run_dir: &Path, t: &Option<Telemetry>) -> std::io::Result<()>
 /// Reads a run folder's telemetry: `None` when the file is absent or says `null`.
 pub(crate) fn load(run_dir: &Path) -> Result<Option<Telemetry>, String> {
     let path = run_dir.join(FILE);
-    match std::fs::read_to_string(&path) {
+    match crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES) {
         Ok(text) => serde_json::from_str(&text)
             .map_err(|e| format!("{}:{}:{}: {e}", path.display(), e.line(), e.column())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

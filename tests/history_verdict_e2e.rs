@@ -333,3 +333,29 @@ fn a_run_killed_halfway_keeps_the_history_of_its_finished_cells() {
     let out = history();
     assert!(out.contains("killed"), "{out}");
 }
+
+/// Issue 34: readings no GPU can give (an SM clock of 1e308 MHz, 1e12 C, 1e9 % busy, all 64
+/// throttle bits) and a "foreign" process that is this host's pid 1 excuse nothing: a night
+/// 20% slower is regressed, exit 1, and the readings are left out with a warning.
+#[test]
+fn forged_telemetry_excuses_no_regression() {
+    let lab = Lab::new();
+    for n in 1..=6 {
+        clean(&lab, &format!("n{n}"));
+    }
+    std::fs::write(
+        lab.smi.join("gpu"),
+        "0, GPU-fake-0000, 1e308, 1980, 690.00, 700.00, 1e12, 1e9, 0xffffffffffffffff\n",
+    )
+    .unwrap();
+    std::fs::write(lab.smi.join("apps"), "GPU-fake-0000, 1, init, 2048\n").unwrap();
+    std::fs::write(lab.dir.join("slow"), "").unwrap();
+    let o = lab.run("forged", &[("SPEED_SLOW_FACTOR", "1.25")]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(lab.verdict("forged"), "regressed", "{out}");
+    assert!(out.contains("a reading no GPU can give"), "{out}");
+    let h = lab.file("forged", "history.json");
+    assert!(!h.contains("foreign process computed"), "{h}");
+    assert!(!h.contains("blamed on the environment"), "{h}");
+}

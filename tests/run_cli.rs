@@ -166,7 +166,7 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
         ])
         .arg("--results-dir")
         .arg(&results)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -190,6 +190,35 @@ fn ctrl_c_keeps_finished_cells_exits_130_and_resume_completes_the_run() {
     assert_eq!(cell(&r, "first").outcome, Outcome::Passed);
     assert!(matches!(cell(&r, "slow").outcome, Outcome::Skipped { .. }));
     assert!(matches!(cell(&r, "last").outcome, Outcome::Skipped { .. }));
+    // Issue 34: an interrupted run never reads as a pass, in any report.
+    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
+    let last = summary.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("result: INTERRUPTED (exit 130)"),
+        "{summary}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let shown = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    assert!(
+        shown.starts_with("result: INTERRUPTED (exit 130)"),
+        "{stdout}"
+    );
+    let md = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    let headline = md.lines().next().unwrap_or_default();
+    assert!(
+        headline.contains("interrupted before every cell ran"),
+        "{md}"
+    );
+    assert!(!headline.contains("no regressions"), "{md}");
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("run.interrupted") && junit.contains("<error"),
+        "{junit}"
+    );
 
     common::resume_run(&m, &tmp.path().join("baselines"), &dir);
     let r = RunResults::load(&dir).unwrap();

@@ -157,7 +157,8 @@ fn wait_forwarding(child: &mut Watched) -> std::io::Result<ExitStatus> {
 
 /// The last `n` lines of the file at `path` (for a failure's message).
 fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = crate::files::read_to_string_bounded(path, crate::files::MAX_RESULTS_BYTES)
+        .unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     let start = lines.len().saturating_sub(n);
     lines[start..]

@@ -171,7 +171,11 @@ impl GateReport {
 
     /// Reads `history.json` from a run folder; `None` when the run was not judged.
     pub(crate) fn load(run_dir: &Path) -> Option<GateReport> {
-        let text = std::fs::read_to_string(run_dir.join(Self::FILE)).ok()?;
+        let text = crate::files::read_to_string_bounded(
+            &run_dir.join(Self::FILE),
+            crate::files::MAX_RESULTS_BYTES,
+        )
+        .ok()?;
         serde_json::from_str(&text).ok()
     }
 

@@ -161,7 +161,9 @@ fn read_matrix(path: &Path) -> std::io::Result<String> {
         return Err(too_big());
     }
     let mut bytes = Vec::new();
-    std::fs::File::open(path)?
+    // Opened without blocking and checked again on the open file: the path may have been
+    // swapped for a FIFO since the look above.
+    crate::files::open_regular(path)?
         .take(MAX_MATRIX_BYTES + 1)
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_MATRIX_BYTES {

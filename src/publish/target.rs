@@ -357,7 +357,11 @@ struct Event {
 /// events (and `pull_request_target`) carry `pull_request`; comments on a pull request
 /// carry `issue` with an `issue.pull_request` key. Other events carry neither.
 fn read_event(path: &str) -> Result<Event, PublishError> {
-    let text = std::fs::read_to_string(path).map_err(|e| PublishError::EventFile {
+    let text = crate::files::read_to_string_bounded(
+        std::path::Path::new(path),
+        crate::files::MAX_CONFIG_BYTES,
+    )
+    .map_err(|e| PublishError::EventFile {
         path: path.to_string(),
         message: e.to_string(),
     })?;

@@ -500,7 +500,8 @@ fn is_store(path: &Path) -> bool {
         return true;
     }
     let mut head = [0u8; 16];
-    std::fs::File::open(path)
+    // A FIFO or a device is neither: opened without blocking, and refused unless regular.
+    crate::files::open_regular(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
         .is_ok_and(|()| &head == b"SQLite format 3\0")
 }

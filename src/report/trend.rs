@@ -71,10 +71,11 @@ impl Trends {
 
     /// Reads a trend file (the JSON form in the module docs).
     pub(crate) fn load(path: &Path) -> Result<Trends, TrendError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TrendError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::files::read_to_string_bounded(path, crate::files::MAX_RESULTS_BYTES)
+            .map_err(|source| TrendError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         serde_json::from_str(&text).map_err(|e| TrendError::Parse {
             path: path.to_path_buf(),
             line: e.line(),

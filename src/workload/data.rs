@@ -78,10 +78,14 @@ impl Batches {
         vocab: i64,
         seq: usize,
     ) -> Result<Source, DataError> {
-        let bytes = std::fs::read(path).map_err(|source| DataError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        // A data set may be gigabytes: bounded only at 1 TiB, but a regular file only (a FIFO
+        // would hang the worker, a device would never end).
+        let bytes = crate::files::open_regular(path)
+            .and_then(|f| crate::files::read_open_bounded(f, 1 << 40))
+            .map_err(|source| DataError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let w = match width {
             2 | 4 => width as usize,
             _ => {

@@ -213,10 +213,56 @@ fn open_at(location: &str, create: bool, verify: bool) -> Result<History, Histor
         h.refuse_damage()?;
         return Err(e);
     }
+    if verify {
+        h.refuse_missing_tables()?;
+    }
     Ok(h)
 }
 
+/// Every table and column the newest schema has, as bench reads them: a store whose
+/// migrations are recorded but a table or column is gone (dropped by hand, a partial
+/// restore) is refused before a run relies on it, not after its cells ran.
+const TABLES: &[(&str, &str)] = &[
+    ("bench_schema_migrations", "version, description, applied_at"),
+    (
+        "bench_runs",
+        "run_id, started_at, finished_at, commit_sha, git_dirty, branch, hardware_key, host, matrix_name, bench_version, libtorch, driver, cuda, rocm, nccl, gpu_model, switches, telemetry, throttled, recorded_at",
+    ),
+    (
+        "bench_cells",
+        "run_id, cell_id, status, loss_curve, telemetry, context, verdict",
+    ),
+    (
+        "bench_metrics",
+        "run_id, cell_id, metric, value, rel_spread, samples",
+    ),
+    (
+        "bench_segments",
+        "cell_id, hardware_key, starts_at, first_run_id, reason, accepted_at",
+    ),
+];
+
 impl History {
+    /// Refuses (exit 2) a store that lacks a table or column of its recorded schema
+    /// ([`TABLES`]), naming it.
+    fn refuse_missing_tables(&mut self) -> Result<(), HistoryError> {
+        for (table, columns) in TABLES {
+            if let Err(message) = self
+                .backend
+                .query(&format!("SELECT {columns} FROM {table} LIMIT 0"), &[])
+            {
+                return Err(HistoryError::Input {
+                    path: self.location.clone(),
+                    message: format!(
+                        "the store's schema version {} should have table {table} with columns {columns}, and reading it failed ({message}); restore the store from a backup or move it aside",
+                        self.schema_version().unwrap_or(0)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a store whose files the database finds damaged (exit 2).
     fn refuse_damage(&mut self) -> Result<(), HistoryError> {
         match self.backend.damage() {
