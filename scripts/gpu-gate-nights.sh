@@ -75,5 +75,5 @@ for phase in "$@"; do
   kind=${phase%%:*}; count=${phase##*:}
   for _ in $(seq "$count"); do night "$kind"; done
 done
-(cd "$WORK" && tar czf "$OUTD/nights.tgz" --exclude='*/logs/*' \
-  $(find results -maxdepth 2 \( -name summary.md -o -name history.json -o -name results.json \)))
+(cd "$WORK" && find results -maxdepth 2 \( -name summary.md -o -name history.json -o -name results.json \) -print0 \
+  | tar czf "$OUTD/nights.tgz" --null -T -)
