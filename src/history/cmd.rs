@@ -475,14 +475,14 @@ pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
     cells.into_values().filter(|c| c.clean.len() >= 2).collect()
 }
 
-/// [`pools`] from a history store: every cell and hardware key in it (a cell measured on
-/// several hardware keys is one pool per key), leaving out the gate's confirmation
-/// re-runs, whose repeats the study simulates itself.
-pub(crate) fn pools_from_store(
+/// Every run of every cell a history store holds for `metric`, as (the cell's name in the
+/// study: `CELL on KEY` when it was measured on several hardware keys, its point), oldest
+/// first per cell, the gate's confirming re-runs left out (the studies simulate those).
+pub(crate) fn store_points(
     store: &mut crate::history::History,
     metric: &str,
-) -> Result<Vec<CellPools>, HistoryError> {
-    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+) -> Result<Vec<(String, super::store::Point)>, HistoryError> {
+    let mut out = Vec::new();
     for cell in store.cells(metric)? {
         let keys = store.hardware_keys(&cell, metric)?;
         for key in &keys {
@@ -492,24 +492,30 @@ pub(crate) fn pools_from_store(
                 cell.clone()
             };
             for p in store.trend(&cell, key, metric)? {
-                if super::gate::is_confirm_run(&p.run_id) {
-                    continue;
+                if !super::gate::is_confirm_run(&p.run_id) {
+                    out.push((name.clone(), p));
                 }
-                let samples = if p.samples.is_empty() {
-                    vec![p.value]
-                } else {
-                    p.samples.clone()
-                };
-                let telemetry = p.telemetry.clone().map(|t| (p.value, t));
-                add_run(
-                    &mut cells,
-                    &name,
-                    switch_of(&p.switches, &p.run_id),
-                    &samples,
-                    telemetry,
-                );
             }
         }
+    }
+    Ok(out)
+}
+
+/// [`pools`] from a history store ([`store_points`]).
+pub(crate) fn pools_from_store(
+    store: &mut crate::history::History,
+    metric: &str,
+) -> Result<Vec<CellPools>, HistoryError> {
+    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+    for (name, p) in store_points(store, metric)? {
+        let telemetry = p.telemetry.clone().map(|t| (p.value, t));
+        add_run(
+            &mut cells,
+            &name,
+            switch_of(&p.switches, &p.run_id),
+            &p.repeats(),
+            telemetry,
+        );
     }
     Ok(cells.into_values().filter(|c| c.clean.len() >= 2).collect())
 }

@@ -553,14 +553,7 @@ pub(crate) fn decide(
     let clean = clean_runs(scoped, accepted);
     let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
     let lookback = &clean[clean.len().saturating_sub(policy.lookback)..];
-    let samples_of = |p: &&Point| {
-        if p.samples.is_empty() {
-            vec![p.value]
-        } else {
-            p.samples.clone()
-        }
-    };
-    let history_samples: Vec<f64> = lookback.iter().flat_map(samples_of).collect();
+    let history_samples: Vec<f64> = lookback.iter().flat_map(|p| p.repeats()).collect();
     // The noise the lookback's runs showed inside themselves caps this run's.
     let lookback_within: Vec<f64> = lookback
         .iter()

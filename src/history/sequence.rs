@@ -254,31 +254,14 @@ pub(crate) fn from_store(
     metric: &str,
 ) -> Result<Vec<CellRuns>, super::HistoryError> {
     let mut cells = IndexMap::new();
-    for cell in store.cells(metric)? {
-        let keys = store.hardware_keys(&cell, metric)?;
-        for key in &keys {
-            let name = if keys.len() > 1 {
-                format!("{cell} on {key}")
-            } else {
-                cell.clone()
-            };
-            for p in store.trend(&cell, key, metric)? {
-                if super::gate::is_confirm_run(&p.run_id) {
-                    continue;
-                }
-                let switch = super::cmd::switch_of(&p.switches, &p.run_id);
-                let run = RealRun {
-                    run_id: p.run_id.clone(),
-                    samples: if p.samples.is_empty() {
-                        vec![p.value]
-                    } else {
-                        p.samples.clone()
-                    },
-                    telemetry: p.telemetry.clone(),
-                };
-                add(&mut cells, &name, &switch, run);
-            }
-        }
+    for (name, p) in super::cmd::store_points(store, metric)? {
+        let switch = super::cmd::switch_of(&p.switches, &p.run_id);
+        let run = RealRun {
+            samples: p.repeats(),
+            run_id: p.run_id,
+            telemetry: p.telemetry,
+        };
+        add(&mut cells, &name, &switch, run);
     }
     Ok(finish(cells))
 }

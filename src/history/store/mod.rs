@@ -333,6 +333,17 @@ pub struct Point {
     pub verdict: Option<String>,
 }
 
+impl Point {
+    /// The run's repeats, or its value alone when it kept none.
+    pub(crate) fn repeats(&self) -> Vec<f64> {
+        if self.samples.is_empty() {
+            vec![self.value]
+        } else {
+            self.samples.clone()
+        }
+    }
+}
+
 /// A segment boundary recorded by `bench baseline accept`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
