@@ -519,6 +519,38 @@ pub(crate) fn command_in(program: impl AsRef<OsStr>, path: Option<&OsStr>) -> Co
 /// a worker (the framework a `bench adapt` worker runs), which the runner stops with the
 /// worker's group.
 pub(crate) fn dying_with_bench(program: impl AsRef<OsStr>, path: Option<&OsStr>) -> Command {
+    let mut c = dying_with_bench_untagged(program, path);
+    // Every descendant inherits the tag, even one that leaves the child's process group
+    // or session (`setsid`, a daemon): the watchdog finds those by it.
+    c.env(OWNERS_VAR, owners());
+    c
+}
+
+/// The variable that tags every process bench starts with the tokens of the bench
+/// processes above it ([`owner_token`]), colon-separated.
+pub(crate) const OWNERS_VAR: &str = "BENCH_OWNERS";
+
+/// This process's token: unique per bench process (its pid and start time), so the
+/// watchdog's sweep matches only what this bench started.
+fn owner_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("bench-owner-{}-{nanos}", std::process::id())
+    })
+}
+
+/// [`OWNERS_VAR`]'s value for this process's children: the inherited tokens and its own.
+fn owners() -> String {
+    match std::env::var(OWNERS_VAR) {
+        Ok(v) if !v.is_empty() => format!("{v}:{}", owner_token()),
+        _ => owner_token().to_string(),
+    }
+}
+
+fn dying_with_bench_untagged(program: impl AsRef<OsStr>, path: Option<&OsStr>) -> Command {
     let program = program.as_ref();
     let bench_pid = nix::unistd::getpid();
     // A program that is not found takes the fork path, whose spawn reports it as such
@@ -565,7 +597,11 @@ pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<Watched> {
 }
 
 /// The watchdog's script: `+PGID` lines add a group, `-PGID` lines remove one; at the end of
-/// its input (bench is gone) every group still listed is killed.
+/// its input (bench is gone) every group still listed is killed, then every process whose
+/// environment carries this bench's token (`$1`, see [`OWNERS_VAR`]): what a child started
+/// in a session or group of its own (`setsid`, a daemonizing tool) escapes the group kill
+/// but not its inherited environment. Twice, for a process that forked meanwhile. A
+/// process that clears its environment (`env -i`) is out of reach.
 const WATCHDOG_SCRIPT: &str = r#"trap '' INT HUP
 live=' '
 while IFS= read -r l; do
@@ -575,6 +611,14 @@ while IFS= read -r l; do
   esac
 done
 for p in $live; do kill -s KILL -- "-$p" 2>/dev/null; done
+if [ -n "${1:-}" ]; then
+  for pass in 1 2; do
+    for f in $(grep -lsaF -- "$1" /proc/[0-9]*/environ 2>/dev/null); do
+      p=${f#/proc/}; p=${p%/environ}
+      [ "$p" != "$$" ] && kill -s KILL "$p" 2>/dev/null
+    done
+  done
+fi
 "#;
 
 /// The watchdog's stdin; `None` when it could not be started (no /bin/sh), then only the
@@ -586,7 +630,7 @@ fn watchdog() -> &'static Mutex<Option<ChildStdin>> {
         // signal, since the end of its input is the signal (and it must outlive bench to
         // do its work). The pipe is close-on-exec in bench, so no other child holds it.
         let child = Command::new("/bin/sh")
-            .args(["-c", WATCHDOG_SCRIPT])
+            .args(["-c", WATCHDOG_SCRIPT, "bench-watchdog", owner_token()])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -1,6 +1,10 @@
-//! Issue 34 ("Hostile input, round 3") through the built binary, the history store's
-//! part: a run id another hardware's job already recorded, and a store missing a table,
-//! are both refused (exit 2) before the first cell runs, and nothing recorded is lost.
+//! Issue 34 ("Hostile input, round 3") through the built binary: a run id another
+//! hardware's job already recorded, and a store missing a table, are both refused (exit 2)
+//! before the first cell runs, and nothing recorded is lost; and the cases the hostile
+//! re-test of the fixes found (a FIFO as the job summary, as a baseline file or as the
+//! store's journal, a results folder that is a file, an empty program, `kill -9` of bench
+//! with a worker's detached children, `bench history study` under a shell that ignores
+//! Ctrl-C).
 //! (Forged telemetry is tests/history_verdict_e2e.rs's `forged_telemetry_excuses_no_regression`;
 //! an interrupted run's reports, tests/run_cli.rs's Ctrl-C test.)
 
@@ -137,4 +141,277 @@ fn a_store_missing_a_table_is_refused_before_the_first_cell() {
     let o = run(d2, "r2", false);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("bench_cells"), "{}", text(&o));
+}
+
+fn bench_cmd(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.current_dir(dir)
+        .env("BENCH_TELEMETRY", "0")
+        .env_remove("CI")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("CUDA_VISIBLE_DEVICES");
+    c
+}
+
+/// Runs `c` with a deadline: it must end within `secs` (else it is killed and the test
+/// fails, naming what hung).
+fn within(mut c: Command, secs: u64, what: &str) -> Output {
+    use std::io::Read;
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+            child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+            return Output {
+                status,
+                stdout: out,
+                stderr: err,
+            };
+        }
+        if t0.elapsed().as_secs() > secs {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} hung past {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn mkfifo(p: &Path) {
+    let o = Command::new("mkfifo").arg(p).output().unwrap();
+    assert!(o.status.success(), "mkfifo {}: {}", p.display(), text(&o));
+}
+
+#[test]
+fn a_fifo_as_the_job_summary_or_a_baseline_file_hangs_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fifo = dir.join("summary.fifo");
+    mkfifo(&fifo);
+    let mut c = bench_cmd(dir);
+    c.args([
+        "matrix",
+        matrix(dir).to_str().unwrap(),
+        "--gpus",
+        "0",
+        "--no-progress",
+    ])
+    .args([
+        "--run-id",
+        "s1",
+        "--results-dir",
+        dir.join("results").to_str().unwrap(),
+    ])
+    .env("GITHUB_STEP_SUMMARY", &fifo);
+    let o = within(c, 60, "bench matrix with a FIFO as GITHUB_STEP_SUMMARY");
+    assert!(dir.join("results/s1/summary.md").exists(), "{}", text(&o));
+    assert!(text(&o).contains("summary.fifo"), "{}", text(&o));
+    // A FIFO among the baseline files is refused before the first cell.
+    let bl = dir.join("bl");
+    std::fs::create_dir_all(&bl).unwrap();
+    mkfifo(&bl.join("cpu-x86_64.yaml"));
+    let before = starts(dir);
+    let mut c = bench_cmd(dir);
+    c.args([
+        "matrix",
+        matrix(dir).to_str().unwrap(),
+        "--gpus",
+        "0",
+        "--no-progress",
+    ])
+    .args([
+        "--run-id",
+        "s2",
+        "--results-dir",
+        dir.join("results").to_str().unwrap(),
+    ])
+    .args(["--baselines", bl.to_str().unwrap()]);
+    let o = within(c, 60, "bench matrix with a FIFO baseline file");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(starts(dir), before, "a cell ran: {}", text(&o));
+}
+
+#[test]
+fn a_results_folder_that_is_a_file_and_an_empty_program_are_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("afile"), "").unwrap();
+    let mut c = bench_cmd(dir);
+    c.args([
+        "matrix",
+        matrix(dir).to_str().unwrap(),
+        "--gpus",
+        "0",
+        "--no-progress",
+    ])
+    .args([
+        "--run-id",
+        "x",
+        "--results-dir",
+        dir.join("afile").to_str().unwrap(),
+    ]);
+    let o = within(c, 60, "bench matrix into a file");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let m = dir.join("empty.yaml");
+    std::fs::write(
+        &m,
+        "name: e\naxes:\n  model: [tiny]\ndefaults:\n  steps: 5\n  warmup: 1\n  workload:\n    kind: command\n    argv: [\"\"]\n",
+    )
+    .unwrap();
+    for dry in [true, false] {
+        let mut c = bench_cmd(dir);
+        c.args([
+            "matrix",
+            m.to_str().unwrap(),
+            "--gpus",
+            "0",
+            "--no-progress",
+        ])
+        .args(["--results-dir", dir.join("results").to_str().unwrap()]);
+        if dry {
+            c.arg("--dry-run");
+        }
+        let o = within(c, 60, "bench matrix with an empty program");
+        assert_eq!(o.status.code(), Some(2), "dry run {dry}: {}", text(&o));
+        assert!(text(&o).contains("names no program"), "{}", text(&o));
+    }
+}
+
+#[test]
+fn a_fifo_beside_the_store_and_an_import_of_another_hardwares_run_id_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    assert_eq!(run(dir, "shared", true).status.code(), Some(0));
+    // A CPU run folder with the same id: the import is refused as bad input.
+    let cpu = tempfile::tempdir().unwrap();
+    let o = run(cpu.path(), "shared", false);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let mut c = bench_cmd(dir);
+    c.args(["history", "import"])
+        .arg(cpu.path().join("results/shared"))
+        .args(["--history", dir.join("h.sqlite").to_str().unwrap()]);
+    let o = within(c, 60, "bench history import");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("already in the history for hardware h100"),
+        "{}",
+        text(&o)
+    );
+    // SQLite's journal as a FIFO: refused at once, not waited on.
+    mkfifo(&dir.join("h.sqlite-journal"));
+    let mut c = bench_cmd(dir);
+    c.args(["history", "import"])
+        .arg(cpu.path().join("results/shared"))
+        .args(["--history", dir.join("h.sqlite").to_str().unwrap()]);
+    let o = within(c, 60, "bench history import beside a FIFO journal");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("sqlite-journal"), "{}", text(&o));
+}
+
+/// `kill -9` of bench: a worker's children that left its process group (a new session, a
+/// daemonized grandchild, a group of their own) die with it too.
+#[test]
+fn kill_9_of_bench_takes_a_workers_detached_children_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let pids = dir.join("pids");
+    let worker = dir.join("w.sh");
+    let script = r#"printf '{"event":"start","model":"toy","world_size":1}\n'
+setsid sleep 1001 &
+echo $! >> "$PIDFILE"
+(setsid sh -c 'echo $$ >> "$PIDFILE"; exec sleep 1002' </dev/null >/dev/null 2>&1 &)
+sh -c 'echo $$ >> "$PIDFILE"; exec sleep 1003' &
+wait
+"#;
+    std::fs::write(&worker, script).unwrap();
+    let m = dir.join("k.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "name: k\naxes:\n  model: [toy]\ndefaults:\n  steps: 3\n  warmup: 1\n  timeout: 120s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, '{}']\n    env: {{PIDFILE: '{}'}}\n",
+            worker.display(),
+            pids.display()
+        ),
+    )
+    .unwrap();
+    let mut c = bench_cmd(dir);
+    c.args([
+        "matrix",
+        m.to_str().unwrap(),
+        "--gpus",
+        "0",
+        "--no-progress",
+    ])
+    .args([
+        "--run-id",
+        "k",
+        "--results-dir",
+        dir.join("results").to_str().unwrap(),
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut bench = c.spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    let listed = || {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse::<i32>().ok())
+            .collect::<Vec<_>>()
+    };
+    while listed().len() < 3 {
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the worker's children never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    bench.kill().unwrap();
+    let _ = bench.wait();
+    let alive = |pid: i32| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    let t1 = std::time::Instant::now();
+    while listed().into_iter().any(alive) && t1.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let left: Vec<i32> = listed().into_iter().filter(|p| alive(*p)).collect();
+    for p in &left {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A script's background job has SIGINT ignored; `bench history study` still stops at
+/// Ctrl-C (exit 130) instead of computing on.
+#[test]
+fn history_study_stops_at_ctrl_c_even_when_started_with_sigint_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    assert_eq!(run(dir, "r1", false).status.code(), Some(0));
+    assert_eq!(run(dir, "r2", false).status.code(), Some(0));
+    let script = format!(
+        "trap '' INT; '{}' history study '{}' '{}' --alarm-trials 1000000 --detect-trials 1000000 & p=$!; sleep 2; kill -INT $p; wait $p",
+        env!("CARGO_BIN_EXE_bench"),
+        dir.join("results/r1").display(),
+        dir.join("results/r2").display()
+    );
+    let mut c = Command::new("sh");
+    c.args(["-c", &script]).env_remove("CI");
+    let o = within(c, 30, "bench history study after Ctrl-C");
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
 }

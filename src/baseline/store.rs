@@ -291,7 +291,9 @@ impl Baselines {
         let mut keys: Vec<String> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml") && p.is_file())
+            // Every `*.yaml`, regular or not: a FIFO or a folder named like a baseline file
+            // is refused here, before the first cell, not when the run is compared.
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
             .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .collect();
         keys.sort();

@@ -522,6 +522,10 @@ pub(crate) fn pools_from_store(
 
 /// `bench history study RUN_DIR...`.
 pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
+    // The simulations are minutes of pure computation with no stop of their own: Ctrl-C
+    // and SIGTERM end them at once (exit 130), even where the shell started bench with
+    // SIGINT ignored (a background job of a script).
+    let _interruptible = super::interrupt::Guard::new();
     let (cells, sequences, source) = match &args.history {
         Some(location) => {
             refuse_empty_file(location)?;

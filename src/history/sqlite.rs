@@ -32,6 +32,22 @@ impl SqliteBackend {
         if path.exists() && !path.is_file() {
             return Err("not a regular file".into());
         }
+        // SQLite opens its journal, WAL and shared-memory files beside the store itself:
+        // a FIFO or a folder there would block or break it, so only regular files (or none)
+        // may stand there.
+        for suffix in ["-journal", "-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            let side = std::path::PathBuf::from(side);
+            if let Ok(meta) = std::fs::symlink_metadata(&side) {
+                if !meta.file_type().is_file() {
+                    return Err(format!(
+                        "{} is not a regular file: SQLite keeps its journal there; remove it",
+                        side.display()
+                    ));
+                }
+            }
+        }
         if create {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;

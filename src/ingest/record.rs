@@ -395,6 +395,11 @@ pub(crate) fn write_and_judge(
 ) -> Result<i32, CliError> {
     let results = results(s, log, model, peak, fig)?;
     let cell = results.cells[0].id.as_str().to_string();
+    // A run id the store holds for another hardware is refused before anything is written.
+    if let Some(location) = &s.history {
+        crate::history::open(location)?
+            .claim_run_id(&results.run_id, &results.environment.hardware_key)?;
+    }
     let run_dir = s.results_dir.join(&results.run_id);
     std::fs::create_dir_all(&run_dir).map_err(|e| {
         CliError::internal(miette::miette!(

@@ -150,11 +150,10 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
         return Ok(None);
     };
     let path = PathBuf::from(path);
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|source| ReportError::Write {
+    // A regular file only, opened without blocking: a FIFO there (no reader) would hang the
+    // run after its cells, past every signal.
+    let mut file =
+        crate::files::open_append_regular(&path).map_err(|source| ReportError::Write {
             path: path.clone(),
             source,
         })?;

@@ -57,7 +57,22 @@ pub enum RunError {
 
 impl From<RunError> for CliError {
     fn from(e: RunError) -> Self {
+        use std::io::ErrorKind as K;
         match e {
+            // `--results-dir` names a file, a FIFO, a place the user cannot write: the
+            // user's path, not bench, is at fault.
+            RunError::RunDir { ref source, .. }
+                if matches!(
+                    source.kind(),
+                    K::NotADirectory
+                        | K::AlreadyExists
+                        | K::PermissionDenied
+                        | K::ReadOnlyFilesystem
+                        | K::InvalidInput
+                ) =>
+            {
+                CliError::bad_input(miette::miette!("{e}"))
+            }
             RunError::Launch(launch::LaunchError::CurrentExe(_))
             | RunError::RunDir { .. }
             | RunError::Results(_)

@@ -60,7 +60,9 @@ pub enum LaunchError {
         field: String,
         template: String,
     },
-    #[error("cell {cell}: workload argv is empty; it needs at least the program")]
+    #[error(
+        "cell {cell}: workload argv is empty or names no program; it needs at least the program"
+    )]
     EmptyArgv { cell: String },
     #[error("cannot locate the bench executable to start `bench worker`: {0}")]
     CurrentExe(String),
@@ -216,8 +218,12 @@ pub(crate) fn command(
                 env.push((k.clone(), fill(cell, &format!("env.{k}"), v, &vars)?));
             }
             let mut it = filled.into_iter();
-            let program = it.next().ok_or_else(|| LaunchError::EmptyArgv {
-                cell: cell.id.to_string(),
+            // An empty program name (`argv: [""]`, or a placeholder that filled to nothing)
+            // can never start: refused like an empty argv, at the dry run too.
+            let program = it.next().filter(|p| !p.trim().is_empty()).ok_or_else(|| {
+                LaunchError::EmptyArgv {
+                    cell: cell.id.to_string(),
+                }
             })?;
             (PathBuf::from(program), it.collect())
         }

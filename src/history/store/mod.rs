@@ -469,7 +469,9 @@ impl History {
     }
 
     /// Refuses (bad input) a run of `hardware_key` whose id the store already holds for
-    /// another hardware key; checked before the first cell runs.
+    /// another hardware key: checked before the first cell runs, before `bench ingest`
+    /// writes its run folder, and before every write (the write's own transaction checks
+    /// again, for two jobs that start together).
     pub(crate) fn claim_run_id(
         &mut self,
         run_id: &str,
@@ -486,6 +488,7 @@ impl History {
 
     /// Writes `run` (replacing an earlier copy of the same run id) in one transaction.
     pub(crate) fn record_run(&mut self, run: &RunRecord) -> Result<(), HistoryError> {
+        self.claim_run_id(&run.run_id, &run.hardware_key)?;
         self.transaction(|b| write_run(b, run))
     }
 
@@ -496,6 +499,7 @@ impl History {
         run: &RunRecord,
         cells: &[CellRecord],
     ) -> Result<(), HistoryError> {
+        self.claim_run_id(&run.run_id, &run.hardware_key)?;
         self.transaction(|b| write_cells(b, run, cells))
     }
 
