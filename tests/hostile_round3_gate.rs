@@ -141,6 +141,17 @@ fn a_store_missing_a_table_is_refused_before_the_first_cell() {
     let o = run(d2, "r2", false);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("bench_cells"), "{}", text(&o));
+    // The record of its migrations dropped: refused, not half-migrated.
+    let tmp3 = tempfile::tempdir().unwrap();
+    let d3 = tmp3.path();
+    assert_eq!(run(d3, "r1", false).status.code(), Some(0));
+    rusqlite::Connection::open(d3.join("h.sqlite"))
+        .unwrap()
+        .execute_batch("DROP TABLE bench_schema_migrations;")
+        .unwrap();
+    let o = run(d3, "r2", false);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("bench_schema_migrations"), "{}", text(&o));
 }
 
 fn bench_cmd(dir: &Path) -> Command {

@@ -423,6 +423,20 @@ impl History {
             )
         })?;
         let found = self.schema_version()?;
+        // No migration recorded, yet bench's tables are there: the record was lost (a
+        // table dropped by hand, a partial restore). Migrating would fail half-way;
+        // refusing names what is wrong.
+        if found == 0
+            && self
+                .backend
+                .query("SELECT 1 FROM bench_runs LIMIT 0", &[])
+                .is_ok()
+        {
+            return Err(HistoryError::Input {
+                path: self.location.clone(),
+                message: "the store has bench's tables but no record of its schema migrations (bench_schema_migrations is empty or was dropped); restore it from a backup or move it aside".into(),
+            });
+        }
         if found > schema_version_known() {
             return Err(HistoryError::Newer {
                 location: self.location.clone(),
