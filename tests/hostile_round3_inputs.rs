@@ -439,6 +439,87 @@ fn c10_history_study_knobs_out_of_range_are_exit_2_naming_the_flag() {
     }
 }
 
+/// `bench ingest ARGS` in `dir` with its data segment (heap and private mappings) limited
+/// to `bytes`.
+fn ingest_within(dir: &Path, args: &[String], bytes: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = bench(dir);
+    cmd.arg("ingest").args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, bytes, bytes)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bench");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("bench ingest still running after 120 s: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// 200,000 steps under a 3,000-character path, with the memory a short log needs plus
+/// 512 MiB: `ingest.json` wrote the path once per step (600 MB here, 6 GB for a million
+/// steps), and bench aborted out of memory; it names each step's file by its index in
+/// `logs` now. The limit is calibrated on a short log because what the binary needs to
+/// start at all (libtorch's libraries) differs from host to host.
+#[test]
+fn c10_many_steps_under_a_long_path_ingest_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut deep = tmp.path().to_path_buf();
+    while deep.as_os_str().len() < 3_000 {
+        deep.push("d".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let log = deep.join("nemo.log");
+    let n = 200_000u64;
+    let mut text_log = String::with_capacity(200 * n as usize);
+    for i in 0..n {
+        text_log += &format!(
+            "Training epoch 0, iteration {i}/{} | lr: 2.699e-06 | global_batch_size: 252 | global_step: {i} | reduced_train_loss: 11.03 | train_step_timing in s: 8.5 | consumed_samples: {}\n",
+            n - 1,
+            i * 252
+        );
+    }
+    std::fs::write(&log, text_log).unwrap();
+    assert!(log.as_os_str().len() > 3_000);
+    // The least a short log needs, in steps of 64 MiB.
+    let short = nemo_args(&fixture("hostile3/nemo-ok.log"));
+    let mut base = 256u64 << 20;
+    loop {
+        let o = ingest_within(tmp.path(), &short, base);
+        if o.status.code() == Some(0) {
+            break;
+        }
+        base += 64 << 20;
+        assert!(base < 16 << 30, "a short log does not ingest: {}", text(&o));
+    }
+    let mut args = nemo_args(&log);
+    args.extend(["--run-id".to_string(), "long".to_string()]);
+    let o = ingest_within(tmp.path(), &args, base + (512 << 20));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(tmp.path().join("results/long/ingest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["logs"][0], log.to_str().unwrap());
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), n as usize);
+    assert_eq!(steps[n as usize - 1]["file"], 0);
+    assert_eq!(steps[n as usize - 1]["line"], n);
+}
+
 // ---- 11: smaller ---------------------------------------------------------------------------
 
 #[test]

@@ -190,26 +190,20 @@ pub(crate) const MAX_STEP_LINES: usize = 1_000_000;
 /// The longest a training step may take and still be believed: a day.
 pub(crate) const MAX_STEP_S: f64 = 86_400.0;
 
-/// A step the collector accepted, with where it came from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A step the collector accepted, with where it came from. `ingest.json` writes it as
+/// `record::StepRow`, naming its file by index into the document's `logs`.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Step {
     /// The framework's step number (or the count of step lines for Paxml).
     pub step: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     pub step_time_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
     pub own: Own,
     /// The file, shared by every step read from it (a long path is held once, not once
     /// per step: a million steps under a 3,000-character path are 3 GB otherwise).
-    #[serde(serialize_with = "shared_str")]
     pub file: Arc<str>,
     pub line: usize,
-}
-
-fn shared_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(v)
 }
 
 /// Per-rank ordering state.
