@@ -374,6 +374,74 @@ fn c5_impossible_metric_values_are_refused_at_history_import() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// A command-workload cell of `gpus` GPUs whose worker's summary reports `world_size`
+/// ranks, run through `bench matrix`: (exit code, the cell's document).
+fn world_size_run(dir: &Path, gpus: u32, world_size: u64) -> (Option<i32>, serde_json::Value) {
+    let worker = dir.join("w.sh");
+    std::fs::write(
+        &worker,
+        "printf '{\"event\":\"start\",\"model\":\"w\",\"world_size\":1}\\n'\n\
+         for i in 0 1 2 3 4; do printf '{\"event\":\"step\",\"step\":%d,\"step_time_s\":0.5,\"tokens\":1024,\"loss\":2.5}\\n' $i; done\n\
+         printf '{\"event\":\"summary\",\"world_size\":%s}\\n' \"$1\"\n",
+    )
+    .unwrap();
+    let id = format!("w{gpus}-{world_size}");
+    let m = dir.join(format!("{id}.yaml"));
+    std::fs::write(
+        &m,
+        format!(
+            "name: w\naxes:\n  model: [small]\n  gpus: [{gpus}]\ndefaults:\n  steps: 5\n  warmup: 1\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, \"{}\", \"{world_size}\"]\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    let o = run(
+        dir,
+        &[
+            "matrix",
+            m.to_str().unwrap(),
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            &id,
+        ],
+    );
+    let t = text(&o);
+    assert!(!t.contains("panicked"), "{t}");
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("results").join(&id).join("results.json"))
+            .unwrap_or_else(|e| panic!("{e}: {t}")),
+    )
+    .unwrap();
+    (o.status.code(), doc["cells"][0].clone())
+}
+
+#[test]
+fn c5_a_worker_world_size_other_than_the_cells_gpus_fails_the_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    for world in [1_048_576u64, 8] {
+        let (rc, cell) = world_size_run(tmp.path(), 1, world);
+        assert_eq!(rc, Some(1), "{cell}");
+        assert_eq!(cell["status"], "failed", "{cell}");
+        let reason = cell["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("a world size of {world} on a cell of 1 GPU(s)")),
+            "{cell}"
+        );
+        assert!(
+            cell["metrics"].as_object().is_none_or(|m| m.is_empty()),
+            "{cell}"
+        );
+    }
+    // The cell's own world size passes, and a CPU cell's ranks are not GPUs.
+    for (gpus, world) in [(1, 1), (0, 2)] {
+        let (rc, cell) = world_size_run(tmp.path(), gpus, world);
+        assert_eq!(rc, Some(0), "{cell}");
+        assert_eq!(cell["status"], "passed", "{cell}");
+    }
+}
+
 // ---- 7: FIFOs and endless files ------------------------------------------------------------
 
 #[test]
