@@ -442,6 +442,119 @@ fn c5_a_worker_world_size_other_than_the_cells_gpus_fails_the_cell() {
     }
 }
 
+/// The metrics stored for `run_id`'s cell `cell` in the SQLite store at `db`.
+fn stored_metrics(db: &Path, run_id: &str, cell: &str) -> Vec<String> {
+    let db = rusqlite::Connection::open(db).unwrap();
+    let mut st = db
+        .prepare(
+            "SELECT metric FROM bench_metrics WHERE run_id = ?1 AND cell_id = ?2 ORDER BY metric",
+        )
+        .unwrap();
+    st.query_map([run_id, cell], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A worker's `"mfu":0,"tflops_per_gpu":0` is its "could not compute it": `bench matrix`
+/// stores no such metric, and `bench history import` of a run folder holding a 0 (as
+/// bench wrote it before) leaves it out the same way, where it used to refuse the run
+/// ("above 0") that the matrix had recorded.
+#[test]
+fn c5_an_mfu_of_zero_is_not_computed_at_both_doors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let worker = dir.join("w.sh");
+    std::fs::write(
+        &worker,
+        "printf '{\"event\":\"start\",\"model\":\"w\",\"world_size\":1}\\n'\n\
+         for i in 0 1 2 3 4; do printf '{\"event\":\"step\",\"step\":%d,\"step_time_s\":0.5,\"tokens\":1024,\"loss\":2.5}\\n' $i; done\n\
+         printf '{\"event\":\"summary\",\"mfu\":0,\"tflops_per_gpu\":0,\"world_size\":1}\\n'\n",
+    )
+    .unwrap();
+    let m = dir.join("m.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "name: z\naxes:\n  model: [small]\ndefaults:\n  steps: 5\n  warmup: 1\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, \"{}\"]\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    let o = run(
+        dir,
+        &[
+            "matrix",
+            m.to_str().unwrap(),
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "zero",
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results/zero/results.json")).unwrap())
+            .unwrap();
+    let metrics = doc["cells"][0]["metrics"].as_object().unwrap();
+    assert!(metrics.contains_key("tokens_per_s"), "{metrics:?}");
+    for absent in ["mfu", "tflops_per_gpu"] {
+        assert!(!metrics.contains_key(absent), "{absent}: {metrics:?}");
+    }
+    let matrix_stored = stored_metrics(
+        &dir.join("h.sqlite"),
+        "zero",
+        doc["cells"][0]["id"].as_str().unwrap(),
+    );
+    assert!(matrix_stored.contains(&"tokens_per_s".to_string()));
+    assert!(!matrix_stored.contains(&"mfu".to_string()), "{matrix_stored:?}");
+    // A run folder with an MFU and TFLOP/s of 0 imports, with neither stored.
+    let folder = run_folder(dir, "old-zero", |doc| {
+        doc["run_id"] = "old-zero".into();
+        let m = &mut doc["cells"][0]["metrics"];
+        m["mfu"] = serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
+        m["tflops_per_gpu"] = serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
+    });
+    let o = run(
+        dir,
+        &[
+            "history",
+            "import",
+            folder.to_str().unwrap(),
+            "--history",
+            "i.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let imported = stored_metrics(
+        &dir.join("i.sqlite"),
+        "old-zero",
+        "gpt2-tiny.fp32.1gpu.single.base",
+    );
+    assert!(imported.contains(&"tokens_per_s".to_string()), "{imported:?}");
+    for absent in ["mfu", "tflops_per_gpu"] {
+        assert!(!imported.contains(&absent.to_string()), "{imported:?}");
+    }
+    // A throughput of 0 is still refused: 0 means "not computed" only for MFU and TFLOP/s.
+    let folder = run_folder(dir, "tps-zero", |doc| {
+        doc["cells"][0]["metrics"]["tokens_per_s"]["value"] = 0.0.into();
+    });
+    let o = run(
+        dir,
+        &[
+            "history",
+            "import",
+            folder.to_str().unwrap(),
+            "--history",
+            "j.sqlite",
+        ],
+    );
+    refused(&o, "metrics.tokens_per_s.value");
+}
+
 // ---- 7: FIFOs and endless files ------------------------------------------------------------
 
 #[test]
