@@ -273,6 +273,21 @@ fn c5_a_decimal_comma_is_refused_not_misread() {
     assert!(!tmp.path().join("results").exists());
 }
 
+/// `train_step_timing in s: 8.5%` was read as 8.5 s: every field's `%` was stripped. A
+/// `%` is read only in a percentage field (an MFU); on a time it is refused at file:line.
+#[test]
+fn c5_a_percent_sign_on_a_time_is_refused_not_stripped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("hostile3/nemo-percent-time.log");
+    let o = ingest(tmp.path(), &nemo_args(&log), &[]);
+    refused(&o, "nemo-percent-time.log:3:");
+    assert!(text(&o).contains("not a percentage"), "{}", text(&o));
+    assert!(!tmp.path().join("results").exists());
+    // The same log without the `%` reads.
+    let o = ingest(tmp.path(), &nemo_args(&fixture("hostile3/nemo-ok.log")), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
 #[test]
 fn c5_the_same_log_given_twice_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
