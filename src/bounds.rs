@@ -141,8 +141,7 @@ pub const ZERO_IS_NOT_COMPUTED: [&str; 2] = ["tflops_per_gpu", "mfu"];
 /// every door: `bench matrix --history` and `bench history import` record the same.
 pub fn not_computed(name: &str, value: f64, samples: &[f64]) -> bool {
     value.is_nan()
-        || (ZERO_IS_NOT_COMPUTED.contains(&name)
-            && (value == 0.0 || samples.iter().any(|s| *s == 0.0)))
+        || (ZERO_IS_NOT_COMPUTED.contains(&name) && (value == 0.0 || samples.contains(&0.0)))
 }
 
 /// Checks an optional value (absent is fine).

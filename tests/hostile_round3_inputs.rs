@@ -284,7 +284,11 @@ fn c5_a_percent_sign_on_a_time_is_refused_not_stripped() {
     assert!(text(&o).contains("not a percentage"), "{}", text(&o));
     assert!(!tmp.path().join("results").exists());
     // The same log without the `%` reads.
-    let o = ingest(tmp.path(), &nemo_args(&fixture("hostile3/nemo-ok.log")), &[]);
+    let o = ingest(
+        tmp.path(),
+        &nemo_args(&fixture("hostile3/nemo-ok.log")),
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -525,13 +529,17 @@ fn c5_an_mfu_of_zero_is_not_computed_at_both_doors() {
         doc["cells"][0]["id"].as_str().unwrap(),
     );
     assert!(matrix_stored.contains(&"tokens_per_s".to_string()));
-    assert!(!matrix_stored.contains(&"mfu".to_string()), "{matrix_stored:?}");
+    assert!(
+        !matrix_stored.contains(&"mfu".to_string()),
+        "{matrix_stored:?}"
+    );
     // A run folder with an MFU and TFLOP/s of 0 imports, with neither stored.
     let folder = run_folder(dir, "old-zero", |doc| {
         doc["run_id"] = "old-zero".into();
         let m = &mut doc["cells"][0]["metrics"];
         m["mfu"] = serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
-        m["tflops_per_gpu"] = serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
+        m["tflops_per_gpu"] =
+            serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
     });
     let o = run(
         dir,
@@ -549,7 +557,10 @@ fn c5_an_mfu_of_zero_is_not_computed_at_both_doors() {
         "old-zero",
         "gpt2-tiny.fp32.1gpu.single.base",
     );
-    assert!(imported.contains(&"tokens_per_s".to_string()), "{imported:?}");
+    assert!(
+        imported.contains(&"tokens_per_s".to_string()),
+        "{imported:?}"
+    );
     for absent in ["mfu", "tflops_per_gpu"] {
         assert!(!imported.contains(&absent.to_string()), "{imported:?}");
     }

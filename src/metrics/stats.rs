@@ -251,9 +251,8 @@ pub(crate) fn measured_metrics(
     }
     for (i, r) in repeats.iter().enumerate() {
         if let Some(w) = r.summary.world_size {
-            crate::bounds::check_world_size(u64::from(w), world_gpus).map_err(|why| {
-                format!("repeat {}: the worker's summary reports {why}", i + 1)
-            })?;
+            crate::bounds::check_world_size(u64::from(w), world_gpus)
+                .map_err(|why| format!("repeat {}: the worker's summary reports {why}", i + 1))?;
         }
         let figs = repeat_figures(params, gpus, r);
         let measured = figs.iter().any(|(n, v)| {
