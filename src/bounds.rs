@@ -130,6 +130,20 @@ pub fn check(name: &str, v: f64) -> Result<(), String> {
     }
 }
 
+/// The metrics a workload reports as 0 when it could not compute them (a device with no
+/// peak in the table has no MFU; a worker that does not count FLOPs has no TFLOP/s).
+pub const ZERO_IS_NOT_COMPUTED: [&str; 2] = ["tflops_per_gpu", "mfu"];
+
+/// Whether a stored metric is one its run could not compute, and so is no measurement:
+/// a NaN value, or for [`ZERO_IS_NOT_COMPUTED`] a 0 value or sample (a worker's summary
+/// with `"mfu": 0` leaves the metric absent, and a metric is present only when every
+/// repeat gave it). Such a metric is left out of the history rather than refused, at
+/// every door: `bench matrix --history` and `bench history import` record the same.
+pub fn not_computed(name: &str, value: f64, samples: &[f64]) -> bool {
+    value.is_nan()
+        || (ZERO_IS_NOT_COMPUTED.contains(&name) && (value == 0.0 || samples.contains(&0.0)))
+}
+
 /// Checks an optional value (absent is fine).
 pub fn check_opt(name: &str, v: Option<f64>) -> Result<(), String> {
     v.map_or(Ok(()), |v| check(name, v))
@@ -199,6 +213,15 @@ mod tests {
         ] {
             check(m, v).unwrap_or_else(|e| panic!("{m} {v}: {e}"));
         }
+    }
+
+    #[test]
+    fn zero_is_not_computed_only_for_mfu_and_tflops() {
+        assert!(not_computed("mfu", 0.0, &[0.0]));
+        assert!(not_computed("tflops_per_gpu", 0.5, &[0.0, 0.5, 1.0]));
+        assert!(not_computed("tokens_per_s", f64::NAN, &[]));
+        assert!(!not_computed("tokens_per_s", 0.0, &[0.0]));
+        assert!(!not_computed("mfu", 0.4, &[0.4]));
     }
 
     #[test]

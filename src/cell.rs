@@ -467,6 +467,16 @@ impl Cell {
         gpus_of(self.values.get("gpus"))
     }
 
+    /// The GPUs a worker's reported world size is held to: the cell's `gpus` as the
+    /// matrix writes it, 0 for a CPU cell (`gpus: 0`, whose ranks are not GPUs), 1 when
+    /// the matrix has no `gpus` axis (as [`Cell::gpus`]).
+    pub(crate) fn world_gpus(&self) -> u32 {
+        match self.values.get("gpus").and_then(Value::as_f64) {
+            Some(g) if g <= 0.0 => 0,
+            _ => self.gpus(),
+        }
+    }
+
     /// How the ranks share the work; [`Parallel::default`] when the matrix has no
     /// `parallel` axis (expansion refused values outside [`Parallel`]).
     pub(crate) fn parallel(&self) -> Parallel {

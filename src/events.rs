@@ -285,6 +285,8 @@ impl Event {
                 bounded("tokens_per_s", s.tokens_per_s)?;
                 bounded("tokens_per_s_per_gpu", s.tokens_per_s_per_gpu)?;
                 bounded("step_time_s", s.step_time_s)?;
+                // 0 is a workload's "could not compute it" (no peak known for the device),
+                // which [`Event::sanitized`] makes absent: not a measurement to bound.
                 bounded("tflops_per_gpu", s.tflops_per_gpu.filter(|v| *v != 0.0))?;
                 bounded("mfu", s.mfu.filter(|v| *v != 0.0))?;
                 for b in &s.peak_mem_bytes {
@@ -332,6 +334,11 @@ impl Event {
                 world_size,
             },
             Event::Summary(mut s) => {
+                // A TFLOP/s or MFU of exactly 0 is a workload saying it could not compute
+                // the figure: absent, so that no 0 is stored as a measurement (bench
+                // history import leaves a 0 out the same way: crate::bounds::not_computed).
+                s.tflops_per_gpu = s.tflops_per_gpu.filter(|v| *v != 0.0);
+                s.mfu = s.mfu.filter(|v| *v != 0.0);
                 s.mfu_policy = opt(s.mfu_policy);
                 s.device = opt(s.device);
                 Event::Summary(s)
@@ -588,6 +595,19 @@ mod tests {
         ]);
         assert!(evs.is_empty());
         assert_eq!(v, None);
+    }
+
+    /// 0 is a worker's "could not compute it": absent, never stored as a measurement.
+    #[test]
+    fn an_mfu_or_tflops_of_zero_is_absent() {
+        let line = r#"{"event":"summary","mfu":0,"tflops_per_gpu":0,"tokens_per_s":5.0}"#;
+        match Event::parse_line(line) {
+            Some(Event::Summary(s)) => {
+                assert_eq!((s.mfu, s.tflops_per_gpu), (None, None));
+                assert_eq!(s.tokens_per_s, Some(5.0));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -273,6 +273,25 @@ fn c5_a_decimal_comma_is_refused_not_misread() {
     assert!(!tmp.path().join("results").exists());
 }
 
+/// `train_step_timing in s: 8.5%` was read as 8.5 s: every field's `%` was stripped. A
+/// `%` is read only in a percentage field (an MFU); on a time it is refused at file:line.
+#[test]
+fn c5_a_percent_sign_on_a_time_is_refused_not_stripped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = fixture("hostile3/nemo-percent-time.log");
+    let o = ingest(tmp.path(), &nemo_args(&log), &[]);
+    refused(&o, "nemo-percent-time.log:3:");
+    assert!(text(&o).contains("not a percentage"), "{}", text(&o));
+    assert!(!tmp.path().join("results").exists());
+    // The same log without the `%` reads.
+    let o = ingest(
+        tmp.path(),
+        &nemo_args(&fixture("hostile3/nemo-ok.log")),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
 #[test]
 fn c5_the_same_log_given_twice_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -374,6 +393,194 @@ fn c5_impossible_metric_values_are_refused_at_history_import() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
+/// A command-workload cell of `gpus` GPUs whose worker's summary reports `world_size`
+/// ranks, run through `bench matrix`: (exit code, the cell's document).
+fn world_size_run(dir: &Path, gpus: u32, world_size: u64) -> (Option<i32>, serde_json::Value) {
+    let worker = dir.join("w.sh");
+    std::fs::write(
+        &worker,
+        "printf '{\"event\":\"start\",\"model\":\"w\",\"world_size\":1}\\n'\n\
+         for i in 0 1 2 3 4; do printf '{\"event\":\"step\",\"step\":%d,\"step_time_s\":0.5,\"tokens\":1024,\"loss\":2.5}\\n' $i; done\n\
+         printf '{\"event\":\"summary\",\"world_size\":%s}\\n' \"$1\"\n",
+    )
+    .unwrap();
+    let id = format!("w{gpus}-{world_size}");
+    let m = dir.join(format!("{id}.yaml"));
+    std::fs::write(
+        &m,
+        format!(
+            "name: w\naxes:\n  model: [small]\n  gpus: [{gpus}]\ndefaults:\n  steps: 5\n  warmup: 1\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, \"{}\", \"{world_size}\"]\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    let o = run(
+        dir,
+        &[
+            "matrix",
+            m.to_str().unwrap(),
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            &id,
+        ],
+    );
+    let t = text(&o);
+    assert!(!t.contains("panicked"), "{t}");
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("results").join(&id).join("results.json"))
+            .unwrap_or_else(|e| panic!("{e}: {t}")),
+    )
+    .unwrap();
+    (o.status.code(), doc["cells"][0].clone())
+}
+
+#[test]
+fn c5_a_worker_world_size_other_than_the_cells_gpus_fails_the_cell() {
+    let tmp = tempfile::tempdir().unwrap();
+    for world in [1_048_576u64, 8] {
+        let (rc, cell) = world_size_run(tmp.path(), 1, world);
+        assert_eq!(rc, Some(1), "{cell}");
+        assert_eq!(cell["status"], "failed", "{cell}");
+        let reason = cell["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("a world size of {world} on a cell of 1 GPU(s)")),
+            "{cell}"
+        );
+        assert!(
+            cell["metrics"].as_object().is_none_or(|m| m.is_empty()),
+            "{cell}"
+        );
+    }
+    // The cell's own world size passes, and a CPU cell's ranks are not GPUs.
+    for (gpus, world) in [(1, 1), (0, 2)] {
+        let (rc, cell) = world_size_run(tmp.path(), gpus, world);
+        assert_eq!(rc, Some(0), "{cell}");
+        assert_eq!(cell["status"], "passed", "{cell}");
+    }
+}
+
+/// The metrics stored for `run_id`'s cell `cell` in the SQLite store at `db`.
+fn stored_metrics(db: &Path, run_id: &str, cell: &str) -> Vec<String> {
+    let db = rusqlite::Connection::open(db).unwrap();
+    let mut st = db
+        .prepare(
+            "SELECT metric FROM bench_metrics WHERE run_id = ?1 AND cell_id = ?2 ORDER BY metric",
+        )
+        .unwrap();
+    st.query_map([run_id, cell], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A worker's `"mfu":0,"tflops_per_gpu":0` is its "could not compute it": `bench matrix`
+/// stores no such metric, and `bench history import` of a run folder holding a 0 (as
+/// bench wrote it before) leaves it out the same way, where it used to refuse the run
+/// ("above 0") that the matrix had recorded.
+#[test]
+fn c5_an_mfu_of_zero_is_not_computed_at_both_doors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let worker = dir.join("w.sh");
+    std::fs::write(
+        &worker,
+        "printf '{\"event\":\"start\",\"model\":\"w\",\"world_size\":1}\\n'\n\
+         for i in 0 1 2 3 4; do printf '{\"event\":\"step\",\"step\":%d,\"step_time_s\":0.5,\"tokens\":1024,\"loss\":2.5}\\n' $i; done\n\
+         printf '{\"event\":\"summary\",\"mfu\":0,\"tflops_per_gpu\":0,\"world_size\":1}\\n'\n",
+    )
+    .unwrap();
+    let m = dir.join("m.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "name: z\naxes:\n  model: [small]\ndefaults:\n  steps: 5\n  warmup: 1\n  timeout: 60s\n  retries: 0\n  workload:\n    kind: command\n    argv: [sh, \"{}\"]\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    let o = run(
+        dir,
+        &[
+            "matrix",
+            m.to_str().unwrap(),
+            "--gpus",
+            "0",
+            "--no-progress",
+            "--run-id",
+            "zero",
+            "--history",
+            "h.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results/zero/results.json")).unwrap())
+            .unwrap();
+    let metrics = doc["cells"][0]["metrics"].as_object().unwrap();
+    assert!(metrics.contains_key("tokens_per_s"), "{metrics:?}");
+    for absent in ["mfu", "tflops_per_gpu"] {
+        assert!(!metrics.contains_key(absent), "{absent}: {metrics:?}");
+    }
+    let matrix_stored = stored_metrics(
+        &dir.join("h.sqlite"),
+        "zero",
+        doc["cells"][0]["id"].as_str().unwrap(),
+    );
+    assert!(matrix_stored.contains(&"tokens_per_s".to_string()));
+    assert!(
+        !matrix_stored.contains(&"mfu".to_string()),
+        "{matrix_stored:?}"
+    );
+    // A run folder with an MFU and TFLOP/s of 0 imports, with neither stored.
+    let folder = run_folder(dir, "old-zero", |doc| {
+        doc["run_id"] = "old-zero".into();
+        let m = &mut doc["cells"][0]["metrics"];
+        m["mfu"] = serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
+        m["tflops_per_gpu"] =
+            serde_json::json!({"value": 0.0, "rel_spread": 0.0, "samples": [0.0]});
+    });
+    let o = run(
+        dir,
+        &[
+            "history",
+            "import",
+            folder.to_str().unwrap(),
+            "--history",
+            "i.sqlite",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let imported = stored_metrics(
+        &dir.join("i.sqlite"),
+        "old-zero",
+        "gpt2-tiny.fp32.1gpu.single.base",
+    );
+    assert!(
+        imported.contains(&"tokens_per_s".to_string()),
+        "{imported:?}"
+    );
+    for absent in ["mfu", "tflops_per_gpu"] {
+        assert!(!imported.contains(&absent.to_string()), "{imported:?}");
+    }
+    // A throughput of 0 is still refused: 0 means "not computed" only for MFU and TFLOP/s.
+    let folder = run_folder(dir, "tps-zero", |doc| {
+        doc["cells"][0]["metrics"]["tokens_per_s"]["value"] = 0.0.into();
+    });
+    let o = run(
+        dir,
+        &[
+            "history",
+            "import",
+            folder.to_str().unwrap(),
+            "--history",
+            "j.sqlite",
+        ],
+    );
+    refused(&o, "metrics.tokens_per_s.value");
+}
+
 // ---- 7: FIFOs and endless files ------------------------------------------------------------
 
 #[test]
@@ -437,6 +644,87 @@ fn c10_history_study_knobs_out_of_range_are_exit_2_naming_the_flag() {
         );
         refused(&o, want);
     }
+}
+
+/// `bench ingest ARGS` in `dir` with its data segment (heap and private mappings) limited
+/// to `bytes`.
+fn ingest_within(dir: &Path, args: &[String], bytes: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = bench(dir);
+    cmd.arg("ingest").args(args);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_DATA, bytes, bytes)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bench");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("bench ingest still running after 120 s: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// 200,000 steps under a 3,000-character path, with the memory a short log needs plus
+/// 512 MiB: `ingest.json` wrote the path once per step (600 MB here, 6 GB for a million
+/// steps), and bench aborted out of memory; it names each step's file by its index in
+/// `logs` now. The limit is calibrated on a short log because what the binary needs to
+/// start at all (libtorch's libraries) differs from host to host.
+#[test]
+fn c10_many_steps_under_a_long_path_ingest_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut deep = tmp.path().to_path_buf();
+    while deep.as_os_str().len() < 3_000 {
+        deep.push("d".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let log = deep.join("nemo.log");
+    let n = 200_000u64;
+    let mut text_log = String::with_capacity(200 * n as usize);
+    for i in 0..n {
+        text_log += &format!(
+            "Training epoch 0, iteration {i}/{} | lr: 2.699e-06 | global_batch_size: 252 | global_step: {i} | reduced_train_loss: 11.03 | train_step_timing in s: 8.5 | consumed_samples: {}\n",
+            n - 1,
+            i * 252
+        );
+    }
+    std::fs::write(&log, text_log).unwrap();
+    assert!(log.as_os_str().len() > 3_000);
+    // The least a short log needs, in steps of 64 MiB.
+    let short = nemo_args(&fixture("hostile3/nemo-ok.log"));
+    let mut base = 256u64 << 20;
+    loop {
+        let o = ingest_within(tmp.path(), &short, base);
+        if o.status.code() == Some(0) {
+            break;
+        }
+        base += 64 << 20;
+        assert!(base < 16 << 30, "a short log does not ingest: {}", text(&o));
+    }
+    let mut args = nemo_args(&log);
+    args.extend(["--run-id".to_string(), "long".to_string()]);
+    let o = ingest_within(tmp.path(), &args, base + (512 << 20));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(tmp.path().join("results/long/ingest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(doc["logs"][0], log.to_str().unwrap());
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), n as usize);
+    assert_eq!(steps[n as usize - 1]["file"], 0);
+    assert_eq!(steps[n as usize - 1]["line"], n);
 }
 
 // ---- 11: smaller ---------------------------------------------------------------------------

@@ -307,7 +307,7 @@ impl LogParser for LlmcLog {
         // llm.c prints -100% for a GPU its peak table lacks (the H200, for one): no figure.
         let mfu = line
             .mfu_percent
-            .map(|m| log::number(m).ok_or_else(|| bad("unreadable MFU".into())))
+            .map(|m| log::percent(m).ok_or_else(|| bad("unreadable MFU".into())))
             .transpose()?
             .filter(|m| *m >= 0.0);
         let toks = line

@@ -223,11 +223,25 @@ pub(crate) fn read_all(
 /// separator in its one unambiguous form: one to three leading digits, then groups of
 /// exactly three (`353,169`, `1,234,567.5`). Anything else with a comma (`8,5`, `1,2345`,
 /// `12,34,567`) could be a decimal comma and is refused, never read with the comma
-/// dropped (`8,5` as 85). One trailing `%` is allowed (the caller knows the field is a
-/// percentage); `%%` or a `%` elsewhere is not a number.
+/// dropped (`8,5` as 85). A `%` is not part of a number: `train_step_timing in s: 8.5%`
+/// is no step time; a field that is a percentage is read with [`percent`].
 pub(crate) fn number(s: &str) -> Option<f64> {
+    read_number(s, false)
+}
+
+/// A percentage field (an MFU as `42.7%`): [`number`] with one trailing `%` allowed, the
+/// value as printed (42.7). `%%` or a `%` elsewhere is not a number.
+pub(crate) fn percent(s: &str) -> Option<f64> {
+    read_number(s, true)
+}
+
+fn read_number(s: &str, percentage: bool) -> Option<f64> {
     let t = s.trim();
-    let t = t.strip_suffix('%').unwrap_or(t);
+    let t = if percentage {
+        t.strip_suffix('%').unwrap_or(t)
+    } else {
+        t
+    };
     match t.to_ascii_lowercase().as_str() {
         "nan" | "-nan" => return Some(f64::NAN),
         "inf" | "+inf" | "infinity" => return Some(f64::INFINITY),
@@ -327,13 +341,19 @@ mod tests {
             }
             if let Some(f) = frac { grouped = format!("{grouped}.{f}"); }
             proptest::prop_assert_eq!(number(&grouped), plain.parse::<f64>().ok());
-            // A comma after a group of another length is refused.
-            if digits.len() > cut && (digits.len() - cut) % 3 != 0 {
+            // A comma after a group of another length is refused (`1,000` is a grouping:
+            // one comma is odd when the group after it is not three digits, or the one
+            // before it more than three).
+            if digits.len() > cut && (cut != 3 || digits.len() - cut > 3) {
                 let odd = format!("{},{}", &digits[..digits.len() - cut], &digits[digits.len() - cut..]);
                 proptest::prop_assert_eq!(number(&odd), None, "{}", odd);
             }
-            // Any text: a value read with a comma equals the text without commas.
-            if let Some(v) = number(&junk) {
+            // Any text: a value read with a comma equals the text without commas, and a
+            // `%` is read only in a percentage.
+            if number(&junk).is_some() {
+                proptest::prop_assert!(!junk.contains('%'), "{}", junk);
+            }
+            if let Some(v) = percent(&junk) {
                 if junk.contains(',') {
                     let stripped = junk.trim_end_matches('%').replace(',', "");
                     proptest::prop_assert_eq!(Some(v), stripped.parse::<f64>().ok(), "{}", junk);
@@ -361,6 +381,11 @@ mod tests {
             "5%5",
         ] {
             assert_eq!(number(ambiguous), None, "{ambiguous}");
+            assert_eq!(percent(ambiguous), None, "{ambiguous}");
         }
+        // A `%` only where the caller reads a percentage.
+        assert_eq!(number("8.5%"), None);
+        assert_eq!(percent("42.7%"), Some(42.7));
+        assert_eq!(percent("42.7"), Some(42.7));
     }
 }

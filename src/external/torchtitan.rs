@@ -410,7 +410,7 @@ impl LogParser for TitanLog {
             loss: log::number(&c[3]).ok_or_else(|| bad("unreadable loss"))?,
             tokens_per_s_per_gpu: Some(tps),
             tflops_per_gpu: log::number(&c[8]),
-            mfu: log::number(&c[9]).map(|m| m / 100.0),
+            mfu: log::percent(&c[9]).map(|m| m / 100.0),
         };
         Ok(vec![logged])
     }

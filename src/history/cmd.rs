@@ -47,10 +47,17 @@ fn refuse_empty_file(location: &str) -> Result<(), CliError> {
 
 /// Refuses a run folder whose metrics no measurement can have given (zero, negative,
 /// 1e308, subnormal, non-finite; [`crate::bounds`]), naming its key path: once in
-/// the history such a value makes up change points and verdicts.
+/// the history such a value makes up change points and verdicts. A metric the run could
+/// not compute ([`crate::bounds::not_computed`]: NaN, an MFU or TFLOP/s of 0) is not
+/// refused but left out of the record, as `bench matrix` leaves it out.
 fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliError> {
     for (i, cell) in results.cells.iter().enumerate() {
         for (name, m) in &cell.metrics {
+            // A metric the run could not compute (NaN; an MFU or TFLOP/s of 0) is left out
+            // of the record (RunRecord::from_results): only values that would be kept count.
+            if crate::bounds::not_computed(name, m.value, &m.samples) {
+                continue;
+            }
             let values = std::iter::once((String::from("value"), m.value)).chain(
                 m.samples
                     .iter()
@@ -58,11 +65,6 @@ fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliE
                     .map(|(j, v)| (format!("samples[{j}]"), *v)),
             );
             for (key, v) in values {
-                // A metric the run could not compute is stored as NaN and left out of the
-                // record (RunRecord::from_results); only values that would be kept count.
-                if key == "value" && v.is_nan() {
-                    break;
-                }
                 if let Err(why) = crate::bounds::check(name, v) {
                     return Err(CliError::bad_input(miette::miette!(
                         "{}: cells[{i}] ({}).metrics.{name}.{key}: {why}; not imported",

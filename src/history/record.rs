@@ -123,7 +123,11 @@ impl CellRecord {
             metrics: cell
                 .metrics
                 .iter()
-                .filter(|(_, m)| m.value.is_finite())
+                // A metric the run could not compute (NaN, an MFU or TFLOP/s of 0) is no
+                // measurement: left out, whichever door the run came in by.
+                .filter(|(name, m)| {
+                    m.value.is_finite() && !crate::bounds::not_computed(name, m.value, &m.samples)
+                })
                 .map(|(name, m)| MetricRecord {
                     name: name.clone(),
                     value: m.value,

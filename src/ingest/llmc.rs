@@ -4,7 +4,7 @@
 //! (cudaEvent) time; the tok/s is a bias-corrected moving average over all ranks (so it
 //! lags a change), kept beside bench's per-step figure as llm.c's own, per GPU.
 
-use super::parse::{count, field, Framework, LineParser, Logged, Own};
+use super::parse::{count, field, percent_field, Framework, LineParser, Logged, Own};
 use crate::external::llmc::StepLine;
 
 pub(crate) struct Llmc {
@@ -25,7 +25,7 @@ impl LineParser for Llmc {
         // llm.c prints -100% for a GPU its peak table lacks: no figure.
         let mfu = line
             .mfu_percent
-            .map(|m| field("MFU", m))
+            .map(|m| percent_field("MFU", m))
             .transpose()?
             .filter(|m| *m >= 0.0);
         Ok(Some(Logged {

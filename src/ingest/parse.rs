@@ -149,10 +149,27 @@ pub(crate) fn number(s: &str) -> Option<f64> {
     crate::external::log::number(s)
 }
 
-/// A field of a step line that must be a number, or the message saying which is not.
+/// A field of a step line that must be a number, or the message saying which is not. A
+/// `%` is refused: only a percentage field ([`percent_field`]) may carry one, and a time
+/// printed as `8.5%` is not 8.5 s.
 pub(crate) fn field(name: &str, value: &str) -> Result<f64, String> {
-    number(value).ok_or_else(|| {
-        if value.contains(',') {
+    read_field(name, value, number(value))
+}
+
+/// A percentage field of a step line (an MFU): one trailing `%` allowed, the value as
+/// printed (`42.7%` is 42.7).
+pub(crate) fn percent_field(name: &str, value: &str) -> Result<f64, String> {
+    read_field(name, value, crate::external::log::percent(value))
+}
+
+fn read_field(name: &str, value: &str, read: Option<f64>) -> Result<f64, String> {
+    read.ok_or_else(|| {
+        if value.contains('%') && crate::external::log::percent(value).is_some() {
+            format!(
+                "`{name}` is `{value}`: a `%` on a field that is not a percentage; refusing rather than reading it as {}",
+                value.trim().trim_end_matches('%')
+            )
+        } else if value.contains(',') {
             format!(
                 "`{name}` is `{value}`: a comma bench cannot read unambiguously (a decimal comma? a thousands separator is 1,234,567); refusing rather than guessing"
             )
@@ -190,26 +207,20 @@ pub(crate) const MAX_STEP_LINES: usize = 1_000_000;
 /// The longest a training step may take and still be believed: a day.
 pub(crate) const MAX_STEP_S: f64 = 86_400.0;
 
-/// A step the collector accepted, with where it came from.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+/// A step the collector accepted, with where it came from. `ingest.json` writes it as
+/// `record::StepRow`, naming its file by index into the document's `logs`.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Step {
     /// The framework's step number (or the count of step lines for Paxml).
     pub step: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
     pub step_time_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
     pub own: Own,
     /// The file, shared by every step read from it (a long path is held once, not once
     /// per step: a million steps under a 3,000-character path are 3 GB otherwise).
-    #[serde(serialize_with = "shared_str")]
     pub file: Arc<str>,
     pub line: usize,
-}
-
-fn shared_str<S: serde::Serializer>(v: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(v)
 }
 
 /// Per-rank ordering state.
@@ -483,7 +494,11 @@ mod tests {
     fn numbers_as_printed() {
         assert_eq!(number("353,169"), Some(353_169.0));
         assert_eq!(number("1.249e+03"), Some(1249.0));
-        assert_eq!(number("42.7%"), Some(42.7));
+        assert_eq!(number("42.7%"), None);
+        assert_eq!(percent_field("mfu", "42.7%"), Ok(42.7));
+        assert!(field("train_step_timing in s", "8.5%")
+            .unwrap_err()
+            .contains("not a percentage"));
         assert_eq!(number("8,5"), None);
         assert!(field("train_step_timing in s", "8,5")
             .unwrap_err()

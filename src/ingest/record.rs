@@ -253,7 +253,64 @@ struct Document<'a> {
     formulas: [&'static str; 5],
     figures: &'a Figures,
     skip_steps: usize,
+    steps: Steps<'a>,
+}
+
+/// The steps of `ingest.json`, each naming its file by its index in the document's
+/// `logs`: a path is written once, not once per step (a million steps under a
+/// 3,000-character path were a 6 GB document, and bench aborted out of memory building
+/// it). Nothing reads `ingest.json` back; it is for people and scripts.
+struct Steps<'a> {
+    logs: &'a [std::path::PathBuf],
     steps: &'a [super::parse::Step],
+}
+
+/// One step of `ingest.json`.
+#[derive(serde::Serialize)]
+struct StepRow<'a> {
+    step: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
+    step_time_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loss: Option<f64>,
+    own: &'a super::parse::Own,
+    /// The index of the step's file in `logs`.
+    file: usize,
+    line: usize,
+}
+
+impl serde::Serialize for Steps<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let names: Vec<String> = self.logs.iter().map(|p| p.display().to_string()).collect();
+        let mut seq = s.serialize_seq(Some(self.steps.len()))?;
+        // Steps come file by file: the index is looked up once per file.
+        let mut last: Option<(&std::sync::Arc<str>, usize)> = None;
+        for st in self.steps {
+            let file = match last {
+                Some((f, i)) if std::sync::Arc::ptr_eq(f, &st.file) => i,
+                _ => {
+                    let i = names
+                        .iter()
+                        .position(|n| **n == *st.file)
+                        .ok_or_else(|| S::Error::custom(format!("{}: not a log given", st.file)))?;
+                    last = Some((&st.file, i));
+                    i
+                }
+            };
+            seq.serialize_element(&StepRow {
+                step: st.step,
+                epoch: st.epoch,
+                step_time_s: st.step_time_s,
+                loss: st.loss,
+                own: &st.own,
+                file,
+                line: st.line,
+            })?;
+        }
+        seq.end()
+    }
 }
 
 /// The figures as the terminal shows them, each with its formula.
@@ -425,7 +482,10 @@ pub(crate) fn write_and_judge(
         ],
         figures: fig,
         skip_steps: s.skip_steps,
-        steps: &log.steps,
+        steps: Steps {
+            logs: &s.logs,
+            steps: &log.steps,
+        },
     };
     let json =
         serde_json::to_vec_pretty(&doc).map_err(|e| CliError::internal(miette::miette!("{e}")))?;

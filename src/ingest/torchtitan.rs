@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::parse::{count, field, Framework, LineParser, Logged, Own};
+use super::parse::{count, field, percent_field, Framework, LineParser, Logged, Own};
 
 static STEP: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
@@ -91,7 +91,11 @@ impl LineParser for Torchtitan {
             own: Own {
                 tokens_per_s_per_gpu: Some(field("tps", tps)?),
                 tflops_per_gpu: get("tflops")?,
-                mfu: get("mfu")?.map(|m| m / 100.0),
+                mfu: f
+                    .get("mfu")
+                    .map(|v| percent_field("mfu", v))
+                    .transpose()?
+                    .map(|m| m / 100.0),
             },
             ..Logged::default()
         }))

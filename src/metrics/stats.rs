@@ -235,16 +235,25 @@ pub(crate) fn cell_metrics(params: &Params, gpus: u32, repeats: &[Repeat]) -> Me
 /// [`cell_metrics`] for a cell that is about to pass: a cell passes only when every repeat
 /// measured its speed (a step time or a throughput), so that a worker whose steps are all
 /// warm-up, or that reported nothing usable, fails with why instead of passing with no
-/// metrics (which no baseline comparison can catch).
+/// metrics (which no baseline comparison can catch). A world size a repeat's summary
+/// reports must be the cell's GPUs (`world_gpus`, 0 for a CPU cell, which is only held to
+/// a plausible count of ranks: [`crate::bounds::check_world_size`]): the figures per GPU
+/// are divided by it, so a worker reporting 8 or 1,048,576 ranks on a 1-GPU cell would
+/// make them up.
 pub(crate) fn measured_metrics(
     params: &Params,
     gpus: u32,
+    world_gpus: u32,
     repeats: &[Repeat],
 ) -> Result<Metrics, String> {
     if repeats.is_empty() {
         return Err("no repeat was measured".into());
     }
     for (i, r) in repeats.iter().enumerate() {
+        if let Some(w) = r.summary.world_size {
+            crate::bounds::check_world_size(u64::from(w), world_gpus)
+                .map_err(|why| format!("repeat {}: the worker's summary reports {why}", i + 1))?;
+        }
         let figs = repeat_figures(params, gpus, r);
         let measured = figs.iter().any(|(n, v)| {
             matches!(*n, "step_time_s" | "tokens_per_s") && v.is_finite() && *v > 0.0

@@ -229,10 +229,12 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
     }
     // A cell passes only with something measured (issue 13: no silent pass).
     let (outcome, metrics) = match outcome.unwrap_or(Outcome::Passed) {
-        Outcome::Passed => match stats::measured_metrics(&cell.params, cell.gpus(), &repeats) {
-            Ok(m) => (Outcome::Passed, m),
-            Err(reason) => (Outcome::Failed { reason }, Metrics::new()),
-        },
+        Outcome::Passed => {
+            match stats::measured_metrics(&cell.params, cell.gpus(), cell.world_gpus(), &repeats) {
+                Ok(m) => (Outcome::Passed, m),
+                Err(reason) => (Outcome::Failed { reason }, Metrics::new()),
+            }
+        }
         other => (other, Metrics::new()),
     };
     let telemetry = match &outcome {
