@@ -115,43 +115,36 @@ fn a_run_id_of_another_hardware_is_refused_before_the_first_cell() {
 
 #[test]
 fn a_store_missing_a_table_is_refused_before_the_first_cell() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let o = run(dir, "r1", false);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    rusqlite::Connection::open(dir.join("h.sqlite"))
-        .unwrap()
-        .execute_batch("DROP TABLE bench_segments;")
-        .unwrap();
-    let before = starts(dir);
-    let o = run(dir, "r2", false);
-    let out = text(&o);
-    assert_eq!(o.status.code(), Some(2), "{out}");
-    assert!(out.contains("bench_segments"), "{out}");
-    assert_eq!(starts(dir), before, "a cell ran: {out}");
-    assert!(!dir.join("results/r2/results.json").exists());
-    // A dropped column is refused the same way.
-    let tmp2 = tempfile::tempdir().unwrap();
-    let d2 = tmp2.path();
-    assert_eq!(run(d2, "r1", false).status.code(), Some(0));
-    rusqlite::Connection::open(d2.join("h.sqlite"))
-        .unwrap()
-        .execute_batch("ALTER TABLE bench_cells DROP COLUMN verdict;")
-        .unwrap();
-    let o = run(d2, "r2", false);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("bench_cells"), "{}", text(&o));
-    // The record of its migrations dropped: refused, not half-migrated.
-    let tmp3 = tempfile::tempdir().unwrap();
-    let d3 = tmp3.path();
-    assert_eq!(run(d3, "r1", false).status.code(), Some(0));
-    rusqlite::Connection::open(d3.join("h.sqlite"))
-        .unwrap()
-        .execute_batch("DROP TABLE bench_schema_migrations;")
-        .unwrap();
-    let o = run(d3, "r2", false);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("bench_schema_migrations"), "{}", text(&o));
+    // Each damage, on a store one clean run made: the next run is refused (exit 2), naming
+    // what is missing, before its cell starts and before its run folder is written.
+    for (damage, named) in [
+        ("DROP TABLE bench_segments;", "bench_segments"),
+        (
+            "ALTER TABLE bench_cells DROP COLUMN verdict;",
+            "bench_cells",
+        ),
+        // The record of its migrations: refused, not half-migrated.
+        (
+            "DROP TABLE bench_schema_migrations;",
+            "bench_schema_migrations",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let o = run(dir, "r1", false);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        rusqlite::Connection::open(dir.join("h.sqlite"))
+            .unwrap()
+            .execute_batch(damage)
+            .unwrap();
+        let before = starts(dir);
+        let o = run(dir, "r2", false);
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{damage}: {out}");
+        assert!(out.contains(named), "{damage}: {out}");
+        assert_eq!(starts(dir), before, "{damage}: a cell ran: {out}");
+        assert!(!dir.join("results/r2/results.json").exists(), "{damage}");
+    }
 }
 
 fn bench_cmd(dir: &Path) -> Command {
