@@ -421,6 +421,19 @@ pub(crate) const CONFIRM_ALPHA: f64 = 0.01;
 /// The most re-runs a breach asks for.
 pub(crate) const MAX_RERUNS: usize = 3;
 
+/// Whether a judgement made after `done` re-runs asks for another: a suspect until
+/// [`MAX_RERUNS`] (it waits for as many as [`reruns_needed`] says, or one that clears it),
+/// an unknown cell once (with more repeats). The gate's passes and both calibration
+/// studies follow this one rule.
+pub(crate) fn wants_rerun(verdict: HistoryVerdict, done: usize) -> bool {
+    done < MAX_RERUNS
+        && match verdict {
+            HistoryVerdict::Suspect => true,
+            HistoryVerdict::Unknown => done == 0,
+            _ => false,
+        }
+}
+
 /// Clean runs after which a value none of them reached counts as rare (one re-run
 /// confirms it); with fewer, two re-runs must.
 pub(crate) const RARE_AFTER: usize = 20;

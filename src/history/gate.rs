@@ -768,10 +768,9 @@ pub(crate) fn after_run(
                 .to_confirm()
                 .into_iter()
                 .filter(|id| {
-                    pass == 1
-                        || report
-                            .cell(id)
-                            .is_some_and(|c| c.verdict() == HistoryVerdict::Suspect)
+                    report
+                        .cell(id)
+                        .is_some_and(|c| super::detect::wants_rerun(c.verdict(), pass - 1))
                 })
                 .collect();
             if wanted.is_empty() || interrupted {

@@ -156,10 +156,7 @@ pub(crate) fn replay(
             // As the gate does: re-run a suspect (and, once, an unknown cell) until it has
             // the re-runs its breach needs or one clears it.
             let mut agains: Vec<Vec<f64>> = Vec::new();
-            while agains.len() < MAX_RERUNS
-                && (d.judgement.verdict == HistoryVerdict::Suspect
-                    || (agains.is_empty() && d.judgement.verdict == HistoryVerdict::Unknown))
-            {
+            while super::detect::wants_rerun(d.judgement.verdict, agains.len()) {
                 n.reruns += 1;
                 agains.push(draw(cell, night, slow, &mut rng).samples);
                 d = judged(&agains);

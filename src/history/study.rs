@@ -171,10 +171,7 @@ pub(crate) fn simulate(
         // re-runs its breach needs or one clears it, judged with all of them.
         let mut judgement = first;
         let mut agains: Vec<Vec<f64>> = Vec::new();
-        while agains.len() < detect::MAX_RERUNS
-            && (judgement.verdict == HistoryVerdict::Suspect
-                || (agains.is_empty() && judgement.verdict == HistoryVerdict::Unknown))
-        {
+        while detect::wants_rerun(judgement.verdict, agains.len()) {
             agains.push(sim_draws(pool.values, repeats, &mut rng).2);
             let views: Vec<&[f64]> = agains.iter().map(Vec::as_slice).collect();
             judgement = detect::judge(
