@@ -108,6 +108,94 @@ pub struct SummaryEvent {
     /// the figures the framework itself printed (beside bench's own above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework: Option<Box<FrameworkReport>>,
+    /// What actually ran: execution, attention kernel, checkpointing, optimizer, precision
+    /// and what the parallel setting meant, as the worker or the framework's own log and
+    /// config say it, so that a comparison between stacks can show whether it compares like
+    /// with like.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<Box<Ran>>,
+}
+
+/// What a run actually executed, one short phrase per aspect (absent: nobody said), and the
+/// records each phrase was read from. A cell's switches say what was asked; this says what
+/// happened, e.g. `compile` under FSDP running eager steps in the built-in workload, or
+/// torch.compile falling back to eager where dynamo hit its recompile limit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Ran {
+    /// How steps executed: eager, one CUDA graph per step, torch.compile per block, jax.jit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<String>,
+    /// The attention kernel, e.g. "SDPA: flash attention", "cuDNN flash attention (JAX)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<String>,
+    /// Activation checkpointing: none, selective (which), full recompute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpointing: Option<String>,
+    /// The optimizer and its implementation, e.g. "AdamW, fused, fp32 master weights".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<String>,
+    /// The precision of the matmuls, weights and optimizer state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<String>,
+    /// What the cell's parallel setting meant here, e.g. "FSDP over 1 rank: units whole".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<String>,
+    /// Where each phrase came from: "config: ...", "log line 47: ...", "worker".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl Ran {
+    /// The most phrases of evidence kept: a log that matches a signature on every line
+    /// must not grow a summary without bound.
+    pub const MAX_EVIDENCE: usize = 32;
+    /// The longest phrase kept, in characters.
+    pub const MAX_PHRASE: usize = 240;
+
+    /// The aspects in the order reports show them, with their names.
+    pub fn aspects(&self) -> [(&'static str, Option<&str>); 6] {
+        [
+            ("execution", self.execution.as_deref()),
+            ("attention", self.attention.as_deref()),
+            ("checkpointing", self.checkpointing.as_deref()),
+            ("optimizer", self.optimizer.as_deref()),
+            ("precision", self.precision.as_deref()),
+            ("parallel", self.parallel.as_deref()),
+        ]
+    }
+
+    /// The aspect called `name`, for writing.
+    pub fn aspect_mut(&mut self, name: &str) -> Option<&mut Option<String>> {
+        Some(match name {
+            "execution" => &mut self.execution,
+            "attention" => &mut self.attention,
+            "checkpointing" => &mut self.checkpointing,
+            "optimizer" => &mut self.optimizer,
+            "precision" => &mut self.precision,
+            "parallel" => &mut self.parallel,
+            _ => return None,
+        })
+    }
+
+    /// Every phrase made safe to keep and show (see [`crate::sanitize`]).
+    fn sanitized(mut self) -> Ran {
+        use crate::sanitize::clean;
+        for name in [
+            "execution",
+            "attention",
+            "checkpointing",
+            "optimizer",
+            "precision",
+            "parallel",
+        ] {
+            if let Some(v) = self.aspect_mut(name) {
+                *v = v.take().map(|s| shorten(&clean(&s)));
+            }
+        }
+        self.evidence.truncate(Ran::MAX_EVIDENCE);
+        self.evidence = self.evidence.iter().map(|e| shorten(&clean(e))).collect();
+        self
+    }
 }
 
 /// What a framework adapter records per repeat: the framework's identity and config, and
@@ -139,6 +227,14 @@ pub struct FrameworkReport {
     /// How the framework's figures were measured, for the report.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub method: String,
+}
+
+/// `text` cut to [`Ran::MAX_PHRASE`] characters: a phrase is read in a table cell.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(Ran::MAX_PHRASE) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 /// One line of worker output.
@@ -341,6 +437,7 @@ impl Event {
                 s.mfu = s.mfu.filter(|v| *v != 0.0);
                 s.mfu_policy = opt(s.mfu_policy);
                 s.device = opt(s.device);
+                s.ran = s.ran.map(|r| Box::new(r.sanitized()));
                 Event::Summary(s)
             }
             Event::Notice { message } => Event::Notice {

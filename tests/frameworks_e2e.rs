@@ -200,8 +200,55 @@ fn hf_trainer_cell_runs_on_cpu_beside_the_builtin_workload() {
             c.id.as_str().ends_with(".sac")
         );
         assert!(fw.tokens_per_s_per_gpu.is_some_and(|t| t > 0.0));
+        // What ran, from the driver's reading of the Trainer's resolved arguments.
+        let ran = r.summary.ran.as_deref().expect("a record of what ran");
+        let sac = c.id.as_str().ends_with(".sac");
+        assert_eq!(ran.execution.as_deref(), Some("eager"), "{ran:?}");
+        assert_eq!(
+            ran.checkpointing
+                .as_deref()
+                .unwrap()
+                .starts_with("full: every decoder layer"),
+            sac,
+            "{ran:?}"
+        );
+        assert!(
+            ran.attention
+                .as_deref()
+                .unwrap()
+                .starts_with("transformers `"),
+            "{ran:?}"
+        );
+        assert_eq!(ran.precision.as_deref(), Some("fp32 throughout"), "{ran:?}");
+        assert!(
+            ran.evidence
+                .iter()
+                .any(|e| e.contains("the driver's record")),
+            "{ran:?}"
+        );
     }
+    // The built-in twin's record comes from its own settings and libtorch's SDPA choice.
+    let builtin = results
+        .cells
+        .iter()
+        .find(|c| {
+            c.id.as_str()
+                .starts_with("builtin.llama-tiny.fp32.1gpu.single.base")
+        })
+        .expect("the built-in twin");
+    let ran = builtin.repeats[0]
+        .summary
+        .ran
+        .as_deref()
+        .expect("the worker's record");
+    assert!(
+        ran.attention.as_deref().unwrap().starts_with("SDPA: "),
+        "{ran:?}"
+    );
+    assert_eq!(ran.execution.as_deref(), Some("eager"), "{ran:?}");
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
+    assert!(table.contains("### What ran"), "{table}");
+    assert!(table.contains("range over repeats"), "{table}");
     assert!(
         table.contains("| llama-tiny.fp32.1gpu.single.base | hf (transformers "),
         "{table}"
@@ -263,6 +310,31 @@ fn deepspeed_cells_run_on_cpu_with_zero_over_gloo() {
             cfg["gradient_checkpointing"],
             c.id.as_str().ends_with(".sac")
         );
+        // What ran: the engine's ZeRO stage and optimizer, from the driver and DeepSpeed's
+        // own "Final Optimizer" line.
+        let ran = r.summary.ran.as_deref().expect("a record of what ran");
+        assert!(
+            ran.parallel
+                .as_deref()
+                .unwrap()
+                .starts_with("ZeRO stage 0 over 1 rank"),
+            "{ran:?}"
+        );
+        assert!(
+            ran.optimizer
+                .as_deref()
+                .unwrap()
+                .starts_with("DeepSpeed's final optimizer "),
+            "{ran:?}"
+        );
+        assert_eq!(
+            ran.checkpointing
+                .as_deref()
+                .unwrap()
+                .starts_with("full: every decoder layer"),
+            c.id.as_str().ends_with(".sac"),
+            "{ran:?}"
+        );
     }
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
     assert!(
@@ -304,6 +376,31 @@ fn maxtext_cells_run_on_cpu() {
             ("maxtext", "0.2.5")
         );
         assert!(fw.libraries.contains_key("jax"), "{fw:?}");
+        // What ran, from MaxText's own `Config param` lines.
+        let ran = r.summary.ran.as_deref().expect("a record of what ran");
+        assert!(
+            ran.execution
+                .as_deref()
+                .unwrap()
+                .starts_with("jax.jit of the whole step"),
+            "{ran:?}"
+        );
+        assert_eq!(
+            ran.attention.as_deref(),
+            Some("MaxText `dot_product` attention"),
+            "{ran:?}"
+        );
+        assert!(
+            ran.checkpointing
+                .as_deref()
+                .unwrap()
+                .starts_with("remat policy `"),
+            "{ran:?}"
+        );
+        assert!(
+            ran.evidence.iter().any(|e| e.contains("Config param")),
+            "{ran:?}"
+        );
     }
     let table = std::fs::read_to_string(run.join("frameworks.md")).unwrap();
     assert!(

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from driver_info import version
+from driver_info import ran_safely, sdpa_kernel, version
 
 
 def main() -> None:
@@ -112,6 +112,8 @@ def main() -> None:
     )
     if config["compile"]:
         engine.compile()
+    if rank == 0:
+        ran_safely(lambda: record(engine, model, model_cfg, config, cuda))
 
     micro, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
     seq, vocab = config["seq_len"], model_cfg.vocab_size
@@ -161,6 +163,46 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def record(engine, model, model_cfg, config, cuda):
+    """What DeepSpeed was set to run, read from the engine DeepSpeed built. Whether its
+    compile held (dynamo's recompile limit) only the log says; bench reads that line."""
+    stage = engine.zero_optimization_stage()
+    world = engine.world_size
+    heads = model_cfg.num_attention_heads
+    impl = getattr(model.config, "_attn_implementation", None) or "default"
+    attention = f"transformers `{impl}` attention"
+    dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+    if impl == "sdpa" and cuda:
+        attention += "; " + sdpa_kernel(
+            config["deepspeed"]["train_micro_batch_size_per_gpu"], heads, heads,
+            model_cfg.hidden_size // heads, config["seq_len"], dtype, "cuda",
+        )
+    basic = getattr(engine, "basic_optimizer", None)
+    fused = getattr(basic, "defaults", {}).get("fused") if basic is not None else None
+    # The wrapper (ZeRO's optimizer) is named by DeepSpeed's own "Final Optimizer" line.
+    optimizer = f"torch.optim.{type(basic).__name__}" if basic is not None else "no basic optimizer"
+    if fused is not None:
+        optimizer += f" (fused={fused})"
+    if engine.bfloat16_enabled():
+        precision = "bf16 weights and activations (DeepSpeed's bf16 mode); fp32 master weights and optimizer state"
+    else:
+        precision = "fp32 throughout"
+    ckpt = "full: every decoder layer recomputed (transformers' gradient checkpointing)" if getattr(model, "is_gradient_checkpointing", False) else "none"
+    parallel = f"ZeRO stage {stage} over {world} rank{'s' if world != 1 else ''}"
+    if world == 1 and stage > 0:
+        parallel += " (nothing to partition across: one rank holds every shard)"
+    # A compiled engine's own "Compiling mode=..." line says how; only eager is said here.
+    execution = None if getattr(engine, "is_compiled", False) else "eager"
+    return {
+        "execution": execution,
+        "attention": attention,
+        "checkpointing": ckpt,
+        "optimizer": optimizer,
+        "precision": precision,
+        "parallel": parallel,
+    }
 
 
 if __name__ == "__main__":

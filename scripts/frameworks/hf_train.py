@@ -26,7 +26,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from driver_info import version
+from driver_info import ran_safely, sdpa_kernel, version
 
 
 class SyntheticTokens(Dataset):
@@ -120,7 +120,57 @@ def main() -> None:
         train_dataset=data,
         callbacks=[StepTimes(global_batch * seq_len)],
     )
+    if args.process_index == 0:
+        ran_safely(lambda: record(args, model, model_cfg, seq_len, world, cuda))
     trainer.train()
+
+
+def record(args, model, model_cfg, seq_len, world, cuda):
+    """What the Trainer was set to run, read from its own resolved arguments and model."""
+    fsdp = bool(args.fsdp) and world > 1
+    fsdp_ac = fsdp and bool((args.fsdp_config or {}).get("activation_checkpointing"))
+    if args.gradient_checkpointing:
+        ckpt = "full: every decoder layer recomputed (the Trainer's gradient_checkpointing)"
+    elif fsdp_ac:
+        ckpt = "full: every decoder layer recomputed (FSDP's activation_checkpointing)"
+    else:
+        ckpt = "none"
+    impl = getattr(model.config, "_attn_implementation", None) or "default"
+    heads = model_cfg.num_attention_heads
+    attention = f"transformers `{impl}` attention"
+    if impl == "sdpa" and cuda:
+        dtype = torch.bfloat16 if args.bf16 else torch.float32
+        attention += "; " + sdpa_kernel(
+            args.per_device_train_batch_size, heads, heads,
+            model_cfg.hidden_size // heads, seq_len, dtype, "cuda",
+        )
+    if args.torch_compile:
+        execution = (
+            f"torch.compile of the whole model (backend {args.torch_compile_backend or 'inductor'}, "
+            f"mode {args.torch_compile_mode or 'default'})"
+        )
+    else:
+        execution = "eager"
+    if fsdp:
+        parallel = f"FSDP over {world} ranks ({' '.join(str(o) for o in args.fsdp) if isinstance(args.fsdp, list) else args.fsdp})"
+    elif world > 1:
+        parallel = f"DDP over {world} ranks"
+    else:
+        parallel = "one device: the Trainer wraps the model in nothing"
+    precision = (
+        "bf16 autocast over fp32 weights; fp32 optimizer state"
+        if args.bf16
+        else "fp32 throughout"
+    )
+    return {
+        "execution": execution,
+        "attention": attention,
+        "checkpointing": ckpt,
+        # TrainingArguments resolves `optim` to an enum; its value is the name users write.
+        "optimizer": f"{getattr(args.optim, 'value', args.optim)} (the Trainer's optim)",
+        "precision": precision,
+        "parallel": parallel,
+    }
 
 
 if __name__ == "__main__":

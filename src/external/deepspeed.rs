@@ -21,6 +21,7 @@
 //! synchronisation). bench's step time is the driver's; DeepSpeed's own tokens/s is its
 //! `CurrSamplesPerSec` x seq_len / GPUs of the same step.
 
+use super::ran::Signature;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
@@ -44,6 +45,23 @@ pub(crate) fn zero_stage(cell: &Cell) -> Result<i64, String> {
         None => Ok(0),
     }
 }
+
+/// DeepSpeed's own log lines that say what ran (0.19's wording), read into the cell's
+/// record (`super::ran`); its driver adds what the engine holds (ZeRO stage, optimizer,
+/// attention), and dynamo's recompile-limit warning, shared by every torch stack, says
+/// when its compile fell back to eager.
+const SIGNATURES: &[Signature] = &[
+    Signature {
+        aspect: "execution",
+        pattern: r"\] Compiling mode=(\w+) deepcompile=(\w+) backend=(\w+)",
+        says: "torch.compile through engine.compile() (mode $1, deepcompile $2, backend $3)",
+    },
+    Signature {
+        aspect: "optimizer",
+        pattern: r"DeepSpeed Final Optimizer = (\w+)",
+        says: "DeepSpeed's final optimizer $1",
+    },
+];
 
 impl super::Adapter for DeepSpeed {
     fn name(&self) -> &'static str {
@@ -167,6 +185,10 @@ impl super::Adapter for DeepSpeed {
             env: vec![],
             files: vec![],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

@@ -8,6 +8,7 @@
 //! at every optimizer step (end-to-end time between step ends, after a device
 //! synchronisation). Each step line must be followed by its loss line.
 
+use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -19,6 +20,10 @@ use crate::cell::Cell;
 pub(crate) struct Hf;
 
 const NAME: &str = "hf";
+
+/// The Trainer logs little of what it runs; its driver prints the record (`super::ran`)
+/// from the Trainer's resolved arguments and model.
+const SIGNATURES: &[Signature] = &[];
 
 impl super::Adapter for Hf {
     fn name(&self) -> &'static str {
@@ -124,6 +129,10 @@ impl super::Adapter for Hf {
             env: vec![],
             files: vec![],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

@@ -11,6 +11,7 @@
 //! step time bench keeps; llm.c's tok/s is a bias-corrected moving average (it lags a
 //! change) and its MFU counts against llm.c's own peak table.
 
+use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -62,6 +63,51 @@ fn precision(cell: &Cell) -> Result<&'static str, String> {
         other => Err(format!("dtype `{other}` is not bf16 or fp32")),
     }
 }
+
+/// llm.c's build line and its settings table, read into the cell's record (`super::ran`):
+/// its own CUDA kernels, no graph capture, no compiler.
+const SIGNATURES: &[Signature] = &[
+    Signature {
+        aspect: "execution",
+        pattern: r"building: make train_gpt2cu",
+        says: "llm.c's hand-written CUDA kernels (no graph capture)",
+    },
+    Signature {
+        aspect: "attention",
+        pattern: r"building: make .*USE_CUDNN=0",
+        says: "llm.c's own attention kernels (no cuDNN flash attention)",
+    },
+    Signature {
+        aspect: "attention",
+        pattern: r"building: make .*USE_CUDNN=1",
+        says: "cuDNN flash attention",
+    },
+    Signature {
+        aspect: "checkpointing",
+        pattern: r"^\| recompute +\| (\d+) ",
+        says: "recompute level $1 (0: none, 1: GeLU, 2: GeLU and LayerNorm)",
+    },
+    Signature {
+        aspect: "optimizer",
+        pattern: r"^\| use_master_weights +\| (\w+) ",
+        says: "llm.c's fused AdamW kernel, fp32 master weights $1",
+    },
+    Signature {
+        aspect: "precision",
+        pattern: r"^\| precision +\| (\w+) ",
+        says: "$1 weights and activations",
+    },
+    Signature {
+        aspect: "parallel",
+        pattern: r"^\| zero_stage +\| (\d+) ",
+        says: "ZeRO stage $1",
+    },
+    Signature {
+        aspect: "parallel",
+        pattern: r"^\| num_processes +\| (\d+) ",
+        says: "$1 process(es)",
+    },
+];
 
 impl super::Adapter for Llmc {
     fn name(&self) -> &'static str {
@@ -165,6 +211,14 @@ impl super::Adapter for Llmc {
             env,
             files: vec![],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
+    }
+
+    fn torch_based(&self) -> bool {
+        false
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

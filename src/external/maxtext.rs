@@ -15,6 +15,7 @@
 //! frameworks. The first step, which has no line before it, keeps MaxText's `seconds`; a
 //! log without absl timestamps keeps `seconds` throughout.
 
+use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -26,6 +27,57 @@ use crate::cell::Cell;
 pub(crate) struct MaxText;
 
 const NAME: &str = "maxtext";
+
+/// MaxText prints every config value it resolved (`Config param name: value`); these are
+/// the ones that say what ran, read into the cell's record (`super::ran`). Every MaxText
+/// step is one jitted XLA program.
+const SIGNATURES: &[Signature] = &[
+    Signature {
+        aspect: "execution",
+        pattern: r"Config param scan_layers: (\w+)$",
+        says: "jax.jit of the whole step (scan_layers $1)",
+    },
+    Signature {
+        aspect: "attention",
+        pattern: r"Config param attention: (\w+)$",
+        says: "MaxText `$1` attention",
+    },
+    Signature {
+        aspect: "checkpointing",
+        pattern: r"Config param remat_policy: (\w+)$",
+        says: "remat policy `$1`",
+    },
+    Signature {
+        aspect: "optimizer",
+        pattern: r"Config param opt_type: OptimizerType\.(\w+)$",
+        says: "optax $1",
+    },
+    Signature {
+        aspect: "optimizer",
+        pattern: r"Config param mu_dtype: (\w+)$",
+        says: "moments in $1",
+    },
+    Signature {
+        aspect: "precision",
+        pattern: r"Config param dtype: (\w+)$",
+        says: "activations in $1",
+    },
+    Signature {
+        aspect: "precision",
+        pattern: r"Config param weight_dtype: (\w+)$",
+        says: "weights in $1",
+    },
+    Signature {
+        aspect: "precision",
+        pattern: r"Config param quantization: QuantizationType\.(FP8\w*|INT8\w*|NANOO\w*)$",
+        says: "quantization $1",
+    },
+    Signature {
+        aspect: "parallel",
+        pattern: r"Config param ici_fsdp_parallelism: (\d+)$",
+        says: "FSDP over $1 device(s) (ici_fsdp_parallelism)",
+    },
+];
 
 impl super::Adapter for MaxText {
     fn name(&self) -> &'static str {
@@ -171,6 +223,14 @@ impl super::Adapter for MaxText {
             env: vec![],
             files: vec![],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
+    }
+
+    fn torch_based(&self) -> bool {
+        false
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

@@ -10,6 +10,7 @@
 //! throughput per GPU (TFLOP/s/GPU): Y | ... | lm loss: L | ...`. With `--log-interval 1`
 //! each line covers one iteration, so X is the step time; Y is Megatron's own TFLOP/s.
 
+use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -21,6 +22,27 @@ use crate::cell::Cell;
 pub(crate) struct Megatron;
 
 const NAME: &str = "megatron";
+
+/// Megatron prints every argument it resolved (`  name ..... value`); these are the ones
+/// that say what ran, read into the cell's record (`super::ran`).
+const SIGNATURES: &[Signature] = &[
+    Signature { aspect: "execution", pattern: r"^\s*cuda_graph_impl \.+ none\s*$", says: "eager (no CUDA graphs; Megatron has no torch.compile of the model)" },
+    Signature { aspect: "execution", pattern: r"^\s*cuda_graph_impl \.+ (local|transformer_engine)\s*$", says: "CUDA graphs ($1)" },
+    Signature { aspect: "attention", pattern: r"^\s*transformer_impl \.+ local\s*$", says: "the local layer spec's unfused DotProductAttention (scores materialised; no Transformer Engine)" },
+    Signature { aspect: "attention", pattern: r"^\s*transformer_impl \.+ transformer_engine\s*$", says: "Transformer Engine's attention" },
+    Signature { aspect: "attention", pattern: r"^\s*use_flash_attn \.+ True\s*$", says: "flash attention" },
+    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_granularity \.+ (\w+)\s*$", says: "$1 recompute" },
+    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_method \.+ (\w+)\s*$", says: "method $1" },
+    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_num_layers \.+ (\d+)\s*$", says: "$1 layer(s) per recompute unit" },
+    Signature { aspect: "optimizer", pattern: r"^\s*optimizer \.+ (\w+)\s*$", says: "Megatron's $1 (decoupled weight decay)" },
+    Signature { aspect: "optimizer", pattern: r"^\s*use_distributed_optimizer \.+ True\s*$", says: "distributed optimizer" },
+    Signature { aspect: "precision", pattern: r"^\s*bf16 \.+ True\s*$", says: "bf16 weights and activations" },
+    Signature { aspect: "precision", pattern: r"^\s*main_params_dtype \.+ torch\.(\w+)\s*$", says: "$1 main params" },
+    Signature { aspect: "precision", pattern: r"^\s*fp8 \.+ (e4m3|hybrid)\s*$", says: "fp8 ($1)" },
+    Signature { aspect: "parallel", pattern: r"^\s*use_torch_fsdp2 \.+ True\s*$", says: "torch FSDP2" },
+    Signature { aspect: "parallel", pattern: r"^\s*use_torch_fsdp2 \.+ False\s*$", says: "Megatron's own DDP wrapper (torch FSDP2 off)" },
+    Signature { aspect: "parallel", pattern: r"^\s*data_parallel_size \.+ (\d+)\s*$", says: "data-parallel size $1" },
+];
 
 impl super::Adapter for Megatron {
     fn name(&self) -> &'static str {
@@ -200,6 +222,10 @@ impl super::Adapter for Megatron {
             env,
             files: vec![],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

@@ -22,6 +22,7 @@ pub mod llmc;
 pub mod log;
 pub mod maxtext;
 pub mod megatron;
+pub(crate) mod ran;
 pub mod run;
 pub mod torchtitan;
 
@@ -66,6 +67,14 @@ pub(crate) trait Adapter: Sync {
     fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared;
     /// A fresh parser of the framework's log for `cell`.
     fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
+    /// The framework's log lines that say what ran (compile, attention, checkpointing,
+    /// optimizer, precision, parallelism): the record of [`ran`].
+    fn signatures(&self) -> &'static [ran::Signature];
+    /// Whether the framework runs on torch (so torch's own warnings, such as dynamo's
+    /// recompile limit, speak for it too).
+    fn torch_based(&self) -> bool {
+        true
+    }
 }
 
 /// Every framework adapter bench knows, by the name a matrix's `workload: {kind: ...}`

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::bounds::Bounds;
 use super::log::{measured_median, LogEnd, LogParser, LoggedStep, ParseError};
+use super::ran::RanReader;
 use super::{Adapter, AttemptFiles, FrameworkReport};
 use crate::cell::Cell;
 use crate::events::{ErrorKind, Event, LineSplitter, StepEvent};
@@ -182,6 +183,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
     let flops_per_token = flops_per_token(&cfg, &cell);
     let mut reader = LogReader::new(adapter, &cell, flops_per_token);
+    let mut ran = RanReader::new(&cell, adapter.signatures(), adapter.torch_based());
     let mut rec = Recorder::default();
     let mut logged: Vec<LoggedStep> = Vec::new();
     let mut oom = false;
@@ -209,6 +211,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
         if EXCEPTION.is_match(&line) {
             exception = Some(line.clone());
         }
+        ran.line(i + 1, &super::log::split_rank(&line).1);
         match reader.line(i + 1, &line, started.elapsed().as_secs_f64()) {
             Ok(steps) => {
                 for s in steps {
@@ -293,6 +296,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
         mfu: measured_median(&logged, p.warmup, |s| s.mfu),
         method: end.method,
     }));
+    summary.ran = Some(Box::new(ran.finish()));
     emit(&Event::Summary(summary));
     exit::OK
 }

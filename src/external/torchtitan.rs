@@ -7,6 +7,7 @@
 //! both. Step times come from the timestamps of consecutive step lines of rank 0 (torchtitan
 //! logs every step, `metrics.log_freq = 1`): the interval torchtitan's own `tps` divides by.
 
+use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -99,6 +100,23 @@ fn synthetic_text(seed: u64, records: usize, words: usize) -> String {
     }
     out
 }
+
+/// torchtitan's own log lines that say what ran (0.2.2's wording), read into the cell's
+/// record of what ran (`super::ran`); its driver adds the optimizer, the precision policy
+/// and the attention kernel it resolved.
+const SIGNATURES: &[Signature] = &[
+    Signature { aspect: "execution", pattern: r"Compiling each TransformerBlock with torch\.compile", says: "torch.compile of each TransformerBlock" },
+    Signature { aspect: "execution", pattern: r"Compiling the loss function with torch\.compile", says: "torch.compile of the loss" },
+    Signature { aspect: "checkpointing", pattern: r"Applied selective activation checkpointing", says: "torchtitan's selective activation checkpointing (per-layer option: whole blocks recomputed)" },
+    Signature { aspect: "checkpointing", pattern: r"Applied full activation checkpointing", says: "full activation checkpointing" },
+    Signature { aspect: "precision", pattern: r"Float8 training active with recipe (\w+)", says: "fp8 linears: torchao Float8Linear, $1 scaling" },
+    Signature { aspect: "precision", pattern: r"Mixed precision training is handled by AMP", says: "mixed precision by AMP autocast" },
+    Signature { aspect: "precision", pattern: r"Mixed precision training is handled by fully_shard", says: "mixed precision by FSDP2's policy" },
+    Signature { aspect: "parallel", pattern: r"Applied FSDP to the model", says: "FSDP2 (fully_shard) of every block" },
+    Signature { aspect: "parallel", pattern: r"Applied DDP to the model", says: "DDP" },
+    Signature { aspect: "parallel", pattern: r"Successfully created meshes with active dimensions: \[\]", says: "no active mesh dimension: no FSDP or DDP applied (a plain loop)" },
+    Signature { aspect: "attention", pattern: r#""attn_type": "(\w+)""#, says: "torchtitan `$1` attention" },
+];
 
 impl super::Adapter for Torchtitan {
     fn name(&self) -> &'static str {
@@ -300,6 +318,10 @@ impl super::Adapter for Torchtitan {
                 synthetic_text(p.seed, 2000, 200).into_bytes(),
             )],
         }
+    }
+
+    fn signatures(&self) -> &'static [Signature] {
+        SIGNATURES
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {

@@ -165,6 +165,7 @@ pub(crate) fn results(
         time_to_first_step_s: None,
         device: gpu_model.clone(),
         framework: Some(Box::new(framework)),
+        ran: None,
     };
     let notices = if with_loss {
         Vec::new()

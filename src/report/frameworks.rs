@@ -31,6 +31,64 @@ pub(crate) struct Column {
     pub note: Option<String>,
     /// The framework's version, e.g. `torchtitan 0.2.2`.
     pub version: Option<String>,
+    /// tokens/s per GPU over the repeats: lowest, highest and how many.
+    pub spread: Option<Spread>,
+    /// What ran, from the run's own records (the first repeat's; see [`Column::ran_differs`]).
+    pub ran: Option<crate::events::Ran>,
+    /// Whether the repeats' records of what ran disagree (then the first is shown, flagged).
+    pub ran_differs: bool,
+}
+
+/// A figure's range over a cell's repeats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Spread {
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Spread {
+    /// The range of `samples`, `None` when there are none.
+    fn of(samples: &[f64]) -> Option<Spread> {
+        let finite: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
+        if finite.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            min: finite.iter().copied().fold(f64::INFINITY, f64::min),
+            max: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n: finite.len(),
+        })
+    }
+
+    /// "47,912-49,104 (3)": the range with its count; one repeat says so.
+    fn cell(&self) -> String {
+        if self.n < 2 {
+            return "1 repeat".to_string();
+        }
+        format!(
+            "{}–{} ({})",
+            thousands(self.min),
+            thousands(self.max),
+            self.n
+        )
+    }
+}
+
+/// `v` rounded, with thousands separated by commas, as the README's tables write figures.
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if v < 0.0 {
+        out.insert(0, '-');
+    }
+    out
 }
 
 /// A row: the configuration (every axis value but the framework's) and one column per
@@ -85,7 +143,23 @@ pub(crate) fn rows(results: &RunResults, price: Option<f64>) -> Vec<Row> {
             Outcome::TimedOut { reason } => Some(format!("timed out: {reason}")),
             Outcome::Skipped { reason } => Some(format!("skipped: {reason}")),
         };
+        let records: Vec<&crate::events::Ran> = c
+            .repeats
+            .iter()
+            .filter_map(|r| r.summary.ran.as_deref())
+            .collect();
+        let ran = records.first().map(|r| (*r).clone());
+        // Evidence names log lines, which move between repeats; the phrases must agree.
+        let ran_differs = records
+            .iter()
+            .any(|r| Some(r.aspects()) != ran.as_ref().map(|f| f.aspects()));
         let col = Column {
+            spread: c
+                .metrics
+                .get("tokens_per_s_per_gpu")
+                .and_then(|m| Spread::of(&m.samples)),
+            ran,
+            ran_differs,
             tokens_per_s_per_gpu: per_gpu,
             mfu: metric(c, "mfu"),
             peak_mem_bytes: metric(c, "peak_mem_bytes"),
@@ -197,8 +271,8 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
         code(&results.run_id),
         text(&results.started_at)
     );
-    s.push_str("| model x configuration | framework | tokens/s/GPU | MFU | memory (GiB) | days / 1T tokens | GPU-hours / 1T tokens | cost / 1T tokens |\n");
-    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| model x configuration | framework | tokens/s/GPU | range over repeats | MFU | memory (GiB) | days / 1T tokens | GPU-hours / 1T tokens | cost / 1T tokens |\n");
+    s.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &rows {
         for (fw, col) in &row.columns {
             // The axis values, the framework's name and version (its driver's line) and the
@@ -210,14 +284,17 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
             let config = text(&row.config);
             if let Some(note) = &col.note {
                 s.push_str(&format!(
-                    "| {config} | {name} | {} | | | | | |\n",
+                    "| {config} | {name} | {} | | | | | | |\n",
                     text(note)
                 ));
                 continue;
             }
             s.push_str(&format!(
-                "| {config} | {name} | {} | {} | {} | {} | {} | {} |\n",
+                "| {config} | {name} | {} | {} | {} | {} | {} | {} | {} |\n",
                 fmt(col.tokens_per_s_per_gpu, |v| format!("{v:.0}")),
+                col.spread
+                    .map(|sp| sp.cell())
+                    .unwrap_or_else(|| "–".to_string()),
                 fmt(col.mfu, |v| format!("{:.1}%", v * 100.0)),
                 fmt(col.peak_mem_bytes, |v| format!(
                     "{:.1}",
@@ -232,6 +309,7 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
     if price.is_none() {
         s.push_str("\nCost needs a price per GPU-hour: `--gpu-hour-price`.\n");
     }
+    s.push_str(&what_ran(&rows));
     let dis = disagreements(results);
     if !dis.is_empty() {
         s.push_str(&format!(
@@ -243,6 +321,42 @@ pub(crate) fn markdown(results: &RunResults, price: Option<f64>) -> Option<Strin
         }
     }
     Some(s)
+}
+
+/// The "what ran" table: one row per configuration and framework, one column per aspect,
+/// from the runs' own records (the built-in worker's settings, each framework's log lines
+/// and driver record); an aspect no record spoke of reads as what the cell asked, marked.
+fn what_ran(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "\n### What ran\n\nFrom each run's own records: the built-in worker's settings, the framework's log lines and its driver's reading of the framework's resolved settings (the cell's `ran` record in results.json lists the line each phrase came from).\n\n| model x configuration | framework | execution | attention | checkpointing | optimizer | precision | parallel |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut any = false;
+    for row in rows {
+        for (fw, col) in &row.columns {
+            let Some(ran) = &col.ran else { continue };
+            any = true;
+            let mut name = fw.clone();
+            if col.ran_differs {
+                name.push_str(" (repeats differ: first shown)");
+            }
+            let cells: Vec<String> = ran
+                .aspects()
+                .iter()
+                .map(|(_, v)| v.map(text).unwrap_or_else(|| "–".to_string()))
+                .collect();
+            s.push_str(&format!(
+                "| {} | {} | {} |\n",
+                text(&row.config),
+                text(&name),
+                cells.join(" | ")
+            ));
+        }
+    }
+    if any {
+        s
+    } else {
+        String::new()
+    }
 }
 
 /// The `frameworks.md` sink: the comparison table, written only for a run with framework

@@ -76,6 +76,7 @@ pub(crate) fn summary(rec: &Recorder, facts: &RunFacts) -> SummaryEvent {
         time_to_first_step_s: rec.time_to_first_step_s,
         device: Some(facts.device.clone()),
         framework: None,
+        ran: None,
     }
 }
 

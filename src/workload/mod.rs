@@ -388,6 +388,16 @@ fn train_on(
     let mut dp_state: Option<dp::DataParallel> = None;
     // Said in the run's events after its start event.
     let mut notices: Vec<String> = Vec::new();
+    let mut parallel_said = match s.parallel {
+        Parallel::Single => "one device, no data parallelism".to_string(),
+        Parallel::Ddp => format!(
+            "DDP over {world} rank{}: bench's bucketed all-reduce, block by block",
+            if world == 1 { "" } else { "s" }
+        ),
+        Parallel::Fsdp => format!(
+            "FSDP over {world} ranks: each block's parameters sharded, all-gathered before use"
+        ),
+    };
     let parallel = match s.parallel {
         Parallel::Single => train::Parallel::Single,
         kind => {
@@ -406,6 +416,7 @@ fn train_on(
             let sharding = match (kind, group) {
                 (Parallel::Fsdp, Some(_)) => dp::Sharding::Sharded,
                 (Parallel::Fsdp, None) => {
+                    parallel_said = "FSDP over 1 rank: units kept whole (nothing to shard); FSDP's schedule, reduction buffers and sliced optimizer".to_string();
                     notices.push("fsdp over one rank: nothing to shard, so the units stay whole (no all-gathers); the schedule, the gradients' reduction buffers and the optimizer over the slices are FSDP's".to_string());
                     dp::Sharding::Replicated
                 }
@@ -432,6 +443,7 @@ fn train_on(
             // (Without gradient accumulation only: `enable_split_update` needs the kernel's
             // update without sums.)
             if overlap_switch != Some(false) && d.enable_split_update()? {
+                parallel_said.push_str("; the update split around the last collectives");
                 notices.push("data parallel: the update is split around the step's last collectives (the default; BENCH_OVERLAP_ADAMW=0 turns it off): every unit already reduced is updated while block 0's and the embeddings' collectives run".to_string());
             }
             // The peak memory of the training steps: the freshly built fp32 model existed
@@ -535,6 +547,13 @@ fn train_on(
         device: dev.name.clone(),
     };
     let mut summary = measure::summary(&rec, &facts);
+    summary.ran = Some(Box::new(ran_record(
+        s,
+        dev,
+        cuda_graph,
+        scaling,
+        parallel_said,
+    )));
     // Every rank's peak, in rank order (index = rank), gathered to rank 0.
     let mine = facts.peak_mem_bytes.unwrap_or(0);
     match parallel {
@@ -554,6 +573,79 @@ fn train_on(
     }
     emit(Event::Summary(summary));
     Ok(())
+}
+
+/// What this worker ran, from the decisions it made above (not from the switches it was
+/// given): the comparison table shows it beside each framework's own record.
+fn ran_record(
+    s: &Settings,
+    dev: &DeviceInfo,
+    cuda_graph: bool,
+    scaling: precision::fp8::Scaling,
+    parallel: String,
+) -> crate::events::Ran {
+    let execution = match (s.compile, cuda_graph) {
+        (_, true) => "eager warm-up, then the whole step as one CUDA graph (bench's `compile`)".to_string(),
+        (true, false) if dev.is_cuda() => format!(
+            "eager: `compile` asked, but CUDA graphs are not used with {} (its collectives run between blocks)",
+            s.parallel.name()
+        ),
+        (true, false) => "eager: `compile` asked, but the device has no CUDA graphs".to_string(),
+        (false, false) => "eager".to_string(),
+    };
+    let checkpointing = match s.sac_every {
+        None => "none".to_string(),
+        Some(1) => {
+            "every block recomputed from its input in the backward (block-level)".to_string()
+        }
+        Some(k) => {
+            format!("every {k}th block recomputed from its input in the backward (block-level)")
+        }
+    };
+    let optimizer = if master_weights(s, dev) {
+        "AdamW: bench's fused kernel over flat fp32 masters and moments, writing the bf16 weights"
+            .to_string()
+    } else if dev.is_cuda() {
+        "AdamW: libtorch's fused CUDA kernel over fp32 parameters".to_string()
+    } else {
+        "AdamW: libtorch's per-tensor update over fp32 parameters".to_string()
+    };
+    let precision = match s.precision {
+        Precision::Fp32 => "fp32 throughout".to_string(),
+        Precision::Bf16 => {
+            "bf16 matmuls and activations; fp32 master weights and AdamW state".to_string()
+        }
+        Precision::Fp8 => {
+            let scaled = match (dev.is_cuda(), scaling) {
+                (true, precision::fp8::Scaling::Delayed) => "delayed scaling",
+                _ => "dynamic scaling",
+            };
+            let head = if std::env::var("BENCH_FP8_HEAD").is_ok_and(|v| v == "1") {
+                "fp8"
+            } else {
+                "bf16"
+            };
+            format!("fp8 block linears (_scaled_mm, tensorwise, {scaled}); head in {head}, the rest bf16; fp32 master weights and AdamW state")
+        }
+    };
+    crate::events::Ran {
+        execution: Some(execution),
+        attention: Some(models::attention_kernel(
+            &s.cfg,
+            s.seq_len,
+            s.micro_batch,
+            dev.device,
+            s.precision.compute_kind(),
+        )),
+        checkpointing: Some(checkpointing),
+        optimizer: Some(optimizer),
+        precision: Some(precision),
+        parallel: Some(parallel),
+        evidence: vec![
+            "the built-in worker's own settings, and libtorch's SDPA choice at this shape"
+                .to_string(),
+        ],
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,37 @@ impl Init {
     }
 }
 
+/// The kernel libtorch's `scaled_dot_product_attention` picks for the models' attention at
+/// this shape, dtype and device: asked of libtorch's own dispatcher (`_fused_sdp_choice`,
+/// what SDPA itself calls) with tensors of the real sizes, so the record says what ran and
+/// not what was hoped for. Llama presets ask with grouped-query heads, as their blocks do.
+pub(crate) fn attention_kernel(
+    cfg: &ModelConfig,
+    seq_len: i64,
+    micro_batch: i64,
+    device: Device,
+    kind: Kind,
+) -> String {
+    let d = cfg.head_dim();
+    let gqa = cfg.family == presets::Family::Llama && cfg.kv_heads != cfg.heads;
+    let kv = if gqa { cfg.kv_heads } else { cfg.heads };
+    let q = Tensor::empty([micro_batch, cfg.heads, seq_len, d], (kind, device));
+    let k = Tensor::empty([micro_batch, kv, seq_len, d], (kind, device));
+    let choice =
+        Tensor::f_internal_fused_sdp_choice::<Tensor>(&q, &k, &k, None, 0.0, true, None, gqa);
+    // torch's SDPBackend enum (aten/src/ATen/native/transformers/sdp_utils_cpp.h).
+    let kernel = match choice {
+        Ok(0) => "math (unfused: the score matrix is materialised)",
+        Ok(1) => "flash attention",
+        Ok(2) => "memory-efficient attention",
+        Ok(3) => "cuDNN attention",
+        Ok(4) => "an overrideable backend",
+        Ok(_) => "no kernel (libtorch reports an error choice)",
+        Err(_) => "unknown (libtorch could not say)",
+    };
+    format!("SDPA: {kernel}")
+}
+
 /// Targets with this value count neither in the loss nor in its mean (PyTorch's default).
 pub const IGNORE_INDEX: i64 = -100;
 
