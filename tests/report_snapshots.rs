@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use bench::baseline::{compare, Baselines, CellStatus, Comparison};
+use bench::report::frameworks::FrameworksExporter;
 use bench::report::human::HumanExporter;
 use bench::report::json::JsonExporter;
 use bench::report::junit::JunitExporter;
@@ -173,4 +174,32 @@ fn html_report_data() {
         ".cells[].duration_s" => "[duration]",
         ".cells[].traces[].step_time_s" => "[durations]",
     });
+}
+
+/// The framework comparison of a real GPU run (two H200s, DeepSpeed and Megatron-Core, three
+/// repeats each, 2026-11-27): each figure's range over the repeats, and the "What ran" table
+/// from the runs' own records, DeepSpeed's compile that hit dynamo's recompile limit included.
+#[test]
+fn frameworks_md_of_a_gpu_run() {
+    let dir = Path::new("docs/results/frameworks-2026-11-27/h200x2-deepspeed-megatron");
+    let results = RunResults::load(dir).unwrap();
+    let none = tempfile::tempdir().unwrap();
+    let baselines = Baselines::load_for(none.path(), &results.environment.hardware_key).unwrap();
+    let comparison = compare(&results, &baselines);
+    let md = FrameworksExporter {
+        gpu_hour_price: Some(2.5),
+    }
+    .render(&ReportInput {
+        results: &results,
+        comparison: &comparison,
+        trends: None,
+        history: None,
+    })
+    .unwrap();
+    assert!(
+        md.contains("partly eager: dynamo hit its recompile limit (8)"),
+        "{md}"
+    );
+    assert!(md.contains("30,086–30,773 (3)"), "{md}");
+    insta::assert_snapshot!(md);
 }

@@ -60,7 +60,8 @@ def sdpa_kernel(batch, heads, kv_heads, head_dim, seq_len, dtype, device, gqa=Fa
 
         q = torch.empty(batch, heads, seq_len, head_dim, dtype=dtype, device=device)
         k = torch.empty(batch, kv_heads if gqa else heads, seq_len, head_dim, dtype=dtype, device=device)
-        choice = torch._fused_sdp_choice(q, k, k, None, 0.0, True, None, enable_gqa=gqa)
+        # torch's Python binding takes `scale` and `enable_gqa` as keywords only.
+        choice = torch._fused_sdp_choice(q, k, k, None, 0.0, True, scale=None, enable_gqa=gqa)
         del q, k
         return "SDPA: " + SDPA_KERNELS.get(int(choice), f"backend {int(choice)}")
     except Exception as e:  # noqa: BLE001 (a record, never a failure of the run)

@@ -154,6 +154,14 @@ def build(source: str, precision: str, multi_gpu: bool, nvcc: str, release: str)
     with open(os.path.join(root, key + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.access(exe, os.X_OK):
+            # Said on every run, not only the one that built it: bench reads how the binary
+            # was built (cuDNN or not) from this line into the cell's record of what ran.
+            try:
+                with open(os.path.join(work, BUILD_ARGS)) as f:
+                    built = f.read().strip()
+            except OSError:
+                built = "make train_gpt2cu (flags not recorded)"
+            print(f"llmc_train.py: cached build: {built} (in {work})", flush=True)
             return exe
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
@@ -187,7 +195,13 @@ def build(source: str, precision: str, multi_gpu: bool, nvcc: str, release: str)
         sys.stdout.write(done.stderr[-4000:])
         if done.returncode != 0 or not os.access(exe, os.X_OK):
             fail(f"`make train_gpt2cu` failed with exit code {done.returncode} (the compiler's last lines are above)")
+        with open(os.path.join(work, BUILD_ARGS), "w") as f:
+            f.write(" ".join(args) + "\n")
         return exe
+
+
+# The make command line a cached build was made with, kept beside the binary.
+BUILD_ARGS = "bench-build-args.txt"
 
 
 def write_shard(path: str, tokens: int, seed: int) -> None:

@@ -69,17 +69,17 @@ fn precision(cell: &Cell) -> Result<&'static str, String> {
 const SIGNATURES: &[Signature] = &[
     Signature {
         aspect: "execution",
-        pattern: r"building: make train_gpt2cu",
+        pattern: r"llmc_train\.py: (?:building|cached build): make train_gpt2cu",
         says: "llm.c's hand-written CUDA kernels (no graph capture)",
     },
     Signature {
         aspect: "attention",
-        pattern: r"building: make .*USE_CUDNN=0",
+        pattern: r"llmc_train\.py: (?:building|cached build): make .*USE_CUDNN=0",
         says: "llm.c's own attention kernels (no cuDNN flash attention)",
     },
     Signature {
         aspect: "attention",
-        pattern: r"building: make .*USE_CUDNN=1",
+        pattern: r"llmc_train\.py: (?:building|cached build): make .*USE_CUDNN=1",
         says: "cuDNN flash attention",
     },
     Signature {

@@ -361,7 +361,7 @@ fn what_ran(rows: &[Row]) -> String {
 
 /// The `frameworks.md` sink: the comparison table, written only for a run with framework
 /// cells (a file in every run folder that only says there is nothing to compare is noise).
-pub(crate) struct FrameworksExporter {
+pub struct FrameworksExporter {
     /// Price of one GPU-hour (`--gpu-hour-price`), for the cost per 1T tokens.
     pub gpu_hour_price: Option<f64>,
 }
