@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::CliError;
-use crate::report::Format;
+use crate::format::Format;
 use crate::results::Environment;
 
 /// Which GPU stack a host has; it decides the device-selection variable for workers.

@@ -309,7 +309,7 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
     assert_eq!(since.commit.as_deref(), Some("badc0de"));
     assert_eq!(since.last_good_run_id.as_deref(), Some("night5"));
     assert_eq!(r.exit_code(), 1);
-    let md = bench::history::report::markdown(&r);
+    let md = bench::report::history::markdown(&r);
     assert!(md.contains("since run night7 (commit badc0de)"), "{md}");
     // Changed numerics are their own verdict.
     let numerics = run(

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use crate::error::CliError;
 use crate::exit::bench as exit;
 use crate::history::twosample::{compare, Answer, TwoSample, TwoSamplePolicy};
-use crate::report::Format;
+use crate::format::Format;
 
 use self::git::{Commit, Repo};
 use self::probe::{Halt, Prober, Round};

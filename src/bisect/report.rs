@@ -14,7 +14,7 @@ use crate::error::CliError;
 use crate::history::cmd::human;
 use crate::history::gate::METRIC;
 use crate::history::twosample::TwoSample;
-use crate::report::Format;
+use crate::format::Format;
 
 /// A subject cut to `n` characters for a table.
 fn cut(s: &str, n: usize) -> String {

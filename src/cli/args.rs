@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::axes::{Device, Dtype, Parallel};
-use crate::report::Format;
+use crate::format::Format;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -194,7 +194,7 @@ pub(crate) fn sparkline(values: &[f64]) -> String {
 /// A value with four significant digits and an SI suffix (`487.0K`): a trend's steps are
 /// often below the three digits the reports show.
 pub(crate) fn human(v: f64) -> String {
-    let (x, s) = crate::report::text::si_scaled(v);
+    let (x, s) = crate::format::si_scaled(v);
     let digits = if x.abs() >= 100.0 {
         1
     } else if x.abs() >= 10.0 {

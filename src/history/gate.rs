@@ -494,7 +494,7 @@ impl Judge<'_> {
             bisect: None,
         };
         j.bisect = bisect_command(&j, self.results, &self.store.location);
-        j.line = super::report::verdict_line(&j);
+        j.line = super::words::verdict_line(&j);
         Ok(j)
     }
 }
@@ -831,7 +831,7 @@ pub(crate) fn after_run(
                     {
                         c.judgement.verdict = HistoryVerdict::Regressed;
                         c.confirm_failed = Some(format!("the re-run could not start: {e}"));
-                        c.line = super::report::verdict_line(c);
+                        c.line = super::words::verdict_line(c);
                     }
                     break;
                 }

@@ -31,7 +31,7 @@ pub(crate) mod interrupt;
 pub mod postgres;
 pub mod record;
 pub mod recorder;
-pub mod report;
+pub mod words;
 pub(crate) mod sequence;
 pub mod sqlite;
 pub mod store;

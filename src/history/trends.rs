@@ -1,10 +1,10 @@
 //! The trends the reports draw, read from the store itself: per cell of a run, its earlier
 //! runs' tokens/s (and tokens/s per GPU) on the run's hardware key, oldest first, this run
 //! last, with the change points E-divisive finds ([`super::changepoint`]) marked. This is
-//! the store's side of the seam [`crate::report::trend`]; `bench matrix --history` is
+//! the store's side of the seam [`crate::trend`]; `bench matrix --history` is
 //! enough for `report.html` and the Markdown charts to show them.
 
-use crate::report::trend::{TrendPoint, TrendSeries, Trends};
+use crate::trend::{TrendPoint, TrendSeries, Trends};
 use crate::results::RunResults;
 
 use super::changepoint::{e_divisive, Settings};

@@ -36,7 +36,7 @@ use std::path::PathBuf;
 
 use crate::axes::Dtype;
 use crate::error::CliError;
-use crate::report::Format;
+use crate::format::Format;
 
 pub use parse::Framework;
 

@@ -493,7 +493,7 @@ pub(crate) fn write_and_judge(
     crate::atomic::write(&run_dir.join(FILE), &json).map_err(|e| {
         CliError::internal(miette::miette!("{}: {e}", run_dir.join(FILE).display()))
     })?;
-    if s.format == crate::report::Format::Human {
+    if s.format == crate::format::Format::Human {
         let text = render(s, log, model, peak, fig, &cell);
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::expand::plan::{DroppedRef, Plan};
 use super::{Expansion, MatrixError};
 use crate::error::CliError;
-use crate::report::Format;
+use crate::format::Format;
 
 impl From<MatrixError> for CliError {
     fn from(e: MatrixError) -> Self {

@@ -20,7 +20,7 @@
 //! the smallest maintained library that does this (about 50 KB minified, no dependencies).
 //! The per-cell comparison bars are small SVGs the script draws itself.
 //!
-//! The trend section takes [`crate::report::trend::Trends`] (a list of points per cell and
+//! The trend section takes [`crate::trend::Trends`] (a list of points per cell and
 //! metric), the one seam to the run history.
 
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ use crate::baseline::Baselines;
 use crate::error::CliError;
 use crate::metrics::stats::is_warmup;
 use crate::report::text::{filtered_out, rule_drops};
-use crate::report::trend::{TrendSeries, Trends};
+use crate::trend::{TrendSeries, Trends};
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::{CellResult, RunResults};
 

@@ -6,10 +6,11 @@
 //!
 //! Sinks: [`junit`] (`junit.xml`), [`markdown`] (`summary.md`, also appended to
 //! `$GITHUB_STEP_SUMMARY`), [`json`] (`report.json`), [`html`] (`report.html`, charts),
-//! [`human`] (the terminal summary, also kept as `summary.txt`). [`trend`] is the shape of
-//! earlier runs' values that the Markdown and HTML reports draw when a history is given.
+//! [`human`] (the terminal summary, also kept as `summary.txt`). [`crate::trend`] is the shape
+//! of earlier runs' values that the Markdown and HTML reports draw when a history is given.
 
 pub mod frameworks;
+pub mod history;
 pub mod html;
 pub mod human;
 pub mod json;
@@ -17,7 +18,6 @@ pub mod junit;
 pub mod markdown;
 pub mod post;
 pub mod text;
-pub mod trend;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,15 +28,7 @@ use crate::results::RunResults;
 
 pub use markdown::render_markdown;
 
-/// What a command prints on the terminal: the human summary or JSON. It derives clap's
-/// `ValueEnum` (as the axes types do) so the command line parses straight into it, and
-/// the reports never see a clap struct.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
-pub enum Format {
-    #[default]
-    Human,
-    Json,
-}
+pub use crate::format::Format;
 
 /// Resolved settings of `bench report RUN_DIR`.
 #[derive(Debug, Clone)]
@@ -59,7 +51,7 @@ pub struct ReportInput<'a> {
     pub results: &'a RunResults,
     pub comparison: &'a Comparison,
     /// Earlier runs' values, when a history is at hand (charts then show trends).
-    pub trends: Option<&'a trend::Trends>,
+    pub trends: Option<&'a crate::trend::Trends>,
     /// The history's verdicts, when the run was judged (already laid over `comparison`).
     pub history: Option<&'a crate::history::gate::GateReport>,
 }

@@ -6,42 +6,7 @@ use crate::baseline::Direction;
 use crate::metrics::catalog;
 use crate::results::RunResults;
 
-/// A number with an SI suffix and three significant digits: `344K`, `43.6K`, `1.23M`.
-pub(crate) fn si(v: f64) -> String {
-    let (scaled, suffix) = si_scaled(v);
-    format!("{}{suffix}", three_digits(scaled))
-}
-
-/// `v` scaled to below a thousand, with the SI suffix that undoes it (`K`, `M`, `G`, `T`;
-/// none below a thousand).
-pub(crate) fn si_scaled(v: f64) -> (f64, &'static str) {
-    let a = v.abs();
-    if a >= 1e12 {
-        (v / 1e12, "T")
-    } else if a >= 1e9 {
-        (v / 1e9, "G")
-    } else if a >= 1e6 {
-        (v / 1e6, "M")
-    } else if a >= 1e3 {
-        (v / 1e3, "K")
-    } else {
-        (v, "")
-    }
-}
-
-/// Three significant digits, no exponent: `1.23`, `12.3`, `123`.
-pub(crate) fn three_digits(v: f64) -> String {
-    let a = v.abs();
-    if a >= 100.0 || a == 0.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
+pub(crate) use crate::format::{si, three_digits};
 
 /// A relative change as a signed percentage: `+1.2%`, `-5.0%`.
 pub(crate) fn pct_change(change: f64) -> String {

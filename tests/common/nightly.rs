@@ -261,8 +261,8 @@ pub fn frameworks_run() -> RunResults {
 
 /// Ten earlier nightlies of the regressed cells' tokens/s per GPU, with a change point at
 /// the seventh, as the run history hands them to the reports.
-pub fn history(n: &Nightly) -> bench::report::trend::Trends {
-    use bench::report::trend::{TrendPoint, TrendSeries, Trends};
+pub fn history(n: &Nightly) -> bench::trend::Trends {
+    use bench::trend::{TrendPoint, TrendSeries, Trends};
     let series = n
         .regressed
         .iter()

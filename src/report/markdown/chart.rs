@@ -4,7 +4,7 @@
 
 use crate::baseline::compare::CellComparison;
 use crate::report::text::{grouped, metric_label};
-use crate::report::trend::Trends;
+use crate::trend::Trends;
 use crate::results::{CellResult, RunResults};
 
 /// Points of one chart: enough to see a trend or a slow step, few enough to stay small.

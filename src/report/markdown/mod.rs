@@ -29,7 +29,7 @@ use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change, rule_drops,
     three_digits,
 };
-use crate::report::trend::Trends;
+use crate::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
 
@@ -324,7 +324,7 @@ fn render(
     let foot = footer(results, cmp, artifacts_url);
     // The history's verdict lines come complete: they are the run's verdicts.
     let hist = history
-        .map(crate::history::report::markdown)
+        .map(crate::report::history::markdown)
         .unwrap_or_default();
     head.push_str(&hist);
 

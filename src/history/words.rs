@@ -6,13 +6,12 @@
 //! since: BENCH_FUSED_ADAMW (unset) -> 0; SM clock 1755 MHz (+0.1%), tokens/s per SM MHz
 //! -3.1%`
 //!
-//! and [`markdown`] the section `summary.md` and the comment add: the counts, the lines of
-//! the cells that need a reader's eye and, for each regression, the `bench bisect` command
-//! that finds its commit.
+//! and [`remarkable`] says which judged cells need a reader's eye. The reports lay these words
+//! out (`crate::report::history` writes the section `summary.md` and the comment add); the
+//! judge writes them into each judgement, so every format says the same.
 
 use super::detect::{HistoryVerdict, NumericsVerdict};
-use super::gate::{CellJudgement, GateReport};
-use crate::report::markdown::{code, text};
+use super::gate::CellJudgement;
 
 fn short(commit: &Option<String>) -> String {
     match commit {
@@ -90,7 +89,7 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
         let each: Vec<String> = c
             .confirm_values
             .iter()
-            .map(|v| crate::report::text::si(*v))
+            .map(|v| crate::format::si(*v))
             .collect();
         line.push_str(&format!(
             "; {} re-runs measured {} (one is not enough while the cell has fewer than {} clean runs or they have shown values this far out)",
@@ -101,7 +100,7 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     } else if let Some(v) = c.confirm_value {
         line.push_str(&format!(
             "; the re-run measured {}",
-            crate::report::text::si(v)
+            crate::format::si(v)
         ));
     }
     if let Some(why) = &c.confirm_failed {
@@ -167,61 +166,16 @@ pub(crate) fn remarkable(c: &CellJudgement) -> bool {
         || !c.outliers.is_empty()
 }
 
-/// The history section of `summary.md` and the PR/MR comment (empty when nothing was
-/// judged).
-pub fn markdown(r: &GateReport) -> String {
-    if r.cells.is_empty() {
-        return String::new();
-    }
-    let count = |v: HistoryVerdict| r.cells.iter().filter(|c| c.verdict() == v).count();
-    let mut out = format!(
-        "#### Against history ({})\n\n{} regressed, {} improved, {} environment, {} suspect, {} unknown, {} unchanged, {} with no history",
-        text(&r.scope),
-        count(HistoryVerdict::Regressed),
-        count(HistoryVerdict::Improved),
-        count(HistoryVerdict::Environment),
-        count(HistoryVerdict::Suspect),
-        count(HistoryVerdict::Unknown),
-        count(HistoryVerdict::Unchanged),
-        count(HistoryVerdict::InsufficientHistory),
-    );
-    if let Some(c) = &r.confirm_run_id {
-        out.push_str(&format!(" (re-run to confirm in {})", code(c)));
-    }
-    out.push_str(".\n\n");
-    let mut any = false;
-    for c in r.cells.iter().filter(|c| remarkable(c)) {
-        any = true;
-        out.push_str(&format!("- {}: {}\n", code(&c.cell_id), code(&c.line)));
-        if let Some(cmd) = &c.bisect {
-            out.push_str(&format!("  - find the commit: {}\n", code(cmd)));
-        }
-    }
-    if !r.over_budget.is_empty() {
-        any = true;
-        out.push_str(&format!(
-            "- not confirmed (budget): {}\n",
-            r.over_budget
-                .iter()
-                .map(|c| code(c))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    if any {
-        out.push('\n');
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::history::detect::{Band, Judgement, Policy};
+    use crate::history::detect::{Band, Judgement};
     use crate::history::gate::Since;
     use crate::history::suspects::Change;
 
-    fn regressed() -> CellJudgement {
+    /// A judged regression with every part of its verdict line, for the tests of the
+    /// words and of the reports that lay them out.
+    pub(crate) fn regressed() -> CellJudgement {
         let mut c = CellJudgement {
             cell_id: "gpt2-125m.bf16.1gpu.single.compile".into(),
             metric: "tokens_per_s".into(),
@@ -290,26 +244,6 @@ mod tests {
         assert!(c
             .line
             .contains("changed since: BENCH_FUSED_ADAMW (unset) -> 0"));
-        let r = GateReport {
-            run_id: "20261122T020000Z".into(),
-            hardware_key: "h100-sxm-80gb".into(),
-            store: "bench-history.sqlite".into(),
-            policy: Policy::default(),
-            scope: "runs of branch main".into(),
-            confirm_run_id: Some("20261122T020000Z-confirm".into()),
-            over_budget: vec![],
-            cells: vec![c],
-        };
-        let md = markdown(&r);
-        assert!(md.contains("1 regressed, 0 improved"), "{md}");
-        assert!(md.contains("find the commit: `bench bisect"), "{md}");
-    }
-
-    #[test]
-    fn values_cannot_leave_their_code_span() {
-        assert_eq!(code("a`b"), "``a`b``");
-        assert_eq!(code("`x"), "`` `x ``");
-        assert_eq!(code("line\nbreak"), "`line break`");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! This module owns only the shape, and reading it from a JSON file (`bench report html
 //! --history FILE`). It is the seam to the run history (`src/history/`): whatever stores
 //! runs turns its rows and detected change points into [`Trends`], and the Markdown comment
-//! and the HTML report draw them without knowing where they came from. The file form is
+//! and the HTML report draw them without knowing where they came from. It lives below both
+//! (it imports neither), so the store builds what the reports draw without either importing
+//! the other. The file form is
 //!
 //! ```json
 //! {"series": [{"cell": "gpt2-125m.bf16.1gpu.single.base", "metric": "tokens_per_s_per_gpu",

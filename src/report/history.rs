@@ -1,0 +1,89 @@
+//! The history's judgement as `summary.md` and the PR/MR comment show it: the counts, the
+//! verdict lines of the cells that need a reader's eye (the words the judge wrote,
+//! [`crate::history::words`]) and, for each regression, the `bench bisect` command that
+//! finds its commit. It renders a [`GateReport`] it is given; it opens no store.
+
+use crate::history::detect::HistoryVerdict;
+use crate::history::gate::GateReport;
+use crate::history::words::remarkable;
+use crate::report::markdown::{code, text};
+
+/// The history section of `summary.md` and the PR/MR comment (empty when nothing was
+/// judged).
+pub fn markdown(r: &GateReport) -> String {
+    if r.cells.is_empty() {
+        return String::new();
+    }
+    let count = |v: HistoryVerdict| r.cells.iter().filter(|c| c.verdict() == v).count();
+    let mut out = format!(
+        "#### Against history ({})\n\n{} regressed, {} improved, {} environment, {} suspect, {} unknown, {} unchanged, {} with no history",
+        text(&r.scope),
+        count(HistoryVerdict::Regressed),
+        count(HistoryVerdict::Improved),
+        count(HistoryVerdict::Environment),
+        count(HistoryVerdict::Suspect),
+        count(HistoryVerdict::Unknown),
+        count(HistoryVerdict::Unchanged),
+        count(HistoryVerdict::InsufficientHistory),
+    );
+    if let Some(c) = &r.confirm_run_id {
+        out.push_str(&format!(" (re-run to confirm in {})", code(c)));
+    }
+    out.push_str(".\n\n");
+    let mut any = false;
+    for c in r.cells.iter().filter(|c| remarkable(c)) {
+        any = true;
+        out.push_str(&format!("- {}: {}\n", code(&c.cell_id), code(&c.line)));
+        if let Some(cmd) = &c.bisect {
+            out.push_str(&format!("  - find the commit: {}\n", code(cmd)));
+        }
+    }
+    if !r.over_budget.is_empty() {
+        any = true;
+        out.push_str(&format!(
+            "- not confirmed (budget): {}\n",
+            r.over_budget
+                .iter()
+                .map(|c| code(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if any {
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::detect::Policy;
+    use crate::history::words::tests::regressed;
+
+    #[test]
+    fn a_regression_names_its_bisect_command() {
+        let c = regressed();
+        let r = GateReport {
+            run_id: "20261122T020000Z".into(),
+            hardware_key: "h100-sxm-80gb".into(),
+            store: "bench-history.sqlite".into(),
+            policy: Policy::default(),
+            scope: "runs of branch main".into(),
+            confirm_run_id: Some("20261122T020000Z-confirm".into()),
+            over_budget: vec![],
+            cells: vec![c],
+        };
+        let md = markdown(&r);
+        assert!(md.contains("1 regressed, 0 improved"), "{md}");
+        assert!(md.contains("find the commit: `bench bisect"), "{md}");
+    }
+
+
+    #[test]
+    fn values_cannot_leave_their_code_span() {
+        assert_eq!(code("a`b"), "``a`b``");
+        assert_eq!(code("`x"), "`` `x ``");
+        assert_eq!(code("line\nbreak"), "`line break`");
+    }
+}
