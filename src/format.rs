@@ -50,4 +50,3 @@ pub(crate) fn three_digits(v: f64) -> String {
         format!("{v:.3}")
     }
 }
-

@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use crate::error::CliError;
 use crate::exit::bench as exit;
-use crate::history::twosample::{compare, Answer, TwoSample, TwoSamplePolicy};
 use crate::format::Format;
+use crate::history::twosample::{compare, Answer, TwoSample, TwoSamplePolicy};
 
 use self::git::{Commit, Repo};
 use self::probe::{Halt, Prober, Round};

@@ -11,10 +11,10 @@ use super::probe::BRANCH;
 use super::search::{max_probes, Side};
 use super::{Bisection, Ending, Probe, Role};
 use crate::error::CliError;
+use crate::format::Format;
 use crate::history::cmd::human;
 use crate::history::gate::METRIC;
 use crate::history::twosample::TwoSample;
-use crate::format::Format;
 
 /// A subject cut to `n` characters for a table.
 fn cut(s: &str, n: usize) -> String {

@@ -2,7 +2,7 @@
 //! settings ([`resolve`]), and [`dispatch`], which hands one parsed command to its stage.
 //!
 //! This is the only module that knows clap's structs. Every domain module takes a plain
-//! settings struct (`run::MatrixSettings`, `report::ReportSettings`, ...), so it can be
+//! settings struct (`run::MatrixSettings`, `commands::report::ReportSettings`, ...), so it can be
 //! called from tests or another front end without building command-line arguments, and
 //! `scripts/module-graph.sh` fails when a file outside `src/cli/` and `src/main.rs`
 //! imports `crate::cli`.
@@ -20,7 +20,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Matrix(args) if args.dry_run => {
             crate::matrix::cmd::dry_run(&resolve::dry_run(&args))
         }
-        Command::Matrix(args) => crate::run::cmd(&resolve::matrix(&args)?),
+        Command::Matrix(args) => crate::commands::matrix::matrix(&resolve::matrix(&args)?),
         Command::Schema => crate::matrix::cmd::schema(),
         Command::Worker(args) => Ok(crate::workload::run_worker(&resolve::worker(&args))),
         Command::Baseline(args) => match &args.command {
@@ -28,9 +28,13 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             BaselineCommand::Accept(a) => crate::history::cmd::accept(&resolve::accept(a)?),
         },
         Command::Report(args) => match &args.command {
-            Some(ReportCommand::Post(p)) => crate::report::post::post_command(&resolve::post(p)?),
-            Some(ReportCommand::Html(h)) => crate::report::html::html_command(&resolve::html(h)),
-            None => crate::report::report_command(&resolve::report(&args)?),
+            Some(ReportCommand::Post(p)) => {
+                crate::commands::report::post_command(&resolve::post(p)?)
+            }
+            Some(ReportCommand::Html(h)) => {
+                crate::commands::report::html_command(&resolve::html(h))
+            }
+            None => crate::commands::report::report(&resolve::report(&args)?),
         },
         Command::Env(args) => crate::env::cmd(&resolve::env(&args)),
         Command::Adapt(args) => Ok(crate::external::run::main(&args.cell)),

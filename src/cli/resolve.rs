@@ -17,14 +17,12 @@ use super::args::{
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
+use crate::commands::report::{HtmlSettings, PostSettings, ReportSettings};
 use crate::env::EnvSettings;
 use crate::error::CliError;
 use crate::history::cmd::{AcceptSettings, ImportSettings, ShowSettings, StudySettings};
 use crate::matrix::cmd::{DryRunSettings, MatrixSource};
 use crate::publish::TargetFlags;
-use crate::report::html::HtmlSettings;
-use crate::report::post::PostSettings;
-use crate::report::ReportSettings;
 use crate::run::{check_run_id, Launch, LauncherRequest, MatrixSettings, RunConfig};
 use crate::workload::WorkerSettings;
 

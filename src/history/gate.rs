@@ -271,22 +271,6 @@ fn git(args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// Re-runs cells by id (each with at least the given repeats) and returns the run's
-/// results (the seam the confirmation goes through).
-pub(crate) trait ConfirmRunner {
-    /// The `pass`-th re-run (from 1) of `cells`.
-    fn rerun(
-        &mut self,
-        pass: usize,
-        cells: &[(String, u32)],
-    ) -> Result<ConfirmOutcome, crate::error::CliError>;
-
-    /// How many independent re-runs this runner can give a cell.
-    fn max_passes(&self) -> usize {
-        super::detect::MAX_RERUNS
-    }
-}
-
 /// What a confirming re-run gave.
 pub(crate) struct ConfirmOutcome {
     pub results: RunResults,
@@ -718,156 +702,244 @@ fn verdict_words(report: &GateReport) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The whole `--history` step of `bench matrix` after the cells ran: judge, confirm the
-/// suspect and unknown cells through `runner` (within `budget_gpu_s` GPU-seconds), record
-/// the run (and the confirming run) with the verdicts, and write `history.json`. Returns
-/// the report and whether the confirmation was interrupted.
-pub(crate) fn after_run(
-    store: &mut History,
-    run_dir: &Path,
-    results: &RunResults,
-    telemetry: Option<crate::telemetry::Telemetry>,
-    baselines_dir: &Path,
-    runner: Option<&mut dyn ConfirmRunner>,
+/// The whole `--history` step of a command after its cells ran, as a value the command
+/// layer drives: [`Confirmation::start`] records the run and judges it,
+/// [`Confirmation::next_rerun`] says which cells the verdicts want re-run (and in which
+/// pass), the command asks the runner for them and hands the results back through
+/// [`Confirmation::take`], and [`Confirmation::finish`] records the verdicts and writes
+/// `history.json`. The judge never calls the runner: re-running is the command's, judging
+/// again is the judge's.
+pub(crate) struct Confirmation<'a> {
+    store: &'a mut History,
+    run_dir: &'a Path,
+    results: &'a RunResults,
+    baselines: Baselines,
+    scope: Scope,
+    policy: Policy,
+    /// How many independent re-runs the command can give a cell (0: no confirmation).
+    max_passes: usize,
     budget_gpu_s: Option<f64>,
-) -> Result<(GateReport, bool), crate::error::CliError> {
-    let policy = Policy::default();
-    let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
-    crate::telemetry::save(run_dir, &telemetry).map_err(|e| {
-        crate::error::CliError::internal(miette::miette!(
-            "{}: {e}",
-            run_dir.join(crate::telemetry::FILE).display()
-        ))
-    })?;
-    // Every cell is in the store already (recorded as it finished); the run's row gets
-    // its end time and telemetry now, before judging, which never counts this run.
-    record(store, results, telemetry.clone())?;
-    let scope = Scope::detect();
-    let mut judge = Judge {
-        store,
-        results,
-        baselines: &baselines,
-        policy,
-        scope: &scope,
-        max_reruns: runner
-            .as_ref()
-            .map_or(super::detect::MAX_RERUNS, |r| r.max_passes()),
-    };
-    let mut report = judge.run(&[])?;
-    let mut interrupted = false;
-    if let Some(runner) = runner {
-        // Pass after pass: the suspects (and, in the first pass, the unknown cells) are
-        // re-run until each has the re-runs its breach needs (`detect::reruns_needed`),
-        // one re-run clears it, the runner has no more independent re-runs to give, or
-        // the budget is spent. Every pass is judged with all the re-runs before it.
-        let mut confirms: Vec<RunResults> = Vec::new();
-        let mut spent = 0.0;
-        let mut over: Vec<String> = Vec::new();
-        for pass in 1..=runner.max_passes() {
-            let wanted: Vec<String> = report
-                .to_confirm()
-                .into_iter()
-                .filter(|id| {
-                    report
-                        .cell(id)
-                        .is_some_and(|c| super::detect::wants_rerun(c.verdict(), pass - 1))
-                })
-                .collect();
-            if wanted.is_empty() || interrupted {
-                break;
+    report: GateReport,
+    confirms: Vec<RunResults>,
+    spent: f64,
+    over: Vec<String>,
+    pass: usize,
+    interrupted: bool,
+    done: bool,
+}
+
+impl<'a> Confirmation<'a> {
+    /// Saves the run's telemetry, records the run's row and judges it. `max_passes` is how
+    /// many independent re-runs the command can give (`detect::MAX_RERUNS` for a matrix, 1
+    /// for an ingested log's later half, 0 for none); `budget_gpu_s` bounds them.
+    pub(crate) fn start(
+        store: &'a mut History,
+        run_dir: &'a Path,
+        results: &'a RunResults,
+        telemetry: Option<crate::telemetry::Telemetry>,
+        baselines_dir: &Path,
+        max_passes: usize,
+        budget_gpu_s: Option<f64>,
+    ) -> Result<Confirmation<'a>, crate::error::CliError> {
+        let policy = Policy::default();
+        let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
+        crate::telemetry::save(run_dir, &telemetry).map_err(|e| {
+            crate::error::CliError::internal(miette::miette!(
+                "{}: {e}",
+                run_dir.join(crate::telemetry::FILE).display()
+            ))
+        })?;
+        // Every cell is in the store already (recorded as it finished); the run's row gets
+        // its end time and telemetry now, before judging, which never counts this run.
+        record(store, results, telemetry)?;
+        let scope = Scope::detect();
+        let report = Judge {
+            store: &mut *store,
+            results,
+            baselines: &baselines,
+            policy,
+            scope: &scope,
+            max_reruns: reruns_known(max_passes),
+        }
+        .run(&[])?;
+        Ok(Confirmation {
+            store,
+            run_dir,
+            results,
+            baselines,
+            scope,
+            policy,
+            max_passes,
+            budget_gpu_s,
+            report,
+            confirms: Vec::new(),
+            spent: 0.0,
+            over: Vec::new(),
+            pass: 0,
+            interrupted: false,
+            done: max_passes == 0,
+        })
+    }
+
+    fn judge(&mut self, confirms: &[&RunResults]) -> Result<GateReport, HistoryError> {
+        Judge {
+            store: self.store,
+            results: self.results,
+            baselines: &self.baselines,
+            policy: self.policy,
+            scope: &self.scope,
+            max_reruns: reruns_known(self.max_passes),
+        }
+        .run(confirms)
+    }
+
+    /// The next pass's cells to re-run, each with the repeats it needs, or `None` when the
+    /// confirmation is over: pass after pass, the suspects (and, in the first pass, the
+    /// unknown cells) until each has the re-runs its breach needs (`detect::reruns_needed`),
+    /// one re-run clears it, the command has no more independent re-runs to give, a re-run
+    /// was interrupted, or the budget is spent.
+    pub(crate) fn next_rerun(&mut self) -> Option<(usize, Vec<(String, u32)>)> {
+        if self.done || self.interrupted || self.pass >= self.max_passes {
+            return None;
+        }
+        let pass = self.pass + 1;
+        let wanted: Vec<String> = self
+            .report
+            .to_confirm()
+            .into_iter()
+            .filter(|id| {
+                self.report
+                    .cell(id)
+                    .is_some_and(|c| super::detect::wants_rerun(c.verdict(), pass - 1))
+            })
+            .collect();
+        if wanted.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let left = self.budget_gpu_s.map(|b| b - self.spent);
+        let (chosen, out, cost) = within_budget(&wanted, &self.report, self.results, left);
+        self.spent += cost;
+        for id in out {
+            if !self.over.contains(&id) {
+                self.over.push(id);
             }
-            let left = budget_gpu_s.map(|b| b - spent);
-            let (chosen, out, cost) = within_budget(&wanted, &report, results, left);
-            spent += cost;
-            for id in out {
-                if !over.contains(&id) {
-                    over.push(id);
-                }
-            }
-            if chosen.is_empty() {
-                break;
-            }
-            eprintln!(
-                "history: re-running {} cell(s) to confirm{}: {}",
-                chosen.len(),
-                if pass > 1 {
-                    format!(" (re-run {pass}: their breach needs more than one)")
-                } else {
-                    String::new()
-                },
-                chosen
-                    .iter()
-                    .map(|(c, _)| c.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            match runner.rerun(pass, &chosen) {
-                Ok(confirm) => {
-                    interrupted = confirm.interrupted;
-                    record(judge.store, &confirm.results, None)?;
-                    confirms.push(confirm.results);
-                    let all: Vec<&RunResults> = confirms.iter().collect();
-                    let rejudged = judge.run(&all)?;
-                    // Only the re-run cells take the new verdict.
-                    for c in rejudged.cells {
-                        if chosen.iter().any(|(id, _)| id == &c.cell_id) {
-                            if let Some(slot) =
-                                report.cells.iter_mut().find(|x| x.cell_id == c.cell_id)
-                            {
-                                *slot = c;
-                            }
+        }
+        if chosen.is_empty() {
+            self.done = true;
+            return None;
+        }
+        self.pass = pass;
+        eprintln!(
+            "history: re-running {} cell(s) to confirm{}: {}",
+            chosen.len(),
+            if pass > 1 {
+                format!(" (re-run {pass}: their breach needs more than one)")
+            } else {
+                String::new()
+            },
+            chosen
+                .iter()
+                .map(|(c, _)| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Some((pass, chosen))
+    }
+
+    /// What the re-run of `chosen` (the cells [`Self::next_rerun`] gave) produced: its
+    /// results are recorded and every cell it re-ran is judged again with all the re-runs so
+    /// far. A re-run that could not start leaves every suspect regressed, with the reason.
+    pub(crate) fn take(
+        &mut self,
+        chosen: &[(String, u32)],
+        outcome: Result<ConfirmOutcome, crate::error::CliError>,
+    ) -> Result<(), crate::error::CliError> {
+        match outcome {
+            Ok(confirm) => {
+                self.interrupted = confirm.interrupted;
+                record(self.store, &confirm.results, None)?;
+                self.confirms.push(confirm.results);
+                let confirms = std::mem::take(&mut self.confirms);
+                let all: Vec<&RunResults> = confirms.iter().collect();
+                let rejudged = self.judge(&all);
+                self.confirms = confirms;
+                // Only the re-run cells take the new verdict.
+                for c in rejudged?.cells {
+                    if chosen.iter().any(|(id, _)| id == &c.cell_id) {
+                        if let Some(slot) = self
+                            .report
+                            .cells
+                            .iter_mut()
+                            .find(|x| x.cell_id == c.cell_id)
+                        {
+                            *slot = c;
                         }
                     }
-                    report.confirm_run_id = confirms.last().map(|c| c.run_id.clone());
                 }
-                Err(e) => {
-                    let e = e.report();
-                    // A confirmation that cannot run leaves every suspect failed.
-                    eprintln!("history: the confirming re-run failed: {e}");
-                    for c in report
-                        .cells
-                        .iter_mut()
-                        .filter(|c| c.verdict() == HistoryVerdict::Suspect)
-                    {
-                        c.judgement.verdict = HistoryVerdict::Regressed;
-                        c.confirm_failed = Some(format!("the re-run could not start: {e}"));
-                        c.line = super::words::verdict_line(c);
-                    }
-                    break;
+                self.report.confirm_run_id = self.confirms.last().map(|c| c.run_id.clone());
+            }
+            Err(e) => {
+                let e = e.report();
+                // A confirmation that cannot run leaves every suspect failed.
+                eprintln!("history: the confirming re-run failed: {e}");
+                for c in self
+                    .report
+                    .cells
+                    .iter_mut()
+                    .filter(|c| c.verdict() == HistoryVerdict::Suspect)
+                {
+                    c.judgement.verdict = HistoryVerdict::Regressed;
+                    c.confirm_failed = Some(format!("the re-run could not start: {e}"));
+                    c.line = super::words::verdict_line(c);
                 }
+                self.done = true;
             }
         }
-        if !over.is_empty() {
+        Ok(())
+    }
+
+    /// Records the verdicts (on the run and every confirming run), writes `history.json`
+    /// into the run folder, and returns the report and whether a re-run was interrupted.
+    pub(crate) fn finish(mut self) -> Result<(GateReport, bool), crate::error::CliError> {
+        if !self.over.is_empty() {
             eprintln!(
                 "history: confirmation budget reached; not re-run: {}",
-                over.join(", ")
+                self.over.join(", ")
             );
         }
-        for c in &confirms {
-            judge
-                .store
-                .set_verdicts(&c.run_id, &verdict_words(&report))?;
+        let words = verdict_words(&self.report);
+        for c in &self.confirms {
+            self.store.set_verdicts(&c.run_id, &words)?;
         }
         // Only cells still waiting for a re-run are over the budget.
-        over.retain(|id| {
+        let report = &self.report;
+        self.over.retain(|id| {
             report.cell(id).is_some_and(|c| {
                 c.verdict() == HistoryVerdict::Suspect || c.verdict() == HistoryVerdict::Unknown
             })
         });
-        report.over_budget = over;
+        self.report.over_budget = std::mem::take(&mut self.over);
+        self.store
+            .set_verdicts(&self.results.run_id, &verdict_words(&self.report))?;
+        let json = serde_json::to_vec_pretty(&self.report)
+            .map_err(|e| crate::error::CliError::internal(miette::miette!("{e}")))?;
+        let path = self.run_dir.join(GateReport::FILE);
+        crate::atomic::write(&path, &json).map_err(|e| {
+            crate::error::CliError::internal(miette::miette!("{}: {e}", path.display()))
+        })?;
+        Ok((self.report, self.interrupted))
     }
-    judge
-        .store
-        .set_verdicts(&results.run_id, &verdict_words(&report))?;
-    let json = serde_json::to_vec_pretty(&report)
-        .map_err(|e| crate::error::CliError::internal(miette::miette!("{e}")))?;
-    crate::atomic::write(&run_dir.join(GateReport::FILE), &json).map_err(|e| {
-        crate::error::CliError::internal(miette::miette!(
-            "{}: {e}",
-            run_dir.join(GateReport::FILE).display()
-        ))
-    })?;
-    Ok((report, interrupted))
+}
+
+/// The most re-runs a verdict may count on: what the command can give, or, without any, as
+/// many as a breach can ask for (the verdict then says how many it would need).
+fn reruns_known(max_passes: usize) -> usize {
+    if max_passes == 0 {
+        super::detect::MAX_RERUNS
+    } else {
+        max_passes
+    }
 }
 
 /// The cells to re-run within `budget` GPU-seconds (each costs what it took in this run,
@@ -909,42 +981,6 @@ fn cell_gpus(cell: &CellResult) -> u32 {
     match cell.values.get("gpus") {
         Some(crate::cell::Value::Int(n)) => u32::try_from(*n).unwrap_or(1),
         _ => 1,
-    }
-}
-
-/// Re-runs cells as a second pass of the matrix command: the same matrix and settings,
-/// only those cells (with the repeats asked for), into the run folder `<run-id>-confirm`.
-pub(crate) struct MatrixConfirm<'a> {
-    pub settings: &'a crate::run::MatrixSettings,
-    pub run_id: String,
-}
-
-impl ConfirmRunner for MatrixConfirm<'_> {
-    fn rerun(
-        &mut self,
-        pass: usize,
-        cells: &[(String, u32)],
-    ) -> Result<ConfirmOutcome, crate::error::CliError> {
-        let mut expansion = crate::matrix::cmd::load(&self.settings.source)?;
-        expansion
-            .cells
-            .retain(|c| cells.iter().any(|(id, _)| id == c.id.as_str()));
-        for c in &mut expansion.cells {
-            if let Some((_, r)) = cells.iter().find(|(id, _)| id == c.id.as_str()) {
-                c.params.repeats = c.params.repeats.max(*r);
-            }
-        }
-        let mut settings = self.settings.clone();
-        let run_id = confirm_run_id(&self.run_id, pass);
-        // The suffix can push a valid id past the limit; it is checked like `--run-id`.
-        crate::run::check_run_id(&run_id)?;
-        settings.config.run_id = Some(run_id);
-        settings.config.resume = None;
-        let outcome = crate::run::run_matrix(&settings, expansion, None)?;
-        Ok(ConfirmOutcome {
-            interrupted: outcome.interrupted,
-            results: outcome.results,
-        })
     }
 }
 

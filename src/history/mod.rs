@@ -31,7 +31,6 @@ pub(crate) mod interrupt;
 pub mod postgres;
 pub mod record;
 pub mod recorder;
-pub mod words;
 pub(crate) mod sequence;
 pub mod sqlite;
 pub mod store;
@@ -39,6 +38,7 @@ pub mod study;
 pub mod suspects;
 pub mod trends;
 pub mod twosample;
+pub mod words;
 
 pub use store::{check, open, open_existing, parse_location, History, Location};
 

@@ -4,8 +4,8 @@
 //! the store's side of the seam [`crate::trend`]; `bench matrix --history` is
 //! enough for `report.html` and the Markdown charts to show them.
 
-use crate::trend::{TrendPoint, TrendSeries, Trends};
 use crate::results::RunResults;
+use crate::trend::{TrendPoint, TrendSeries, Trends};
 
 use super::changepoint::{e_divisive, Settings};
 use super::store::History;

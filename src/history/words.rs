@@ -98,10 +98,7 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
             crate::history::detect::RARE_AFTER
         ));
     } else if let Some(v) = c.confirm_value {
-        line.push_str(&format!(
-            "; the re-run measured {}",
-            crate::format::si(v)
-        ));
+        line.push_str(&format!("; the re-run measured {}", crate::format::si(v)));
     }
     if let Some(why) = &c.confirm_failed {
         line.push_str(&format!("; the confirming re-run {why}"));

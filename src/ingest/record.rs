@@ -17,7 +17,7 @@ use super::{IngestError, IngestSettings, PeakSource};
 use crate::cell::{CellId, Params, Value};
 use crate::error::CliError;
 use crate::events::{StepEvent, SummaryEvent};
-use crate::history::gate::{ConfirmOutcome, ConfirmRunner, CONFIRM_SUFFIX};
+use crate::history::gate::{ConfirmOutcome, CONFIRM_SUFFIX};
 use crate::metrics::flops::Peak;
 use crate::results::{CellResult, Environment, Outcome, Repeat, RunResults};
 
@@ -408,17 +408,12 @@ struct LaterHalf<'a> {
     run_id: String,
 }
 
-impl ConfirmRunner for LaterHalf<'_> {
+impl LaterHalf<'_> {
     /// A log has one later half: a second re-run would be the same steps again.
-    fn max_passes(&self) -> usize {
-        1
-    }
+    const PASSES: usize = 1;
 
-    fn rerun(
-        &mut self,
-        _pass: usize,
-        _cells: &[(String, u32)],
-    ) -> Result<ConfirmOutcome, CliError> {
+    /// The "re-run": the run measured again from the later half of its steps.
+    fn rerun(&self) -> Result<ConfirmOutcome, CliError> {
         let measured = &self.log.steps[self.s.skip_steps..];
         let later = Log {
             steps: measured[measured.len() / 2..].to_vec(),
@@ -502,27 +497,32 @@ pub(crate) fn write_and_judge(
     if let Some(location) = &s.history {
         let mut store = crate::history::open(location)?;
         let measured = log.steps.len() - s.skip_steps;
-        let mut later = LaterHalf {
+        let later = LaterHalf {
             s,
             log,
             model,
             peak,
             run_id: results.run_id.clone(),
         };
-        let runner: Option<&mut dyn ConfirmRunner> = if measured >= MIN_CONFIRM_STEPS {
-            Some(&mut later)
+        let passes = if measured >= MIN_CONFIRM_STEPS {
+            LaterHalf::PASSES
         } else {
-            None
+            0
         };
-        crate::history::gate::after_run(
+        let mut confirm = crate::history::gate::Confirmation::start(
             &mut store,
             &run_dir,
             &results,
             None,
             &s.baselines,
-            runner,
+            passes,
             None,
         )?;
+        while let Some((_, cells)) = confirm.next_rerun() {
+            confirm.take(&cells, later.rerun())?;
+        }
+        confirm.finish()?;
     }
-    crate::report::finish_run(&run_dir, &results, &s.baselines, s.format, false, None)
+    let verdicts = crate::judge::of_run(&results, &s.baselines, Some(&run_dir))?;
+    crate::report::finish_run(&run_dir, &results, &verdicts, s.format, false, None)
 }

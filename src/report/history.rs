@@ -79,7 +79,6 @@ mod tests {
         assert!(md.contains("find the commit: `bench bisect"), "{md}");
     }
 
-
     #[test]
     fn values_cannot_leave_their_code_span() {
         assert_eq!(code("a`b"), "``a`b``");

@@ -23,20 +23,18 @@
 //! The trend section takes [`crate::trend::Trends`] (a list of points per cell and
 //! metric), the one seam to the run history.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts};
 use crate::baseline::store::hardware_words;
-use crate::baseline::Baselines;
-use crate::error::CliError;
 use crate::metrics::stats::is_warmup;
 use crate::report::text::{filtered_out, rule_drops};
-use crate::trend::{TrendSeries, Trends};
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::{CellResult, RunResults};
+use crate::trend::{TrendSeries, Trends};
 
 /// Steps kept per repeat trace; longer runs are thinned evenly (a chart has fewer pixels).
 const MAX_TRACE_POINTS: usize = 1000;
@@ -476,82 +474,6 @@ pub(crate) fn write_page(out: &Path, data: &HtmlData) -> Result<(), ReportError>
         path: out.to_path_buf(),
         source,
     })
-}
-
-/// Resolved settings of `bench report html`.
-#[derive(Debug, Clone)]
-pub(crate) struct HtmlSettings {
-    /// One or more run folders.
-    pub run_dirs: Vec<PathBuf>,
-    /// Trends of earlier runs to draw (a JSON file, see [`Trends::load`]).
-    pub history: Option<PathBuf>,
-    /// Folder of baseline files.
-    pub baselines: PathBuf,
-    /// Where to write the page; `None`: report.html in the run folder, or in the current
-    /// folder for several runs.
-    pub output: Option<PathBuf>,
-}
-
-/// Whether `--history` names a history store (a PostgreSQL URL or a SQLite file, by its
-/// header) rather than a JSON trend file.
-fn is_store(path: &Path) -> bool {
-    let text = path.to_string_lossy();
-    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-        return true;
-    }
-    let mut head = [0u8; 16];
-    // A FIFO or a device is neither: opened without blocking, and refused unless regular.
-    crate::files::open_regular(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
-        .is_ok_and(|()| &head == b"SQLite format 3\0")
-}
-
-/// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
-/// each compared with the baselines of its own hardware key. Prints the page's path.
-pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
-    let mut runs = Vec::new();
-    for dir in &args.run_dirs {
-        let results = RunResults::load(dir)?;
-        let baselines = Baselines::load_for(&args.baselines, &results.environment.hardware_key)?;
-        let (comparison, _) =
-            crate::history::gate::judged_comparison(&results, &baselines, Some(dir));
-        runs.push((results, comparison));
-    }
-    let trends = match &args.history {
-        Some(path) if is_store(path) => {
-            // A history store (what `bench matrix --history` records into): each run's
-            // cells' trends and change points, read as the run's own report reads them.
-            let location = path.to_string_lossy();
-            let mut all = Trends::default();
-            for (results, _) in &runs {
-                let t = crate::history::trends::for_run(&location, results)?;
-                for s in t.series {
-                    if !all
-                        .series
-                        .iter()
-                        .any(|x| x.cell == s.cell && x.metric == s.metric)
-                    {
-                        all.series.push(s);
-                    }
-                }
-            }
-            Some(all)
-        }
-        Some(path) => {
-            Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)
-        }
-        None => None,
-    };
-    let pairs: Vec<(&RunResults, &Comparison)> = runs.iter().map(|(r, c)| (r, c)).collect();
-    let data = HtmlData::build(&pairs, trends.as_ref());
-    let out = match (&args.output, args.run_dirs.as_slice()) {
-        (Some(o), _) => o.clone(),
-        (None, [one]) if one.is_dir() => one.join("report.html"),
-        (None, _) => PathBuf::from("report.html"),
-    };
-    write_page(&out, &data)?;
-    println!("{}", out.display());
-    Ok(crate::exit::bench::OK)
 }
 
 #[cfg(test)]

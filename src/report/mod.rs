@@ -1,8 +1,9 @@
 //! Reports of a finished run: every format is one sink behind the [`Exporter`] trait (as
-//! hyperfine's `export` module), rendering the run's results and their comparison with the
-//! baselines. This module owns the orchestration the runner calls after the last cell
-//! ([`finish_run`]) and `bench report RUN_DIR`, which renders every report again from
-//! `results.json` without rerunning anything.
+//! hyperfine's `export` module), rendering the run's results and the judge's verdicts on
+//! them ([`crate::judge::Verdicts`]). This module owns writing every file of a judged run
+//! ([`finish_run`]); the commands that call it (`bench matrix`, `bench report RUN_DIR`,
+//! `bench ingest`) judge first. A sink renders what it is given: no sink opens a store or
+//! judges again.
 //!
 //! Sinks: [`junit`] (`junit.xml`), [`markdown`] (`summary.md`, also appended to
 //! `$GITHUB_STEP_SUMMARY`), [`json`] (`report.json`), [`html`] (`report.html`, charts),
@@ -16,34 +17,19 @@ pub mod human;
 pub mod json;
 pub mod junit;
 pub mod markdown;
-pub mod post;
 pub mod text;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::baseline::{Baselines, Comparison};
+use crate::baseline::Comparison;
 use crate::error::CliError;
+use crate::judge::Verdicts;
 use crate::results::RunResults;
 
 pub use markdown::render_markdown;
 
 pub use crate::format::Format;
-
-/// Resolved settings of `bench report RUN_DIR`.
-#[derive(Debug, Clone)]
-pub(crate) struct ReportSettings {
-    /// The run folder (or its `results.json`).
-    pub run_dir: PathBuf,
-    /// Folder of baseline files.
-    pub baselines: PathBuf,
-    /// Terminal output format.
-    pub format: Format,
-    /// List every dropped cell's id under its rule in the terminal summary.
-    pub verbose: bool,
-    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
-    pub gpu_hour_price: Option<f64>,
-}
 
 /// What every sink renders: a run and its comparison with the baselines.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +40,18 @@ pub struct ReportInput<'a> {
     pub trends: Option<&'a crate::trend::Trends>,
     /// The history's verdicts, when the run was judged (already laid over `comparison`).
     pub history: Option<&'a crate::history::gate::GateReport>,
+}
+
+impl<'a> ReportInput<'a> {
+    /// What the sinks render of `results` and the judge's `verdicts`.
+    pub fn new(results: &'a RunResults, verdicts: &'a Verdicts) -> ReportInput<'a> {
+        ReportInput {
+            results,
+            comparison: &verdicts.comparison,
+            trends: verdicts.trends.as_ref(),
+            history: verdicts.history.as_ref(),
+        }
+    }
 }
 
 /// One report format.
@@ -157,37 +155,22 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
     Ok(Some(path))
 }
 
-/// Everything after the last cell: loads the baselines of the run's hardware key, compares,
-/// writes `junit.xml`, `summary.md`, `report.json` and `report.html` atomically into `run_dir`, appends the
-/// summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or, with
-/// `--format json`, the JSON report) on stdout, and returns the exit code of DESIGN.md:
-/// 1 when a cell regressed, failed or timed out, else 0. `verbose` lists the ids of the
-/// dropped cells in the printed summary (`summary.txt` keeps only their counts).
-///
-/// A malformed baseline file is bad input (exit 2); the reports are then not written, since
-/// they would call every cell new.
+/// Everything after the judge: writes `junit.xml`, `summary.md`, `report.json`,
+/// `report.html` (and `frameworks.md` for framework cells) atomically into `run_dir`,
+/// appends the summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or,
+/// with `--format json`, the JSON report) on stdout, and returns the exit code the verdicts
+/// give (DESIGN.md: 1 when a cell regressed, failed or timed out, else 0). `verbose` lists
+/// the ids of the dropped cells in the printed summary (`summary.txt` keeps only their
+/// counts). It renders the verdicts it is given and judges nothing.
 pub(crate) fn finish_run(
     run_dir: &Path,
     results: &RunResults,
-    baselines_dir: &Path,
+    verdicts: &Verdicts,
     format: Format,
     verbose: bool,
     gpu_hour_price: Option<f64>,
 ) -> Result<i32, CliError> {
-    let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
-    // A run judged against its history (`history.json`) is reported with the history's
-    // verdicts: one verdict in every report and the exit code.
-    let (comparison, gate) =
-        crate::history::gate::judged_comparison(results, &baselines, Some(run_dir));
-    let trends = gate
-        .as_ref()
-        .and_then(|g| crate::history::trends::for_run(&g.store, results).ok());
-    let input = ReportInput {
-        results,
-        comparison: &comparison,
-        trends: trends.as_ref(),
-        history: gate.as_ref(),
-    };
+    let input = ReportInput::new(results, verdicts);
     write_reports(run_dir, &input, gpu_hour_price)?;
     // The job summary is a convenience: failing to append to it must not hide the verdict.
     if let Err(e) = append_step_summary(&markdown::render_summary(&input)) {
@@ -201,30 +184,7 @@ pub(crate) fn finish_run(
     // A closed pipe (`bench report ... | head`) must not turn a verdict into a panic.
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
-    Ok(comparison.exit_code())
-}
-
-/// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
-/// a finished run again from its `results.json`, against the baselines as they are now.
-pub(crate) fn report_command(settings: &ReportSettings) -> Result<i32, CliError> {
-    let run_dir = &settings.run_dir;
-    let results = RunResults::load(run_dir)?;
-    let dir = if run_dir.is_dir() {
-        run_dir.clone()
-    } else {
-        run_dir
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."))
-    };
-    finish_run(
-        &dir,
-        &results,
-        &settings.baselines,
-        settings.format,
-        settings.verbose,
-        settings.gpu_hour_price,
-    )
+    Ok(verdicts.exit_code())
 }
 
 /// Seconds from the run's start to its end, when both are known.

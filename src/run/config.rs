@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::error::CliError;
 use crate::exit::bench as exit;
-use crate::matrix::cmd::MatrixSource;
 use crate::format::Format;
+use crate::matrix::cmd::MatrixSource;
 use crate::results::{Outcome, RunResults};
 use crate::slurm::Settings;
 

@@ -10,7 +10,8 @@
 //! [`executor`] runs a plan's processes, [`slurm`] one Slurm job, and [`launch`] turns a
 //! cell into command lines (no shell). [`events`] is what the runner tells reporters and
 //! [`progress`] holds the reporters (a bar on a terminal, plain lines in CI). The
-//! comparison with baselines and the report formats come after this stage.
+//! judge and the reports come after this stage; the command layer (`crate::commands`)
+//! composes them.
 
 // Public: what tests/ and reporters use. The rest is the runner's own (crate-visible, so
 // the compiler reports what nothing uses).
@@ -34,9 +35,7 @@ pub use error::RunError;
 
 use crate::env::GpuInventory;
 use crate::error::CliError;
-use crate::exit::bench as exit;
 use crate::matrix::Expansion;
-use crate::results::RunResults;
 use launcher::{Launcher, Local, Slurm};
 
 /// Runs `expansion` as `bench matrix` asks (on this host, or as Slurm jobs), reporting
@@ -149,115 +148,11 @@ pub fn run_with(
     Ok(outcome)
 }
 
-/// `bench matrix FILE` without `--dry-run`: load, run, then compare with the baselines and
-/// write the reports (`report::finish_run`).
-///
-/// Exit code: 130 when interrupted (the reports of the finished cells are still written);
-/// otherwise 1 when a cell failed, timed out or regressed, else 0.
-pub(crate) fn cmd(args: &MatrixSettings) -> Result<i32, CliError> {
-    let expansion = crate::matrix::cmd::load(&args.source)?;
-    // Before the first cell, as the dry run checks it: a workload no cell can start.
+/// Refuses, before the first cell (as the dry run does), a cell whose workload no process
+/// can start.
+pub(crate) fn check_cells(expansion: &Expansion) -> Result<(), CliError> {
     for cell in &expansion.cells {
         launch::check(cell).map_err(RunError::from)?;
     }
-    // Before the first cell: a malformed baseline file, or a history store that cannot be
-    // opened, found after the run would leave no verdict for cells that took hours.
-    crate::baseline::Baselines::check_dir(&args.baselines)?;
-    let mut store = match &args.history {
-        Some(location) => {
-            // A damaged store, one of a newer schema or a row bench cannot read is refused
-            // here (exit 2), not after the cells have run.
-            crate::history::check(location)?;
-            let mut s = crate::history::open(location)?;
-            // A run id another hardware's job already recorded is refused here, before
-            // the first cell, rather than at the first write (where it would cost a cell)
-            // or, worse, by replacing that job's run.
-            if let (Some(id), LauncherRequest::Local) = (&args.config.run_id, &args.launcher) {
-                let mut inv = GpuInventory::detect();
-                if let Some(n) = args.config.gpus {
-                    inv = inv.with_count(n);
-                }
-                s.claim_run_id(id, &crate::env::hardware_key(&inv))?;
-            }
-            Some(s)
-        }
-        None => None,
-    };
-    let outcome = match store.as_mut() {
-        Some(s) => {
-            let mut recorder = crate::history::recorder::Recorder::new(
-                s,
-                crate::history::record::current_branch(),
-            );
-            run_matrix(args, expansion, Some(&mut recorder))?
-        }
-        None => run_matrix(args, expansion, None)?,
-    };
-    eprintln!(
-        "results: {}",
-        outcome.run_dir.join(RunResults::FILE).display()
-    );
-    // With a history the cells are judged (and suspects re-run) before any report is
-    // written, so every report says what the history says.
-    let mut interrupted = outcome.interrupted;
-    let mut gate = None;
-    if let Some(s) = store.as_mut() {
-        let mut confirm = crate::history::gate::MatrixConfirm {
-            settings: args,
-            run_id: outcome.results.run_id.clone(),
-        };
-        let runner: Option<&mut dyn crate::history::gate::ConfirmRunner> =
-            if args.confirm && !outcome.interrupted {
-                Some(&mut confirm)
-            } else {
-                None
-            };
-        // By default the re-runs may take what the run took, once for each re-run a breach
-        // can ask for (`history::detect::MAX_RERUNS`): every cell could be re-run that often.
-        let budget = args.confirm_budget_gpu_s.or_else(|| {
-            Some(crate::history::detect::MAX_RERUNS as f64 * run_gpu_seconds(&outcome.results))
-        });
-        let (report, confirm_interrupted) = crate::history::gate::after_run(
-            s,
-            &outcome.run_dir,
-            &outcome.results,
-            outcome.telemetry.clone(),
-            &args.baselines,
-            runner,
-            budget,
-        )?;
-        interrupted |= confirm_interrupted;
-        gate = Some(report);
-    }
-    let verdict = crate::report::finish_run(
-        &outcome.run_dir,
-        &outcome.results,
-        &args.baselines,
-        args.format,
-        args.verbose,
-        args.gpu_hour_price,
-    )?;
-    if interrupted {
-        return Ok(exit::INTERRUPTED);
-    }
-    // `finish_run`'s verdict is the comparison with the history laid over it: with a
-    // history the cells it judged are judged by it, the baseline decides the rest.
-    let _ = gate;
-    Ok(verdict.max(outcome.exit_code()))
-}
-
-/// GPU-seconds the run's cells took (one for a CPU cell): twice this is the default budget
-/// of the confirmation.
-fn run_gpu_seconds(results: &RunResults) -> f64 {
-    results
-        .cells
-        .iter()
-        .map(|c| {
-            let gpus = match c.values.get("gpus") {
-                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
-                _ => 1.0,
-            };
-            c.duration_s * gpus
-        })
-        .sum()
+    Ok(())
 }

@@ -4,8 +4,8 @@
 
 use crate::baseline::compare::CellComparison;
 use crate::report::text::{grouped, metric_label};
-use crate::trend::Trends;
 use crate::results::{CellResult, RunResults};
+use crate::trend::Trends;
 
 /// Points of one chart: enough to see a trend or a slow step, few enough to stay small.
 const CHART_POINTS: usize = 24;

@@ -29,9 +29,9 @@ use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change, rule_drops,
     three_digits,
 };
-use crate::trend::Trends;
 use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
+use crate::trend::Trends;
 
 /// The most a comment or job summary may take, in bytes. GitHub caps comments at 65,536
 /// characters and GitLab notes at 1,000,000; a reader scrolling a PR wants far less than

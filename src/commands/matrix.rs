@@ -1,0 +1,151 @@
+//! `bench matrix FILE` (without `--dry-run`): the pipeline end to end.
+
+use crate::error::CliError;
+use crate::exit::bench as exit;
+use crate::history::gate::{confirm_run_id, ConfirmOutcome, Confirmation};
+use crate::history::History;
+use crate::results::RunResults;
+use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
+
+/// `bench matrix FILE`: load and check the matrix (and the history it will be judged
+/// against) before the first cell, run the cells, judge them (re-running what the verdicts
+/// want confirmed), and write every report.
+///
+/// Exit code: 130 when interrupted (the reports of the finished cells are still written);
+/// otherwise 1 when a cell failed, timed out or regressed, else 0.
+pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
+    let expansion = crate::matrix::cmd::load(&args.source)?;
+    // Before the first cell: a workload no cell can start, a malformed baseline file.
+    crate::run::check_cells(&expansion)?;
+    crate::baseline::Baselines::check_dir(&args.baselines)?;
+    let mut store = open_history(args)?;
+    let outcome = match store.as_mut() {
+        Some(s) => {
+            let branch = crate::history::record::current_branch();
+            let mut recorder = crate::history::recorder::Recorder::new(s, branch);
+            crate::run::run_matrix(args, expansion, Some(&mut recorder))?
+        }
+        None => crate::run::run_matrix(args, expansion, None)?,
+    };
+    eprintln!(
+        "results: {}",
+        outcome.run_dir.join(RunResults::FILE).display()
+    );
+    let mut interrupted = outcome.interrupted;
+    if let Some(s) = store.as_mut() {
+        interrupted |= judge_against_history(args, s, &outcome)?;
+    }
+    let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
+    let verdict = crate::report::finish_run(
+        &outcome.run_dir,
+        &outcome.results,
+        &verdicts,
+        args.format,
+        args.verbose,
+        args.gpu_hour_price,
+    )?;
+    if interrupted {
+        return Ok(exit::INTERRUPTED);
+    }
+    Ok(verdict.max(outcome.exit_code()))
+}
+
+/// The history store of `--history`, checked before the first cell: a damaged store, one of
+/// a newer schema or a row bench cannot read is refused here (exit 2), as is a run id another
+/// hardware's job already recorded, rather than after cells that took hours.
+fn open_history(args: &MatrixSettings) -> Result<Option<History>, CliError> {
+    let Some(location) = &args.history else {
+        return Ok(None);
+    };
+    crate::history::check(location)?;
+    let mut s = crate::history::open(location)?;
+    if let (Some(id), LauncherRequest::Local) = (&args.config.run_id, &args.launcher) {
+        let mut inv = crate::env::GpuInventory::detect();
+        if let Some(n) = args.config.gpus {
+            inv = inv.with_count(n);
+        }
+        s.claim_run_id(id, &crate::env::hardware_key(&inv))?;
+    }
+    Ok(Some(s))
+}
+
+/// Judges the run against the history, re-running the cells its verdicts want confirmed
+/// (with `--confirm`, within the budget) and judging again, until the judge is satisfied;
+/// writes `history.json`. Returns whether a re-run was interrupted.
+fn judge_against_history(
+    args: &MatrixSettings,
+    store: &mut History,
+    outcome: &RunOutcome,
+) -> Result<bool, CliError> {
+    let passes = if args.confirm && !outcome.interrupted {
+        crate::history::detect::MAX_RERUNS
+    } else {
+        0
+    };
+    // By default the re-runs may take what the run took, once for each re-run a breach can
+    // ask for (`history::detect::MAX_RERUNS`): every cell could be re-run that often.
+    let budget = args.confirm_budget_gpu_s.or_else(|| {
+        Some(crate::history::detect::MAX_RERUNS as f64 * run_gpu_seconds(&outcome.results))
+    });
+    let mut confirm = Confirmation::start(
+        store,
+        &outcome.run_dir,
+        &outcome.results,
+        outcome.telemetry.clone(),
+        &args.baselines,
+        passes,
+        budget,
+    )?;
+    while let Some((pass, cells)) = confirm.next_rerun() {
+        confirm.take(&cells, rerun(args, &outcome.results.run_id, pass, &cells))?;
+    }
+    let (_, interrupted) = confirm.finish()?;
+    Ok(interrupted)
+}
+
+/// Re-runs `cells` (each with at least the repeats given) as a second pass of the same
+/// matrix and settings, into the run folder `<run-id>-confirm` (`-confirm-2`, ... for later
+/// passes).
+fn rerun(
+    args: &MatrixSettings,
+    run_id: &str,
+    pass: usize,
+    cells: &[(String, u32)],
+) -> Result<ConfirmOutcome, CliError> {
+    let mut expansion = crate::matrix::cmd::load(&args.source)?;
+    expansion
+        .cells
+        .retain(|c| cells.iter().any(|(id, _)| id == c.id.as_str()));
+    for c in &mut expansion.cells {
+        if let Some((_, r)) = cells.iter().find(|(id, _)| id == c.id.as_str()) {
+            c.params.repeats = c.params.repeats.max(*r);
+        }
+    }
+    let mut settings = args.clone();
+    let run_id = confirm_run_id(run_id, pass);
+    // The suffix can push a valid id past the limit; it is checked like `--run-id`.
+    crate::run::check_run_id(&run_id)?;
+    settings.config.run_id = Some(run_id);
+    settings.config.resume = None;
+    let outcome = crate::run::run_matrix(&settings, expansion, None)?;
+    Ok(ConfirmOutcome {
+        interrupted: outcome.interrupted,
+        results: outcome.results,
+    })
+}
+
+/// GPU-seconds the run's cells took (one for a CPU cell): the default budget of the
+/// confirmation is a multiple of this.
+fn run_gpu_seconds(results: &RunResults) -> f64 {
+    results
+        .cells
+        .iter()
+        .map(|c| {
+            let gpus = match c.values.get("gpus") {
+                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
+                _ => 1.0,
+            };
+            c.duration_s * gpus
+        })
+        .sum()
+}

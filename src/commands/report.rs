@@ -1,0 +1,208 @@
+//! `bench report` and its subcommands: judge a finished run folder again (against the
+//! baselines as they are now, with the history's judgement it recorded) and render it:
+//! every report (`bench report RUN_DIR`), one page over several runs (`bench report html`),
+//! or the pull-request / merge-request comment (`bench report post`).
+//!
+//! The post's verdict is the run's, not the post's: a missing token, a missing pull request
+//! or a failed request is reported as a warning, and the command still exits with the code
+//! the verdicts give (0, or 1 for regressions and failed cells), so a CI job's pass/fail
+//! never depends on the forge's API being up.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::baseline::Comparison;
+use crate::error::CliError;
+use crate::format::Format;
+use crate::publish::{self, CommitStatus, Marker, PostOptions, StatusState, TargetFlags};
+use crate::results::RunResults;
+use crate::trend::Trends;
+
+/// Resolved settings of `bench report RUN_DIR`.
+#[derive(Debug, Clone)]
+pub(crate) struct ReportSettings {
+    /// The run folder (or its `results.json`).
+    pub run_dir: PathBuf,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    pub verbose: bool,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    pub gpu_hour_price: Option<f64>,
+}
+
+/// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
+/// a finished run again from its `results.json`, against the baselines as they are now.
+pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
+    let run_dir = &settings.run_dir;
+    let results = RunResults::load(run_dir)?;
+    let dir = if run_dir.is_dir() {
+        run_dir.clone()
+    } else {
+        run_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."))
+    };
+    let verdicts = crate::judge::of_run(&results, &settings.baselines, Some(&dir))?;
+    crate::report::finish_run(
+        &dir,
+        &results,
+        &verdicts,
+        settings.format,
+        settings.verbose,
+        settings.gpu_hour_price,
+    )
+}
+
+/// Resolved settings of `bench report html`.
+#[derive(Debug, Clone)]
+pub(crate) struct HtmlSettings {
+    /// One or more run folders.
+    pub run_dirs: Vec<PathBuf>,
+    /// Trends of earlier runs to draw (a JSON file, see [`Trends::load`]).
+    pub history: Option<PathBuf>,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Where to write the page; `None`: report.html in the run folder, or in the current
+    /// folder for several runs.
+    pub output: Option<PathBuf>,
+}
+
+/// Whether `--history` names a history store (a PostgreSQL URL or a SQLite file, by its
+/// header) rather than a JSON trend file.
+fn is_store(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return true;
+    }
+    let mut head = [0u8; 16];
+    // A FIFO or a device is neither: opened without blocking, and refused unless regular.
+    crate::files::open_regular(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| &head == b"SQLite format 3\0")
+}
+
+/// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
+/// each compared with the baselines of its own hardware key. Prints the page's path.
+pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
+    let mut runs = Vec::new();
+    for dir in &args.run_dirs {
+        let results = RunResults::load(dir)?;
+        let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
+        runs.push((results, verdicts.comparison));
+    }
+    let trends = match &args.history {
+        Some(path) if is_store(path) => {
+            // A history store (what `bench matrix --history` records into): each run's
+            // cells' trends and change points, read as the run's own report reads them.
+            let location = path.to_string_lossy();
+            let mut all = Trends::default();
+            for (results, _) in &runs {
+                let t = crate::history::trends::for_run(&location, results)?;
+                for s in t.series {
+                    if !all
+                        .series
+                        .iter()
+                        .any(|x| x.cell == s.cell && x.metric == s.metric)
+                    {
+                        all.series.push(s);
+                    }
+                }
+            }
+            Some(all)
+        }
+        Some(path) => {
+            Some(Trends::load(path).map_err(|e| CliError::bad_input(miette::miette!("{e}")))?)
+        }
+        None => None,
+    };
+    let pairs: Vec<(&RunResults, &Comparison)> = runs.iter().map(|(r, c)| (r, c)).collect();
+    let data = crate::report::html::HtmlData::build(&pairs, trends.as_ref());
+    let out = match (&args.output, args.run_dirs.as_slice()) {
+        (Some(o), _) => o.clone(),
+        (None, [one]) if one.is_dir() => one.join("report.html"),
+        (None, _) => PathBuf::from("report.html"),
+    };
+    crate::report::html::write_page(&out, &data)?;
+    println!("{}", out.display());
+    Ok(crate::exit::bench::OK)
+}
+
+/// Resolved settings of `bench report post`.
+#[derive(Debug, Clone)]
+pub(crate) struct PostSettings {
+    /// The run folder.
+    pub run_dir: PathBuf,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Where to post, as the flags said it; the CI environment fills in the rest
+    /// ([`publish::resolve_target`]).
+    pub target: TargetFlags,
+    /// Post nothing when no cell regressed, improved or is new.
+    pub only_on_change: bool,
+    /// Also set a commit status carrying the verdict.
+    pub commit_status: bool,
+    /// The whole time posting may take (connecting, answers, retries); positive.
+    pub deadline: Duration,
+}
+
+/// Runs `bench report post`.
+pub(crate) fn post_command(settings: &PostSettings) -> Result<i32, CliError> {
+    post_with_env(settings, &|k| std::env::var(k).ok())
+}
+
+/// [`post_command`] with an injectable environment (tests).
+pub(crate) fn post_with_env(
+    args: &PostSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<i32, CliError> {
+    let results = RunResults::load(&args.run_dir)?;
+    // The history's verdicts, when the run was judged against one, are the run's verdicts.
+    let verdicts = crate::judge::of_run(&results, &args.baselines, Some(&args.run_dir))?;
+    let comparison = &verdicts.comparison;
+    let verdict = verdicts.exit_code();
+    let target = match publish::resolve_target(&args.target, env) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("warning: not posting the report: {e}");
+            return Ok(verdict);
+        }
+    };
+    let body = crate::report::markdown::render_comment(
+        &results,
+        comparison,
+        verdicts.trends.as_ref(),
+        verdicts.history.as_ref(),
+        target.artifacts_url.as_deref(),
+    );
+    let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
+    let counts = comparison.counts();
+    let commit_status = args.commit_status.then(|| CommitStatus {
+        state: if verdict == crate::exit::bench::OK {
+            StatusState::Success
+        } else {
+            StatusState::Failure
+        },
+        description: format!(
+            "{} regressed, {} improved, {} failed of {} cells",
+            counts.regression,
+            counts.improvement,
+            counts.failed + counts.timed_out,
+            counts.cells
+        ),
+    });
+    let opts = PostOptions {
+        only_on_change: args.only_on_change,
+        commit_status,
+        deadline: args.deadline,
+        ..PostOptions::default()
+    };
+    match publish::post(&target, &body, &marker, comparison.has_changes(), &opts) {
+        Ok(outcome) => println!("bench report post: {outcome}"),
+        Err(e) => eprintln!("warning: posting the report failed: {e}"),
+    }
+    Ok(verdict)
+}
