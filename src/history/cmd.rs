@@ -6,19 +6,17 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use indexmap::IndexMap;
-
 use crate::error::CliError;
 use crate::exit::bench as exit;
-use crate::results::{Outcome, RunResults};
-use crate::telemetry::CellTelemetry;
+use crate::results::RunResults;
 
 use super::changepoint::{e_divisive, Settings};
 use super::detect::Policy;
 use super::record::RunRecord;
 use super::store::{Point, Segment};
-use super::study::{table, CellPools};
-use super::HistoryError;
+#[cfg(test)]
+use super::study::switch_of;
+use super::study::{pools, pools_from_store, table};
 
 /// Prints `text` on stdout; a closed pipe (`| head`) is not a failure. What these commands
 /// print holds text from the store (reasons, run ids, host names, written by whoever
@@ -35,7 +33,7 @@ fn print(text: &str) {
 /// (`bench history CELL`, `study --history`, `baseline accept`) must not write a schema
 /// into a file that someone else created (an empty file is not a history).
 fn refuse_empty_file(location: &str) -> Result<(), CliError> {
-    if let Ok(super::Location::Sqlite(path)) = super::parse_location(location) {
+    if let Ok(super::store::Location::Sqlite(path)) = super::store::parse_location(location) {
         if std::fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
             return Err(CliError::bad_input(miette::miette!(
                 "{location}: an empty file, not a bench history (a read-only command does not create one; `bench history import` or `bench matrix --history` does)"
@@ -152,7 +150,7 @@ pub(crate) fn import(args: &ImportSettings) -> Result<i32, CliError> {
         check_metrics(dir, &results)?;
         runs.push(results);
     }
-    let mut store = super::open(&args.history)?;
+    let mut store = super::store::open(&args.history)?;
     for (dir, results) in args.run_dirs.iter().zip(runs) {
         let telemetry =
             crate::telemetry::load(dir).map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
@@ -308,7 +306,7 @@ pub(crate) fn render_trend(
 pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
     let cell = args.cell.as_str();
     refuse_empty_file(&args.history)?;
-    let mut store = super::open_existing(&args.history)?;
+    let mut store = super::store::open_existing(&args.history)?;
     let known = store.hardware_keys(cell, &args.metric)?;
     let keys = match &args.hardware {
         // A hardware key with no history of the cell is bad input, as an unknown cell is.
@@ -347,7 +345,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
         )));
     }
     refuse_empty_file(&args.history)?;
-    let mut store = super::open_existing(&args.history)?;
+    let mut store = super::store::open_existing(&args.history)?;
     let key = match &args.hardware {
         Some(k) => k.clone(),
         None => {
@@ -401,127 +399,6 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     Ok(exit::OK)
 }
 
-/// The workload switches of a run ([`crate::env::WORKLOAD_SWITCHES`]), as `VAR=value`
-/// joined by commas; empty for a clean run.
-pub(crate) fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
-    let mut switch: Vec<String> = switches
-        .iter()
-        .filter(|(k, _)| crate::env::matches_switch(crate::env::WORKLOAD_SWITCHES, k))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    // Results written before `environment.switches` existed: scripts/gate-study.sh names
-    // a slowed run after its switch (`slow-003-BENCH_FUSED_ADAMW`).
-    if switch.is_empty() {
-        if let Some(at) = run_id.find("BENCH_FUSED_") {
-            switch.push(format!("{}=0", &run_id[at..]));
-        }
-    }
-    switch.join(",")
-}
-
-/// Adds one cell-run (its repeats, value and telemetry) to the pools of `cell`.
-fn add_run(
-    cells: &mut IndexMap<String, CellPools>,
-    cell: &str,
-    switch: String,
-    samples: &[f64],
-    telemetry: Option<(f64, CellTelemetry)>,
-) {
-    let entry = cells.entry(cell.to_string()).or_insert_with(|| CellPools {
-        cell: cell.to_string(),
-        clean: vec![],
-        clean_runs: 0,
-        slow: IndexMap::new(),
-        clean_telemetry: Vec::new(),
-        slow_telemetry: IndexMap::new(),
-        slow_runs: IndexMap::new(),
-    });
-    if switch.is_empty() {
-        entry.clean.extend(samples);
-        entry.clean_runs += 1;
-        entry.clean_telemetry.extend(telemetry);
-    } else {
-        entry
-            .slow
-            .entry(switch.clone())
-            .or_default()
-            .extend(samples);
-        *entry.slow_runs.entry(switch.clone()).or_default() += 1;
-        entry
-            .slow_telemetry
-            .entry(switch)
-            .or_default()
-            .extend(telemetry);
-    }
-}
-
-/// Groups the run folders' repeats by cell and by speed switches (none set: clean).
-pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
-    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
-    for r in runs {
-        let switch = switch_of(&r.environment.switches, &r.run_id);
-        for c in r.cells.iter().filter(|c| c.outcome == Outcome::Passed) {
-            let Some(m) = c.metrics.get(metric) else {
-                continue;
-            };
-            let telemetry = c.telemetry.as_deref().map(|t| (m.value, t.clone()));
-            add_run(
-                &mut cells,
-                c.id.as_str(),
-                switch.clone(),
-                &m.samples,
-                telemetry,
-            );
-        }
-    }
-    cells.into_values().filter(|c| c.clean.len() >= 2).collect()
-}
-
-/// Every run of every cell a history store holds for `metric`, as (the cell's name in the
-/// study: `CELL on KEY` when it was measured on several hardware keys, its point), oldest
-/// first per cell, the gate's confirming re-runs left out (the studies simulate those).
-pub(crate) fn store_points(
-    store: &mut crate::history::History,
-    metric: &str,
-) -> Result<Vec<(String, super::store::Point)>, HistoryError> {
-    let mut out = Vec::new();
-    for cell in store.cells(metric)? {
-        let keys = store.hardware_keys(&cell, metric)?;
-        for key in &keys {
-            let name = if keys.len() > 1 {
-                format!("{cell} on {key}")
-            } else {
-                cell.clone()
-            };
-            for p in store.trend(&cell, key, metric)? {
-                if !super::gate::is_confirm_run(&p.run_id) {
-                    out.push((name.clone(), p));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// [`pools`] from a history store ([`store_points`]).
-pub(crate) fn pools_from_store(
-    store: &mut crate::history::History,
-    metric: &str,
-) -> Result<Vec<CellPools>, HistoryError> {
-    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
-    for (name, p) in store_points(store, metric)? {
-        let telemetry = p.telemetry.clone().map(|t| (p.value, t));
-        add_run(
-            &mut cells,
-            &name,
-            switch_of(&p.switches, &p.run_id),
-            &p.repeats(),
-            telemetry,
-        );
-    }
-    Ok(cells.into_values().filter(|c| c.clean.len() >= 2).collect())
-}
-
 /// `bench history study RUN_DIR...`.
 pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
     // The simulations are minutes of pure computation with no stop of their own: Ctrl-C
@@ -531,7 +408,7 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
     let (cells, sequences, source) = match &args.history {
         Some(location) => {
             refuse_empty_file(location)?;
-            let mut store = crate::history::open_existing(location)?;
+            let mut store = crate::history::store::open_existing(location)?;
             let cells = pools_from_store(&mut store, &args.metric)?;
             let sequences = super::sequence::from_store(&mut store, &args.metric)?;
             (cells, sequences, format!("the history {}", store.location))
@@ -592,7 +469,7 @@ mod tests {
 
     #[test]
     fn a_run_with_a_workload_switch_is_not_a_clean_run() {
-        let sw = |pairs: &[(&str, &str)]| -> IndexMap<String, String> {
+        let sw = |pairs: &[(&str, &str)]| -> indexmap::IndexMap<String, String> {
             pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

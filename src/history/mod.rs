@@ -26,6 +26,7 @@ pub mod changepoint;
 pub mod cmd;
 pub mod detect;
 pub mod environment;
+mod error;
 pub mod gate;
 pub(crate) mod interrupt;
 pub mod postgres;
@@ -38,46 +39,11 @@ pub mod study;
 pub mod suspects;
 pub mod trends;
 pub mod twosample;
+pub mod verdicts;
 pub mod words;
 
+pub use error::HistoryError;
 pub use store::{check, open, open_existing, parse_location, History, Location};
 
 /// The default history file of the `bench history` commands (also `$BENCH_HISTORY`).
 pub(crate) const DEFAULT_LOCATION: &str = "bench-history.sqlite";
-
-/// Errors of the history stage; each names the store (file or URL without password).
-#[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
-    #[error("{location}: cannot open the history store: {message}")]
-    Open { location: String, message: String },
-    #[error("{location}: {message}")]
-    Query { location: String, message: String },
-    #[error("{location}: schema version {found} is newer than this bench understands ({known}); upgrade bench")]
-    Newer {
-        location: String,
-        found: i64,
-        known: i64,
-    },
-    #[error("{path}: {message}")]
-    Input { path: String, message: String },
-}
-
-impl HistoryError {
-    /// Whether the user's input is at fault (exit 2) rather than the store (internal).
-    pub(crate) fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            HistoryError::Input { .. } | HistoryError::Open { .. } | HistoryError::Newer { .. }
-        )
-    }
-}
-
-impl From<HistoryError> for crate::error::CliError {
-    fn from(e: HistoryError) -> Self {
-        if e.is_bad_input() {
-            crate::error::CliError::bad_input(miette::miette!("{e}"))
-        } else {
-            crate::error::CliError::internal(miette::miette!("{e}"))
-        }
-    }
-}

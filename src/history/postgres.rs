@@ -23,7 +23,7 @@ use postgres::{Client, NoTls};
 use regex::{Captures, Regex};
 
 use super::interrupt::Guard;
-use super::store::{Backend, Sql};
+use super::store::backend::{Backend, Sql};
 
 /// The longest wait for a connection (TCP and the server's start-up) unless the URL's
 /// `connect_timeout` says otherwise.

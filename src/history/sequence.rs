@@ -224,7 +224,7 @@ pub(crate) fn add(cells: &mut IndexMap<String, CellRuns>, cell: &str, switch: &s
 pub(crate) fn from_results(runs: &[crate::results::RunResults], metric: &str) -> Vec<CellRuns> {
     let mut cells = IndexMap::new();
     for r in runs {
-        let switch = super::cmd::switch_of(&r.environment.switches, &r.run_id);
+        let switch = super::study::switch_of(&r.environment.switches, &r.run_id);
         for c in r
             .cells
             .iter()
@@ -247,12 +247,12 @@ pub(crate) fn from_results(runs: &[crate::results::RunResults], metric: &str) ->
 /// The cells' real runs from a history store (every hardware key its own cell), leaving
 /// out the gate's confirming re-runs.
 pub(crate) fn from_store(
-    store: &mut super::History,
+    store: &mut super::store::History,
     metric: &str,
-) -> Result<Vec<CellRuns>, super::HistoryError> {
+) -> Result<Vec<CellRuns>, super::error::HistoryError> {
     let mut cells = IndexMap::new();
-    for (name, p) in super::cmd::store_points(store, metric)? {
-        let switch = super::cmd::switch_of(&p.switches, &p.run_id);
+    for (name, p) in super::study::store_points(store, metric)? {
+        let switch = super::study::switch_of(&p.switches, &p.run_id);
         let run = RealRun {
             samples: p.repeats(),
             run_id: p.run_id,

@@ -9,7 +9,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags};
 
 use super::interrupt::Guard;
-use super::store::{Backend, Sql};
+use super::store::backend::{Backend, Sql};
 
 /// How long a writer waits for another one's lock before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -35,11 +35,13 @@ use indexmap::IndexMap;
 use crate::baseline::Direction;
 use crate::metrics::stats::{median, rel_spread};
 
+use crate::results::{Outcome, RunResults};
 use crate::telemetry::CellTelemetry;
 
 use super::changepoint::SplitMix64;
 use super::detect::{self, HistoryVerdict, Observation, Policy};
 use super::environment;
+use super::error::HistoryError;
 
 /// The old rule's fixed tolerance.
 pub(crate) const OLD_TOLERANCE: f64 = 0.03;
@@ -330,6 +332,130 @@ fn telemetry_summary(c: &CellPools) -> String {
         describe(&clean),
         describe(&slowed)
     )
+}
+
+// The pools of the study, from run folders or from a store (`bench history study`), and the
+// month's sequences (`super::sequence`) read them the same way.
+
+/// The workload switches of a run ([`crate::env::WORKLOAD_SWITCHES`]), as `VAR=value`
+/// joined by commas; empty for a clean run.
+pub(crate) fn switch_of(switches: &IndexMap<String, String>, run_id: &str) -> String {
+    let mut switch: Vec<String> = switches
+        .iter()
+        .filter(|(k, _)| crate::env::matches_switch(crate::env::WORKLOAD_SWITCHES, k))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    // Results written before `environment.switches` existed: scripts/gate-study.sh names
+    // a slowed run after its switch (`slow-003-BENCH_FUSED_ADAMW`).
+    if switch.is_empty() {
+        if let Some(at) = run_id.find("BENCH_FUSED_") {
+            switch.push(format!("{}=0", &run_id[at..]));
+        }
+    }
+    switch.join(",")
+}
+
+/// Adds one cell-run (its repeats, value and telemetry) to the pools of `cell`.
+fn add_run(
+    cells: &mut IndexMap<String, CellPools>,
+    cell: &str,
+    switch: String,
+    samples: &[f64],
+    telemetry: Option<(f64, CellTelemetry)>,
+) {
+    let entry = cells.entry(cell.to_string()).or_insert_with(|| CellPools {
+        cell: cell.to_string(),
+        clean: vec![],
+        clean_runs: 0,
+        slow: IndexMap::new(),
+        clean_telemetry: Vec::new(),
+        slow_telemetry: IndexMap::new(),
+        slow_runs: IndexMap::new(),
+    });
+    if switch.is_empty() {
+        entry.clean.extend(samples);
+        entry.clean_runs += 1;
+        entry.clean_telemetry.extend(telemetry);
+    } else {
+        entry
+            .slow
+            .entry(switch.clone())
+            .or_default()
+            .extend(samples);
+        *entry.slow_runs.entry(switch.clone()).or_default() += 1;
+        entry
+            .slow_telemetry
+            .entry(switch)
+            .or_default()
+            .extend(telemetry);
+    }
+}
+
+/// Groups the run folders' repeats by cell and by speed switches (none set: clean).
+pub(crate) fn pools(runs: &[RunResults], metric: &str) -> Vec<CellPools> {
+    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+    for r in runs {
+        let switch = switch_of(&r.environment.switches, &r.run_id);
+        for c in r.cells.iter().filter(|c| c.outcome == Outcome::Passed) {
+            let Some(m) = c.metrics.get(metric) else {
+                continue;
+            };
+            let telemetry = c.telemetry.as_deref().map(|t| (m.value, t.clone()));
+            add_run(
+                &mut cells,
+                c.id.as_str(),
+                switch.clone(),
+                &m.samples,
+                telemetry,
+            );
+        }
+    }
+    cells.into_values().filter(|c| c.clean.len() >= 2).collect()
+}
+
+/// Every run of every cell a history store holds for `metric`, as (the cell's name in the
+/// study: `CELL on KEY` when it was measured on several hardware keys, its point), oldest
+/// first per cell, the gate's confirming re-runs left out (the studies simulate those).
+pub(crate) fn store_points(
+    store: &mut crate::history::store::History,
+    metric: &str,
+) -> Result<Vec<(String, super::store::Point)>, HistoryError> {
+    let mut out = Vec::new();
+    for cell in store.cells(metric)? {
+        let keys = store.hardware_keys(&cell, metric)?;
+        for key in &keys {
+            let name = if keys.len() > 1 {
+                format!("{cell} on {key}")
+            } else {
+                cell.clone()
+            };
+            for p in store.trend(&cell, key, metric)? {
+                if !super::gate::is_confirm_run(&p.run_id) {
+                    out.push((name.clone(), p));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// [`pools`] from a history store ([`store_points`]).
+pub(crate) fn pools_from_store(
+    store: &mut crate::history::store::History,
+    metric: &str,
+) -> Result<Vec<CellPools>, HistoryError> {
+    let mut cells: IndexMap<String, CellPools> = IndexMap::new();
+    for (name, p) in store_points(store, metric)? {
+        let telemetry = p.telemetry.clone().map(|t| (p.value, t));
+        add_run(
+            &mut cells,
+            &name,
+            switch_of(&p.switches, &p.run_id),
+            &p.repeats(),
+            telemetry,
+        );
+    }
+    Ok(cells.into_values().filter(|c| c.clean.len() >= 2).collect())
 }
 
 #[cfg(test)]

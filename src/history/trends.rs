@@ -8,8 +8,8 @@ use crate::results::RunResults;
 use crate::trend::{TrendPoint, TrendSeries, Trends};
 
 use super::changepoint::{e_divisive, Settings};
+use super::error::HistoryError;
 use super::store::History;
-use super::HistoryError;
 
 /// At most this many recent runs per series: a chart, not an archive.
 pub(crate) const MAX_POINTS: usize = 60;
@@ -20,7 +20,7 @@ pub fn for_run(location: &str, results: &RunResults) -> Result<Trends, HistoryEr
     if !location.contains("://") && !std::path::Path::new(location).exists() {
         return Ok(Trends::default());
     }
-    let mut store = super::open(location)?;
+    let mut store = super::store::open(location)?;
     of_run(&mut store, results)
 }
 

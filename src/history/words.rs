@@ -11,7 +11,7 @@
 //! judge writes them into each judgement, so every format says the same.
 
 use super::detect::{HistoryVerdict, NumericsVerdict};
-use super::gate::CellJudgement;
+use super::verdicts::CellJudgement;
 
 fn short(commit: &Option<String>) -> String {
     match commit {

@@ -12,10 +12,12 @@
 //! than its model FLOPs at the peak of every GPU (a forged or misread figure, or
 //! parameters that do not match the run), so an absurd line is an error at its file:line.
 
+use super::collect::Collector;
+use super::error::IngestError;
 use super::model::ModelFlops;
-use super::parse::{Collector, Context, Framework, Own, Step};
+use super::parse::{Context, Framework, Own, Step};
 use super::read::for_each_line;
-use super::{IngestError, IngestSettings, PeakSource};
+use super::settings::{IngestSettings, PeakSource};
 use crate::axes::Dtype;
 use crate::metrics::flops::{self, Peak};
 

@@ -19,7 +19,9 @@
 //! confirmed by a re-run of a job bench did not start, so it stays suspect (and the
 //! repeats' test, with one value per run, waits for the band of five runs).
 
+pub(crate) mod collect;
 pub mod deepspeed;
+mod error;
 pub mod figures;
 pub mod llmc;
 pub mod maxtext;
@@ -30,100 +32,14 @@ pub mod parse;
 pub mod paxml;
 pub mod read;
 pub mod record;
+mod settings;
 pub mod torchtitan;
 
-use std::path::PathBuf;
-
-use crate::axes::Dtype;
 use crate::error::CliError;
-use crate::format::Format;
 
+pub use error::IngestError;
 pub use parse::Framework;
-
-/// Where MFU's peak comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum PeakSource {
-    /// `--peak-tflops P`: dense TFLOP/s of one GPU for the run's dtype.
-    Tflops(f64),
-    /// `--gpu NAME`: the peak table of [`crate::metrics::flops`].
-    Gpu(String),
-    /// Neither: MFU is left out (TFLOP/s per GPU is still reported).
-    None,
-}
-
-/// Resolved settings of `bench ingest`.
-#[derive(Debug, Clone)]
-pub(crate) struct IngestSettings {
-    /// The run's log files, read in this order as one log.
-    pub logs: Vec<PathBuf>,
-    pub framework: Framework,
-    pub model: model::ModelSpec,
-    /// A recipe's own model FLOPs per sequence, taken as given.
-    pub flops_per_sequence: Option<f64>,
-    pub global_batch: u64,
-    pub seq_len: u64,
-    pub gpus: u32,
-    pub dtype: Dtype,
-    pub peak: PeakSource,
-    /// The leading step lines left out as warm-up.
-    pub skip_steps: usize,
-    /// The cell id; `None`: derived from the framework and the parameters.
-    pub cell: Option<String>,
-    /// The run id; `None`: derived from the log's steps (so ingesting a log again replaces
-    /// its run instead of adding one).
-    pub run_id: Option<String>,
-    pub hardware_key: Option<String>,
-    /// The history store (a SQLite file or a postgres:// URL).
-    pub history: Option<String>,
-    pub results_dir: PathBuf,
-    pub baselines: PathBuf,
-    pub format: Format,
-}
-
-/// Why a log cannot be judged. Every variant names the file (and line) at fault; all are
-/// bad input (exit 2).
-#[derive(Debug, thiserror::Error)]
-pub enum IngestError {
-    #[error("{path}: cannot read the log: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {message}{}", if .text.is_empty() { String::new() } else { format!("\n  the line: `{}`", .text) })]
-    Line {
-        path: String,
-        line: usize,
-        /// The line, shortened.
-        text: String,
-        message: String,
-    },
-    #[error("{path}: {message}")]
-    Log { path: String, message: String },
-    #[error("{0}")]
-    Args(String),
-}
-
-impl IngestError {
-    /// An error at `path:line` about `text` (shortened to 200 characters).
-    pub(crate) fn at(path: &str, line: usize, text: &str, message: impl Into<String>) -> Self {
-        let mut text = text.trim().to_string();
-        if text.chars().count() > 200 {
-            text = text.chars().take(200).collect::<String>() + "…";
-        }
-        IngestError::Line {
-            path: path.to_string(),
-            line,
-            text,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<IngestError> for CliError {
-    fn from(e: IngestError) -> Self {
-        CliError::bad_input(miette::miette!("{e}"))
-    }
-}
+pub(crate) use settings::{IngestSettings, PeakSource};
 
 /// One log's bytes through the reader and the collector (`--framework auto`), as
 /// `bench ingest` reads a file: the accepted steps as `(step time, loss)`, or the error.
@@ -133,7 +49,7 @@ pub fn read_bytes(
     global_batch: u64,
     gpus: u32,
 ) -> Result<Vec<(f64, Option<f64>)>, IngestError> {
-    let mut c = parse::Collector::new(Framework::Auto, parse::Context { global_batch, gpus });
+    let mut c = collect::Collector::new(Framework::Auto, parse::Context { global_batch, gpus });
     read::for_each_line("log", bytes, |n, text| c.line("log", n, text))?;
     let (steps, ..) = c.finish();
     Ok(steps.iter().map(|s| (s.step_time_s, s.loss)).collect())

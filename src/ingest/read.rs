@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 
-use super::IngestError;
+use super::error::IngestError;
 
 /// The longest line read (the same bound the runner puts on a worker's line).
 pub(crate) const MAX_LINE_BYTES: usize = crate::events::MAX_LINE_BYTES;

@@ -11,9 +11,10 @@ use std::path::Path;
 use indexmap::IndexMap;
 use sha2::Digest;
 
+use super::error::IngestError;
 use super::figures::{Figures, Log};
 use super::model::ModelFlops;
-use super::{IngestError, IngestSettings, PeakSource};
+use super::settings::{IngestSettings, PeakSource};
 use crate::cell::{CellId, Params, Value};
 use crate::error::CliError;
 use crate::events::{StepEvent, SummaryEvent};

@@ -10,71 +10,17 @@
 //! The schema's migrations are in [`migrations`], the writing of a run in [`write`]; the
 //! queries stay here, beside the rows they read.
 
+pub(crate) mod backend;
 mod migrations;
 mod write;
 
+pub(crate) use self::backend::{now, Backend, Sql};
 pub use self::migrations::{schema_version_known, MIGRATIONS};
 use self::write::{write_cells, write_run};
+use super::error::HistoryError;
 use super::record::{CellRecord, RunRecord, Versions};
-use super::HistoryError;
 use crate::telemetry::CellTelemetry;
 use indexmap::IndexMap;
-
-/// A value bound to, or read from, SQL. The schema uses only these four kinds (`TEXT`,
-/// `BIGINT`, `DOUBLE PRECISION`, NULL), which both backends map without loss.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Sql {
-    Null,
-    Int(i64),
-    Real(f64),
-    Text(String),
-}
-
-impl Sql {
-    pub(crate) fn text(&self) -> Option<&str> {
-        match self {
-            Sql::Text(s) => Some(s),
-            _ => None,
-        }
-    }
-    pub(crate) fn int(&self) -> Option<i64> {
-        match self {
-            Sql::Int(i) => Some(*i),
-            _ => None,
-        }
-    }
-    pub(crate) fn real(&self) -> Option<f64> {
-        match self {
-            Sql::Real(r) => Some(*r),
-            Sql::Int(i) => Some(*i as f64),
-            _ => None,
-        }
-    }
-    fn opt_text(s: &Option<String>) -> Sql {
-        s.as_ref().map_or(Sql::Null, |s| Sql::Text(s.clone()))
-    }
-}
-
-/// One connection to a database. Statements use `?` placeholders (a backend that numbers
-/// them rewrites them); every row comes back as [`Sql`] values in column order.
-pub(crate) trait Backend: Send {
-    /// `sqlite` or `postgresql`.
-    fn kind(&self) -> &'static str;
-    /// Runs statements without parameters (DDL, BEGIN/COMMIT).
-    fn batch(&mut self, sql: &str) -> Result<(), String>;
-    fn execute(&mut self, sql: &str, params: &[Sql]) -> Result<u64, String>;
-    fn query(&mut self, sql: &str, params: &[Sql]) -> Result<Vec<Vec<Sql>>, String>;
-    /// The statement that opens a write transaction (SQLite takes the write lock at once
-    /// with `BEGIN IMMEDIATE`, so two writers queue instead of failing at commit).
-    fn begin(&self) -> &'static str {
-        "BEGIN"
-    }
-    /// What the database's own check of its files finds wrong, `None` when nothing (SQLite:
-    /// `PRAGMA quick_check`; a server keeps its files itself).
-    fn damage(&mut self) -> Result<Option<String>, String> {
-        Ok(None)
-    }
-}
 
 /// An open history store.
 pub struct History {
@@ -790,16 +736,4 @@ fn text(v: &Sql) -> String {
 /// JSON has no NaN: a NaN loss is stored as `null` and read back as NaN.
 fn nan_from_null(v: Vec<Option<f64>>) -> Vec<f64> {
     v.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect()
-}
-
-fn json_floats(v: &[f64]) -> String {
-    let opt: Vec<Option<f64>> = v.iter().map(|x| x.is_finite().then_some(*x)).collect();
-    serde_json::to_string(&opt).unwrap_or_else(|_| "[]".into())
-}
-
-/// The current time, RFC 3339 UTC.
-pub(crate) fn now() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }

@@ -1,7 +1,7 @@
 //! Writing one run: inside the transaction [`super::History`] opens, any earlier copy of
 //! the run is deleted, then its row, cells and metrics are written.
 
-use super::{json_floats, now, Backend, Sql};
+use super::backend::{json_floats, now, Backend, Sql};
 use crate::history::record::{CellRecord, RunRecord};
 
 /// The hardware key a run id is stored under, when the store has the run.
