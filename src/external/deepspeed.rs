@@ -21,19 +21,19 @@
 //! synchronisation). bench's step time is the driver's; DeepSpeed's own tokens/s is its
 //! `CurrSamplesPerSec` x seq_len / GPUs of the same step.
 
-use super::ran::Signature;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
+use crate::axes::Parallel;
 use crate::cell::{Cell, Value};
 
 pub(crate) struct DeepSpeed;
 
-const NAME: &str = "deepspeed";
+pub(crate) const NAME: &str = "deepspeed";
 
 /// The ZeRO stage of a cell: the `zero` axis, else what `parallel` means (see the module
 /// doc); `Err` for a `zero` value that is not an integer.
@@ -46,79 +46,35 @@ pub(crate) fn zero_stage(cell: &Cell) -> Result<i64, String> {
     }
 }
 
-/// DeepSpeed's own log lines that say what ran (0.19's wording), read into the cell's
-/// record (`super::ran`); its driver adds what the engine holds (ZeRO stage, optimizer,
-/// attention), and dynamo's recompile-limit warning, shared by every torch stack, says
-/// when its compile fell back to eager.
-const SIGNATURES: &[Signature] = &[
-    Signature {
-        aspect: "execution",
-        pattern: r"\] Compiling mode=(\w+) deepcompile=(\w+) backend=(\w+)",
-        says: "torch.compile through engine.compile() (mode $1, deepcompile $2, backend $3)",
-    },
-    Signature {
-        aspect: "optimizer",
-        pattern: r"DeepSpeed Final Optimizer = (\w+)",
-        says: "DeepSpeed's final optimizer $1",
-    },
-];
+/// Why a cell's ZeRO stage contradicts its `parallel` (see the module doc), if it does:
+/// the one refusal of the adapter that is no table data, since it reads the `zero` axis
+/// against `parallel` and the GPUs.
+fn zero_refusal(cell: &Cell) -> Option<String> {
+    let zero = match zero_stage(cell) {
+        Ok(z) => z,
+        Err(e) => return Some(e),
+    };
+    let sharded = cell.parallel() == Parallel::Fsdp;
+    match zero {
+        0..=2 if sharded && cell.gpus() > 1 => Some(format!(
+            "ZeRO stage {zero} keeps every parameter on every rank, which bench calls ddp, not fsdp"
+        )),
+        3 if !sharded => Some(
+            "ZeRO stage 3 shards the parameters, which bench calls fsdp, not ddp or single".into(),
+        ),
+        0..=3 => None,
+        z => Some(format!("ZeRO has stages 0 to 3, not {z}")),
+    }
+}
 
 impl super::Adapter for DeepSpeed {
-    fn name(&self) -> &'static str {
-        NAME
+    fn refuses(&self, cell: &Cell) -> Option<String> {
+        zero_refusal(cell)
     }
 
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        if let Err(e) = super::llama_preset(cell, "DeepSpeed") {
-            return Some(e);
-        }
-        if let Some(why) = super::common_checks(cell, "DeepSpeed", &["compile", "sac"]) {
-            return Some(why);
-        }
-        match cell.dtype().name() {
-            "bf16" | "fp32" => {}
-            "fp8" => {
-                return Some(
-                    "DeepSpeed's engine has no fp8 training of its own (it needs Transformer Engine layers the adapter does not build)"
-                        .into(),
-                )
-            }
-            other => return Some(format!("dtype `{other}` is not bf16 or fp32")),
-        }
-        if cell.features().contains("sac") && cell.params.sac_every != 1 {
-            return Some(format!(
-                "the model's gradient checkpointing covers every block; sac_every {} has no equivalent",
-                cell.params.sac_every
-            ));
-        }
-        if super::degree(cell, "tp") > 1 || super::degree(cell, "pp") > 1 {
-            return Some(
-                "DeepSpeed's ZeRO engine has no tensor parallelism, and its pipeline engine needs a model split into stages the adapter does not build".into(),
-            );
-        }
-        let zero = match zero_stage(cell) {
-            Ok(z) => z,
-            Err(e) => return Some(e),
-        };
-        let sharded = cell.parallel().name() == "fsdp";
-        match zero {
-            0..=2 if sharded && cell.gpus() > 1 => Some(format!(
-                "ZeRO stage {zero} keeps every parameter on every rank, which bench calls ddp, not fsdp"
-            )),
-            3 if !sharded => Some(
-                "ZeRO stage 3 shards the parameters, which bench calls fsdp, not ddp or single"
-                    .into(),
-            ),
-            0..=3 => None,
-            z => Some(format!("ZeRO has stages 0 to 3, not {z}")),
-        }
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, _: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
-            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
-        });
+        let cfg = super::mapped_llama(cell);
         let features = cell.features();
         let bf16 = cell.dtype().name() == "bf16";
         let ds_config = serde_json::json!({
@@ -153,51 +109,14 @@ impl super::Adapter for DeepSpeed {
             "seed": p.seed,
             "compile": features.contains("compile"),
             "gradient_checkpointing": features.contains("sac"),
-            "model": {
-                "hidden_size": cfg.hidden,
-                "intermediate_size": cfg.ffn,
-                "num_hidden_layers": cfg.layers,
-                "num_attention_heads": cfg.heads,
-                "num_key_value_heads": cfg.kv_heads,
-                "vocab_size": cfg.vocab,
-                "rope_theta": cfg.rope_theta,
-                "rms_norm_eps": cfg.norm_eps,
-                "max_position_embeddings": p.seq_len.max(2048),
-                "tie_word_embeddings": cfg.tied_embeddings,
-                "attention_bias": false,
-            },
+            "model": super::hf::llama_config(&cfg, p.seq_len),
             "deepspeed": ds_config,
         });
-        let mut argv = super::torchrun(&files.python, cell.gpus());
-        argv.push(
-            files
-                .scripts
-                .join("deepspeed_train.py")
-                .display()
-                .to_string(),
-        );
-        argv.extend(["--config".into(), "{config}".into()]);
-        argv.extend(opts.args.iter().cloned());
-        Prepared {
-            config_ext: "json",
-            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
-            argv,
-            env: vec![],
-            files: vec![],
-        }
-    }
-
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
+        Config::json(&config)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(DeepSpeedLog {
-            steps_expected: cell.params.steps,
-            tokens_per_step: u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len),
-            seq_len: cell.params.seq_len,
-            ..DeepSpeedLog::default()
-        })
+        log::reader(cell, DeepSpeedLog::default())
     }
 }
 
@@ -241,80 +160,57 @@ impl<'a> ThroughputLine<'a> {
     }
 }
 
-/// DeepSpeed's log with the driver's step lines, as `bench adapt` reads it.
+/// DeepSpeed's ThroughputTimer lines and the driver's step lines, as `bench adapt` reads
+/// them.
 #[derive(Default)]
 pub(crate) struct DeepSpeedLog {
-    steps_expected: u32,
-    tokens_per_step: u64,
-    seq_len: u32,
-    info: Option<DriverInfo>,
-    order: StepOrder,
     /// DeepSpeed's `CurrSamplesPerSec` of the lowest rank by global step, until that step's
     /// driver line comes.
     samples_per_s: BTreeMap<u64, f64>,
     ds_rank: Option<Option<u32>>,
-    peak_mem: Option<u64>,
 }
 
-impl LogParser for DeepSpeedLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for DeepSpeedLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "DeepSpeed ThroughputTimer (steps_per_print 1): CurrSamplesPerSec x seq_len / GPUs, timed from the engine's forward to its optimizer step (data loading and the driver's synchronisation outside it), from the third global step on; bench's step time is between step ends";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
-            return Ok(vec![]);
-        }
-        if let Some(line) = ThroughputLine::read(&text) {
-            let line = line.map_err(bad)?;
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
+        if let Some(throughput) = ThroughputLine::read(text) {
+            let throughput = throughput.map_err(|m| line.bad(m))?;
             // Every rank prints it; the first rank seen speaks for the run.
-            let first = *self.ds_rank.get_or_insert(rank);
-            if first != rank {
+            let first = *self.ds_rank.get_or_insert(line.rank);
+            if first != line.rank {
                 return Ok(vec![]);
             }
-            let step: u64 = line
-                .global_step
-                .parse()
-                .map_err(|_| bad("global step out of range".into()))?;
-            let curr = log::number(line.curr_samples_per_s)
-                .ok_or_else(|| bad("unreadable CurrSamplesPerSec".into()))?;
+            let step: u64 = line.int(throughput.global_step, "global step")?;
+            let curr = line.number(throughput.curr_samples_per_s, "CurrSamplesPerSec")?;
             self.samples_per_s.insert(step, curr);
             return Ok(vec![]);
         }
         if !text.starts_with("[bench-ds] step:") {
             return Ok(vec![]);
         }
-        let c = STEP.captures(&text).ok_or_else(|| {
-            bad("a step line that does not read as `[bench-ds] step: N time: T loss: L tokens: K memory: B`".into())
+        let c = STEP.captures(text).ok_or_else(|| {
+            line.bad("a step line that does not read as `[bench-ds] step: N time: T loss: L tokens: K memory: B`")
         })?;
-        let step: u64 = c[1]
-            .parse()
-            .map_err(|_| bad("step number out of range".into()))?;
-        self.order.check(rank, step).map_err(bad)?;
-        let tokens: u64 = c[4]
-            .parse()
-            .map_err(|_| bad("token count out of range".into()))?;
-        if tokens != self.tokens_per_step {
-            return Err(bad(format!(
-                "DeepSpeed ran {tokens} tokens a step; the cell asks for {}",
-                self.tokens_per_step
-            )));
-        }
-        let time = log::number(&c[2])
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or_else(|| bad("step time is not a positive number".into()))?;
-        let loss = log::number(&c[3]).ok_or_else(|| bad("unreadable loss".into()))?;
+        let step: u64 = line.int(&c[1], "step number")?;
+        log.in_order(line, step)?;
+        let tokens: u64 = line.int(&c[4], "token count")?;
+        let asked = log.asked.tokens_per_step();
+        line.agrees(tokens, asked, || {
+            format!("DeepSpeed ran {tokens} tokens a step; the cell asks for {asked}")
+        })?;
+        let time = line.positive(Some(&c[2]), "step time is not a positive number")?;
+        let loss = line.number(&c[3], "loss")?;
+        // The driver prints -1 where the device keeps no figure (a CPU).
         if let Ok(m) = c[5].parse::<u64>() {
-            self.peak_mem = Some(self.peak_mem.unwrap_or(0).max(m));
+            log.memory.record(0, m);
         }
-        let world = f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)));
         let own = self
             .samples_per_s
             .remove(&step)
-            .map(|s| s * f64::from(self.seq_len) / world);
+            .map(|s| s * f64::from(log.asked.seq_len) / log.world_size());
         Ok(vec![LoggedStep {
             step,
             step_time_s: time,
@@ -324,48 +220,26 @@ impl LogParser for DeepSpeedLog {
             mfu: None,
         }])
     }
-
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        let info = log::check_complete(
-            NAME,
-            &self.info,
-            self.order.last_step(),
-            self.steps_expected,
-            exited_ok,
-        )?;
-        Ok((
-            vec![],
-            LogEnd {
-                info,
-                peak_mem_bytes: self.peak_mem.into_iter().collect(),
-                run_tokens_per_s_per_gpu: None,
-                method: "DeepSpeed ThroughputTimer (steps_per_print 1): CurrSamplesPerSec x seq_len / GPUs, timed from the engine's forward to its optimizer step (data loading and the driver's synchronisation outside it), from the third global step on; bench's step time is between step ends".into(),
-            },
-        ))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::Adapter;
+    use crate::external::declared::DEEPSPEED as FRAMEWORK;
+    use crate::external::log::{self, Reader};
+    use crate::external::tests::asked;
 
     fn cell(gpus: i64, parallel: &str, zero: Option<i64>) -> Cell {
-        let mut c = crate::external::tests::cell("llama-tiny", "bf16", gpus, parallel, &["sac"]);
+        let mut c = crate::external::tests::tiny_cell(NAME, gpus, parallel, &["sac"]);
         if let Some(z) = zero {
             c.values.insert("zero".into(), Value::Int(z));
         }
-        c.params.workload = crate::cell::Workload::framework(NAME);
         c
     }
 
     #[test]
     fn zero_stages_follow_parallel_or_the_axis() {
-        let files = AttemptFiles {
-            dir: "/r/x".into(),
-            scripts: "/s".into(),
-            python: "py".into(),
-        };
+        let files = crate::external::tests::files();
         for (gpus, parallel, zero, stage) in [
             (1, "single", None, 0),
             (2, "ddp", None, 0),
@@ -376,8 +250,8 @@ mod tests {
             (1, "fsdp", Some(2), 2),
         ] {
             let c = cell(gpus, parallel, zero);
-            assert_eq!(DeepSpeed.unexpressible(&c), None, "{}", c.id);
-            let p = DeepSpeed.prepare(&c, &FrameworkOpts::default(), &files);
+            assert_eq!(FRAMEWORK.unexpressible(&c), None, "{}", c.id);
+            let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
             let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
             assert_eq!(
                 v["deepspeed"]["zero_optimization"]["stage"], stage,
@@ -397,28 +271,21 @@ mod tests {
             (2, "ddp", Some(4), "0 to 3"),
         ] {
             let c = cell(gpus, parallel, zero);
-            let got = DeepSpeed.unexpressible(&c).unwrap();
+            let got = FRAMEWORK.unexpressible(&c).unwrap();
             assert!(got.contains(why), "{}: {got}", c.id);
         }
         let mut tp = cell(2, "ddp", None);
         tp.values.insert("tp".into(), Value::Int(2));
         tp.params.global_batch = 2;
-        assert!(DeepSpeed.unexpressible(&tp).unwrap().contains("tensor"));
+        assert!(FRAMEWORK.unexpressible(&tp).unwrap().contains("tensor"));
     }
 
     fn fixture() -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/deepspeed-0.19.6-2rank-from-source.log");
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        crate::external::tests::fixture("deepspeed-0.19.6-2rank-from-source.log")
     }
 
-    fn parser() -> DeepSpeedLog {
-        DeepSpeedLog {
-            steps_expected: 6,
-            tokens_per_step: 4 * 1024,
-            seq_len: 1024,
-            ..DeepSpeedLog::default()
-        }
+    fn parser() -> Reader<DeepSpeedLog> {
+        Reader::new(asked(6, 4, 1024, 2), DeepSpeedLog::default())
     }
 
     #[test]
@@ -438,15 +305,8 @@ mod tests {
 
     #[test]
     fn captured_cpu_log_two_ranks_zero3() {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/deepspeed-0.19.8-cpu-2rank-zero3.log");
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        let mut parser = DeepSpeedLog {
-            steps_expected: 8,
-            tokens_per_step: 4 * 64,
-            seq_len: 64,
-            ..DeepSpeedLog::default()
-        };
+        let text = crate::external::tests::fixture("deepspeed-0.19.8-cpu-2rank-zero3.log");
+        let mut parser = Reader::new(asked(8, 4, 64, 2), DeepSpeedLog::default());
         let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
         assert_eq!(steps.len(), 8);
         assert_eq!(steps[7].step, 8);
@@ -467,28 +327,21 @@ mod tests {
     fn hostile_logs_are_refused() {
         let text = fixture();
         let cut = text.find("[rank0]:[bench-ds] step: 6").unwrap();
-        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        let e = log::refusal(parser(), &text[..cut]);
         assert!(e.message.contains("ends after step 5 of 6"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replace("CurrSamplesPerSec=10.02,", "CurrSamplesPerSec=10.02"),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("unreadable CurrSamplesPerSec"), "{e}");
         let mixed = text.replace("[rank0]:[bench-ds] step: 3", "[bench-ds] step: 3");
-        let e = log::read_all(&mut parser(), &mixed, true).unwrap_err();
+        let e = log::refusal(parser(), &mixed);
         assert!(e.message.contains("missing"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("time: 0.401200", "time: -0.4"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("time: 0.401200", "time: -0.4"));
         assert!(e.message.contains("positive"), "{e}");
         let mut other = parser();
-        other.tokens_per_step = 8 * 1024;
-        let e = log::read_all(&mut other, &text, true).unwrap_err();
+        other.log.asked.global_batch = 8;
+        let e = log::refusal(other, &text);
         assert!(e.message.contains("asks for 8192"), "{e}");
     }
 }

@@ -8,62 +8,41 @@
 //! at every optimizer step (end-to-end time between step ends, after a device
 //! synchronisation). Each step line must be followed by its loss line.
 
-use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
+use crate::workload::models::presets::ModelConfig;
 
 pub(crate) struct Hf;
 
-const NAME: &str = "hf";
+pub(crate) const NAME: &str = "hf";
 
-/// The Trainer logs little of what it runs; its driver prints the record (`super::ran`)
-/// from the Trainer's resolved arguments and model.
-const SIGNATURES: &[Signature] = &[];
+/// transformers' `LlamaConfig` of a preset for sequences of `seq_len`, as the HF and
+/// DeepSpeed drivers build `LlamaForCausalLM` from it.
+pub(crate) fn llama_config(cfg: &ModelConfig, seq_len: u32) -> serde_json::Value {
+    serde_json::json!({
+        "hidden_size": cfg.hidden,
+        "intermediate_size": cfg.ffn,
+        "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "vocab_size": cfg.vocab,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "max_position_embeddings": seq_len.max(2048),
+        "tie_word_embeddings": cfg.tied_embeddings,
+        "attention_bias": false,
+    })
+}
 
 impl super::Adapter for Hf {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        if let Err(e) = super::llama_preset(cell, "the HF Trainer") {
-            return Some(e);
-        }
-        if let Some(why) = super::common_checks(cell, "the HF Trainer", &["compile", "sac"]) {
-            return Some(why);
-        }
-        match cell.dtype().name() {
-            "bf16" | "fp32" => {}
-            "fp8" => {
-                return Some(
-                    "the HF Trainer has no fp8 training of its own (accelerate's FP8 needs Transformer Engine or torchao recipes the adapter does not map)"
-                        .into(),
-                )
-            }
-            other => return Some(format!("dtype `{other}` is not bf16 or fp32")),
-        }
-        if cell.features().contains("sac") && cell.params.sac_every != 1 {
-            return Some(format!(
-                "the Trainer's gradient checkpointing covers every block; sac_every {} has no Trainer equivalent",
-                cell.params.sac_every
-            ));
-        }
-        if super::degree(cell, "tp") > 1 || super::degree(cell, "pp") > 1 {
-            return Some("the HF Trainer has no tensor or pipeline parallelism".into());
-        }
-        None
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, _: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
-            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
-        });
+        let cfg = super::mapped_llama(cell);
         let features = cell.features();
         let fsdp = cell.parallel().name() == "fsdp" && cell.gpus() > 1;
         let sac = features.contains("sac");
@@ -99,49 +78,14 @@ impl super::Adapter for Hf {
         let config = serde_json::json!({
             "cell": cell.id.as_str(),
             "seq_len": p.seq_len,
-            "model": {
-                "hidden_size": cfg.hidden,
-                "intermediate_size": cfg.ffn,
-                "num_hidden_layers": cfg.layers,
-                "num_attention_heads": cfg.heads,
-                "num_key_value_heads": cfg.kv_heads,
-                "vocab_size": cfg.vocab,
-                "rope_theta": cfg.rope_theta,
-                "rms_norm_eps": cfg.norm_eps,
-                "max_position_embeddings": p.seq_len.max(2048),
-                "tie_word_embeddings": cfg.tied_embeddings,
-                "attention_bias": false,
-            },
+            "model": llama_config(&cfg, p.seq_len),
             "training_args": args,
         });
-        let driver = files.scripts.join("hf_train.py").display().to_string();
-        let mut argv = if cell.gpus() > 1 {
-            super::torchrun(&files.python, cell.gpus())
-        } else {
-            vec![files.python.clone()]
-        };
-        argv.extend([driver, "--config".into(), "{config}".into()]);
-        argv.extend(opts.args.iter().cloned());
-        Prepared {
-            config_ext: "json",
-            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
-            argv,
-            env: vec![],
-            files: vec![],
-        }
-    }
-
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
+        Config::json(&config)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(HfLog {
-            steps_expected: cell.params.steps,
-            tokens_per_step: u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len),
-            seq_len: cell.params.seq_len,
-            ..HfLog::default()
-        })
+        log::reader(cell, HfLog::default())
     }
 }
 
@@ -155,63 +99,44 @@ static SAMPLES_PER_S: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"'train_samples_per_second':\s*'?([0-9.eE+-]+)'?").expect("static regex")
 });
 
-/// The Trainer's log with the driver's step lines, as `bench adapt` reads it.
+/// The Trainer's own lines and the driver's step lines, as `bench adapt` reads them.
 #[derive(Default)]
 pub(crate) struct HfLog {
-    steps_expected: u32,
-    tokens_per_step: u64,
-    seq_len: u32,
-    info: Option<DriverInfo>,
-    order: StepOrder,
     /// A step line waiting for its loss line.
     pending: Option<(usize, LoggedStep)>,
-    peak_mem: Option<u64>,
     samples_per_s: Option<f64>,
 }
 
-impl LogParser for HfLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for HfLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "HF Trainer: step times from the driver's TrainerCallback (device-synchronised, between step ends); the Trainer's own figure is train_samples_per_second x seq_len over the whole run, warm-up included";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
-            return Ok(vec![]);
-        }
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
         if text.starts_with("[bench-hf] step:") {
-            let c = STEP.captures(&text).ok_or_else(|| {
-                bad("a step line that does not read as `[bench-hf] step: N time: T tokens: K memory: B`".into())
+            let c = STEP.captures(text).ok_or_else(|| {
+                line.bad("a step line that does not read as `[bench-hf] step: N time: T tokens: K memory: B`")
             })?;
-            let step: u64 = c[1]
-                .parse()
-                .map_err(|_| bad("step number out of range".into()))?;
+            let step: u64 = line.int(&c[1], "step number")?;
             if let Some((at, p)) = &self.pending {
-                return Err(bad(format!(
+                return Err(line.bad(format!(
                     "step {step} comes before the loss line of step {} (line {at}): the Trainer's log lines are missing or mixed",
                     p.step
                 )));
             }
-            self.order.check(rank, step).map_err(bad)?;
-            let tokens: u64 = c[3]
-                .parse()
-                .map_err(|_| bad("token count out of range".into()))?;
-            if tokens != self.tokens_per_step {
-                return Err(bad(format!(
-                    "the Trainer ran {tokens} tokens a step; the cell asks for {}",
-                    self.tokens_per_step
-                )));
-            }
-            let time = log::number(&c[2])
-                .filter(|t| t.is_finite() && *t > 0.0)
-                .ok_or_else(|| bad("step time is not a positive number".into()))?;
+            log.in_order(line, step)?;
+            let tokens: u64 = line.int(&c[3], "token count")?;
+            let asked = log.asked.tokens_per_step();
+            line.agrees(tokens, asked, || {
+                format!("the Trainer ran {tokens} tokens a step; the cell asks for {asked}")
+            })?;
+            let time = line.positive(Some(&c[2]), "step time is not a positive number")?;
+            // The driver prints -1 where the device keeps no figure (a CPU).
             if let Ok(m) = c[4].parse::<u64>() {
-                self.peak_mem = Some(self.peak_mem.unwrap_or(0).max(m));
+                log.memory.record(0, m);
             }
             self.pending = Some((
-                line_no,
+                line.no,
                 LoggedStep {
                     step,
                     step_time_s: time,
@@ -224,21 +149,20 @@ impl LogParser for HfLog {
             return Ok(vec![]);
         }
         if text.starts_with('{') && text.contains("'train_runtime'") {
-            let c = SAMPLES_PER_S.captures(&text).ok_or_else(|| {
-                bad("the Trainer's end-of-run line has no train_samples_per_second".into())
+            let c = SAMPLES_PER_S.captures(text).ok_or_else(|| {
+                line.bad("the Trainer's end-of-run line has no train_samples_per_second")
             })?;
             self.samples_per_s = log::number(&c[1]);
             return Ok(vec![]);
         }
         if text.starts_with('{') && text.contains("'loss'") {
             let c = LOSS
-                .captures(&text)
-                .ok_or_else(|| bad("a loss line whose loss does not read".into()))?;
-            let loss = log::number(&c[1]).ok_or_else(|| bad("unreadable loss".into()))?;
+                .captures(text)
+                .ok_or_else(|| line.bad("a loss line whose loss does not read"))?;
+            let loss = line.number(&c[1], "loss")?;
             let Some((_, mut step)) = self.pending.take() else {
-                return Err(bad(
-                    "a loss line with no step line before it: the driver's step lines are missing or mixed"
-                        .into(),
+                return Err(line.bad(
+                    "a loss line with no step line before it: the driver's step lines are missing or mixed",
                 ));
             };
             step.loss = loss;
@@ -247,80 +171,73 @@ impl LogParser for HfLog {
         Ok(vec![])
     }
 
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        if exited_ok {
-            if let Some((at, p)) = &self.pending {
-                return Err(ParseError::new(
-                    NAME,
-                    *at,
-                    "",
-                    format!("step {} has no loss line (truncated log)", p.step),
-                ));
-            }
+    fn complete(&self, log: &Progress, exited_ok: bool) -> Result<u64, ParseError> {
+        if let (true, Some((at, p))) = (exited_ok, &self.pending) {
+            return Err(ParseError::new(
+                NAME,
+                *at,
+                "",
+                format!("step {} has no loss line (truncated log)", p.step),
+            ));
         }
-        let last = self.order.last_step();
         // A step whose loss line never came is not complete: the last complete step is the
         // one before it.
-        let complete = if self.pending.is_some() {
+        let last = log.order.last_step();
+        Ok(if self.pending.is_some() {
             last.saturating_sub(1)
         } else {
             last
-        };
-        let info = log::check_complete(NAME, &self.info, complete, self.steps_expected, exited_ok)?;
+        })
+    }
+
+    fn end(&self, log: &Progress, info: &DriverInfo) -> Result<Option<f64>, ParseError> {
         let world = f64::from(info.world_size.max(1));
-        Ok((
-            vec![],
-            LogEnd {
-                run_tokens_per_s_per_gpu: self
-                    .samples_per_s
-                    .map(|s| s * f64::from(self.seq_len) / world),
-                peak_mem_bytes: self.peak_mem.into_iter().collect(),
-                info,
-                method: "HF Trainer: step times from the driver's TrainerCallback (device-synchronised, between step ends); the Trainer's own figure is train_samples_per_second x seq_len over the whole run, warm-up included".into(),
-            },
-        ))
+        Ok(self
+            .samples_per_s
+            .map(|s| s * f64::from(log.asked.seq_len) / world))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::Adapter;
+    use crate::external::declared::HF as FRAMEWORK;
+    use crate::external::log::Reader;
+    use crate::external::tests::asked;
 
     #[test]
     fn mapping_and_drops() {
-        let mut c = crate::external::tests::cell("llama-tiny", "bf16", 1, "single", &["sac"]);
-        c.params.workload = crate::cell::Workload::framework("hf");
-        assert_eq!(Hf.unexpressible(&c), None);
-        let files = AttemptFiles {
-            dir: "/r/x".into(),
-            scripts: "/s".into(),
-            python: "py".into(),
-        };
-        let p = Hf.prepare(&c, &FrameworkOpts::default(), &files);
+        let mut c = crate::external::tests::framework_cell(
+            NAME,
+            "llama-tiny",
+            "bf16",
+            1,
+            "single",
+            &["sac"],
+        );
+        assert_eq!(FRAMEWORK.unexpressible(&c), None);
+        let p = FRAMEWORK.prepare(
+            &c,
+            &FrameworkOpts::default(),
+            &crate::external::tests::files(),
+        );
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         assert_eq!(v["training_args"]["gradient_checkpointing"], true);
         assert_eq!(v["model"]["num_key_value_heads"], 2);
         assert_eq!(p.argv, vec!["py", "/s/hf_train.py", "--config", "{config}"]);
         c.params.sac_every = 2;
-        assert!(Hf.unexpressible(&c).unwrap().contains("sac_every 2"));
+        assert!(FRAMEWORK.unexpressible(&c).unwrap().contains("sac_every 2"));
         let fp8 = crate::external::tests::cell("llama-tiny", "fp8", 1, "single", &[]);
-        assert!(Hf.unexpressible(&fp8).unwrap().contains("fp8"));
+        assert!(FRAMEWORK.unexpressible(&fp8).unwrap().contains("fp8"));
     }
 
     fn fixture() -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/hf-4.57.1-cpu-llama-tiny.log");
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        crate::external::tests::fixture("hf-4.57.1-cpu-llama-tiny.log")
     }
 
-    fn parser() -> HfLog {
-        HfLog {
-            steps_expected: 6,
-            tokens_per_step: 128,
-            seq_len: 64,
-            ..HfLog::default()
-        }
+    fn parser() -> Reader<HfLog> {
+        // 6 steps of 2 sequences of 64 tokens on one rank.
+        Reader::new(asked(6, 2, 64, 1), HfLog::default())
     }
 
     #[test]
@@ -344,14 +261,9 @@ mod tests {
         let text = fixture();
         // Cut before the last loss line: step 6 never got its loss.
         let cut = text.rfind("{'loss'").unwrap();
-        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        let e = log::refusal(parser(), &text[..cut]);
         assert!(e.message.contains("step 6 has no loss line"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("time: 0.297864", "time: abc"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("time: 0.297864", "time: abc"));
         assert!(e.line.contains("time: abc"), "{e}");
         // Two ranks' step lines without prefixes: a step line before the previous loss.
         let doubled = text.replacen(
@@ -359,11 +271,11 @@ mod tests {
             "[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1\n[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1",
             1,
         );
-        let e = log::read_all(&mut parser(), &doubled, true).unwrap_err();
+        let e = log::refusal(parser(), &doubled);
         assert!(e.message.contains("before the loss line of step 2"), "{e}");
         let mut other_batch = parser();
-        other_batch.tokens_per_step = 256;
-        let e = log::read_all(&mut other_batch, &text, true).unwrap_err();
+        other_batch.log.asked.global_batch = 4;
+        let e = log::refusal(other_batch, &text);
         assert!(e.message.contains("asks for 256"), "{e}");
     }
 }

@@ -11,156 +11,46 @@
 //! step time bench keeps; llm.c's tok/s is a bias-corrected moving average (it lags a
 //! change) and its MFU counts against llm.c's own peak table.
 
-use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
+use crate::axes::Dtype;
 use crate::cell::Cell;
-use crate::workload::models::presets::{self, Family};
 
 pub(crate) struct Llmc;
 
-const NAME: &str = "llmc";
+pub(crate) const NAME: &str = "llmc";
 
-/// llm.c's GPT-2 depths (`gpt2_set_hyperparameters` in train_gpt2.cu) and their widths.
-const DEPTHS: [(i64, i64, i64); 4] = [
-    (12, 768, 12),
-    (24, 1024, 16),
-    (36, 1280, 20),
-    (48, 1600, 25),
-];
-
-/// The `-e dN` descriptor of a cell's model, or why llm.c cannot build it.
-fn descriptor(cell: &Cell) -> Result<String, String> {
-    let name = cell.model();
-    let cfg = presets::get(name).ok_or_else(|| {
-        format!("model `{name}` is not a bench preset, so llm.c cannot be given its shape")
-    })?;
-    let gpt2 = cfg.family == Family::Gpt2
-        && cfg.vocab == 50304
-        && cfg.max_seq == 1024
-        && cfg.tied_embeddings
-        && DEPTHS.contains(&(cfg.layers, cfg.hidden, cfg.heads));
-    if !gpt2 {
-        return Err(format!(
-            "llm.c builds GPT-2 of depth 12, 24, 36 or 48 only (`-e d12` .. `-e d48`: gpt2-125m, gpt2-350m, gpt2-774m, gpt2-1.5b); `{name}` is not one"
-        ));
-    }
-    Ok(format!("d{}", cfg.layers))
-}
-
-/// The precision llm.c is built with for a cell's dtype.
-fn precision(cell: &Cell) -> Result<&'static str, String> {
-    match cell.dtype().name() {
-        "bf16" => Ok("BF16"),
-        "fp32" => Ok("FP32"),
-        "fp8" => {
-            Err("llm.c's train_gpt2.cu has no fp8 path (it builds in bf16, fp16 or fp32)".into())
-        }
-        other => Err(format!("dtype `{other}` is not bf16 or fp32")),
+/// The `-e dN` descriptor of an expressible cell's model.
+fn descriptor(cell: &Cell) -> String {
+    match crate::workload::models::presets::get(cell.model()) {
+        Some(cfg) => format!("d{}", cfg.layers),
+        None => "d12".into(),
     }
 }
 
-/// llm.c's build line and its settings table, read into the cell's record (`super::ran`):
-/// its own CUDA kernels, no graph capture, no compiler.
-const SIGNATURES: &[Signature] = &[
-    Signature {
-        aspect: "execution",
-        pattern: r"llmc_train\.py: (?:building|cached build): make train_gpt2cu",
-        says: "llm.c's hand-written CUDA kernels (no graph capture)",
-    },
-    Signature {
-        aspect: "attention",
-        pattern: r"llmc_train\.py: (?:building|cached build): make .*USE_CUDNN=0",
-        says: "llm.c's own attention kernels (no cuDNN flash attention)",
-    },
-    Signature {
-        aspect: "attention",
-        pattern: r"llmc_train\.py: (?:building|cached build): make .*USE_CUDNN=1",
-        says: "cuDNN flash attention",
-    },
-    Signature {
-        aspect: "checkpointing",
-        pattern: r"^\| recompute +\| (\d+) ",
-        says: "recompute level $1 (0: none, 1: GeLU, 2: GeLU and LayerNorm)",
-    },
-    Signature {
-        aspect: "optimizer",
-        pattern: r"^\| use_master_weights +\| (\w+) ",
-        says: "llm.c's fused AdamW kernel, fp32 master weights $1",
-    },
-    Signature {
-        aspect: "precision",
-        pattern: r"^\| precision +\| (\w+) ",
-        says: "$1 weights and activations",
-    },
-    Signature {
-        aspect: "parallel",
-        pattern: r"^\| zero_stage +\| (\d+) ",
-        says: "ZeRO stage $1",
-    },
-    Signature {
-        aspect: "parallel",
-        pattern: r"^\| num_processes +\| (\d+) ",
-        says: "$1 process(es)",
-    },
-];
+/// The precision llm.c is built with for an expressible cell's dtype.
+fn precision(cell: &Cell) -> &'static str {
+    match cell.dtype() {
+        Dtype::Fp32 => "FP32",
+        Dtype::Bf16 | Dtype::Fp8 => "BF16",
+    }
+}
 
 impl super::Adapter for Llmc {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        if let Err(e) = descriptor(cell).and(precision(cell)) {
-            return Some(e);
-        }
-        let features = cell.features();
-        if features.contains("compile") {
-            return Some(
-                "llm.c is hand-written CUDA: there is no compiler of the model to switch on".into(),
-            );
-        }
-        if features.contains("sac") {
-            return Some(
-                "llm.c recomputes only GeLU and LayerNorm outputs in the backward (`-r 1`/`-r 2`), never whole blocks: no equivalent of selective activation checkpointing"
-                    .into(),
-            );
-        }
-        if let Some(why) = super::common_checks(cell, "llm.c", &[]) {
-            return Some(why);
-        }
-        if cell.parallel().name() == "fsdp" {
-            return Some(
-                "llm.c shards at most the optimizer state (ZeRO-1, `-z 1`), never the parameters: fsdp cannot run as it says"
-                    .into(),
-            );
-        }
-        if super::degree(cell, "tp") > 1 || super::degree(cell, "pp") > 1 {
-            return Some("llm.c is data parallel only: no tensor or pipeline parallelism".into());
-        }
-        if cell.params.seq_len > 1024 {
-            return Some(format!(
-                "llm.c's GPT-2 has 1,024 positions; seq_len {} does not fit",
-                cell.params.seq_len
-            ));
-        }
-        None
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, opts: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
         let s = |v: &dyn ToString| v.to_string();
-        let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
+        let tokens_per_step = log::Asked::of(cell).tokens_per_step();
         let mut argv: Vec<String> = vec![];
         let mut kv = |k: &str, v: String| {
             argv.push(k.to_string());
             argv.push(v);
         };
-        kv("-e", descriptor(cell).unwrap_or_else(|_| "d12".into()));
+        kv("-e", descriptor(cell));
         kv("-b", s(&p.micro_batch));
         kv("-t", s(&p.seq_len));
         // llm.c's total batch is in tokens; it derives gradient accumulation from it.
@@ -189,46 +79,24 @@ impl super::Adapter for Llmc {
         let config = serde_json::json!({
             "cell": cell.id.as_str(),
             "source": opts.source,
-            "precision": precision(cell).unwrap_or("BF16"),
+            "precision": precision(cell),
             "nproc": cell.gpus(),
             "tokens": shard_tokens,
             "seed": p.seed,
             "argv": argv,
         });
-        let mut env = vec![];
-        if let Some(src) = &opts.source {
-            env.push(("BENCH_LLMC_SOURCE".to_string(), src.clone()));
-        }
-        Prepared {
-            config_ext: "json",
-            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
-            argv: vec![
-                files.python.clone(),
-                files.scripts.join("llmc_train.py").display().to_string(),
-                "--config".into(),
-                "{config}".into(),
-            ],
-            env,
-            files: vec![],
-        }
-    }
-
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
-    }
-
-    fn torch_based(&self) -> bool {
-        false
+        Config::json(&config)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(LlmcLog {
-            steps_expected: cell.params.steps,
-            // An fp32 cell runs with TF32 off, but llm.c divides by its TF32 peak: its MFU
-            // would be several times too low, so it is not kept.
-            keep_mfu: cell.dtype().name() != "fp32",
-            ..LlmcLog::default()
-        })
+        log::reader(
+            cell,
+            LlmcLog {
+                // An fp32 cell runs with TF32 off, but llm.c divides by its TF32 peak: its
+                // MFU would be several times too low, so it is not kept.
+                keep_mfu: cell.dtype().name() != "fp32",
+            },
+        )
     }
 }
 
@@ -295,132 +163,86 @@ static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
 /// llm.c's log (rank 0 prints everything), as `bench adapt` reads it.
 #[derive(Default)]
 pub(crate) struct LlmcLog {
-    steps_expected: u32,
     keep_mfu: bool,
-    info: Option<DriverInfo>,
-    order: StepOrder,
-    peak_mem: Option<u64>,
 }
 
-impl LogParser for LlmcLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for LlmcLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "llm.c train_gpt2.cu step line: `X ms` is the step's CUDA-event time (bench's step time); its tok/s is a bias-corrected moving average over the steps after the first (it lags), divided by the GPUs; its MFU is against llm.c's own peak table (none for fp32, which it divides by a TF32 peak); memory is llm.c's `device memory usage` once its parameters, gradients, activations and optimizer state are allocated (it allocates everything up front; the figure is the whole device's use)";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
-            return Ok(vec![]);
-        }
-        if let Some(c) = MEMORY.captures(&text) {
-            let mib: u64 = c[1]
-                .parse()
-                .map_err(|_| bad("memory out of range".into()))?;
-            self.peak_mem = Some(mib.saturating_mul(1024 * 1024));
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
+        if let Some(c) = MEMORY.captures(text) {
+            let mib: u64 = line.int(&c[1], "memory")?;
+            log.memory.record(0, mib.saturating_mul(1024 * 1024));
             return Ok(vec![]);
         }
         if text.contains("Fell back to cudaMallocManaged") {
             // llm.c keeps running with its optimizer state in host memory when the device's
             // is full: every step would then measure host-memory traffic, not the cell.
-            return Err(bad(
-                "llm.c ran out of device memory and fell back to managed (host) memory for its optimizer state: the steps would not measure the cell".into(),
+            return Err(line.bad(
+                "llm.c ran out of device memory and fell back to managed (host) memory for its optimizer state: the steps would not measure the cell",
             ));
         }
         if !text.starts_with("step ") || !text.contains(" ms ") {
             return Ok(vec![]);
         }
-        let line = StepLine::read(&text)
+        let read = StepLine::read(text)
             .ok_or_else(|| {
-                bad(
-                    "a step line that does not read as llm.c's `step N/M | loss L (..z)| ...`"
-                        .into(),
-                )
+                line.bad("a step line that does not read as llm.c's `step N/M | loss L (..z)| ...`")
             })?
-            .map_err(bad)?;
-        let step: u64 = line
-            .step
-            .parse()
-            .map_err(|_| bad("step number out of range".into()))?;
-        let of: u64 = line
-            .of
-            .parse()
-            .map_err(|_| bad("step count out of range".into()))?;
-        if of != u64::from(self.steps_expected) {
-            return Err(bad(format!(
-                "llm.c runs {of} steps; the cell asks for {}",
-                self.steps_expected
-            )));
-        }
-        self.order.check(rank, step).map_err(bad)?;
-        let loss = log::number(line.loss).ok_or_else(|| bad("unreadable loss".into()))?;
-        let ms = log::number(line.ms)
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or_else(|| bad("a step line without a positive `| X ms |` (truncated?)".into()))?;
+            .map_err(|m| line.bad(m))?;
+        let step: u64 = line.int(read.step, "step number")?;
+        let of: u64 = line.int(read.of, "step count")?;
+        let asked = log.asked.steps;
+        line.agrees(of, u64::from(asked), || {
+            format!("llm.c runs {of} steps; the cell asks for {asked}")
+        })?;
+        log.in_order(line, step)?;
+        let loss = line.number(read.loss, "loss")?;
+        let ms = line.positive(
+            Some(read.ms),
+            "a step line without a positive `| X ms |` (truncated?)",
+        )?;
         // llm.c prints -100% for a GPU its peak table lacks (the H200, for one): no figure.
-        let mfu = line
+        let mfu = read
             .mfu_percent
-            .map(|m| log::percent(m).ok_or_else(|| bad("unreadable MFU".into())))
+            .map(|m| super::log::percent(m).ok_or_else(|| line.bad("unreadable MFU")))
             .transpose()?
             .filter(|m| *m >= 0.0);
-        let toks = line
+        let toks = read
             .tokens_per_s
-            .map(|t| log::number(t).ok_or_else(|| bad("unreadable tok/s".into())))
+            .map(|t| line.number(t, "tok/s"))
             .transpose()?;
-        let world = f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)));
         Ok(vec![LoggedStep {
             step,
             step_time_s: ms / 1000.0,
             loss,
-            tokens_per_s_per_gpu: toks.map(|t| t / world),
+            tokens_per_s_per_gpu: toks.map(|t| t / log.world_size()),
             tflops_per_gpu: None,
             mfu: mfu.filter(|_| self.keep_mfu).map(|m| m / 100.0),
         }])
-    }
-
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        let info = log::check_complete(
-            NAME,
-            &self.info,
-            self.order.last_step(),
-            self.steps_expected,
-            exited_ok,
-        )?;
-        Ok((
-            vec![],
-            LogEnd {
-                info,
-                peak_mem_bytes: self.peak_mem.into_iter().collect(),
-                run_tokens_per_s_per_gpu: None,
-                method: "llm.c train_gpt2.cu step line: `X ms` is the step's CUDA-event time (bench's step time); its tok/s is a bias-corrected moving average over the steps after the first (it lags), divided by the GPUs; its MFU is against llm.c's own peak table (none for fp32, which it divides by a TF32 peak); memory is llm.c's `device memory usage` once its parameters, gradients, activations and optimizer state are allocated (it allocates everything up front; the figure is the whole device's use)".into(),
-            },
-        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::Adapter;
+    use crate::external::declared::LLMC as FRAMEWORK;
+    use crate::external::log::{self, Reader};
+    use crate::external::tests::asked;
 
     fn cell(model: &str, dtype: &str, gpus: i64, parallel: &str, features: &[&str]) -> Cell {
-        let mut c = crate::external::tests::cell(model, dtype, gpus, parallel, features);
-        c.params.workload = crate::cell::Workload::framework(NAME);
-        c
+        crate::external::tests::framework_cell(NAME, model, dtype, gpus, parallel, features)
     }
 
     #[test]
     fn maps_gpt2_depths_and_drops_what_llmc_cannot_run() {
-        let files = AttemptFiles {
-            dir: "/r/x".into(),
-            scripts: "/s".into(),
-            python: "py".into(),
-        };
+        let files = crate::external::tests::files();
         let mut c = cell("gpt2-125m", "bf16", 1, "single", &[]);
         c.params.seq_len = 1024;
-        assert_eq!(Llmc.unexpressible(&c), None);
-        let p = Llmc.prepare(&c, &FrameworkOpts::default(), &files);
+        assert_eq!(FRAMEWORK.unexpressible(&c), None);
+        let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
         let flag = |k: &str| argv[argv.iter().position(|a| a == k).unwrap() + 1].clone();
@@ -437,8 +259,8 @@ mod tests {
         let mut big = cell("gpt2-1.5b", "fp32", 2, "ddp", &[]);
         big.params.seq_len = 512;
         big.params.global_batch = 2 * big.params.micro_batch;
-        assert_eq!(Llmc.unexpressible(&big), None);
-        let p = Llmc.prepare(&big, &FrameworkOpts::default(), &files);
+        assert_eq!(FRAMEWORK.unexpressible(&big), None);
+        let p = FRAMEWORK.prepare(&big, &FrameworkOpts::default(), &files);
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         assert_eq!(v["precision"], "FP32");
         assert_eq!(v["nproc"], 2);
@@ -462,29 +284,23 @@ mod tests {
             let mut c = cell(model, dtype, gpus, parallel, features);
             c.params.seq_len = 1024;
             c.params.global_batch = gpus as u32 * c.params.micro_batch;
-            let got = Llmc.unexpressible(&c).unwrap_or_default();
+            let got = FRAMEWORK.unexpressible(&c).unwrap_or_default();
             assert!(got.contains(why), "{}: {got}", c.id);
         }
         let mut long = cell("gpt2-125m", "bf16", 1, "single", &[]);
         long.params.seq_len = 2048;
-        assert!(Llmc
+        assert!(FRAMEWORK
             .unexpressible(&long)
             .unwrap()
             .contains("1,024 positions"));
     }
 
     fn fixture() -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/llmc-f1e2ace-1gpu-from-source.log");
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        crate::external::tests::fixture("llmc-f1e2ace-1gpu-from-source.log")
     }
 
-    fn parser() -> LlmcLog {
-        LlmcLog {
-            steps_expected: 6,
-            keep_mfu: true,
-            ..LlmcLog::default()
-        }
+    fn parser() -> Reader<LlmcLog> {
+        Reader::new(asked(6, 1, 1024, 1), LlmcLog { keep_mfu: true })
     }
 
     #[test]
@@ -503,39 +319,25 @@ mod tests {
     fn hostile_logs_are_refused() {
         let text = fixture();
         let cut = text.find("step    6/6").unwrap();
-        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        let e = log::refusal(parser(), &text[..cut]);
         assert!(e.message.contains("ends after step 5 of 6"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("| 87.12 ms |", "| -1 ms |"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("| 87.12 ms |", "| -1 ms |"));
         assert!(e.message.contains("positive"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("step    4/6", "step    3/6"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("step    4/6", "step    3/6"));
         assert!(e.message.contains("step 3 after step 3"), "{e}");
         let mut other = parser();
-        other.steps_expected = 8;
-        let e = log::read_all(&mut other, &text, true).unwrap_err();
+        other.log.asked.steps = 8;
+        let e = log::refusal(other, &text);
         assert!(e.message.contains("asks for 8"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replace("| loss 10.912345 (+0.52z)|", "| los 10.912345 (+0.52z)|"),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("does not read as"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replace("| loss 10.912345 (+0.52z)|", "| loss 10.9x (+0.52z)|"),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("unreadable loss"), "{e}");
         // llm.c before its z-scores printed `train loss L |`: the same reader as `bench
         // ingest` takes both.
@@ -546,15 +348,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(steps[2].loss, 10.912345);
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replace(
                 "device memory usage",
                 "WARNING: Fell back to cudaMallocManaged when initializing m,v,master_weights on 1 GPUs\ndevice memory usage",
             ),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("managed (host) memory"), "{e}");
         // A GPU llm.c's peak table lacks prints -100%: no framework MFU, the step stands.
         let (steps, _) = log::read_all(

@@ -1,6 +1,9 @@
-//! Reading a framework's log: the [`LogParser`] trait every adapter implements, and the
-//! pieces they share (torchrun's rank prefixes, colour codes, the drivers' version line,
-//! step-order checks).
+//! Reading a framework's log: the [`LogParser`] trait `bench adapt` reads through, and the
+//! one [`Reader`] that implements it for every adapter. The reader does what every
+//! framework's log needs (torchrun's rank prefixes and colour codes off, the drivers'
+//! version line, the step order per rank, peak memory per rank, and at the end the checks
+//! that the driver spoke and every step came) and hands each other line to the adapter's
+//! [`StepLines`], which reads only what its framework prints.
 //!
 //! A parser turns lines into steps or refuses them: a line that looks like a step line but
 //! does not parse, a step out of order (lines lost, or several ranks' lines mixed without
@@ -174,7 +177,7 @@ impl StepOrder {
 }
 
 /// Checks at the end of a log: the driver said who it is, and every step was logged.
-pub(crate) fn check_complete(
+fn check_complete(
     framework: &'static str,
     info: &Option<DriverInfo>,
     last_step: u64,
@@ -200,6 +203,239 @@ pub(crate) fn check_complete(
         ));
     }
     Ok(info)
+}
+
+/// The largest memory figure each rank logged (index: rank), for [`LogEnd::peak_mem_bytes`].
+#[derive(Debug, Default)]
+pub(crate) struct PeakMemory(BTreeMap<u32, u64>);
+
+impl PeakMemory {
+    /// Rank `rank` logged `bytes` in use; a rank's peak is the largest it logged.
+    pub(crate) fn record(&mut self, rank: u32, bytes: u64) {
+        let peak = self.0.entry(rank).or_default();
+        *peak = (*peak).max(bytes);
+    }
+
+    /// The peaks in rank order.
+    pub(crate) fn bytes(&self) -> Vec<u64> {
+        self.0.values().copied().collect()
+    }
+}
+
+/// What a cell asked for, which its framework's log must show it ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Asked {
+    /// The steps: the log must end with the last of them.
+    pub steps: u32,
+    pub global_batch: u32,
+    pub seq_len: u32,
+    pub gpus: u32,
+}
+
+impl Asked {
+    pub(crate) fn of(cell: &crate::cell::Cell) -> Asked {
+        Asked {
+            steps: cell.params.steps,
+            global_batch: cell.params.global_batch,
+            seq_len: cell.params.seq_len,
+            gpus: cell.gpus(),
+        }
+    }
+
+    /// The tokens of one optimizer step: global batch x sequence length.
+    pub(crate) fn tokens_per_step(&self) -> u64 {
+        u64::from(self.global_batch) * u64::from(self.seq_len)
+    }
+}
+
+/// What the [`Reader`] keeps of every framework's log, which the adapter's [`StepLines`]
+/// reads and adds to.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub asked: Asked,
+    /// The driver's version line, once it has come.
+    pub info: Option<DriverInfo>,
+    pub order: StepOrder,
+    pub memory: PeakMemory,
+}
+
+impl Progress {
+    /// Step `step` comes next in the rank that printed `line` ([`StepOrder`]).
+    pub(crate) fn in_order(&mut self, line: &Line<'_>, step: u64) -> Result<(), ParseError> {
+        self.order.check(line.rank, step).map_err(|m| line.bad(m))
+    }
+
+    /// The ranks the driver says run (1 before its line), to turn whole-run figures into
+    /// figures per GPU.
+    pub(crate) fn world_size(&self) -> f64 {
+        f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)))
+    }
+}
+
+/// One output line as an adapter's [`StepLines`] gets it: torchrun's rank prefix split off,
+/// colour codes removed; never the driver's version line (the [`Reader`] took it).
+pub(crate) struct Line<'a> {
+    framework: &'static str,
+    /// 1-based line number in the framework's output.
+    pub no: usize,
+    /// The line as printed, for error messages.
+    pub raw: &'a str,
+    pub rank: Option<u32>,
+    pub text: String,
+}
+
+impl Line<'_> {
+    /// The error that refuses this line with `message`.
+    pub(crate) fn bad(&self, message: impl Into<String>) -> ParseError {
+        ParseError::new(self.framework, self.no, self.raw, message)
+    }
+
+    /// An integer field, or `<what> out of range`.
+    pub(crate) fn int<T: std::str::FromStr>(
+        &self,
+        field: &str,
+        what: &str,
+    ) -> Result<T, ParseError> {
+        field
+            .parse()
+            .map_err(|_| self.bad(format!("{what} out of range")))
+    }
+
+    /// A number field as frameworks print it ([`number`]), or `unreadable <what>`.
+    pub(crate) fn number(&self, field: &str, what: &str) -> Result<f64, ParseError> {
+        number(field).ok_or_else(|| self.bad(format!("unreadable {what}")))
+    }
+
+    /// A duration or rate field that must be a finite number above 0, else `message`.
+    pub(crate) fn positive(&self, field: Option<&str>, message: &str) -> Result<f64, ParseError> {
+        field
+            .and_then(number)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| self.bad(message))
+    }
+
+    /// What the framework says it ran (`got`) is what the cell asked for (`want`), else
+    /// `message()`: the config or flags did not take.
+    pub(crate) fn agrees<T: PartialEq>(
+        &self,
+        got: T,
+        want: T,
+        message: impl FnOnce() -> String,
+    ) -> Result<(), ParseError> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(self.bad(message()))
+        }
+    }
+}
+
+/// What one framework prints, read by the [`Reader`] that does the rest.
+pub(crate) trait StepLines: Send {
+    /// The framework's name in error messages (the adapter's name).
+    const NAME: &'static str;
+    /// How the framework measures its own figures (for the report).
+    const METHOD: &'static str;
+
+    /// Reads one line (never the driver's version line); returns the steps it completes.
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError>;
+
+    /// The last step the log completed, once it has ended (the framework exited with
+    /// `exited_ok`): the last one in order, unless a step is still waiting for a line.
+    fn complete(&self, log: &Progress, _exited_ok: bool) -> Result<u64, ParseError> {
+        Ok(log.order.last_step())
+    }
+
+    /// The framework's end-of-run tokens/s per GPU, for frameworks that print no per-step
+    /// throughput, and any check the end of this framework's log needs.
+    fn end(&self, _log: &Progress, _info: &DriverInfo) -> Result<Option<f64>, ParseError> {
+        Ok(None)
+    }
+}
+
+/// Every adapter's [`LogParser`]: the shared reading of [`Progress`] around the adapter's
+/// [`StepLines`].
+#[derive(Debug, Default)]
+pub(crate) struct Reader<S> {
+    pub log: Progress,
+    pub steps: S,
+}
+
+impl<S: StepLines> Reader<S> {
+    /// A reader of the log of a cell that asked for `asked`.
+    pub(crate) fn new(asked: Asked, steps: S) -> Self {
+        Reader {
+            log: Progress {
+                asked,
+                ..Progress::default()
+            },
+            steps,
+        }
+    }
+}
+
+/// The reader of `cell`'s log, which must end with the cell's last step.
+pub(crate) fn reader<S: StepLines + 'static>(
+    cell: &crate::cell::Cell,
+    steps: S,
+) -> Box<dyn LogParser> {
+    Box::new(Reader::new(Asked::of(cell), steps))
+}
+
+impl<S: StepLines> LogParser for Reader<S> {
+    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
+        let (rank, text) = split_rank(raw);
+        if let Some(info) = driver_info(S::NAME, line_no, &text) {
+            self.log.info = Some(info?);
+            return Ok(vec![]);
+        }
+        let line = Line {
+            framework: S::NAME,
+            no: line_no,
+            raw,
+            rank,
+            text,
+        };
+        self.steps.line(&mut self.log, &line)
+    }
+
+    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
+        let complete = self.steps.complete(&self.log, exited_ok)?;
+        let info = check_complete(
+            S::NAME,
+            &self.log.info,
+            complete,
+            self.log.asked.steps,
+            exited_ok,
+        )?;
+        let run_tokens_per_s_per_gpu = self.steps.end(&self.log, &info)?;
+        Ok((
+            vec![],
+            LogEnd {
+                peak_mem_bytes: self.log.memory.bytes(),
+                run_tokens_per_s_per_gpu,
+                method: S::METHOD.to_string(),
+                info,
+            },
+        ))
+    }
+
+    fn device(&self) -> Option<&str> {
+        self.log.info.as_ref().map(|i| i.device.as_str())
+    }
+}
+
+/// Why `parser` refuses the whole log `text` (of a framework that exited 0); panics when
+/// it reads it.
+#[cfg(test)]
+pub(crate) fn refusal(mut parser: impl LogParser, text: &str) -> ParseError {
+    match read_all(&mut parser, text, true) {
+        Ok((steps, _)) => panic!(
+            "{} steps read from a log that should be refused",
+            steps.len()
+        ),
+        Err(e) => e,
+    }
 }
 
 /// Reads a whole log: every line, then the end (the framework exited with `exited_ok`).

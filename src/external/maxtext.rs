@@ -15,137 +15,23 @@
 //! frameworks. The first step, which has no line before it, keeps MaxText's `seconds`; a
 //! log without absl timestamps keeps `seconds` throughout.
 
-use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
 
 pub(crate) struct MaxText;
 
-const NAME: &str = "maxtext";
-
-/// MaxText prints every config value it resolved (`Config param name: value`); these are
-/// the ones that say what ran, read into the cell's record (`super::ran`). Every MaxText
-/// step is one jitted XLA program.
-const SIGNATURES: &[Signature] = &[
-    Signature {
-        aspect: "execution",
-        pattern: r"Config param scan_layers: (\w+)$",
-        says: "jax.jit of the whole step (scan_layers $1)",
-    },
-    Signature {
-        aspect: "attention",
-        pattern: r"Config param attention: (\w+)$",
-        says: "MaxText `$1` attention",
-    },
-    Signature {
-        aspect: "checkpointing",
-        pattern: r"Config param remat_policy: (\w+)$",
-        says: "remat policy `$1`",
-    },
-    Signature {
-        aspect: "optimizer",
-        pattern: r"Config param opt_type: OptimizerType\.(\w+)$",
-        says: "optax $1",
-    },
-    Signature {
-        aspect: "optimizer",
-        pattern: r"Config param mu_dtype: (\w+)$",
-        says: "moments in $1",
-    },
-    Signature {
-        aspect: "precision",
-        pattern: r"Config param dtype: (\w+)$",
-        says: "activations in $1",
-    },
-    Signature {
-        aspect: "precision",
-        pattern: r"Config param weight_dtype: (\w+)$",
-        says: "weights in $1",
-    },
-    Signature {
-        aspect: "precision",
-        pattern: r"Config param quantization: QuantizationType\.(FP8\w*|INT8\w*|NANOO\w*)$",
-        says: "quantization $1",
-    },
-    Signature {
-        aspect: "parallel",
-        pattern: r"Config param ici_fsdp_parallelism: (\d+)$",
-        says: "FSDP over $1 device(s) (ici_fsdp_parallelism)",
-    },
-];
+pub(crate) const NAME: &str = "maxtext";
 
 impl super::Adapter for MaxText {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        let cfg = match super::llama_preset(cell, "MaxText") {
-            Ok(c) => c,
-            Err(e) => return Some(e),
-        };
-        if let Some(why) = super::common_checks(cell, "MaxText", &["compile", "sac"]) {
-            return Some(why);
-        }
-        if !cell.features().contains("compile") {
-            return Some(
-                "MaxText always runs its train step under jax.jit (XLA-compiled); a cell without `compile` would not run as it says"
-                    .into(),
-            );
-        }
-        if !matches!(cell.dtype().name(), "bf16" | "fp32" | "fp8") {
-            return Some(format!(
-                "dtype `{}` is not bf16, fp32 or fp8",
-                cell.dtype().name()
-            ));
-        }
-        if cell.dtype().name() == "fp8" && cell.params.grad_accum > 1 {
-            return Some(
-                "MaxText's fp8 (`quantization: fp8`) does not run with gradient accumulation"
-                    .into(),
-            );
-        }
-        if cell.features().contains("sac") && cell.params.sac_every != 1 {
-            return Some(format!(
-                "MaxText's `remat_policy: full` checkpoints every decoder layer; sac_every {} has no MaxText equivalent",
-                cell.params.sac_every
-            ));
-        }
-        if super::degree(cell, "pp") > 1 {
-            return Some("the MaxText adapter does not map pipeline stages (pp > 1)".into());
-        }
-        let tp = super::degree(cell, "tp");
-        if tp > 1 && cell.parallel().name() == "ddp" {
-            return Some(
-                "the adapter maps ddp to MaxText's data axis and tensor parallelism to its tensor axis only with fsdp"
-                    .into(),
-            );
-        }
-        if cfg.heads % i64::from(tp) != 0 || cfg.kv_heads % i64::from(tp) != 0 {
-            return Some(format!(
-                "tp {tp} does not divide the {} heads and {} key/value heads",
-                cfg.heads, cfg.kv_heads
-            ));
-        }
-        None
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
-            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
-        });
-        let tp = super::degree(cell, "tp");
-        let dp = cell.gpus() / tp.max(1);
-        let (data, fsdp) = match cell.parallel().name() {
-            "ddp" => (dp, 1),
-            _ => (1, dp),
-        };
+        let cfg = super::mapped_llama(cell);
+        let (tp, data, fsdp) = super::parallel_degrees(cell);
         // MaxText's global batch is per_device_batch_size x every device (tensor-parallel ones
         // included) x gradient accumulation; bench's is data-parallel ranks x micro batch x
         // accumulation, so a tensor-parallel group shares one micro batch.
@@ -209,36 +95,11 @@ impl super::Adapter for MaxText {
             "source": opts.source,
             "overrides": overrides,
         });
-        let mut argv = vec![
-            files.python.clone(),
-            files.scripts.join("maxtext_train.py").display().to_string(),
-            "--config".into(),
-            "{config}".into(),
-        ];
-        argv.extend(opts.args.iter().cloned());
-        Prepared {
-            config_ext: "json",
-            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
-            argv,
-            env: vec![],
-            files: vec![],
-        }
-    }
-
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
-    }
-
-    fn torch_based(&self) -> bool {
-        false
+        Config::json(&config)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(MaxTextLog {
-            steps_expected: cell.params.steps,
-            tokens_per_step: u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len),
-            ..MaxTextLog::default()
-        })
+        log::reader(cell, MaxTextLog::default())
     }
 }
 
@@ -308,57 +169,40 @@ static STEP: LazyLock<Regex> = LazyLock::new(|| {
 /// MaxText's training log, as `bench adapt` reads it.
 #[derive(Default)]
 pub(crate) struct MaxTextLog {
-    steps_expected: u32,
-    tokens_per_step: u64,
-    info: Option<DriverInfo>,
-    order: StepOrder,
     clock: StepClock,
 }
 
-impl LogParser for MaxTextLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for MaxTextLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "MaxText metric_logger: bench's step time is the interval between consecutive step lines' absl timestamps (each printed once its step's metrics are read back from the device); MaxText's own Tokens/s/device and TFLOP/s/device (its own FLOP count, causal attention at half) use its `seconds`, the interval between step dispatches, which JAX's asynchronous dispatch skews step by step; medians over the measured steps";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
-            return Ok(vec![]);
-        }
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
         if text.contains("[Rampup Batch Size Phase]") {
-            return Err(bad(
-                "MaxText ramps up its batch size, so its steps are not the cell's batch (set rampup off)"
-                    .into(),
+            return Err(line.bad(
+                "MaxText ramps up its batch size, so its steps are not the cell's batch (set rampup off)",
             ));
         }
         if !text.contains("completed step:") {
             return Ok(vec![]);
         }
-        let c = STEP.captures(&text).ok_or_else(|| {
-            bad("a step line that does not read as MaxText's `completed step: N, seconds: X, TFLOP/s/device: Y, Tokens/s/device: Z, total_weights: W, loss: L`".into())
+        let c = STEP.captures(text).ok_or_else(|| {
+            line.bad("a step line that does not read as MaxText's `completed step: N, seconds: X, TFLOP/s/device: Y, Tokens/s/device: Z, total_weights: W, loss: L`")
         })?;
         // MaxText counts from 0; bench's framework steps are 1-based.
-        let step = c[1]
-            .parse::<u64>()
-            .map_err(|_| bad("step number out of range".into()))?
-            + 1;
-        self.order.check(rank, step).map_err(bad)?;
-        let weights = log::number(&c[5]).ok_or_else(|| bad("unreadable total_weights".into()))?;
-        if weights != self.tokens_per_step as f64 {
-            return Err(bad(format!(
-                "MaxText trained on {weights} target tokens a step; the cell asks for {}",
-                self.tokens_per_step
-            )));
-        }
-        let seconds = log::number(&c[2])
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or_else(|| bad("seconds is not a positive number".into()))?;
-        let step_time_s = self.clock.step_time(&text, seconds).map_err(bad)?;
-        let num = |i: usize, what: &str| {
-            log::number(c[i].trim()).ok_or_else(|| bad(format!("unreadable {what}")))
-        };
+        let step = line.int::<u64>(&c[1], "step number")? + 1;
+        log.in_order(line, step)?;
+        let weights = line.number(&c[5], "total_weights")?;
+        let asked = log.asked.tokens_per_step();
+        line.agrees(weights, asked as f64, || {
+            format!("MaxText trained on {weights} target tokens a step; the cell asks for {asked}")
+        })?;
+        let seconds = line.positive(Some(&c[2]), "seconds is not a positive number")?;
+        let step_time_s = self
+            .clock
+            .step_time(text, seconds)
+            .map_err(|m| line.bad(m))?;
+        let num = |i: usize, what: &str| line.number(c[i].trim(), what);
         Ok(vec![LoggedStep {
             step,
             step_time_s,
@@ -368,48 +212,25 @@ impl LogParser for MaxTextLog {
             mfu: None,
         }])
     }
-
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        let info = log::check_complete(
-            NAME,
-            &self.info,
-            self.order.last_step(),
-            self.steps_expected,
-            exited_ok,
-        )?;
-        Ok((
-            vec![],
-            LogEnd {
-                info,
-                peak_mem_bytes: vec![],
-                run_tokens_per_s_per_gpu: None,
-                method: "MaxText metric_logger: bench's step time is the interval between consecutive step lines' absl timestamps (each printed once its step's metrics are read back from the device); MaxText's own Tokens/s/device and TFLOP/s/device (its own FLOP count, causal attention at half) use its `seconds`, the interval between step dispatches, which JAX's asynchronous dispatch skews step by step; medians over the measured steps".into(),
-            },
-        ))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::Adapter;
+    use crate::external::declared::MAXTEXT as FRAMEWORK;
+    use crate::external::log::{self, Reader};
+    use crate::external::tests::asked;
 
     fn cell(gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
-        let mut c = crate::external::tests::cell("llama-tiny", "bf16", gpus, parallel, feats);
-        c.params.workload = crate::cell::Workload::framework(NAME);
-        c
+        crate::external::tests::tiny_cell(NAME, gpus, parallel, feats)
     }
 
     #[test]
     fn mapping_and_drops() {
-        let files = AttemptFiles {
-            dir: "/r/x".into(),
-            scripts: "/s".into(),
-            python: "py".into(),
-        };
+        let files = crate::external::tests::files();
         let c = cell(2, "fsdp", &["compile", "sac"]);
-        assert_eq!(MaxText.unexpressible(&c), None);
-        let p = MaxText.prepare(&c, &FrameworkOpts::default(), &files);
+        assert_eq!(FRAMEWORK.unexpressible(&c), None);
+        let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         let o = &v["overrides"];
         assert_eq!(o["base_num_kv_heads"], 2);
@@ -427,46 +248,41 @@ mod tests {
         let mut tp = cell(2, "fsdp", &["compile"]);
         tp.values.insert("tp".into(), crate::cell::Value::Int(2));
         tp.params.global_batch = 2;
-        assert_eq!(MaxText.unexpressible(&tp), None);
-        let p = MaxText.prepare(&tp, &FrameworkOpts::default(), &files);
+        assert_eq!(FRAMEWORK.unexpressible(&tp), None);
+        let p = FRAMEWORK.prepare(&tp, &FrameworkOpts::default(), &files);
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         assert_eq!(v["overrides"]["per_device_batch_size"], 1.0);
         assert_eq!(v["overrides"]["ici_tensor_parallelism"], 2);
         assert_eq!(v["overrides"]["ici_fsdp_parallelism"], 1);
-        assert!(MaxText
+        assert!(FRAMEWORK
             .unexpressible(&cell(1, "single", &[]))
             .unwrap()
             .contains("jax.jit"));
         let mut fp8 = cell(1, "single", &["compile"]);
         fp8.values
             .insert("dtype".into(), crate::cell::Value::Str("fp8".into()));
-        assert_eq!(MaxText.unexpressible(&fp8), None);
+        assert_eq!(FRAMEWORK.unexpressible(&fp8), None);
         fp8.params.grad_accum = 2;
         fp8.params.global_batch = 4;
-        assert!(MaxText
+        assert!(FRAMEWORK
             .unexpressible(&fp8)
             .unwrap()
             .contains("gradient accumulation"));
     }
 
-    /// A MaxText log under tests/fixtures/frameworks/.
-    fn fixture_named(name: &str) -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks")
-            .join(name);
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    }
+    use crate::external::tests::fixture as fixture_named;
 
     fn fixture() -> String {
         fixture_named("maxtext-0.2.4-from-source.log")
     }
 
-    fn parser() -> MaxTextLog {
-        MaxTextLog {
-            steps_expected: 6,
-            tokens_per_step: 8192,
-            ..MaxTextLog::default()
-        }
+    /// A reader of `steps` steps of 8,192 tokens.
+    fn parser_of(steps: u32) -> Reader<MaxTextLog> {
+        Reader::new(asked(steps, 8, 1024, 1), MaxTextLog::default())
+    }
+
+    fn parser() -> Reader<MaxTextLog> {
+        parser_of(6)
     }
 
     #[test]
@@ -494,24 +310,19 @@ mod tests {
         let text = fixture();
         let cut = text.find("completed step: 5,").unwrap();
         let cut = text[..cut].rfind('\n').unwrap() + 1;
-        let e = log::read_all(&mut parser(), &text[..cut], true).unwrap_err();
+        let e = log::refusal(parser(), &text[..cut]);
         assert!(e.message.contains("ends after step 5 of 6"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("seconds: 0.125,", "seconds: 0.0,"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("seconds: 0.125,", "seconds: 0.0,"));
         assert!(e.message.contains("positive"), "{e}");
         let line3 = text
             .lines()
             .find(|l| l.contains("completed step: 3,"))
             .unwrap();
         let same = line3.replacen("10:00:01.482200", "10:00:01.357200", 1);
-        let e = log::read_all(&mut parser(), &text.replace(line3, &same), true).unwrap_err();
+        let e = log::refusal(parser(), &text.replace(line3, &same));
         assert!(e.message.contains("not after the previous"), "{e}");
         let bare = line3.split_once("] ").unwrap().1;
-        let e = log::read_all(&mut parser(), &text.replace(line3, bare), true).unwrap_err();
+        let e = log::refusal(parser(), &text.replace(line3, bare));
         assert!(e.message.contains("without absl's timestamp"), "{e}");
         // Across midnight at a month's end: 0.125 s, not minus a month.
         let (steps, _) = log::read_all(
@@ -527,35 +338,29 @@ mod tests {
             "{}",
             steps[3].step_time_s
         );
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replace("total_weights: 8192,", "total_weights: 4096,"),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("asks for 8192"), "{e}");
         // A second process's lines mixed in without prefixes repeat a step.
         let line = text
             .lines()
             .find(|l| l.contains("completed step: 2,"))
             .unwrap();
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replacen(line, &format!("{line}\n{line}"), 1),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("mixed"), "{e}");
-        let e = log::read_all(
-            &mut parser(),
+        let e = log::refusal(
+            parser(),
             &text.replacen(
                 "completed step: 0,",
                 "[Rampup Batch Size Phase], completed step: 0,",
                 1,
             ),
-            true,
-        )
-        .unwrap_err();
+        );
         assert!(e.message.contains("ramps up"), "{e}");
     }
 
@@ -566,11 +371,7 @@ mod tests {
     #[test]
     fn real_h100_lines_are_timed_by_their_stamps() {
         let text = fixture_named("maxtext-0.2.5-h100-first-steps.log");
-        let mut p = MaxTextLog {
-            steps_expected: 12,
-            tokens_per_step: 8192,
-            ..MaxTextLog::default()
-        };
+        let mut p = parser_of(12);
         let mut steps = vec![];
         for (i, l) in text.lines().enumerate() {
             steps.extend(p.line(i + 1, l).unwrap());
@@ -592,14 +393,14 @@ mod tests {
     #[test]
     fn the_captured_h100_run_reads_as_twelve_measured_steps() {
         let text = fixture_named("maxtext-0.2.5-h100-12-steps.log");
-        let mut c = crate::external::tests::cell(
+        let mut c = crate::external::tests::framework_cell(
+            NAME,
             "llama-3.1-8b-proxy",
             "bf16",
             1,
             "fsdp",
             &["compile", "sac"],
         );
-        c.params.workload = crate::cell::Workload::framework(NAME);
         c.params.seq_len = 8192;
         c.params.micro_batch = 1;
         c.params.global_batch = 1;

@@ -10,99 +10,22 @@
 //! throughput per GPU (TFLOP/s/GPU): Y | ... | lm loss: L | ...`. With `--log-interval 1`
 //! each line covers one iteration, so X is the step time; Y is Megatron's own TFLOP/s.
 
-use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
 
 pub(crate) struct Megatron;
 
-const NAME: &str = "megatron";
-
-/// Megatron prints every argument it resolved (`  name ..... value`); these are the ones
-/// that say what ran, read into the cell's record (`super::ran`).
-const SIGNATURES: &[Signature] = &[
-    Signature { aspect: "execution", pattern: r"^\s*cuda_graph_impl \.+ none\s*$", says: "eager (no CUDA graphs; Megatron has no torch.compile of the model)" },
-    Signature { aspect: "execution", pattern: r"^\s*cuda_graph_impl \.+ (local|transformer_engine)\s*$", says: "CUDA graphs ($1)" },
-    Signature { aspect: "attention", pattern: r"^\s*transformer_impl \.+ local\s*$", says: "the local layer spec's unfused DotProductAttention (scores materialised; no Transformer Engine)" },
-    Signature { aspect: "attention", pattern: r"^\s*transformer_impl \.+ transformer_engine\s*$", says: "Transformer Engine's attention" },
-    Signature { aspect: "attention", pattern: r"^\s*use_flash_attn \.+ True\s*$", says: "flash attention" },
-    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_granularity \.+ (\w+)\s*$", says: "$1 recompute" },
-    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_method \.+ (\w+)\s*$", says: "method $1" },
-    Signature { aspect: "checkpointing", pattern: r"^\s*recompute_num_layers \.+ (\d+)\s*$", says: "$1 layer(s) per recompute unit" },
-    Signature { aspect: "optimizer", pattern: r"^\s*optimizer \.+ (\w+)\s*$", says: "Megatron's $1 (decoupled weight decay)" },
-    Signature { aspect: "optimizer", pattern: r"^\s*use_distributed_optimizer \.+ True\s*$", says: "distributed optimizer" },
-    Signature { aspect: "precision", pattern: r"^\s*bf16 \.+ True\s*$", says: "bf16 weights and activations" },
-    Signature { aspect: "precision", pattern: r"^\s*main_params_dtype \.+ torch\.(\w+)\s*$", says: "$1 main params" },
-    Signature { aspect: "precision", pattern: r"^\s*fp8 \.+ (e4m3|hybrid)\s*$", says: "fp8 ($1)" },
-    Signature { aspect: "parallel", pattern: r"^\s*use_torch_fsdp2 \.+ True\s*$", says: "torch FSDP2" },
-    Signature { aspect: "parallel", pattern: r"^\s*use_torch_fsdp2 \.+ False\s*$", says: "Megatron's own DDP wrapper (torch FSDP2 off)" },
-    Signature { aspect: "parallel", pattern: r"^\s*data_parallel_size \.+ (\d+)\s*$", says: "data-parallel size $1" },
-];
+pub(crate) const NAME: &str = "megatron";
 
 impl super::Adapter for Megatron {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        let cfg = match super::llama_preset(cell, "Megatron-Core") {
-            Ok(c) => c,
-            Err(e) => return Some(e),
-        };
-        if cell.features().contains("compile") {
-            return Some(
-                "Megatron-Core has no torch.compile of the model (its speed comes from fused kernels, which the local layer spec leaves out); run it without `compile`"
-                    .into(),
-            );
-        }
-        if let Some(why) = super::common_checks(cell, "Megatron-Core", &["sac"]) {
-            return Some(why);
-        }
-        match cell.dtype().name() {
-            "bf16" | "fp32" => {}
-            "fp8" => {
-                return Some(
-                    "fp8 in Megatron-Core runs through Transformer Engine layers; the adapter builds the local layer spec, which has none"
-                        .into(),
-                )
-            }
-            other => return Some(format!("dtype `{other}` is not bf16 or fp32")),
-        }
-        if cell.features().contains("sac") && cell.params.sac_every != 1 {
-            return Some(format!(
-                "Megatron's full recompute checkpoints every layer (`--recompute-method uniform --recompute-num-layers 1`); sac_every {} has no Megatron equivalent",
-                cell.params.sac_every
-            ));
-        }
-        let (tp, pp) = (super::degree(cell, "tp"), super::degree(cell, "pp"));
-        if cfg.heads % i64::from(tp) != 0 || cfg.kv_heads % i64::from(tp) != 0 {
-            return Some(format!(
-                "tp {tp} does not divide the {} heads and {} key/value heads",
-                cfg.heads, cfg.kv_heads
-            ));
-        }
-        if cfg.layers % i64::from(pp) != 0 {
-            return Some(format!("pp {pp} does not divide the {} layers", cfg.layers));
-        }
-        if cfg.vocab % i64::from(tp) != 0 {
-            return Some(format!(
-                "tp {tp} does not divide the vocabulary of {}: Megatron would pad it, and the model would not be the preset",
-                cfg.vocab
-            ));
-        }
-        None
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, opts: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
-            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
-        });
+        let cfg = super::mapped_llama(cell);
         let (tp, pp) = (super::degree(cell, "tp"), super::degree(cell, "pp"));
         let dp = cell.gpus() / (tp * pp).max(1);
         let s = |v: &dyn ToString| v.to_string();
@@ -200,42 +123,11 @@ impl super::Adapter for Megatron {
             "source": opts.source,
             "argv": flags,
         });
-        // Megatron initialises torch.distributed even for one rank; torchrun sets its
-        // variables and prefixes every rank's lines.
-        let mut argv = super::torchrun(&files.python, cell.gpus());
-        argv.push(
-            files
-                .scripts
-                .join("megatron_train.py")
-                .display()
-                .to_string(),
-        );
-        argv.extend(["--config".into(), "{config}".into()]);
-        let mut env = vec![];
-        if let Some(src) = &opts.source {
-            env.push(("BENCH_MEGATRON_SOURCE".to_string(), src.clone()));
-        }
-        Prepared {
-            config_ext: "json",
-            config_text: serde_json::to_string_pretty(&config).unwrap_or_default() + "\n",
-            argv,
-            env,
-            files: vec![],
-        }
-    }
-
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
+        Config::json(&config)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(MegatronLog {
-            steps_expected: cell.params.steps,
-            global_batch: cell.params.global_batch,
-            tokens_per_sample: cell.params.seq_len,
-            gpus: cell.gpus(),
-            ..MegatronLog::default()
-        })
+        log::reader(cell, MegatronLog)
     }
 }
 
@@ -303,119 +195,80 @@ static MEMORY: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Megatron's `training_log` output, as `bench adapt` reads it.
 #[derive(Default)]
-pub(crate) struct MegatronLog {
-    steps_expected: u32,
-    global_batch: u32,
-    tokens_per_sample: u32,
-    gpus: u32,
-    info: Option<DriverInfo>,
-    order: StepOrder,
-    mem: std::collections::BTreeMap<u32, u64>,
-}
+pub(crate) struct MegatronLog;
 
-impl LogParser for MegatronLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for MegatronLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "Megatron training_log (log_interval 1): elapsed time per iteration from its interval timer (barrier at each log), TFLOP/s/GPU from its num_floating_point_operations (causal attention counted at half); tokens/s per GPU is global batch x seq over that time; medians over the measured steps";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        let bad = |msg: String| ParseError::new(NAME, line_no, raw, msg);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
+        if let Some(c) = MEMORY.captures(text) {
+            let r: u32 = line.int(&c[1], "rank")?;
+            let mb = line.number(&c[2], "max reserved")?;
+            log.memory.record(r, (mb * 1024.0 * 1024.0).round() as u64);
             return Ok(vec![]);
         }
-        if let Some(c) = MEMORY.captures(&text) {
-            let r: u32 = c[1].parse().map_err(|_| bad("rank out of range".into()))?;
-            let mb = log::number(&c[2]).ok_or_else(|| bad("unreadable max reserved".into()))?;
-            let e = self.mem.entry(r).or_default();
-            *e = (*e).max((mb * 1024.0 * 1024.0).round() as u64);
-            return Ok(vec![]);
-        }
-        let Some(line) = TrainingLogLine::read(&text) else {
+        let Some(read) = TrainingLogLine::read(text) else {
             return Ok(vec![]);
         };
-        let line = line.map_err(bad)?;
-        let step: u64 = line
-            .step
-            .parse()
-            .map_err(|_| bad("iteration number out of range".into()))?;
-        let total: u64 = line
-            .of
-            .parse()
-            .map_err(|_| bad("iteration count out of range".into()))?;
-        if total != u64::from(self.steps_expected) {
-            return Err(bad(format!(
+        let read = read.map_err(|m| line.bad(m))?;
+        let step: u64 = line.int(read.step, "iteration number")?;
+        let total: u64 = line.int(read.of, "iteration count")?;
+        let asked = log.asked;
+        line.agrees(total, u64::from(asked.steps), || {
+            format!(
                 "Megatron says it trains {total} iterations, the cell asked for {}: the flags did not take",
-                self.steps_expected
-            )));
-        }
-        let batch: u32 = line
+                asked.steps
+            )
+        })?;
+        let batch: u32 = read
             .get("global batch size")
             .and_then(|b| b.parse().ok())
-            .ok_or_else(|| bad("a step line without a readable `global batch size`".into()))?;
-        if batch != self.global_batch {
-            return Err(bad(format!(
+            .ok_or_else(|| line.bad("a step line without a readable `global batch size`"))?;
+        line.agrees(batch, asked.global_batch, || {
+            format!(
                 "Megatron ran a global batch of {batch}; the cell asks for {}",
-                self.global_batch
-            )));
-        }
-        self.order.check(rank, step).map_err(bad)?;
-        let ms = line
-            .get(ELAPSED)
-            .and_then(log::number)
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or_else(|| bad("elapsed time per iteration is not a positive number".into()))?;
-        let loss = match line.get("lm loss") {
-            Some(l) => log::number(l).ok_or_else(|| bad("unreadable lm loss".into()))?,
+                asked.global_batch
+            )
+        })?;
+        log.in_order(line, step)?;
+        let ms = line.positive(
+            read.get(ELAPSED),
+            "elapsed time per iteration is not a positive number",
+        )?;
+        let loss = match read.get("lm loss") {
+            Some(l) => line.number(l, "lm loss")?,
             // Megatron leaves out a loss that averaged to below zero, and a NaN iteration
             // has none: either way this step has no loss to believe.
             None => f64::NAN,
         };
         let step_time_s = ms / 1000.0;
-        let tflops = match line.get("throughput per GPU (TFLOP/s/GPU)") {
-            Some(t) => Some(log::number(t).ok_or_else(|| bad("unreadable throughput".into()))?),
+        let tflops = match read.get("throughput per GPU (TFLOP/s/GPU)") {
+            Some(t) => Some(line.number(t, "throughput")?),
             None => None,
         };
-        let tokens = f64::from(self.global_batch) * f64::from(self.tokens_per_sample);
+        let tokens = asked.tokens_per_step() as f64;
         Ok(vec![LoggedStep {
             step,
             step_time_s,
             loss,
-            tokens_per_s_per_gpu: Some(tokens / step_time_s / f64::from(self.gpus.max(1))),
+            tokens_per_s_per_gpu: Some(tokens / step_time_s / f64::from(asked.gpus.max(1))),
             tflops_per_gpu: tflops,
             mfu: None,
         }])
-    }
-
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        let info = log::check_complete(
-            NAME,
-            &self.info,
-            self.order.last_step(),
-            self.steps_expected,
-            exited_ok,
-        )?;
-        Ok((
-            vec![],
-            LogEnd {
-                info,
-                peak_mem_bytes: self.mem.values().copied().collect(),
-                run_tokens_per_s_per_gpu: None,
-                method: "Megatron training_log (log_interval 1): elapsed time per iteration from its interval timer (barrier at each log), TFLOP/s/GPU from its num_floating_point_operations (causal attention counted at half); tokens/s per GPU is global batch x seq over that time; medians over the measured steps".into(),
-            },
-        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::Adapter;
+    use crate::external::declared::MEGATRON as FRAMEWORK;
+    use crate::external::log::{self, Reader};
+    use crate::external::tests::asked;
 
     fn cell(gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
-        let mut c = crate::external::tests::cell("llama-tiny", "bf16", gpus, parallel, feats);
-        c.params.workload = crate::cell::Workload::framework(NAME);
+        let mut c = crate::external::tests::tiny_cell(NAME, gpus, parallel, feats);
         c.params.steps = 6;
         c.params.warmup = 2;
         c.params.seq_len = 64;
@@ -425,13 +278,12 @@ mod tests {
     #[test]
     fn mapping_and_drops() {
         let c = cell(2, "fsdp", &["sac"]);
-        assert_eq!(Megatron.unexpressible(&c), None);
-        let files = AttemptFiles {
-            dir: "/r/x".into(),
-            scripts: "/s".into(),
-            python: "py".into(),
-        };
-        let p = Megatron.prepare(&c, &FrameworkOpts::default(), &files);
+        assert_eq!(FRAMEWORK.unexpressible(&c), None);
+        let p = FRAMEWORK.prepare(
+            &c,
+            &FrameworkOpts::default(),
+            &crate::external::tests::files(),
+        );
         let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
         let flag = |k: &str| {
@@ -453,41 +305,38 @@ mod tests {
         assert!(p.argv.contains(&"--nproc_per_node".to_string()));
         assert!(p.argv.last().unwrap() == "{config}");
         let compiled = cell(1, "single", &["compile"]);
-        assert!(Megatron
+        assert!(FRAMEWORK
             .unexpressible(&compiled)
             .unwrap()
             .contains("torch.compile"));
         let mut fp8 = cell(1, "single", &[]);
         fp8.values
             .insert("dtype".into(), crate::cell::Value::Str("fp8".into()));
-        assert!(Megatron
+        assert!(FRAMEWORK
             .unexpressible(&fp8)
             .unwrap()
             .contains("Transformer Engine"));
         let mut tp3 = cell(3, "ddp", &[]);
         tp3.values.insert("tp".into(), crate::cell::Value::Int(3));
         tp3.params.global_batch = 2;
-        assert!(Megatron.unexpressible(&tp3).unwrap().contains("tp 3"));
+        assert!(FRAMEWORK.unexpressible(&tp3).unwrap().contains("tp 3"));
         let mut pp2 = cell(2, "ddp", &[]);
         pp2.values.insert("pp".into(), crate::cell::Value::Int(2));
         pp2.params.global_batch = 2;
-        assert_eq!(Megatron.unexpressible(&pp2), None);
+        assert_eq!(FRAMEWORK.unexpressible(&pp2), None);
     }
 
     fn fixture() -> String {
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/megatron-core-0.20.0-2rank-from-source.log");
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        crate::external::tests::fixture("megatron-core-0.20.0-2rank-from-source.log")
     }
 
-    fn parser() -> MegatronLog {
-        MegatronLog {
-            steps_expected: 6,
-            global_batch: 4,
-            tokens_per_sample: 2048,
-            gpus: 2,
-            ..MegatronLog::default()
-        }
+    /// A reader of `steps` iterations of `global_batch` sequences of 2,048 tokens on 2 GPUs.
+    fn parser_of(steps: u32, global_batch: u32) -> Reader<MegatronLog> {
+        Reader::new(asked(steps, global_batch, 2048, 2), MegatronLog)
+    }
+
+    fn parser() -> Reader<MegatronLog> {
+        parser_of(6, 4)
     }
 
     #[test]
@@ -513,16 +362,8 @@ mod tests {
     fn captured_two_rank_h200_log() {
         // A real run (2026-11-26, two H200s, torch FSDP2, seq 2048 x micro batch 4): the last
         // rank prints the iteration lines, data-parallel rank 0 the memory reports.
-        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/frameworks/megatron-core-0.19.0-h200x2-fsdp2.log");
-        let text = std::fs::read_to_string(&p).unwrap();
-        let mut parser = MegatronLog {
-            steps_expected: 12,
-            global_batch: 8,
-            tokens_per_sample: 2048,
-            gpus: 2,
-            ..MegatronLog::default()
-        };
+        let text = crate::external::tests::fixture("megatron-core-0.19.0-h200x2-fsdp2.log");
+        let mut parser = parser_of(12, 8);
         let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
         assert_eq!(steps.len(), 12);
         assert!((steps[11].step_time_s - 0.4359).abs() < 1e-12);
@@ -545,20 +386,15 @@ mod tests {
         // Truncated before the last iteration although Megatron exited 0.
         let cut = text.find("iteration        6/").unwrap();
         let line_start = text[..cut].rfind('\n').unwrap() + 1;
-        let e = log::read_all(&mut parser(), &text[..line_start], true).unwrap_err();
+        let e = log::refusal(parser(), &text[..line_start]);
         assert!(e.message.contains("ends after step 5 of 6"), "{e}");
         // A garbled time field.
-        let e = log::read_all(
-            &mut parser(),
-            &text.replace("(ms): 250.4 |", "(ms): fast |"),
-            true,
-        )
-        .unwrap_err();
+        let e = log::refusal(parser(), &text.replace("(ms): 250.4 |", "(ms): fast |"));
         assert!(e.message.contains("positive number"), "{e}");
         // A line cut after its elapsed time (`250.4` read as `25`) is not a shorter step.
         let line = text.lines().find(|l| l.contains("(ms): 250.4 |")).unwrap();
         let cut = &line[..line.find("250.4").unwrap() + 2];
-        let e = log::read_all(&mut parser(), &text.replace(line, cut), true).unwrap_err();
+        let e = log::refusal(parser(), &text.replace(line, cut));
         assert!(e.message.contains("the line is cut"), "{e}");
         // Two ranks' lines mixed without prefixes: an iteration repeats.
         let doubled = text.replace("[rank1]:", "").replacen(
@@ -566,16 +402,14 @@ mod tests {
             " iteration        1/       6 | elapsed time per iteration (ms): 250.1 | global batch size:     4 | lm loss: 6.900000E+00 |\n [2026-11-24 10:00:02",
             1,
         );
-        let e = log::read_all(&mut parser(), &doubled, true).unwrap_err();
+        let e = log::refusal(parser(), &doubled);
         assert!(e.message.contains("mixed"), "{e}");
         // Flags that did not take.
         let mut other = parser();
-        other.steps_expected = 8;
-        let e = log::read_all(&mut other, &text, true).unwrap_err();
+        other.log.asked.steps = 8;
+        let e = log::refusal(other, &text);
         assert!(e.message.contains("asked for 8"), "{e}");
-        let mut other = parser();
-        other.global_batch = 8;
-        let e = log::read_all(&mut other, &text, true).unwrap_err();
+        let e = log::refusal(parser_of(6, 8), &text);
         assert!(e.message.contains("asks for 8"), "{e}");
         // A NaN loss reads as NaN (the reader fails the cell with exit 5).
         let (steps, _) = log::read_all(

@@ -12,12 +12,20 @@
 //! FLOPs per token and MFU itself from the model preset ([`crate::metrics::flops`]), and
 //! keeps the framework's own tokens/s, TFLOP/s and MFU beside them ([`FrameworkReport`]).
 //!
-//! Adding a framework: one file implementing [`Adapter`] (mapping, command line, log
-//! parser) and one line in [`adapter`]; docs/frameworks.md walks through it.
+//! What an adapter can express and how it starts its framework are declared tables
+//! ([`capability::Capabilities`], [`launch::Launch`], side by side in [`declared`]) read by
+//! shared code; what is left per adapter is the framework's own config ([`Adapter::config`])
+//! and its own log lines ([`log::StepLines`]).
+//!
+//! Adding a framework: its tables in [`declared`], one file implementing [`Adapter`]
+//! (config, log lines) and one line in [`ADAPTERS`]; docs/frameworks.md walks through it.
 
 pub(crate) mod bounds;
+pub(crate) mod capability;
+pub(crate) mod declared;
 pub mod deepspeed;
 pub mod hf;
+pub(crate) mod launch;
 pub mod llmc;
 pub mod log;
 pub mod maxtext;
@@ -47,6 +55,32 @@ pub(crate) struct Prepared {
     pub files: Vec<(PathBuf, Vec<u8>)>,
 }
 
+/// A framework's config file for one attempt, as its adapter writes it; the launch
+/// ([`launch::Launch`]) adds the command line around it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Config {
+    /// The file's extension (`toml`, `json`) and text.
+    pub ext: &'static str,
+    pub text: String,
+    /// Environment the driver needs beyond the launch's.
+    pub env: Vec<(String, String)>,
+    /// Further files the framework reads (e.g. generated data), written before it starts.
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Config {
+    /// A JSON config (pretty-printed, as the drivers read it and a person reads the run
+    /// folder).
+    pub(crate) fn json(config: &serde_json::Value) -> Config {
+        Config {
+            ext: "json",
+            text: serde_json::to_string_pretty(config).unwrap_or_default() + "\n",
+            env: vec![],
+            files: vec![],
+        }
+    }
+}
+
 /// Where an attempt's files go and what the adapter may use.
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptFiles {
@@ -57,39 +91,96 @@ pub(crate) struct AttemptFiles {
     pub python: String,
 }
 
-/// One framework: what it can express, how it is started, how its log reads.
-pub(crate) trait Adapter: Sync {
+/// One framework as bench knows it: what its adapter declares as data (its name, what it
+/// can express, how it starts, which of its log lines say what ran) and the adapter's code
+/// (the config it writes, the log lines it reads).
+pub(crate) struct Framework {
     /// The workload kind, e.g. `torchtitan`.
-    fn name(&self) -> &'static str;
-    /// Why the framework cannot run `cell` as bench means it, if it cannot.
-    fn unexpressible(&self, cell: &Cell) -> Option<String>;
-    /// The framework's config and command line for `cell`.
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared;
-    /// A fresh parser of the framework's log for `cell`.
-    fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
+    pub name: &'static str,
+    pub capabilities: capability::Capabilities,
+    pub launch: launch::Launch,
     /// The framework's log lines that say what ran (compile, attention, checkpointing,
     /// optimizer, precision, parallelism): the record of [`ran`].
-    fn signatures(&self) -> &'static [ran::Signature];
+    pub signatures: &'static [ran::Signature],
     /// Whether the framework runs on torch (so torch's own warnings, such as dynamo's
     /// recompile limit, speak for it too).
-    fn torch_based(&self) -> bool {
-        true
+    pub torch_based: bool,
+    pub adapter: &'static dyn Adapter,
+}
+
+/// The code of one framework's adapter: what is not data.
+pub(crate) trait Adapter: Sync {
+    /// The framework's config for `cell`.
+    fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config;
+    /// A fresh parser of the framework's log for `cell`.
+    fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
+    /// Why the framework cannot run `cell` for a reason that is no table data (the table's
+    /// `further` says it in words); checked after the table.
+    fn refuses(&self, _cell: &Cell) -> Option<String> {
+        None
     }
 }
 
-/// Every framework adapter bench knows, by the name a matrix's `workload: {kind: ...}`
-/// gives. Adding a framework is one file implementing [`Adapter`] and one line here.
-pub(crate) static ADAPTERS: &[&dyn Adapter] = &[
-    &torchtitan::Torchtitan,
-    &hf::Hf,
-    &megatron::Megatron,
-    &deepspeed::DeepSpeed,
-    &maxtext::MaxText,
-    &llmc::Llmc,
+impl Framework {
+    /// The workload kind, e.g. `torchtitan`.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Why the framework cannot run `cell` as bench means it, if it cannot: its table, then
+    /// [`Adapter::refuses`].
+    pub(crate) fn unexpressible(&self, cell: &Cell) -> Option<String> {
+        capability::check(&self.capabilities, cell).or_else(|| self.adapter.refuses(cell))
+    }
+
+    /// The framework's config ([`Adapter::config`]) and command line for `cell`.
+    pub(crate) fn prepare(
+        &self,
+        cell: &Cell,
+        opts: &FrameworkOpts,
+        files: &AttemptFiles,
+    ) -> Prepared {
+        let config = self.adapter.config(cell, opts, files);
+        let mut env = self.launch.env(opts);
+        env.extend(config.env);
+        Prepared {
+            config_ext: config.ext,
+            config_text: config.text,
+            argv: self.launch.command(cell, opts, files),
+            env,
+            files: config.files,
+        }
+    }
+
+    /// A fresh parser of the framework's log for `cell` ([`Adapter::parser`]).
+    pub(crate) fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser> {
+        self.adapter.parser(cell)
+    }
+
+    /// The log lines that say what ran ([`Framework::signatures`]).
+    pub(crate) fn signatures(&self) -> &'static [ran::Signature] {
+        self.signatures
+    }
+
+    /// Whether the framework runs on torch ([`Framework::torch_based`]).
+    pub(crate) fn torch_based(&self) -> bool {
+        self.torch_based
+    }
+}
+
+/// Every framework bench knows, by the name a matrix's `workload: {kind: ...}` gives.
+/// Adding a framework is one file declaring its [`Framework`] and one line here.
+pub(crate) static ADAPTERS: &[&Framework] = &[
+    &declared::TORCHTITAN,
+    &declared::HF,
+    &declared::MEGATRON,
+    &declared::DEEPSPEED,
+    &declared::MAXTEXT,
+    &declared::LLMC,
 ];
 
-/// The adapter called `kind`.
-pub(crate) fn find(kind: &str) -> Option<&'static dyn Adapter> {
+/// The framework called `kind`.
+pub(crate) fn find(kind: &str) -> Option<&'static Framework> {
     ADAPTERS.iter().copied().find(|a| a.name() == kind)
 }
 
@@ -100,7 +191,7 @@ pub(crate) fn names() -> Vec<&'static str> {
 
 /// The adapter of a workload, `None` for built-in and command workloads and for a
 /// framework kind no adapter has (refused when the matrix is loaded).
-pub(crate) fn adapter(w: &Workload) -> Option<(&'static dyn Adapter, &FrameworkOpts)> {
+pub(crate) fn adapter(w: &Workload) -> Option<(&'static Framework, &FrameworkOpts)> {
     match w {
         Workload::Framework { kind, opts } => find(kind).map(|a| (a, opts)),
         Workload::Builtin | Workload::Command { .. } => None,
@@ -136,6 +227,25 @@ pub(crate) fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, 
     Ok(cfg)
 }
 
+/// The Llama preset an expressible cell trains, for an adapter's mapping (`llama-tiny` for
+/// a cell its table would have dropped, which is never prepared).
+pub(crate) fn mapped_llama(cell: &Cell) -> ModelConfig {
+    llama_preset(cell, "").unwrap_or_else(|_| presets::get("llama-tiny").expect("built-in preset"))
+}
+
+/// A cell's tensor-parallel degree and the data-parallel degrees beside it, as (tp,
+/// replicated, sharded), for the frameworks that name all three (torchtitan, MaxText): `ddp`
+/// replicates the model over the data-parallel ranks; `single` and `fsdp` shard it (over
+/// one rank: plain training).
+pub(crate) fn parallel_degrees(cell: &Cell) -> (u32, u32, u32) {
+    let tp = degree(cell, "tp");
+    let dp = cell.gpus() / tp.max(1);
+    match cell.parallel() {
+        crate::axes::Parallel::Ddp => (tp, dp, 1),
+        _ => (tp, 1, dp),
+    }
+}
+
 /// The bench preset a framework cell trains, of any family (each adapter's `unexpressible`
 /// says which it can build), for FLOPs per token and the parameter count.
 pub(crate) fn preset(cell: &Cell) -> Result<ModelConfig, String> {
@@ -161,21 +271,19 @@ pub(crate) fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> 
         .into_iter()
         .find(|f| !features.contains(&f.as_str()))
     {
-        return Some(format!(
-            "{framework} adapter maps features {} only, not `{f}`",
-            features.join(", ")
-        ));
+        return Some(if features.is_empty() {
+            format!("{framework} adapter maps no features, not `{f}`")
+        } else {
+            format!(
+                "{framework} adapter maps features {} only, not `{f}`",
+                features.join(", ")
+            )
+        });
     }
     if cell.parallel().name() == "single" && cell.gpus() > 1 {
         return Some(format!(
             "parallel single runs one rank; {} GPUs need ddp or fsdp",
             cell.gpus()
-        ));
-    }
-    if !matches!(cell.parallel().name(), "single" | "ddp" | "fsdp") {
-        return Some(format!(
-            "parallel `{}` is not single, ddp or fsdp",
-            cell.parallel().name()
         ));
     }
     if p.warmup < 1 {
@@ -232,31 +340,58 @@ pub(crate) fn python(opts: &FrameworkOpts) -> String {
         .unwrap_or_else(|| "python3".to_string())
 }
 
-/// `python -m torch.distributed.run` for `nproc` ranks on this host, every rank's output
-/// prefixed with `[rank<N>]:` so interleaved lines stay attributable.
-pub(crate) fn torchrun(python: &str, nproc: u32) -> Vec<String> {
-    [
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        &nproc.to_string(),
-        "--role",
-        "rank",
-        "--tee",
-        "3",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cell::{CellId, Params};
     use indexmap::IndexMap;
+
+    /// An attempt's files as the adapters' mapping tests give them.
+    pub(crate) fn files() -> AttemptFiles {
+        AttemptFiles {
+            dir: "/r/x".into(),
+            scripts: "/s".into(),
+            python: "py".into(),
+        }
+    }
+
+    /// What a cell of `steps` steps of `global_batch` sequences of `seq_len` tokens on
+    /// `gpus` GPUs asks of its framework's log.
+    pub(crate) fn asked(steps: u32, global_batch: u32, seq_len: u32, gpus: u32) -> log::Asked {
+        log::Asked {
+            steps,
+            global_batch,
+            seq_len,
+            gpus,
+        }
+    }
+
+    /// The text of `tests/fixtures/frameworks/<name>`.
+    pub(crate) fn fixture(name: &str) -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/frameworks")
+            .join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// A `llama-tiny` bf16 cell of framework `kind`.
+    pub(crate) fn tiny_cell(kind: &str, gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
+        framework_cell(kind, "llama-tiny", "bf16", gpus, parallel, feats)
+    }
+
+    /// [`cell`] as a cell of framework `kind`.
+    pub(crate) fn framework_cell(
+        kind: &str,
+        model: &str,
+        dtype: &str,
+        gpus: i64,
+        parallel: &str,
+        feats: &[&str],
+    ) -> Cell {
+        let mut c = cell(model, dtype, gpus, parallel, feats);
+        c.params.workload = Workload::framework(kind);
+        c
+    }
 
     pub(crate) fn cell(
         model: &str,

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use super::bounds::Bounds;
 use super::log::{measured_median, LogEnd, LogParser, LoggedStep, ParseError};
 use super::ran::RanReader;
-use super::{Adapter, AttemptFiles, FrameworkReport};
+use super::{AttemptFiles, Framework, FrameworkReport};
 use crate::cell::Cell;
 use crate::events::{ErrorKind, Event, LineSplitter, StepEvent};
 use crate::exit::worker as exit;
@@ -180,7 +180,7 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     drop(tx);
 
     let p = &cell.params;
-    let tokens_per_step = u64::from(p.global_batch) * u64::from(p.seq_len);
+    let tokens_per_step = super::log::Asked::of(&cell).tokens_per_step();
     let flops_per_token = flops_per_token(&cfg, &cell);
     let mut reader = LogReader::new(adapter, &cell, flops_per_token);
     let mut ran = RanReader::new(&cell, adapter.signatures(), adapter.torch_based());
@@ -328,8 +328,8 @@ pub(crate) struct LogReader {
 }
 
 impl LogReader {
-    pub(crate) fn new(adapter: &dyn Adapter, cell: &Cell, flops_per_token: f64) -> LogReader {
-        let tokens_per_step = u64::from(cell.params.global_batch) * u64::from(cell.params.seq_len);
+    pub(crate) fn new(adapter: &Framework, cell: &Cell, flops_per_token: f64) -> LogReader {
+        let tokens_per_step = super::log::Asked::of(cell).tokens_per_step();
         LogReader {
             name: adapter.name(),
             parser: adapter.parser(cell),

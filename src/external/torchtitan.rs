@@ -7,18 +7,17 @@
 //! both. Step times come from the timestamps of consecutive step lines of rank 0 (torchtitan
 //! logs every step, `metrics.log_freq = 1`): the interval torchtitan's own `tps` divides by.
 
-use super::ran::Signature;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::log::{self, DriverInfo, LogEnd, LogParser, LoggedStep, ParseError, StepOrder};
-use super::{AttemptFiles, FrameworkOpts, Prepared};
+use super::log::{self, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
 
 pub(crate) struct Torchtitan;
 
-const NAME: &str = "torchtitan";
+pub(crate) const NAME: &str = "torchtitan";
 
 /// A TOML value of the config file.
 enum Toml {
@@ -101,71 +100,11 @@ fn synthetic_text(seed: u64, records: usize, words: usize) -> String {
     out
 }
 
-/// torchtitan's own log lines that say what ran (0.2.2's wording), read into the cell's
-/// record of what ran (`super::ran`); its driver adds the optimizer, the precision policy
-/// and the attention kernel it resolved.
-const SIGNATURES: &[Signature] = &[
-    Signature { aspect: "execution", pattern: r"Compiling each TransformerBlock with torch\.compile", says: "torch.compile of each TransformerBlock" },
-    Signature { aspect: "execution", pattern: r"Compiling the loss function with torch\.compile", says: "torch.compile of the loss" },
-    Signature { aspect: "checkpointing", pattern: r"Applied selective activation checkpointing", says: "torchtitan's selective activation checkpointing (per-layer option: whole blocks recomputed)" },
-    Signature { aspect: "checkpointing", pattern: r"Applied full activation checkpointing", says: "full activation checkpointing" },
-    Signature { aspect: "precision", pattern: r"Float8 training active with recipe (\w+)", says: "fp8 linears: torchao Float8Linear, $1 scaling" },
-    Signature { aspect: "precision", pattern: r"Mixed precision training is handled by AMP", says: "mixed precision by AMP autocast" },
-    Signature { aspect: "precision", pattern: r"Mixed precision training is handled by fully_shard", says: "mixed precision by FSDP2's policy" },
-    Signature { aspect: "parallel", pattern: r"Applied FSDP to the model", says: "FSDP2 (fully_shard) of every block" },
-    Signature { aspect: "parallel", pattern: r"Applied DDP to the model", says: "DDP" },
-    Signature { aspect: "parallel", pattern: r"Successfully created meshes with active dimensions: \[\]", says: "no active mesh dimension: no FSDP or DDP applied (a plain loop)" },
-    Signature { aspect: "attention", pattern: r#""attn_type": "(\w+)""#, says: "torchtitan `$1` attention" },
-];
-
 impl super::Adapter for Torchtitan {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        let cfg = match super::llama_preset(cell, NAME) {
-            Ok(c) => c,
-            Err(e) => return Some(e),
-        };
-        if let Some(why) = super::common_checks(cell, NAME, &["compile", "sac"]) {
-            return Some(why);
-        }
-        if !matches!(cell.dtype().name(), "bf16" | "fp32" | "fp8") {
-            return Some(format!(
-                "dtype `{}` is not bf16, fp32 or fp8",
-                cell.dtype().name()
-            ));
-        }
-        let tp = super::degree(cell, "tp");
-        if super::degree(cell, "pp") > 1 {
-            return Some(
-                "the torchtitan adapter does not map pipeline schedules (pp > 1) yet".into(),
-            );
-        }
-        if tp > 1 && cell.parallel().name() == "ddp" {
-            return Some("torchtitan's DDP does not combine with tensor parallelism".into());
-        }
-        if tp > 1 && (cfg.heads % i64::from(tp) != 0 || cfg.kv_heads % i64::from(tp) != 0) {
-            return Some(format!(
-                "tp {tp} does not divide the {} heads and {} key/value heads",
-                cfg.heads, cfg.kv_heads
-            ));
-        }
-        None
-    }
-
-    fn prepare(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Prepared {
+    fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::llama_preset(cell, NAME).unwrap_or_else(|_| {
-            crate::workload::models::presets::get("llama-tiny").expect("built-in preset")
-        });
-        let tp = super::degree(cell, "tp");
-        let dp = cell.gpus() / tp.max(1);
-        let (replicate, shard) = match cell.parallel().name() {
-            "ddp" => (dp, 1),
-            _ => (1, dp),
-        };
+        let cfg = super::mapped_llama(cell);
+        let (tp, replicate, shard) = super::parallel_degrees(cell);
         let features = cell.features();
         let data_dir = files.dir.join("data");
         let tokenizer = opts
@@ -297,21 +236,9 @@ impl super::Adapter for Torchtitan {
                 text.push_str(&format!("{k} = {}\n", v.render()));
             }
         }
-        let mut argv = super::torchrun(&files.python, cell.gpus());
-        argv.push(
-            files
-                .scripts
-                .join("torchtitan_train.py")
-                .display()
-                .to_string(),
-        );
-        argv.push("--job.config_file".into());
-        argv.push("{config}".into());
-        argv.extend(opts.args.iter().cloned());
-        Prepared {
-            config_ext: "toml",
-            config_text: text,
-            argv,
+        Config {
+            ext: "toml",
+            text,
             env: vec![("BENCH_TT_MODEL".into(), model.to_string())],
             files: vec![(
                 data_dir.join("data.json"),
@@ -320,15 +247,8 @@ impl super::Adapter for Torchtitan {
         }
     }
 
-    fn signatures(&self) -> &'static [Signature] {
-        SIGNATURES
-    }
-
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
-        Box::new(TitanLog {
-            steps_expected: cell.params.steps,
-            ..TitanLog::default()
-        })
+        log::reader(cell, TitanLog::default())
     }
 }
 
@@ -358,112 +278,83 @@ fn millis(ts: &str) -> Option<i64> {
 /// torchtitan's log, as `bench adapt` reads it.
 #[derive(Default)]
 pub(crate) struct TitanLog {
-    steps_expected: u32,
-    info: Option<DriverInfo>,
-    order: StepOrder,
     last_ms: Option<i64>,
-    mem: std::collections::BTreeMap<u32, u64>,
     /// Tokens per step per data-parallel rank, from torchtitan's own config line.
     local_tokens: Option<u64>,
 }
 
-impl LogParser for TitanLog {
-    fn device(&self) -> Option<&str> {
-        self.info.as_ref().map(|i| i.device.as_str())
-    }
+impl StepLines for TitanLog {
+    const NAME: &'static str = NAME;
+    const METHOD: &'static str = "torchtitan 0.2 per-step log (log_freq 1): tps and tflops per GPU, MFU against torchtitan's own bf16 peak table; medians over the measured steps";
 
-    fn line(&mut self, line_no: usize, raw: &str) -> Result<Vec<LoggedStep>, ParseError> {
-        let (rank, text) = log::split_rank(raw);
-        if let Some(info) = log::driver_info(NAME, line_no, &text) {
-            self.info = Some(info?);
-            return Ok(vec![]);
-        }
-        if let Some(c) = CONFIG.captures(&text) {
+    fn line(&mut self, log: &mut Progress, line: &Line<'_>) -> Result<Vec<LoggedStep>, ParseError> {
+        let text = line.text.as_str();
+        if let Some(c) = CONFIG.captures(text) {
             let n = |i: usize| c[i].parse::<u64>().unwrap_or(0);
             self.local_tokens = Some(n(1) * n(3) * n(4));
-            if n(5) != u64::from(self.steps_expected) {
-                return Err(ParseError::new(
-                    NAME,
-                    line_no,
-                    raw,
-                    format!(
-                        "torchtitan says it runs {} steps, the cell asked for {}: the config did not take",
-                        n(5),
-                        self.steps_expected
-                    ),
-                ));
-            }
+            let asked = log.asked.steps;
+            line.agrees(n(5), u64::from(asked), || {
+                format!(
+                    "torchtitan says it runs {} steps, the cell asked for {asked}: the config did not take",
+                    n(5)
+                )
+            })?;
             return Ok(vec![]);
         }
         if !text.contains(" - INFO - step:") {
             return Ok(vec![]);
         }
-        let bad = |msg: &str| ParseError::new(NAME, line_no, raw, msg.to_string());
         let c = STEP
-            .captures(&text)
-            .ok_or_else(|| bad("a step line that does not read as torchtitan 0.2's `step: .. loss: .. grad_norm: .. memory: ..GiB(..%) tps: .. tflops: .. mfu: ..%`"))?;
-        let step: u64 = c[2].parse().map_err(|_| bad("step number out of range"))?;
-        let mem_gib = log::number(&c[5]).ok_or_else(|| bad("unreadable memory"))?;
-        let r = rank.unwrap_or(0);
-        let e = self.mem.entry(r).or_default();
-        *e = (*e).max((mem_gib * (1u64 << 30) as f64).round() as u64);
-        self.order.check(rank, step).map_err(|m| bad(&m))?;
+            .captures(text)
+            .ok_or_else(|| line.bad("a step line that does not read as torchtitan 0.2's `step: .. loss: .. grad_norm: .. memory: ..GiB(..%) tps: .. tflops: .. mfu: ..%`"))?;
+        let step: u64 = line.int(&c[2], "step number")?;
+        let mem_gib = line.number(&c[5], "memory")?;
+        let r = line.rank.unwrap_or(0);
+        log.memory
+            .record(r, (mem_gib * (1u64 << 30) as f64).round() as u64);
+        log.in_order(line, step)?;
         if r != 0 {
             // Other ranks' lines give their memory; rank 0 (or an unprefixed one-rank log)
             // gives the steps, whichever rank's line torchrun printed first.
             return Ok(vec![]);
         }
-        let ms = millis(&c[1]).ok_or_else(|| bad("unreadable timestamp"))?;
-        let tps = log::number(&c[7]).ok_or_else(|| bad("unreadable tps"))?;
+        let ms = millis(&c[1]).ok_or_else(|| line.bad("unreadable timestamp"))?;
+        let tps = line.number(&c[7], "tps")?;
         let step_time_s = match self.last_ms {
             Some(prev) if ms > prev => (ms - prev) as f64 / 1000.0,
-            Some(_) => return Err(bad("timestamps do not advance between steps; the step time cannot be read from them")),
+            Some(_) => return Err(line.bad("timestamps do not advance between steps; the step time cannot be read from them")),
             // The first step has no previous line: its time is the tokens over torchtitan's
             // own throughput (it is a warm-up step, never measured).
             None => match (self.local_tokens, tps > 0.0) {
                 (Some(t), true) => t as f64 / tps,
-                _ => return Err(bad("the first step line came before torchtitan's `Trainer is initialized with ...` line, or with no throughput")),
+                _ => return Err(line.bad("the first step line came before torchtitan's `Trainer is initialized with ...` line, or with no throughput")),
             },
         };
         self.last_ms = Some(ms);
-        let logged = LoggedStep {
+        Ok(vec![LoggedStep {
             step,
             step_time_s,
-            loss: log::number(&c[3]).ok_or_else(|| bad("unreadable loss"))?,
+            loss: line.number(&c[3], "loss")?,
             tokens_per_s_per_gpu: Some(tps),
             tflops_per_gpu: log::number(&c[8]),
             mfu: log::percent(&c[9]).map(|m| m / 100.0),
-        };
-        Ok(vec![logged])
+        }])
     }
 
-    fn finish(&mut self, exited_ok: bool) -> Result<(Vec<LoggedStep>, LogEnd), ParseError> {
-        let info = log::check_complete(
-            NAME,
-            &self.info,
-            self.order.last_step(),
-            self.steps_expected,
-            exited_ok,
-        )?;
+    fn end(&self, log: &Progress, info: &DriverInfo) -> Result<Option<f64>, ParseError> {
+        // Each rank's memory comes from its own lines: a run whose lines come from some
+        // ranks only lost lines.
         let world = info.world_size.max(1);
-        let peak: Vec<u64> = self.mem.values().copied().collect();
-        if peak.len() > 1 && peak.len() != world as usize {
+        let ranks = log.memory.bytes().len();
+        if ranks > 1 && ranks != world as usize {
             return Err(ParseError::new(
                 NAME,
                 0,
                 "",
-                format!("memory lines of {} ranks in a {world}-rank run", peak.len()),
+                format!("memory lines of {ranks} ranks in a {world}-rank run"),
             ));
         }
-        Ok((
-            vec![],
-            LogEnd {
-                info,
-                peak_mem_bytes: peak,
-                run_tokens_per_s_per_gpu: None,
-                method: "torchtitan 0.2 per-step log (log_freq 1): tps and tflops per GPU, MFU against torchtitan's own bf16 peak table; medians over the measured steps".into(),
-            },
-        ))
+        Ok(None)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Unit tests of the torchtitan adapter (command lines, log parsing), beside the code.
 
 use super::*;
-use crate::external::Adapter;
+use crate::external::declared::TORCHTITAN as FRAMEWORK;
+use crate::external::log::Reader;
 
 #[test]
 fn ffn_width_is_exact() {
@@ -29,13 +30,12 @@ fn mapping_of_a_fsdp_fp8_cell() {
     let mut c =
         crate::external::tests::cell("llama-3.1-8b-proxy", "fp8", 2, "fsdp", &["compile", "sac"]);
     c.params.sac_every = 2;
-    assert_eq!(Torchtitan.unexpressible(&c), None);
-    let files = AttemptFiles {
-        dir: "/run/frameworks/x".into(),
-        scripts: "/s".into(),
-        python: "py".into(),
-    };
-    let p = Torchtitan.prepare(&c, &FrameworkOpts::default(), &files);
+    assert_eq!(FRAMEWORK.unexpressible(&c), None);
+    let p = FRAMEWORK.prepare(
+        &c,
+        &FrameworkOpts::default(),
+        &crate::external::tests::files(),
+    );
     for want in [
         "data_parallel_shard_degree = 2",
         "data_parallel_replicate_degree = 1",
@@ -64,7 +64,7 @@ fn mapping_of_a_fsdp_fp8_cell() {
         ]
     );
     let gpt = crate::external::tests::cell("gpt2-125m", "bf16", 1, "single", &[]);
-    assert!(Torchtitan.unexpressible(&gpt).unwrap().contains("Llama"));
+    assert!(FRAMEWORK.unexpressible(&gpt).unwrap().contains("Llama"));
 }
 
 #[test]
@@ -87,18 +87,10 @@ fn timestamps_to_millis() {
     assert_eq!(millis("yesterday"), None);
 }
 
-fn fixture(name: &str) -> String {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/frameworks")
-        .join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
+use crate::external::tests::{asked, fixture};
 
-fn parser(steps: u32) -> TitanLog {
-    TitanLog {
-        steps_expected: steps,
-        ..TitanLog::default()
-    }
+fn parser(steps: u32) -> Reader<TitanLog> {
+    Reader::new(asked(steps, 1, 1, 1), TitanLog::default())
 }
 
 const SOURCE_2RANK: &str = "torchtitan-0.2.2-2rank-from-source.log";
@@ -131,7 +123,7 @@ fn interleaved_ranks_without_prefixes_are_refused() {
         .lines()
         .map(|l| log::split_rank(l).1 + "\n")
         .collect();
-    let e = log::read_all(&mut parser(8), &text, true).unwrap_err();
+    let e = log::refusal(parser(8), &text);
     assert!(e.message.contains("mixed"), "{e}");
     assert!(e.line.contains("step:  1"), "{e}");
 }
@@ -143,30 +135,30 @@ fn truncated_logs_are_refused() {
     // The tail cut after step 7: the framework "exited 0" but step 8 never came.
     let cut = lines.iter().position(|l| l.contains("step:  8")).unwrap();
     let head = lines[..cut].join("\n");
-    let e = log::read_all(&mut parser(8), &head, true).unwrap_err();
+    let e = log::refusal(parser(8), &head);
     assert!(e.message.contains("ends after step 7 of 8"), "{e}");
     // A cut inside a step line is a malformed line, not a short number.
     let partial = format!("{}\n{}", head, &lines[cut][..lines[cut].len() - 12]);
-    let e = log::read_all(&mut parser(8), &partial, true).unwrap_err();
+    let e = log::refusal(parser(8), &partial);
     assert_eq!(e.line_no, cut + 1);
     // The head lost: no driver line.
     let tail = lines[6..].join("\n");
-    let e = log::read_all(&mut parser(8), &tail, true).unwrap_err();
+    let e = log::refusal(parser(8), &tail);
     assert!(e.message.contains("bench-framework"), "{e}");
     // A lost line in the middle.
     let mut gap: Vec<&str> = lines.clone();
     gap.retain(|l| !l.starts_with("[rank0]") || !l.contains("step:  4"));
-    let e = log::read_all(&mut parser(8), &gap.join("\n"), true).unwrap_err();
+    let e = log::refusal(parser(8), &gap.join("\n"));
     assert!(e.message.contains("step 5 follows step 3"), "{e}");
 }
 
 #[test]
 fn malformed_step_lines_are_refused() {
     let text = fixture(SOURCE_2RANK).replacen("tps: 4,096", "tps: fast", 1);
-    let e = log::read_all(&mut parser(8), &text, true).unwrap_err();
+    let e = log::refusal(parser(8), &text);
     assert!(e.to_string().contains("tps: fast"), "{e}");
     let text = fixture(SOURCE_2RANK).replacen("total steps 8", "total steps 9", 1);
-    let e = log::read_all(&mut parser(8), &text, true).unwrap_err();
+    let e = log::refusal(parser(8), &text);
     assert!(e.message.contains("did not take"), "{e}");
 }
 
