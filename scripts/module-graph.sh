@@ -6,7 +6,8 @@
 # from a lower layer into a higher one, or between the dispatcher and a launcher the wrong
 # way round ("an arrow back up"), fails the check.
 #
-# It also checks the CLI seam: only src/cli/ and src/main.rs may name `crate::cli`. The
+# It also checks the CLI seam, and runs scripts/module-graph.py over the whole crate (the
+# pipeline's rules; see its docstring). The CLI seam: only src/cli/ and src/main.rs may name `crate::cli`. The
 # clap types and their resolution live there; every other module takes its own plain
 # settings struct, so the domain never depends on the command line (test modules may).
 #
@@ -127,6 +128,12 @@ done
 if ((cli_status == 0)); then
   echo "ok: only src/cli/ and src/main.rs import crate::cli"
 else
+  status=1
+fi
+
+# The whole crate (docs/architecture.md, "The pipeline"): no cycle between top-level modules,
+# no stage importing a later one, no file importing a file that imports it back.
+if ! python3 scripts/module-graph.py src; then
   status=1
 fi
 exit $status

@@ -10,7 +10,7 @@
 //! features, ranks, warm-up, batch); the features it requires; the dtype (and what it
 //! excludes); `sac_every`; the parallel kind; the tp, pp and cp degrees; what the degrees must
 //! divide; the sequence length; and last the adapter's own condition that is no table data
-//! ([`super::Adapter::refuses`], DeepSpeed's ZeRO stage). The order is the one the
+//! ([`super::adapter::Adapter::refuses`], DeepSpeed's ZeRO stage). The order is the one the
 //! hand-written checks had, so a cell keeps the reason it was dropped with; the one
 //! exception is llm.c, which checked its dtype before its features (a cell that fails both
 //! is now dropped for the feature).
@@ -173,7 +173,7 @@ pub(crate) fn check(caps: &Capabilities, cell: &Cell) -> Option<String> {
             }
         }
     }
-    if let Some(why) = super::common_checks(cell, fw, &mapped_features(caps)) {
+    if let Some(why) = super::mapping::common_checks(cell, fw, &mapped_features(caps)) {
         return Some(why);
     }
     for (name, f) in caps.features {
@@ -198,9 +198,9 @@ pub(crate) fn check(caps: &Capabilities, cell: &Cell) -> Option<String> {
         return Some(why.into());
     }
     let (tp, pp, cp) = (
-        super::degree(cell, "tp"),
-        super::degree(cell, "pp"),
-        super::degree(cell, "cp"),
+        super::mapping::degree(cell, "tp"),
+        super::mapping::degree(cell, "pp"),
+        super::mapping::degree(cell, "cp"),
     );
     for (degree, can) in [(pp, caps.pp), (tp, caps.tp), (cp, caps.cp)] {
         if let (true, Can::No(why)) = (degree > 1, can) {
@@ -241,7 +241,7 @@ fn model(
     cell: &Cell,
 ) -> Result<crate::workload::models::presets::ModelConfig, String> {
     match caps.models {
-        Models::Llama => super::llama_preset(cell, caps.framework),
+        Models::Llama => super::mapping::llama_preset(cell, caps.framework),
         Models::Gpt2 {
             shapes,
             vocab,

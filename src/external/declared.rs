@@ -8,10 +8,16 @@
 //! their log lines. The tables stand in one file so that they read side by side and a new
 //! framework's table is written next to the others it resembles.
 
+use super::adapter::Framework;
 use super::capability::{ByDtype, ByParallel, Can, Capabilities, Feature, Models};
+use super::deepspeed;
+use super::hf;
 use super::launch::{Launch, Ranks};
+use super::llmc;
+use super::maxtext;
+use super::megatron;
 use super::ran::Signature;
-use super::{deepspeed, hf, llmc, maxtext, megatron, torchtitan, Framework};
+use super::torchtitan;
 
 /// What the torchtitan adapter maps: every dtype (fp8 through torchao's Float8Linear),
 /// selective checkpointing of every k-th block, and tensor parallelism beside FSDP; no

@@ -26,9 +26,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::axes::Parallel;
+use crate::cell::FrameworkOpts;
 use crate::cell::{Cell, Value};
 
 pub(crate) struct DeepSpeed;
@@ -67,14 +69,14 @@ fn zero_refusal(cell: &Cell) -> Option<String> {
     }
 }
 
-impl super::Adapter for DeepSpeed {
+impl super::adapter::Adapter for DeepSpeed {
     fn refuses(&self, cell: &Cell) -> Option<String> {
         zero_refusal(cell)
     }
 
     fn config(&self, cell: &Cell, _: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::mapped_llama(cell);
+        let cfg = super::mapping::mapped_llama(cell);
         let features = cell.features();
         let bf16 = cell.dtype().name() == "bf16";
         let ds_config = serde_json::json!({

@@ -12,9 +12,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
 use crate::workload::models::presets::ModelConfig;
 
 pub(crate) struct Hf;
@@ -39,10 +41,10 @@ pub(crate) fn llama_config(cfg: &ModelConfig, seq_len: u32) -> serde_json::Value
     })
 }
 
-impl super::Adapter for Hf {
+impl super::adapter::Adapter for Hf {
     fn config(&self, cell: &Cell, _: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::mapped_llama(cell);
+        let cfg = super::mapping::mapped_llama(cell);
         let features = cell.features();
         let fsdp = cell.parallel().name() == "fsdp" && cell.gpus() > 1;
         let sac = features.contains("sac");

@@ -5,8 +5,19 @@
 //! adapter's command line and environment from it, so the launch is written once rather
 //! than per adapter.
 
-use super::{AttemptFiles, FrameworkOpts};
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
+use std::path::{Path, PathBuf};
+
+/// Where an attempt's files go and what the adapter may use.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptFiles {
+    /// The attempt's own folder inside the run folder (config, data, framework outputs).
+    pub dir: PathBuf,
+    /// The folder holding the adapters' Python drivers (`scripts/frameworks`).
+    pub scripts: PathBuf,
+    pub python: String,
+}
 
 /// Who starts a framework's ranks.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,4 +102,28 @@ pub(crate) fn torchrun_argv(python: &str, nproc: u32) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+/// The folder of the adapters' Python drivers: `$BENCH_FRAMEWORK_SCRIPTS`, else
+/// `scripts/frameworks` under the current folder, else beside the executable's checkout
+/// (`target/<profile>/bench` -> `scripts/frameworks`).
+pub(crate) fn scripts_dir(exe: &Path) -> PathBuf {
+    if let Some(d) = std::env::var_os("BENCH_FRAMEWORK_SCRIPTS") {
+        return PathBuf::from(d);
+    }
+    let here = PathBuf::from("scripts/frameworks");
+    if here.is_dir() {
+        return here;
+    }
+    exe.ancestors()
+        .map(|a| a.join("scripts/frameworks"))
+        .find(|p| p.is_dir())
+        .unwrap_or(here)
+}
+
+/// The interpreter of a framework workload.
+pub(crate) fn python(opts: &FrameworkOpts) -> String {
+    opts.python
+        .clone()
+        .or_else(|| std::env::var("BENCH_PYTHON").ok())
+        .unwrap_or_else(|| "python3".to_string())
 }

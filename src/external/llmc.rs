@@ -15,10 +15,12 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::axes::Dtype;
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
 
 pub(crate) struct Llmc;
 
@@ -40,7 +42,7 @@ fn precision(cell: &Cell) -> &'static str {
     }
 }
 
-impl super::Adapter for Llmc {
+impl super::adapter::Adapter for Llmc {
     fn config(&self, cell: &Cell, opts: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
         let s = |v: &dyn ToString| v.to_string();

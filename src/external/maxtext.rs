@@ -19,19 +19,21 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
 
 pub(crate) struct MaxText;
 
 pub(crate) const NAME: &str = "maxtext";
 
-impl super::Adapter for MaxText {
+impl super::adapter::Adapter for MaxText {
     fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::mapped_llama(cell);
-        let (tp, data, fsdp) = super::parallel_degrees(cell);
+        let cfg = super::mapping::mapped_llama(cell);
+        let (tp, data, fsdp) = super::mapping::parallel_degrees(cell);
         // MaxText's global batch is per_device_batch_size x every device (tensor-parallel ones
         // included) x gradient accumulation; bench's is data-parallel ranks x micro batch x
         // accumulation, so a tensor-parallel group shares one micro batch.

@@ -14,19 +14,24 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
 
 pub(crate) struct Megatron;
 
 pub(crate) const NAME: &str = "megatron";
 
-impl super::Adapter for Megatron {
+impl super::adapter::Adapter for Megatron {
     fn config(&self, cell: &Cell, opts: &FrameworkOpts, _: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::mapped_llama(cell);
-        let (tp, pp) = (super::degree(cell, "tp"), super::degree(cell, "pp"));
+        let cfg = super::mapping::mapped_llama(cell);
+        let (tp, pp) = (
+            super::mapping::degree(cell, "tp"),
+            super::mapping::degree(cell, "pp"),
+        );
         let dp = cell.gpus() / (tp * pp).max(1);
         let s = |v: &dyn ToString| v.to_string();
         let mut flags: Vec<String> = [

@@ -20,6 +20,7 @@
 //! Adding a framework: its tables in [`declared`], one file implementing [`Adapter`]
 //! (config, log lines) and one line in [`ADAPTERS`]; docs/frameworks.md walks through it.
 
+pub(crate) mod adapter;
 pub(crate) mod bounds;
 pub(crate) mod capability;
 pub(crate) mod declared;
@@ -28,145 +29,18 @@ pub mod hf;
 pub(crate) mod launch;
 pub mod llmc;
 pub mod log;
+pub(crate) mod mapping;
 pub mod maxtext;
 pub mod megatron;
 pub(crate) mod ran;
 pub mod run;
 pub mod torchtitan;
 
-use std::path::{Path, PathBuf};
-
-use crate::cell::{Cell, Value, Workload};
-use crate::workload::models::presets::{self, Family, ModelConfig};
+use crate::cell::{Cell, Workload};
 
 pub use crate::cell::FrameworkOpts;
 pub use crate::events::FrameworkReport;
-
-/// A framework config file and command line for one attempt.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Prepared {
-    /// The file's extension (`toml`, `json`) and text.
-    pub config_ext: &'static str,
-    pub config_text: String,
-    /// The command line; `{config}` in an element is the config file's path.
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    /// Further files the framework reads (e.g. generated data), written before it starts.
-    pub files: Vec<(PathBuf, Vec<u8>)>,
-}
-
-/// A framework's config file for one attempt, as its adapter writes it; the launch
-/// ([`launch::Launch`]) adds the command line around it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Config {
-    /// The file's extension (`toml`, `json`) and text.
-    pub ext: &'static str,
-    pub text: String,
-    /// Environment the driver needs beyond the launch's.
-    pub env: Vec<(String, String)>,
-    /// Further files the framework reads (e.g. generated data), written before it starts.
-    pub files: Vec<(PathBuf, Vec<u8>)>,
-}
-
-impl Config {
-    /// A JSON config (pretty-printed, as the drivers read it and a person reads the run
-    /// folder).
-    pub(crate) fn json(config: &serde_json::Value) -> Config {
-        Config {
-            ext: "json",
-            text: serde_json::to_string_pretty(config).unwrap_or_default() + "\n",
-            env: vec![],
-            files: vec![],
-        }
-    }
-}
-
-/// Where an attempt's files go and what the adapter may use.
-#[derive(Debug, Clone)]
-pub(crate) struct AttemptFiles {
-    /// The attempt's own folder inside the run folder (config, data, framework outputs).
-    pub dir: PathBuf,
-    /// The folder holding the adapters' Python drivers (`scripts/frameworks`).
-    pub scripts: PathBuf,
-    pub python: String,
-}
-
-/// One framework as bench knows it: what its adapter declares as data (its name, what it
-/// can express, how it starts, which of its log lines say what ran) and the adapter's code
-/// (the config it writes, the log lines it reads).
-pub(crate) struct Framework {
-    /// The workload kind, e.g. `torchtitan`.
-    pub name: &'static str,
-    pub capabilities: capability::Capabilities,
-    pub launch: launch::Launch,
-    /// The framework's log lines that say what ran (compile, attention, checkpointing,
-    /// optimizer, precision, parallelism): the record of [`ran`].
-    pub signatures: &'static [ran::Signature],
-    /// Whether the framework runs on torch (so torch's own warnings, such as dynamo's
-    /// recompile limit, speak for it too).
-    pub torch_based: bool,
-    pub adapter: &'static dyn Adapter,
-}
-
-/// The code of one framework's adapter: what is not data.
-pub(crate) trait Adapter: Sync {
-    /// The framework's config for `cell`.
-    fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config;
-    /// A fresh parser of the framework's log for `cell`.
-    fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser>;
-    /// Why the framework cannot run `cell` for a reason that is no table data (the table's
-    /// `further` says it in words); checked after the table.
-    fn refuses(&self, _cell: &Cell) -> Option<String> {
-        None
-    }
-}
-
-impl Framework {
-    /// The workload kind, e.g. `torchtitan`.
-    pub(crate) fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// Why the framework cannot run `cell` as bench means it, if it cannot: its table, then
-    /// [`Adapter::refuses`].
-    pub(crate) fn unexpressible(&self, cell: &Cell) -> Option<String> {
-        capability::check(&self.capabilities, cell).or_else(|| self.adapter.refuses(cell))
-    }
-
-    /// The framework's config ([`Adapter::config`]) and command line for `cell`.
-    pub(crate) fn prepare(
-        &self,
-        cell: &Cell,
-        opts: &FrameworkOpts,
-        files: &AttemptFiles,
-    ) -> Prepared {
-        let config = self.adapter.config(cell, opts, files);
-        let mut env = self.launch.env(opts);
-        env.extend(config.env);
-        Prepared {
-            config_ext: config.ext,
-            config_text: config.text,
-            argv: self.launch.command(cell, opts, files),
-            env,
-            files: config.files,
-        }
-    }
-
-    /// A fresh parser of the framework's log for `cell` ([`Adapter::parser`]).
-    pub(crate) fn parser(&self, cell: &Cell) -> Box<dyn log::LogParser> {
-        self.adapter.parser(cell)
-    }
-
-    /// The log lines that say what ran ([`Framework::signatures`]).
-    pub(crate) fn signatures(&self) -> &'static [ran::Signature] {
-        self.signatures
-    }
-
-    /// Whether the framework runs on torch ([`Framework::torch_based`]).
-    pub(crate) fn torch_based(&self) -> bool {
-        self.torch_based
-    }
-}
+pub(crate) use adapter::Framework;
 
 /// Every framework bench knows, by the name a matrix's `workload: {kind: ...}` gives.
 /// Adding a framework is one file declaring its [`Framework`] and one line here.
@@ -213,137 +87,13 @@ pub(crate) fn adapt_args(cell: &Cell) -> Vec<String> {
     vec!["adapt".to_string(), "--cell".to_string(), json]
 }
 
-/// The Llama preset a framework cell trains, or why there is none.
-pub(crate) fn llama_preset(cell: &Cell, framework: &str) -> Result<ModelConfig, String> {
-    let name = cell.model();
-    let cfg = presets::get(name).ok_or_else(|| {
-        format!("model `{name}` is not a bench preset, so {framework} cannot be given its shape")
-    })?;
-    if cfg.family != Family::Llama || cfg.qkv_bias {
-        return Err(format!(
-            "{framework} adapter builds Llama-3-style models only; `{name}` is not one"
-        ));
-    }
-    Ok(cfg)
-}
-
-/// The Llama preset an expressible cell trains, for an adapter's mapping (`llama-tiny` for
-/// a cell its table would have dropped, which is never prepared).
-pub(crate) fn mapped_llama(cell: &Cell) -> ModelConfig {
-    llama_preset(cell, "").unwrap_or_else(|_| presets::get("llama-tiny").expect("built-in preset"))
-}
-
-/// A cell's tensor-parallel degree and the data-parallel degrees beside it, as (tp,
-/// replicated, sharded), for the frameworks that name all three (torchtitan, MaxText): `ddp`
-/// replicates the model over the data-parallel ranks; `single` and `fsdp` shard it (over
-/// one rank: plain training).
-pub(crate) fn parallel_degrees(cell: &Cell) -> (u32, u32, u32) {
-    let tp = degree(cell, "tp");
-    let dp = cell.gpus() / tp.max(1);
-    match cell.parallel() {
-        crate::axes::Parallel::Ddp => (tp, dp, 1),
-        _ => (tp, 1, dp),
-    }
-}
-
-/// The bench preset a framework cell trains, of any family (each adapter's `unexpressible`
-/// says which it can build), for FLOPs per token and the parameter count.
-pub(crate) fn preset(cell: &Cell) -> Result<ModelConfig, String> {
-    presets::get(cell.model())
-        .ok_or_else(|| format!("model `{}` is not a bench preset", cell.model()))
-}
-
-/// An integer axis such as `tp` or `pp` (1 when the matrix has no such axis).
-pub(crate) fn degree(cell: &Cell, axis: &str) -> u32 {
-    cell.values
-        .get(axis)
-        .and_then(Value::as_f64)
-        .map(|v| v.max(1.0) as u32)
-        .unwrap_or(1)
-}
-
-/// Checks every adapter shares: known features, a warm-up that excludes the first step
-/// (whose time includes start-up), and a global batch the data-parallel ranks divide.
-pub(crate) fn common_checks(cell: &Cell, framework: &str, features: &[&str]) -> Option<String> {
-    let p = &cell.params;
-    if let Some(f) = cell
-        .features()
-        .into_iter()
-        .find(|f| !features.contains(&f.as_str()))
-    {
-        return Some(if features.is_empty() {
-            format!("{framework} adapter maps no features, not `{f}`")
-        } else {
-            format!(
-                "{framework} adapter maps features {} only, not `{f}`",
-                features.join(", ")
-            )
-        });
-    }
-    if cell.parallel().name() == "single" && cell.gpus() > 1 {
-        return Some(format!(
-            "parallel single runs one rank; {} GPUs need ddp or fsdp",
-            cell.gpus()
-        ));
-    }
-    if p.warmup < 1 {
-        return Some(
-            "warmup must be at least 1: a framework's first logged step includes its start-up"
-                .into(),
-        );
-    }
-    if p.steps <= p.warmup {
-        return Some(format!(
-            "steps ({}) must exceed warmup ({}) so that some step is measured",
-            p.steps, p.warmup
-        ));
-    }
-    let model_parallel = degree(cell, "tp") * degree(cell, "pp");
-    if !cell.gpus().is_multiple_of(model_parallel) {
-        return Some(format!(
-            "tp x pp ({model_parallel}) does not divide gpus ({})",
-            cell.gpus()
-        ));
-    }
-    let dp = cell.gpus() / model_parallel;
-    if p.global_batch != dp * p.micro_batch * p.grad_accum {
-        return Some(format!(
-            "global_batch {} is not data-parallel ranks ({dp}) x micro_batch ({}) x grad_accum ({})",
-            p.global_batch, p.micro_batch, p.grad_accum
-        ));
-    }
-    None
-}
-
-/// The folder of the adapters' Python drivers: `$BENCH_FRAMEWORK_SCRIPTS`, else
-/// `scripts/frameworks` under the current folder, else beside the executable's checkout
-/// (`target/<profile>/bench` -> `scripts/frameworks`).
-pub(crate) fn scripts_dir(exe: &Path) -> PathBuf {
-    if let Some(d) = std::env::var_os("BENCH_FRAMEWORK_SCRIPTS") {
-        return PathBuf::from(d);
-    }
-    let here = PathBuf::from("scripts/frameworks");
-    if here.is_dir() {
-        return here;
-    }
-    exe.ancestors()
-        .map(|a| a.join("scripts/frameworks"))
-        .find(|p| p.is_dir())
-        .unwrap_or(here)
-}
-
-/// The interpreter of a framework workload.
-pub(crate) fn python(opts: &FrameworkOpts) -> String {
-    opts.python
-        .clone()
-        .or_else(|| std::env::var("BENCH_PYTHON").ok())
-        .unwrap_or_else(|| "python3".to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cell::Value;
     use crate::cell::{CellId, Params};
+    use crate::external::launch::AttemptFiles;
+    use crate::external::mapping::*;
     use indexmap::IndexMap;
 
     /// An attempt's files as the adapters' mapping tests give them.

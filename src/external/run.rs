@@ -18,11 +18,13 @@ use std::time::Instant;
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
+use super::adapter::Framework;
 use super::bounds::Bounds;
+use super::launch::AttemptFiles;
 use super::log::{measured_median, LogEnd, LogParser, LoggedStep, ParseError};
 use super::ran::RanReader;
-use super::{AttemptFiles, Framework, FrameworkReport};
 use crate::cell::Cell;
+use crate::events::FrameworkReport;
 use crate::events::{ErrorKind, Event, LineSplitter, StepEvent};
 use crate::exit::worker as exit;
 use crate::metrics::flops;
@@ -105,17 +107,17 @@ pub(crate) fn main(cell_json: &str) -> i32 {
     if let Some(why) = adapter.unexpressible(&cell) {
         return fail(ErrorKind::BadInput, format!("{}: {why}", adapter.name()));
     }
-    let cfg = match super::preset(&cell) {
+    let cfg = match super::mapping::preset(&cell) {
         Ok(c) => c,
         Err(e) => return fail(ErrorKind::BadInput, e),
     };
     let (dir, run_dir) = attempt_dir(&cell);
     let exe = std::env::current_exe().unwrap_or_default();
-    let scripts = super::scripts_dir(&exe);
+    let scripts = super::launch::scripts_dir(&exe);
     let files = AttemptFiles {
         dir: dir.clone(),
         scripts: std::fs::canonicalize(&scripts).unwrap_or(scripts),
-        python: super::python(opts),
+        python: super::launch::python(opts),
     };
     let prepared = adapter.prepare(&cell, opts, &files);
     let config_path = dir.join(format!("config.{}", prepared.config_ext));
@@ -419,7 +421,7 @@ pub fn read_log(
     elapsed_s: f64,
 ) -> Result<Vec<(u64, f64, f64)>, String> {
     let (adapter, _) = super::adapter(&cell.params.workload).ok_or("not a framework cell")?;
-    let cfg = super::preset(cell)?;
+    let cfg = super::mapping::preset(cell)?;
     let mut reader = LogReader::new(adapter, cell, flops_per_token(&cfg, cell));
     let mut lines = Vec::new();
     let mut split = LineSplitter::default();

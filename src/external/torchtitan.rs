@@ -11,9 +11,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::adapter::Config;
+use super::launch::AttemptFiles;
 use super::log::{self, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
-use super::{AttemptFiles, Config, FrameworkOpts};
 use crate::cell::Cell;
+use crate::cell::FrameworkOpts;
 
 pub(crate) struct Torchtitan;
 
@@ -100,11 +102,11 @@ fn synthetic_text(seed: u64, records: usize, words: usize) -> String {
     out
 }
 
-impl super::Adapter for Torchtitan {
+impl super::adapter::Adapter for Torchtitan {
     fn config(&self, cell: &Cell, opts: &FrameworkOpts, files: &AttemptFiles) -> Config {
         let p = &cell.params;
-        let cfg = super::mapped_llama(cell);
-        let (tp, replicate, shard) = super::parallel_degrees(cell);
+        let cfg = super::mapping::mapped_llama(cell);
+        let (tp, replicate, shard) = super::mapping::parallel_degrees(cell);
         let features = cell.features();
         let data_dir = files.dir.join("data");
         let tokenizer = opts
