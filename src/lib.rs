@@ -43,4 +43,5 @@ pub mod sanitize;
 pub mod slurm;
 pub mod telemetry;
 pub mod trend;
+pub mod triage;
 pub mod workload;
