@@ -32,9 +32,13 @@
 //! and no telemetry, which the history treats as "nothing to excuse with". Every call of a
 //! tool is bounded ([`TOOL_TIMEOUT`], [`MAX_OUTPUT`]): a tool that hangs or prints garbage
 //! costs a warning and its figures, never the run, and nothing is ever filled in for it.
+//!
+//! The raw readings, [`Sample`] and [`AppSample`], are defined in `sample`, apart from this
+//! file, because the AMD parsers ([`amd`]) build them too and this file imports those.
 
 mod amd;
 pub(crate) mod host;
+mod sample;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -45,6 +49,8 @@ use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
+
+pub(crate) use sample::{AppSample, Sample};
 
 /// The `nvidia-smi` fields queried, in this order.
 pub(crate) const QUERY: &str = "index,uuid,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active";
@@ -93,32 +99,6 @@ pub(crate) const REASONS: [(u64, &str); 5] = [
     (0x40, "HW thermal slowdown"),
     (0x80, "HW power brake"),
 ];
-
-/// One reading of one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Sample {
-    pub gpu: u32,
-    pub uuid: Option<String>,
-    pub sm_clock_mhz: Option<f64>,
-    pub max_sm_clock_mhz: Option<f64>,
-    pub power_w: Option<f64>,
-    pub power_limit_w: Option<f64>,
-    pub temperature_c: Option<f64>,
-    pub utilization_pct: Option<f64>,
-    pub throttle_reasons: Option<u64>,
-}
-
-/// A compute process seen on a GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct AppSample {
-    pub gpu_uuid: String,
-    /// The GPU's index when the tool names it by index (amd-smi) rather than by UUID.
-    #[serde(default)]
-    pub gpu_index: Option<u32>,
-    pub pid: u32,
-    pub name: String,
-    pub used_mib: Option<f64>,
-}
 
 /// What the samples of one run say, per GPU and together (kept in `telemetry.json` and the
 /// run's history row).

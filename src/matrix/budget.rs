@@ -13,9 +13,9 @@
 
 use std::collections::HashMap;
 
+use super::error::MatrixError;
 use super::parse::Source;
 use super::spec::{AxisSpec, MatrixSpec};
-use super::MatrixError;
 use crate::cell::Value;
 
 /// The default cell limit: far above the largest matrix a CI job can run (a nightly

@@ -5,21 +5,25 @@
 //! [`budget`] (the cell-count and size limit, checked before expansion), [`expand`]
 //! (cartesian product, zips, rules, include, parameters), [`filter`] (the `--filter`
 //! language, also used by `when:` rules), [`cmd`] (`bench matrix --dry-run` and `bench
-//! schema`). docs/matrix.md documents the semantics for users.
+//! schema`). Their errors, [`MatrixError`] and [`Located`], are defined in `error`. This
+//! file is the facade: it drives the stages and re-exports what the rest of the crate uses.
+//! docs/matrix.md documents the semantics for users.
 
 pub mod budget;
 pub mod cmd;
+mod error;
 pub mod expand;
 pub mod filter;
 pub mod parse;
 pub mod spec;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::cell::Cell;
 use expand::plan::Plan;
-use filter::{Filter, FilterError, Vocabulary};
+use filter::{Filter, Vocabulary};
+
+pub use error::{Located, MatrixError};
 
 /// A cell removed by a rule or a filter, with what removed it.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,52 +51,6 @@ pub struct Expansion {
     pub warnings: Vec<String>,
     /// What filters may name in this matrix.
     pub vocab: Vocabulary,
-}
-
-/// Errors of the matrix stage; every one names the file and, where it has one, the line,
-/// column and key path of the fault.
-#[derive(Debug, thiserror::Error)]
-pub enum MatrixError {
-    #[error("{}: cannot read matrix file: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Invalid(Box<Located>),
-    #[error("bad --filter: {0}")]
-    Filter(FilterError),
-}
-
-/// A fault in a matrix file: where it is and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located {
-    pub path: PathBuf,
-    pub line: Option<usize>,
-    pub column: Option<usize>,
-    /// e.g. `rules[1].exclude.gpus`.
-    pub key_path: Option<String>,
-    pub message: String,
-    /// The source line with a caret under the fault.
-    pub snippet: Option<String>,
-}
-
-impl fmt::Display for Located {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path.display())?;
-        if let (Some(l), Some(c)) = (self.line, self.column) {
-            write!(f, ":{l}:{c}")?;
-        }
-        write!(f, ": ")?;
-        if let Some(k) = self.key_path.as_deref().filter(|k| !k.is_empty()) {
-            write!(f, "{k}: ")?;
-        }
-        f.write_str(&self.message)?;
-        if let Some(sn) = &self.snippet {
-            write!(f, "\n{sn}")?;
-        }
-        Ok(())
-    }
 }
 
 /// Refuses a cell to run on the built-in workload whose `model` has no preset, located at

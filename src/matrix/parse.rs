@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
+use super::error::MatrixError;
 use super::spec::MatrixSpec;
-use super::MatrixError;
 
 /// Position of a node: 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl Source {
         message: impl Into<String>,
     ) -> MatrixError {
         let snippet = pos.and_then(|p| self.snippet(p, len));
-        MatrixError::Invalid(Box::new(super::Located {
+        MatrixError::Invalid(Box::new(super::error::Located {
             path: self.path.clone(),
             line: pos.map(|p| p.line),
             column: pos.map(|p| p.column),

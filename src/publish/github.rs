@@ -5,9 +5,11 @@
 use reqwest::{Method, Url};
 use serde_json::json;
 
+use super::error::PublishError;
 use super::http::{Api, Replay};
 use super::target::Target;
-use super::{CommitStatus, Marker, PublishError, Thread};
+use super::thread::Thread;
+use super::types::{CommitStatus, Marker};
 
 /// GitHub refuses comment bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 65_536;

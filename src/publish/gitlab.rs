@@ -4,9 +4,10 @@
 
 use reqwest::{Method, Url};
 
+use super::error::PublishError;
 use super::http::{next_link, Api, Response};
 use super::target::Target;
-use super::{PublishError, Thread};
+use super::thread::Thread;
 
 /// GitLab refuses note bodies longer than this many characters.
 const MAX_BODY_CHARS: usize = 1_000_000;

@@ -7,60 +7,18 @@
 //! instead of slept through, and that a create is not repeated blindly after a 5xx (the
 //! caller looks for the comment first, see `publish::upsert`).
 
-use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::blocking::Client;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{Method, StatusCode, Url};
 
+use super::error::PublishError;
 use super::target::{Provider, Target, TokenKind};
-use super::{PostOptions, PublishError};
-
-/// How often and how long to retry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retries after the first attempt.
-    pub max_retries: u32,
-    /// First backoff when the server gives no `Retry-After`; doubles on every retry.
-    pub base_backoff: Duration,
-    /// The longest single wait. A rate limit asking for longer fails at once with
-    /// [`PublishError::RateLimited`] instead of holding the CI job.
-    pub max_wait: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 4,
-            base_backoff: Duration::from_secs(1),
-            max_wait: Duration::from_secs(60),
-        }
-    }
-}
-
-/// One retried request, reported in [`super::PostOutcome::retries`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retry {
-    pub method: String,
-    pub path: String,
-    /// e.g. `HTTP 429`, `HTTP 502`, `connection failed`.
-    pub reason: String,
-    pub wait: Duration,
-}
-
-impl fmt::Display for Retry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {} after {}, waited {:.1} s",
-            self.method,
-            self.path,
-            self.reason,
-            self.wait.as_secs_f64()
-        )
-    }
-}
+use super::types::PostOptions;
+// Defined with the stage's other values (types.rs); re-exported so that the paths
+// `publish::http::RetryPolicy` and `publish::http::Retry` keep naming them.
+pub use super::types::{Retry, RetryPolicy};
 
 /// Whether a request may be sent again after the server may have acted on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,23 +12,11 @@ use std::fmt;
 
 use reqwest::Url;
 
-use super::{CommentAction, PublishError};
-
-/// A GitHub or GitLab instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provider {
-    GitHub,
-    GitLab,
-}
-
-impl fmt::Display for Provider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Provider::GitHub => "GitHub",
-            Provider::GitLab => "GitLab",
-        })
-    }
-}
+use super::error::PublishError;
+use super::types::CommentAction;
+// Defined with the stage's other values (types.rs), where the error can name it without
+// importing this file; re-exported so that `publish::target::Provider` keeps naming it.
+pub use super::types::Provider;
 
 /// A token. `Debug` and `Display` print `***`; the value is reachable only inside this
 /// module tree, where it goes into a sensitive request header and nowhere else.

@@ -5,7 +5,9 @@
 
 use reqwest::{Method, Url};
 
-use super::{http, Marker, PublishError};
+use super::error::PublishError;
+use super::http;
+use super::types::Marker;
 
 /// A guard against a server whose next pages never end.
 const MAX_PAGES: usize = 1_000;

@@ -9,8 +9,8 @@
 
 use std::path::PathBuf;
 
+use super::error::SlurmError;
 use super::script::JobPlan;
-use super::SlurmError;
 
 /// A job in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{Settings, SlurmError};
+use super::error::SlurmError;
+use super::settings::Settings;
 use crate::cell::Cell;
 use crate::dist::launch::Program;
 

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{AppSample, Sample};
+use super::sample::{AppSample, Sample};
 
 /// The violation statuses `amd-smi metric --throttle` reports, with the bit and the name each
 /// is counted under. PPT (package power tracking: the clocks held to the power limit) is what

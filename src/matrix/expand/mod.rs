@@ -33,12 +33,12 @@ use indexmap::IndexMap;
 
 #[cfg(test)]
 use super::budget::Budget;
+use super::error::MatrixError;
 use super::filter::Vocabulary;
 use super::parse::Source;
 use super::spec::{MatrixSpec, PARAM_NAMES};
 #[cfg(test)]
 use super::Dropped;
-use super::MatrixError;
 #[cfg(test)]
 use crate::cell::Cell;
 use crate::cell::{CellId, Value};

@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 
-use super::{Expr, Op, Operand};
+use super::ast::{Expr, Op, Operand};
+use super::vocab::ID_NAME;
 use crate::cell::{Cell, Value};
 
 /// Parses a `+`-joined flag set; `base` and the empty string are the empty set.
@@ -34,7 +35,7 @@ pub(super) fn lookup<'c>(cell: &'c Cell, name: &str) -> Option<Cow<'c, Value>> {
         return Some(Cow::Borrowed(v));
     }
     crate::matrix::spec::param_value(&cell.params, name)
-        .or_else(|| (name == super::ID_NAME).then(|| Value::Str(cell.id.as_str().to_string())))
+        .or_else(|| (name == ID_NAME).then(|| Value::Str(cell.id.as_str().to_string())))
         .map(Cow::Owned)
 }
 

@@ -1,7 +1,8 @@
 //! The filter language's lexer: words, quoted strings, `/regex/`s and operators, each
 //! with its byte offset and length for error carets.
 
-use super::{FilterError, Op};
+use super::ast::Op;
+use super::error::FilterError;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Tok {

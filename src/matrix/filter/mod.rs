@@ -23,198 +23,36 @@
 //!
 //! Hostile input cannot exhaust the stack: `and`/`or` chains are kept flat (one node with
 //! a list of terms, however many terms), a run of `not`s collapses to its parity while it
-//! is read, and parentheses may nest at most [`MAX_NESTING`] deep, so parsing, evaluating
+//! is read, and parentheses may nest at most [`ast::MAX_NESTING`] deep, so parsing, evaluating
 //! and dropping a filter recurse a bounded number of times whatever its length.
 //!
-//! This file holds the language's types and errors; [`lex`], [`parse`] and [`eval`] are its
-//! three stages (the byte offsets the lexer records are what the parser's errors point at).
+//! This file is the language's facade, [`Filter`]; [`ast`] holds the expression tree,
+//! [`error`] the errors and [`vocab`] what a filter may name, and [`lex`], [`parse`] and
+//! [`eval`] are its three stages (the byte offsets the lexer records are what the parser's
+//! errors point at).
 
+mod ast;
+mod error;
 mod eval;
 mod lex;
 mod parse;
+mod vocab;
 
-use std::fmt;
-
-use regex::Regex;
-
+use self::ast::Expr;
 use self::eval::eval;
 use self::lex::Lexer;
 use self::parse::Parser;
 
-use crate::cell::{Cell, Value};
+use crate::cell::Cell;
+
+pub use self::error::FilterError;
+pub use self::vocab::Vocabulary;
 
 /// A parsed, validated filter expression.
 #[derive(Debug, Clone)]
 pub struct Filter {
     source: String,
     expr: Expr,
-}
-
-/// The name that compares the cell id, when no axis or parameter has it: a script (or
-/// `bench bisect`) selects one cell exactly with `id=<cell id>`, which a bare word (a
-/// substring of ids) cannot.
-pub(crate) const ID_NAME: &str = "id";
-
-/// How deep parentheses may nest. Every level costs a few stack frames in the parser and
-/// the evaluator; 100 is far beyond any filter a person writes, and keeps the deepest
-/// recursion well inside the smallest thread stack Rust gives (2 MiB), debug builds
-/// included.
-pub(crate) const MAX_NESTING: usize = 100;
-
-/// The most memory a compiled `/regex/` may take. The regex crate's default (10 MiB) lets
-/// `/a{99999}/` take seconds to compile (found by tests/fuzz.rs); a filter's regex matches
-/// short axis values, and 256 KiB is far more than any of those needs.
-const REGEX_SIZE_LIMIT: usize = 256 * 1024;
-
-#[derive(Debug, Clone)]
-enum Expr {
-    /// At least two terms, any of which must hold (flat, so a long chain is not deep).
-    Or(Vec<Expr>),
-    /// At least two terms, all of which must hold.
-    And(Vec<Expr>),
-    Not(Box<Expr>),
-    Word(String),
-    Has(String),
-    Cmp {
-        name: String,
-        op: Op,
-        value: Operand,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    Eq,
-    Ne,
-    Contains,
-    Gt,
-    Ge,
-    Lt,
-    Le,
-}
-
-#[derive(Debug, Clone)]
-enum Operand {
-    Text(String),
-    Regex(Regex),
-}
-
-/// A filter that failed to parse or to validate, with the span of the fault.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct FilterError {
-    pub expr: String,
-    /// Byte offset of the fault in `source`.
-    pub offset: usize,
-    /// Length of the fault (at least 1 for the caret).
-    pub len: usize,
-    pub message: String,
-}
-
-impl FilterError {
-    /// The error `message` about `len` bytes at byte `offset` of the expression `expr`.
-    fn at(expr: &str, offset: usize, len: usize, message: impl Into<String>) -> FilterError {
-        FilterError {
-            expr: expr.to_string(),
-            offset,
-            len,
-            message: message.into(),
-        }
-    }
-
-    /// The expression with a caret line under the fault, indented by `indent` spaces.
-    /// A long expression (a generated one, or a hostile one) is shown as a window of
-    /// [`CARET_WINDOW`] characters either side of the fault, so the message stays readable.
-    pub(crate) fn caret(&self, indent: usize) -> String {
-        let offset = self.offset.min(self.expr.len());
-        let before: Vec<char> = self.expr[..offset].chars().collect();
-        let after: Vec<char> = self.expr[offset..].chars().collect();
-        let skip = before.len().saturating_sub(CARET_WINDOW);
-        let lead = if skip > 0 { "…" } else { "" };
-        let shown_before: String = before[skip..].iter().collect();
-        let shown_after: String = after.iter().take(CARET_WINDOW).collect();
-        let tail = if after.len() > CARET_WINDOW {
-            "…"
-        } else {
-            ""
-        };
-        let col = lead.chars().count() + before.len() - skip;
-        let width = self.len.max(1).min(after.len().max(1)).min(CARET_WINDOW);
-        format!(
-            "{pad}{lead}{shown_before}{shown_after}{tail}\n{pad}{}{}",
-            " ".repeat(col),
-            "^".repeat(width),
-            pad = " ".repeat(indent)
-        )
-    }
-}
-
-/// Characters of context shown either side of a fault in a long expression.
-const CARET_WINDOW: usize = 60;
-
-impl fmt::Display for FilterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}\n{}", self.message, self.caret(4))
-    }
-}
-
-/// What a filter may refer to: the axes of the matrix with their values, and parameter
-/// names. Used to reject typos (`gpu=8`, `model=gtp2`) at parse time.
-#[derive(Debug, Clone, Default)]
-pub struct Vocabulary {
-    /// Axis name -> every value the axis can take (declared values plus include values).
-    pub axes: Vec<(String, Vec<Value>)>,
-    /// Axes whose values are sets of flags.
-    pub set_axes: Vec<String>,
-    /// Other names that may be compared (parameters, keys added by `include`).
-    pub params: Vec<String>,
-}
-
-impl Vocabulary {
-    /// The vocabulary of a set of cells that were already expanded (e.g. the cells of a
-    /// results document): every axis they use with every value seen, plus the parameters.
-    pub fn from_cells<'a>(
-        cells: impl IntoIterator<Item = &'a indexmap::IndexMap<String, Value>>,
-    ) -> Vocabulary {
-        let mut v = Vocabulary {
-            params: crate::matrix::spec::PARAM_NAMES
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            ..Vocabulary::default()
-        };
-        // Values seen per axis, by their JSON form (which tells values apart as `==` does),
-        // so that many cells cost linear time, not a scan of every value seen per cell.
-        let mut seen: std::collections::HashSet<(String, String)> = Default::default();
-        for values in cells {
-            for (axis, value) in values {
-                let key = serde_json::to_string(value).unwrap_or_default();
-                if !seen.insert((axis.clone(), key)) {
-                    continue;
-                }
-                if matches!(value, Value::Set(_)) && !v.set_axes.contains(axis) {
-                    v.set_axes.push(axis.clone());
-                }
-                match v.axes.iter_mut().find(|(n, _)| n == axis) {
-                    Some((_, vals)) => vals.push(value.clone()),
-                    None => v.axes.push((axis.clone(), vec![value.clone()])),
-                }
-            }
-        }
-        v
-    }
-
-    fn axis(&self, name: &str) -> Option<&[Value]> {
-        self.axes
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
-    }
-    fn flags(&self) -> impl Iterator<Item = &String> {
-        self.axes
-            .iter()
-            .filter(|(n, _)| self.set_axes.contains(n))
-            .flat_map(|(_, vals)| vals.iter().filter_map(Value::as_set).flatten())
-    }
 }
 
 impl Filter {
@@ -264,8 +102,9 @@ impl Filter {
 
 #[cfg(test)]
 mod tests {
+    use super::ast::MAX_NESTING;
     use super::*;
-    use crate::cell::{CellId, Params};
+    use crate::cell::{CellId, Params, Value};
     use indexmap::IndexMap;
 
     fn cell(model: &str, gpus: i64, parallel: &str, feats: &[&str]) -> Cell {

@@ -4,11 +4,11 @@
 
 use crate::cell::Value;
 
+use super::ast::{Expr, Op, Operand, MAX_NESTING, REGEX_SIZE_LIMIT};
+use super::error::{FilterError, CARET_WINDOW};
 use super::eval::text_matches;
 use super::lex::Tok;
-use super::{
-    Expr, FilterError, Op, Operand, Vocabulary, CARET_WINDOW, MAX_NESTING, REGEX_SIZE_LIMIT,
-};
+use super::vocab::{Vocabulary, ID_NAME};
 
 pub(super) struct Parser<'a> {
     pub(super) src: &'a str,
@@ -190,7 +190,7 @@ impl<'a> Parser<'a> {
         }
         if self.vocab.axis(name).is_some()
             || self.vocab.params.iter().any(|p| p == name)
-            || name == super::ID_NAME
+            || name == ID_NAME
         {
             return Ok(());
         }

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use super::{AttemptFuture, AttemptIn, AttemptReport, Launcher, News, NewsSink, Placement};
+use super::seam::{AttemptFuture, AttemptIn, AttemptReport, Launcher, News, NewsSink, Placement};
 use crate::cell::{Cell, Workload};
 use crate::env::GpuInventory;
 use crate::run::error::RunError;

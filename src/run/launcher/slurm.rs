@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{AttemptFuture, AttemptIn, AttemptReport, Launcher, News, NewsSink, Placement};
+use super::seam::{AttemptFuture, AttemptIn, AttemptReport, Launcher, News, NewsSink, Placement};
 use crate::cell::{Cell, Workload};
 use crate::dist::launch::Program;
 use crate::run::config::SlurmLaunch;
@@ -202,7 +202,7 @@ impl Launcher for Slurm {
         grace: Duration,
     ) -> String {
         let Some(job) = report.placement.job_id.as_deref() else {
-            return super::process_group_timeout(repeat, timeout_s, report, grace);
+            return super::seam::process_group_timeout(repeat, timeout_s, report, grace);
         };
         format!(
             "repeat {repeat} ran past its {timeout_s}s timeout (counted from the job's start); Slurm job {job} was stopped{}",

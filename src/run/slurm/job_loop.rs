@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::attempt::{JobAttempt, JobNews, JobSpec};
+use super::call::blocking;
 use super::end::{self, JobEnd};
 use super::output::{NodeEnvProbe, OutputTail, Reader};
-use super::{blocking, JobAttempt, JobNews, JobSpec, Queue};
+use super::queue::Queue;
 use crate::exit::worker as exit;
 use crate::run::executor::{AttemptOutput, Cancel, Termination};
 use crate::slurm::job::{self, Listed};

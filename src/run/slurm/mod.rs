@@ -16,23 +16,27 @@
 //! [`job_loop`], where one value holds the job's state and each thing the loop hears of
 //! (a queue listing, a failed query, a stop to send) is one small method; [`queue`] shares
 //! the `squeue` calls, [`output`] reads the job's output file into logs and events, and
-//! [`end`] turns the job's final state into the attempt's record.
+//! [`end`] turns the job's final state into the attempt's record. What an attempt is given
+//! and gives back is defined in [`attempt`], and [`call`] runs the blocking Slurm calls off
+//! the runtime's thread, so that the loop, the reader and the queue need not import this
+//! file.
 
+mod attempt;
+mod call;
 mod end;
 mod job_loop;
 mod output;
 mod queue;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::events::Event;
-use crate::results::Environment;
 use crate::run::executor::{AttemptOutput, Cancel, Termination};
-use crate::slurm::{JobPlan, SlurmError};
 
+use call::blocking;
+
+pub(crate) use attempt::{JobAttempt, JobNews, JobSpec};
 pub(crate) use queue::Queue;
 
 /// How often the queue is asked about the jobs in flight by default.
@@ -59,63 +63,6 @@ fn parse_poll(v: Option<&str>) -> Result<Duration, String> {
             .ok_or_else(|| format!("${ENV_POLL}={t:?}: expected a positive number of seconds")),
         _ => Ok(DEFAULT_POLL),
     }
-}
-
-/// Runs a blocking Slurm call off the runtime's thread.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, SlurmError> + Send + 'static,
-) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()))
-}
-
-/// Settings of one Slurm attempt.
-pub(crate) struct JobSpec<'a> {
-    pub plan: JobPlan,
-    /// Counted from the job's start (not its submission).
-    pub timeout: Duration,
-    pub grace: Duration,
-    /// The log files' common stem, as for a local attempt.
-    pub log_stem: &'a Path,
-}
-
-/// What a Slurm attempt produced, beyond what a local one does.
-pub(crate) struct JobAttempt {
-    pub out: AttemptOutput,
-    pub job_id: Option<String>,
-    pub nodes: Option<String>,
-    /// The environment the job script captured on the job's first node, when it did.
-    pub node_env: Option<Environment>,
-}
-
-impl JobAttempt {
-    /// An attempt that never got a job (cancelled before it was submitted, or refused by
-    /// `sbatch`).
-    fn without_job(out: AttemptOutput) -> JobAttempt {
-        JobAttempt {
-            out,
-            job_id: None,
-            nodes: None,
-            node_env: None,
-        }
-    }
-}
-
-/// What the launcher hears about a job while it runs.
-pub(crate) enum JobNews<'a> {
-    Submitted(&'a str),
-    Running {
-        job_id: &'a str,
-        nodes: &'a str,
-    },
-    Event(&'a Event),
-    /// The job's first node reported its environment (once per job, as soon as it is read).
-    NodeEnv {
-        job_id: &'a str,
-        env: &'a Environment,
-    },
 }
 
 /// Runs one attempt as a Slurm job to its end. `pending_only` stops the attempt only while

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{LineWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::JobNews;
+use super::attempt::JobNews;
 use crate::results::Environment;
 use crate::run::executor::Collector;
 use crate::slurm::job;

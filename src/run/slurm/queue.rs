@@ -67,7 +67,7 @@ impl Queue {
             let ids: BTreeSet<String> = self.ids.lock().map(|ids| ids.clone()).unwrap_or_default();
             snap.asked = ids.clone();
             let ids: Vec<String> = ids.into_iter().collect();
-            snap.listed = super::blocking(move || job::list(&ids)).await;
+            snap.listed = super::call::blocking(move || job::list(&ids)).await;
             snap.at = Some(Instant::now());
         }
         match &snap.listed {
