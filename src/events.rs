@@ -151,6 +151,15 @@ impl Ran {
     pub const MAX_EVIDENCE: usize = 32;
     /// The longest phrase kept, in characters.
     pub const MAX_PHRASE: usize = 240;
+    /// The aspects' names, in the order reports show them.
+    pub const NAMES: [&'static str; 6] = [
+        "execution",
+        "attention",
+        "checkpointing",
+        "optimizer",
+        "precision",
+        "parallel",
+    ];
 
     /// The aspects in the order reports show them, with their names.
     pub fn aspects(&self) -> [(&'static str, Option<&str>); 6] {
@@ -180,14 +189,7 @@ impl Ran {
     /// Every phrase made safe to keep and show (see [`crate::sanitize`]).
     fn sanitized(mut self) -> Ran {
         use crate::sanitize::clean;
-        for name in [
-            "execution",
-            "attention",
-            "checkpointing",
-            "optimizer",
-            "precision",
-            "parallel",
-        ] {
+        for name in Ran::NAMES {
             if let Some(v) = self.aspect_mut(name) {
                 *v = v.take().map(|s| shorten(&clean(&s)));
             }

@@ -145,15 +145,7 @@ impl RanReader {
 }
 
 /// The aspect names a record may use, as [`Ran::aspects`] orders them.
-const ASPECTS: [&str; 6] = [
-    "execution",
-    "attention",
-    "checkpointing",
-    "optimizer",
-    "precision",
-    "parallel",
-];
-
+const ASPECTS: [&str; 6] = Ran::NAMES;
 /// What the cell asked for, marked as asked: the starting point that records replace.
 fn asked(cell: &Cell) -> Ran {
     let f = cell.features();
