@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::BisectError;
+use super::error::BisectError;
 use crate::proc::{Tool, ToolOutput, GIT_TIMEOUT, GIT_WORKTREE_TIMEOUT};
 
 /// A commit with what the reports show of it.

@@ -11,185 +11,38 @@
 //!   binary search).
 //! - [`report`]: the progress lines, the final report and its JSON.
 //!
+//! What the stages share lives in files of its own, which they import without importing
+//! this one back: the settings ([`settings`]), the errors ([`error`]) and the bisection's
+//! state ([`bisection`]). This file is the command: it drives the stages.
+//!
 //! The order of work: good and bad are measured until the two-sample comparison calls them
 //! different (more rounds, alternating, while it is unknown; "the same" ends the command),
 //! then the binary search probes the middle of the interval still open, each probe
 //! measured until it is called good or bad, so at most `ceil(log2(N)) + 2` commits are
 //! measured for N commits in the range. A commit with recorded rounds starts from them.
 
+pub(crate) mod bisection;
+pub(crate) mod error;
 pub(crate) mod git;
 pub(crate) mod probe;
 pub(crate) mod report;
 pub(crate) mod search;
-
-use std::path::PathBuf;
+pub(crate) mod settings;
 
 use crate::error::CliError;
 use crate::exit::bench as exit;
-use crate::format::Format;
-use crate::history::twosample::{compare, Answer, TwoSample, TwoSamplePolicy};
+use crate::history::twosample::{compare, Answer, TwoSamplePolicy};
 
+use self::bisection::{Bisection, Ending, Probe, Role};
+use self::error::BisectError;
 use self::git::{Commit, Repo};
-use self::probe::{Halt, Prober, Round};
+use self::probe::{Halt, Prober};
 use self::search::{classify, endpoint_to_measure, Search, Side};
+pub(crate) use self::settings::{BisectSettings, DEFAULT_MAX_REPEATS};
 
-/// Resolved settings of `bench bisect`.
-#[derive(Debug, Clone)]
-pub(crate) struct BisectSettings {
-    /// The cell id.
-    pub cell: String,
-    /// A revision where the cell is as it should be.
-    pub good: String,
-    /// A later revision where it has changed.
-    pub bad: String,
-    /// The matrix file, relative to the repository's root (read at each probed commit).
-    pub matrix: PathBuf,
-    /// Run through `sh -c` in the worktree before measuring a commit (install, build).
-    pub setup: Option<String>,
-    /// The history store (a SQLite file or a postgres:// URL).
-    pub history: String,
-    /// The most repeats (samples) of one commit before it is called undecidable.
-    pub max_repeats: usize,
-    /// The executable that runs built-in cells, relative to the worktree (the commit's
-    /// own build); `None`: this bench.
-    pub worker_exe: Option<PathBuf>,
-    /// Where probe run folders and logs go; `None`: `bench-bisect` in the repository's
-    /// git directory.
-    pub work_dir: Option<PathBuf>,
-    pub format: Format,
-}
-
-/// The default of `--max-repeats`: a 1% shift with the nightly's noise (about 0.3% on an
-/// H100) is told apart or called the same well within it, and a commit that is still
-/// unknown after it is more likely noisy (a throttled host) than close.
-pub(crate) const DEFAULT_MAX_REPEATS: usize = 20;
-
-/// Errors that stop a bisection before it measures anything, with what they concern.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BisectError {
-    #[error("{dir}: not in a git repository ({message}); bench bisect walks the commits of the repository it is started in")]
-    NotARepo { dir: String, message: String },
-    #[error("{flag} {rev}: not a commit of the repository {repo}")]
-    UnknownRev {
-        flag: String,
-        rev: String,
-        repo: String,
-    },
-    #[error("--good {good} is not an ancestor of --bad {bad}: the good commit must come before the bad one in history")]
-    NotAncestor { good: String, bad: String },
-    #[error("--good and --bad are both commit {sha}: there is no range to bisect")]
-    SameCommit { sha: String },
-    #[error("{matrix} at the {flag} commit {commit}: {message}")]
-    Matrix {
-        matrix: String,
-        flag: String,
-        commit: String,
-        message: String,
-    },
-    #[error("{matrix} at the {flag} commit {commit} has no cell {cell} (cells: {cells})")]
-    UnknownCell {
-        cell: String,
-        matrix: String,
-        flag: String,
-        commit: String,
-        cells: String,
-    },
-    #[error("git {args}: {message}")]
-    Git { args: String, message: String },
-    #[error("{path}: {message}")]
-    Io { path: String, message: String },
-}
-
-impl From<BisectError> for CliError {
-    fn from(e: BisectError) -> Self {
-        match e {
-            BisectError::Git { .. } | BisectError::Io { .. } => {
-                CliError::internal(miette::miette!("{e}"))
-            }
-            _ => CliError::bad_input(miette::miette!("{e}")),
-        }
-    }
-}
-
-/// What a measured commit is in the bisection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Role {
-    Good,
-    Bad,
-    Probe,
-}
-
-/// A measured commit: its rounds and what they were called.
-#[derive(Debug, Clone)]
-pub(crate) struct Probe {
-    pub commit: Commit,
-    pub role: Role,
-    /// Its position in `0..=N` (0 good, N bad).
-    pub position: usize,
-    pub rounds: Vec<Round>,
-    /// Against good (for bad: the comparison of the endpoints).
-    pub vs_good: Option<TwoSample>,
-    /// Against bad (probes only).
-    pub vs_bad: Option<TwoSample>,
-    pub side: Option<Side>,
-}
-
-impl Probe {
-    pub(crate) fn samples(&self) -> Vec<f64> {
-        self.rounds
-            .iter()
-            .flat_map(|r| r.samples.iter().copied())
-            .collect()
-    }
-
-    pub(crate) fn median(&self) -> Option<f64> {
-        crate::metrics::stats::median(&self.samples())
-    }
-}
-
-/// How a bisection ended (short of an error or an interruption).
-#[derive(Debug, Clone)]
-pub(crate) enum Ending {
-    /// The first bad commit (the position in `0..=N`) and the last good one.
-    Found { first_bad: usize, last_good: usize },
-    /// Good and bad measured the same: nothing to bisect.
-    Same,
-    /// A commit stayed unknown after `--max-repeats` repeats.
-    Undecided(String),
-    /// A commit could not be measured.
-    Failed(String),
-}
-
-/// One bisection's state.
-pub(crate) struct Bisection<'a> {
-    pub settings: &'a BisectSettings,
-    pub good: Commit,
-    pub bad: Commit,
-    /// The commits of `good..bad`, oldest first (bad last): position `i` is `range[i - 1]`.
-    pub range: Vec<Commit>,
-    /// Every measured commit, in the order they were decided.
-    pub probes: Vec<Probe>,
-    pub policy: TwoSamplePolicy,
-    pub hardware_key: String,
-    pub history: String,
-    pub runs_dir: PathBuf,
-}
-
+// The methods that drive a bisection live with the command rather than with the state in
+// `bisection.rs`: they print through `report`, which reads that state.
 impl Bisection<'_> {
-    /// The commit at `position` (0 good, N bad).
-    pub(crate) fn commit_at(&self, position: usize) -> &Commit {
-        match position {
-            0 => &self.good,
-            p => &self.range[p - 1],
-        }
-    }
-
-    /// The number of commits in `good..bad`.
-    pub(crate) fn n(&self) -> usize {
-        self.range.len()
-    }
-
     fn probe(&self, position: usize, role: Role, prober: &mut Prober) -> Result<Probe, Halt> {
         let commit = self.commit_at(position).clone();
         let rounds = prober.recorded(&commit)?;

@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::error::BisectError;
 use super::git::{Commit, Worktree};
-use super::{BisectError, BisectSettings};
+use super::settings::BisectSettings;
 use crate::error::CliError;
 use crate::history::gate::METRIC;
 use crate::history::record::RunRecord;

@@ -6,10 +6,10 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::bisection::{Bisection, Ending, Probe, Role};
 use super::git::Commit;
 use super::probe::BRANCH;
 use super::search::{max_probes, Side};
-use super::{Bisection, Ending, Probe, Role};
 use crate::error::CliError;
 use crate::format::Format;
 use crate::history::cmd::human;

@@ -10,7 +10,7 @@
 use indexmap::IndexMap;
 
 use crate::metrics::flops;
-use crate::report::markdown::{code, text};
+use crate::report::escape::{code, text};
 use crate::results::{CellResult, Outcome, RunResults};
 
 /// Relative difference past which bench's and a framework's figure are said to disagree.
@@ -366,19 +366,19 @@ pub struct FrameworksExporter {
     pub gpu_hour_price: Option<f64>,
 }
 
-impl crate::report::Exporter for FrameworksExporter {
+impl crate::report::input::Exporter for FrameworksExporter {
     fn file_name(&self) -> &'static str {
         "frameworks.md"
     }
 
-    fn applies(&self, input: &crate::report::ReportInput<'_>) -> bool {
+    fn applies(&self, input: &crate::report::input::ReportInput<'_>) -> bool {
         has_framework_cells(input.results)
     }
 
     fn render(
         &self,
-        input: &crate::report::ReportInput<'_>,
-    ) -> Result<String, crate::report::ReportError> {
+        input: &crate::report::input::ReportInput<'_>,
+    ) -> Result<String, crate::report::input::ReportError> {
         Ok(markdown(input.results, self.gpu_hour_price)
             .unwrap_or_else(|| "No framework cells in this run.\n".to_string()))
     }

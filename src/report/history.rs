@@ -6,7 +6,7 @@
 use crate::history::detect::HistoryVerdict;
 use crate::history::gate::GateReport;
 use crate::history::words::remarkable;
-use crate::report::markdown::{code, text};
+use crate::report::escape::{code, text};
 
 /// The history section of `summary.md` and the PR/MR comment (empty when nothing was
 /// judged).

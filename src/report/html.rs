@@ -31,8 +31,8 @@ use serde::Serialize;
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts};
 use crate::baseline::store::hardware_words;
 use crate::metrics::stats::is_warmup;
+use crate::report::input::{Exporter, ReportError, ReportInput};
 use crate::report::text::{filtered_out, rule_drops};
-use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::{CellResult, RunResults};
 use crate::trend::{TrendSeries, Trends};
 
@@ -376,7 +376,7 @@ impl HtmlData {
                 interrupted: results.interrupted,
                 filters: results.filters.clone(),
                 filtered_out: filtered_out(results),
-                mfu_policies: crate::report::mfu_policies(results),
+                mfu_policies: crate::report::input::mfu_policies(results),
                 baseline_file: cmp.baseline_file.clone(),
                 baseline_exists: cmp.baseline_exists,
                 history_scope: cmp.history_scope.clone(),

@@ -5,11 +5,11 @@
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
 use crate::baseline::store::hardware_words;
+use crate::report::input::{run_duration_s, Exporter, ReportError, ReportInput};
 use crate::report::text::{
     cell_change, duration, filtered_out, group_change, grouped, one_line, pct, rule_drops, si,
     three_digits,
 };
-use crate::report::{run_duration_s, Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
 
 /// The terminal summary sink (printed, and kept in the run folder as `summary.txt`),

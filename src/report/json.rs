@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::baseline::compare::{CellComparison, Counts};
 use crate::baseline::store::hardware_words;
-use crate::report::{Exporter, ReportError, ReportInput};
+use crate::report::input::{Exporter, ReportError, ReportInput};
 
 /// Bumped on any incompatible change to the JSON report.
 pub(crate) const SCHEMA_VERSION: u32 = 1;
@@ -60,7 +60,7 @@ impl Exporter for JsonExporter {
             baseline_exists: c.baseline_exists,
             exit_code: c.exit_code(),
             counts: c.counts(),
-            mfu_policies: crate::report::mfu_policies(r),
+            mfu_policies: crate::report::input::mfu_policies(r),
             cells: &c.cells,
         };
         let mut s = serde_json::to_string_pretty(&doc).map_err(|e| ReportError::Render {

@@ -21,8 +21,8 @@ use quick_junit::{
 
 use crate::baseline::compare::{CellComparison, CellStatus};
 use crate::baseline::store::hardware_words;
+use crate::report::input::{Exporter, ReportError, ReportInput};
 use crate::report::text::{group_change, grouped, metric_change, one_line, rule_drops};
-use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::CellResult;
 
 /// The `junit.xml` sink.
@@ -197,7 +197,7 @@ impl Exporter for JunitExporter {
         if env.git_dirty {
             props.push(("git_dirty".into(), "true".into()));
         }
-        for policy in crate::report::mfu_policies(r) {
+        for policy in crate::report::input::mfu_policies(r) {
             props.push(("mfu_policy".into(), policy));
         }
         for g in rule_drops(r) {

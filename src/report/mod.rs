@@ -10,10 +10,12 @@
 //! [`human`] (the terminal summary, also kept as `summary.txt`). [`crate::trend`] is the shape
 //! of earlier runs' values that the Markdown and HTML reports draw when a history is given.
 
+mod escape;
 pub mod frameworks;
 pub mod history;
 pub mod html;
 pub mod human;
+pub mod input;
 pub mod json;
 pub mod junit;
 pub mod markdown;
@@ -22,71 +24,14 @@ pub mod text;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::baseline::Comparison;
 use crate::error::CliError;
 use crate::judge::Verdicts;
 use crate::results::RunResults;
 
+pub use input::{Exporter, ReportError, ReportInput};
 pub use markdown::render_markdown;
 
 pub use crate::format::Format;
-
-/// What every sink renders: a run and its comparison with the baselines.
-#[derive(Debug, Clone, Copy)]
-pub struct ReportInput<'a> {
-    pub results: &'a RunResults,
-    pub comparison: &'a Comparison,
-    /// Earlier runs' values, when a history is at hand (charts then show trends).
-    pub trends: Option<&'a crate::trend::Trends>,
-    /// The history's verdicts, when the run was judged (already laid over `comparison`).
-    pub history: Option<&'a crate::history::gate::GateReport>,
-}
-
-impl<'a> ReportInput<'a> {
-    /// What the sinks render of `results` and the judge's `verdicts`.
-    pub fn new(results: &'a RunResults, verdicts: &'a Verdicts) -> ReportInput<'a> {
-        ReportInput {
-            results,
-            comparison: &verdicts.comparison,
-            trends: verdicts.trends.as_ref(),
-            history: verdicts.history.as_ref(),
-        }
-    }
-}
-
-/// One report format.
-pub trait Exporter {
-    /// The file this sink writes into the run directory.
-    fn file_name(&self) -> &'static str;
-    /// Whether the run gets this file at all: a report about something the run does not
-    /// have (the framework comparison of a run without framework cells) is not written.
-    fn applies(&self, _input: &ReportInput<'_>) -> bool {
-        true
-    }
-    /// Renders the report.
-    fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError>;
-}
-
-/// Errors of rendering or writing reports, each naming the report or file.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    #[error("cannot render {format}: {message}")]
-    Render {
-        format: &'static str,
-        message: String,
-    },
-    #[error("{path}: cannot write report: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl From<ReportError> for CliError {
-    fn from(e: ReportError) -> Self {
-        CliError::internal(miette::Report::msg(e.to_string()))
-    }
-}
 
 /// The sinks that write files into the run directory.
 /// `gpu_hour_price` is the price of one GPU-hour for the framework comparison's cost column.
@@ -185,27 +130,4 @@ pub(crate) fn finish_run(
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
     Ok(verdicts.exit_code())
-}
-
-/// Seconds from the run's start to its end, when both are known.
-pub(crate) fn run_duration_s(results: &RunResults) -> Option<f64> {
-    use time::format_description::well_known::Rfc3339;
-    let start = time::OffsetDateTime::parse(&results.started_at, &Rfc3339).ok()?;
-    let end = time::OffsetDateTime::parse(results.finished_at.as_deref()?, &Rfc3339).ok()?;
-    Some((end - start).as_seconds_f64())
-}
-
-/// The MFU policies the cells' workers reported (which peak MFU is against), deduplicated.
-pub(crate) fn mfu_policies(results: &RunResults) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for cell in &results.cells {
-        for r in &cell.repeats {
-            if let Some(p) = &r.summary.mfu_policy {
-                if !out.contains(p) {
-                    out.push(p.clone());
-                }
-            }
-        }
-    }
-    out
 }

@@ -3,8 +3,8 @@
 
 use tch::{Cuda, Device};
 
+use super::error::WorkerError;
 use super::ffi;
-use super::WorkerError;
 
 /// A resolved device.
 #[derive(Debug, Clone)]

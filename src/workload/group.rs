@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tch::{Device, Kind, Tensor};
 
+use super::error::WorkerError;
 use super::ffi;
 use super::models::Param;
-use super::WorkerError;
 use crate::dist::nccl::{Comm, DataType, Nccl, RedOp};
 use crate::dist::rendezvous::{Config, DistEnv, Rendezvous};
 

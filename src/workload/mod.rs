@@ -6,11 +6,13 @@
 //! [`precision`], [`optim`] and [`overlap`]), and summarise ([`measure`], formulas in
 //! [`crate::metrics::flops`]). Every failure becomes one error event and a distinct exit
 //! code (`exit::worker`); libtorch errors, which tch raises as panics, are caught at one
-//! boundary here and classified.
+//! boundary here and classified. The failures themselves are in [`error`], which every
+//! stage imports without importing this file back.
 
 pub mod data;
 pub mod device;
 pub mod dp;
+pub mod error;
 pub mod ffi;
 pub mod group;
 pub mod measure;
@@ -28,66 +30,16 @@ use std::time::Instant;
 use std::path::PathBuf;
 
 use crate::axes::{Device, Dtype, Parallel};
-use crate::events::{ErrorKind, Event};
+use crate::events::Event;
 use crate::metrics::flops;
 
 use data::{Batches, Source};
 use device::DeviceInfo;
+use error::WorkerError;
 use models::presets;
 use precision::{Ctx, Precision};
 
 use crate::dist::rendezvous::DistEnv;
-
-/// Why a worker failed; each maps to an [`ErrorKind`] and its exit code.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum WorkerError {
-    #[error("{0}")]
-    BadInput(String),
-    #[error("{0}")]
-    Unsupported(String),
-    #[error("out of device memory: {0}")]
-    Oom(String),
-    #[error("loss is {value} at step {step}")]
-    NanLoss { step: u64, value: f64 },
-    #[error("{0}")]
-    Internal(String),
-    /// A rendezvous or NCCL failure of a multi-rank run.
-    #[error("{0}")]
-    Distributed(String),
-    #[error(transparent)]
-    Data(#[from] data::DataError),
-}
-
-impl WorkerError {
-    pub(crate) fn kind(&self) -> ErrorKind {
-        match self {
-            WorkerError::BadInput(_) | WorkerError::Data(_) => ErrorKind::BadInput,
-            WorkerError::Unsupported(_) => ErrorKind::Unsupported,
-            WorkerError::Oom(_) => ErrorKind::Oom,
-            WorkerError::NanLoss { .. } => ErrorKind::NanLoss,
-            WorkerError::Internal(_) => ErrorKind::Internal,
-            WorkerError::Distributed(_) => ErrorKind::Distributed,
-        }
-    }
-
-    /// Classifies a libtorch / CUDA error message: out-of-memory is its own failure class.
-    pub(crate) fn from_device(msg: String) -> WorkerError {
-        if is_oom(&msg) {
-            WorkerError::Oom(first_line(&msg))
-        } else {
-            WorkerError::Internal(msg)
-        }
-    }
-}
-
-fn is_oom(msg: &str) -> bool {
-    let m = msg.to_ascii_lowercase();
-    m.contains("out of memory") || m.contains("cudaerrormemoryallocation")
-}
-
-fn first_line(msg: &str) -> String {
-    msg.lines().next().unwrap_or("").to_string()
-}
 
 /// Features the worker knows.
 const FEATURES: [&str; 2] = ["compile", "sac"];
@@ -645,31 +597,5 @@ fn ran_record(
             "the built-in worker's own settings, and libtorch's SDPA choice at this shape"
                 .to_string(),
         ],
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn device_errors_are_classified() {
-        let oom = WorkerError::from_device(
-            "CUDA out of memory. Tried to allocate 2.00 GiB\nException raised from malloc".into(),
-        );
-        assert_eq!(oom.kind(), ErrorKind::Oom);
-        assert_eq!(
-            oom.to_string(),
-            "out of device memory: CUDA out of memory. Tried to allocate 2.00 GiB"
-        );
-        assert_eq!(
-            WorkerError::from_device("cudaErrorMemoryAllocation".into()).kind(),
-            ErrorKind::Oom
-        );
-        assert_eq!(
-            WorkerError::from_device("shape mismatch".into()).kind(),
-            ErrorKind::Internal
-        );
-        assert_eq!(ErrorKind::Oom.exit_code(), crate::exit::worker::OOM);
     }
 }

@@ -33,11 +33,12 @@ use std::ffi::c_void;
 
 use tch::Tensor;
 
+use super::error::WorkerError;
 use super::ffi::{self, CudaEvent};
 use super::models::{Model, Place};
 use super::optim::AdamW;
 use super::precision::Ctx;
-use super::{sac, WorkerError};
+use super::sac;
 
 /// The update stream, the events that order it against the compute stream, and which
 /// optimizer entries each stage owns.

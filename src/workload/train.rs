@@ -20,13 +20,14 @@ use tch::{Device, Tensor};
 use super::data::Batches;
 use super::device::DeviceInfo;
 use super::dp::DataParallel;
+use super::error::WorkerError;
 use super::ffi::{self, CudaGraph};
 use super::measure::Recorder;
 use super::models::Model;
 use super::optim::AdamW;
 use super::overlap::Overlap;
 use super::precision::Ctx;
-use super::{sac, WorkerError};
+use super::sac;
 use crate::events::{Event, StepEvent};
 
 /// Eager steps that precede graph capture (allocator and cuBLAS warm-up, gradient buffers).

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::config::{Config, FailureHook, OnFailure};
+use super::error::RankFailure;
 use super::wire::{
     failed_payload, parse_failed, read_msg, u64_payload, write_msg, T_BARRIER, T_DONE, T_FAILED,
     T_HEARTBEAT, T_RELEASE,
 };
-use super::{Config, FailureHook, OnFailure, RankFailure};
 use crate::events::{ErrorKind, Event};
 
 #[derive(Default)]

@@ -1,7 +1,7 @@
 //! The launch contract: where this rank stands in the world, from the variables torchrun
 //! sets (and `bench`'s launchers set the same way).
 
-use super::RendezvousError;
+use super::error::RendezvousError;
 
 /// The variables of the launch contract, as torchrun sets them.
 pub const ENV_VARS: [&str; 6] = [

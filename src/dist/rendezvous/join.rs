@@ -7,10 +7,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::config::remaining;
+use super::env::DistEnv;
+use super::error::{RankFailure, RendezvousError};
 use super::wire::{
     failed_payload, parse_failed, read_hello, read_msg, write_msg, MAGIC, T_BLOB, T_FAILED, T_HELLO,
 };
-use super::{remaining, DistEnv, RankFailure, RendezvousError};
 
 pub(super) type Joined = (Vec<(u32, TcpStream)>, Vec<u8>);
 

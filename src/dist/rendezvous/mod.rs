@@ -16,8 +16,8 @@
 //!
 //! Every wait has a deadline; nothing here can hang.
 //!
-//! This file holds the handle ([`Rendezvous`]), its errors and settings; [`env`] reads the
-//! launch contract, [`join`] is how ranks find each other (rank 0 serves, the others
+//! This file holds the handle ([`Rendezvous`]); [`error`] its errors, [`config`] its
+//! settings; [`env`] reads the launch contract, [`join`] is how ranks find each other (rank 0 serves, the others
 //! connect), [`channel`] the state and threads of the control channel once joined, and
 //! [`wire`] its message format.
 
@@ -34,148 +34,16 @@ use self::join::{connect, serve};
 use self::wire::{failed_payload, T_BARRIER, T_DONE, T_FAILED};
 
 mod channel;
+mod config;
 mod env;
+mod error;
 mod join;
 mod wire;
 
+use self::config::{remaining, FailureHook};
+pub use self::config::{Config, OnFailure};
 pub use self::env::{DistEnv, ENV_VARS};
-
-/// A rank that failed, as the other ranks learn it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankFailure {
-    /// The failed rank, when known.
-    pub rank: Option<u32>,
-    pub message: String,
-}
-
-impl fmt::Display for RankFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rank {
-            Some(r) => write!(f, "rank {r} failed: {}", self.message),
-            None => write!(f, "a rank failed: {}", self.message),
-        }
-    }
-}
-
-/// Failures of the rendezvous. All of them are distributed failures of the cell
-/// ([`RendezvousError::exit_code`]).
-#[derive(Debug, thiserror::Error)]
-pub enum RendezvousError {
-    #[error("environment variable {var}={value:?}: {reason}")]
-    Env {
-        var: &'static str,
-        value: String,
-        reason: String,
-    },
-    #[error("rank 0 cannot listen on port {port} (MASTER_PORT): {source}")]
-    Bind { port: u16, source: io::Error },
-    #[error("rendezvous on {endpoint}: rank(s) {missing:?} of {world_size} did not join within {waited_s:.1}s")]
-    MissingRanks {
-        endpoint: String,
-        missing: Vec<u32>,
-        world_size: u32,
-        waited_s: f64,
-    },
-    #[error("rank {rank}: cannot reach rank 0 at {endpoint} (MASTER_ADDR:MASTER_PORT) within {waited_s:.1}s; last error: {last_error}")]
-    Unreachable {
-        rank: u32,
-        endpoint: String,
-        waited_s: f64,
-        last_error: String,
-    },
-    #[error("rendezvous on {endpoint}: {detail}")]
-    Protocol { endpoint: String, detail: String },
-    #[error("{0}")]
-    PeerFailed(RankFailure),
-    #[error("rank {rank}: {what} timed out after {waited_s:.1}s")]
-    Timeout {
-        rank: u32,
-        what: &'static str,
-        waited_s: f64,
-    },
-    #[error("rank 0 could not make the rendezvous id: {0}")]
-    Blob(String),
-}
-
-impl RendezvousError {
-    /// The worker exit code for this failure: always `exit::worker::DISTRIBUTED`.
-    pub fn exit_code(&self) -> i32 {
-        crate::exit::worker::DISTRIBUTED
-    }
-}
-
-/// What a rank does when it learns that another rank failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnFailure {
-    /// Run the failure hook, print an `error` event (kind `distributed`) on stdout and
-    /// exit the process with `exit::worker::DISTRIBUTED`. Right for workers: the main
-    /// thread may be blocked in a collective that will never complete.
-    #[default]
-    Exit,
-    /// Only record it: [`Rendezvous::failure`] and [`Rendezvous::wait_for_failure`]
-    /// report it, and barriers fail. For tests and callers that poll.
-    Record,
-}
-
-/// Timeouts and policy of a rendezvous.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// How long all ranks have to join (connect, hello, receive the blob).
-    pub join_timeout: Duration,
-    /// How often each side sends a heartbeat on the control channel.
-    pub heartbeat: Duration,
-    /// A peer silent for this long is taken as failed (a hung host or a cut network,
-    /// which close no socket).
-    pub peer_timeout: Duration,
-    pub on_failure: OnFailure,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            join_timeout: Duration::from_secs(300),
-            heartbeat: Duration::from_secs(2),
-            peer_timeout: Duration::from_secs(60),
-            on_failure: OnFailure::Exit,
-        }
-    }
-}
-
-/// Environment variable overriding [`Config::join_timeout`] in seconds (workers read it
-/// through [`Config::from_env`]).
-pub(crate) const ENV_JOIN_TIMEOUT: &str = "BENCH_RDZV_TIMEOUT_S";
-
-impl Config {
-    /// The defaults, with the join timeout from `$BENCH_RDZV_TIMEOUT_S` when set.
-    pub(crate) fn from_env() -> Result<Config, RendezvousError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// As [`Config::from_env`], reading variables through `get`.
-    pub(crate) fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config, RendezvousError> {
-        let mut c = Config::default();
-        if let Some(v) = get(ENV_JOIN_TIMEOUT) {
-            let s: f64 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| RendezvousError::Env {
-                    var: ENV_JOIN_TIMEOUT,
-                    value: v.clone(),
-                    reason: "must be a positive number of seconds".into(),
-                })?;
-            c.join_timeout = Duration::from_secs_f64(s);
-        }
-        Ok(c)
-    }
-}
-
-/// Called once, before the process exits, when [`OnFailure::Exit`] fires; e.g. to
-/// `ncclCommAbort` so the GPU work is torn down cleanly.
-pub(crate) type FailureHook = Box<dyn Fn(&RankFailure) + Send + Sync>;
+pub use self::error::{RankFailure, RendezvousError};
 
 /// A joined rank's handle on the control channel. Dropping it without
 /// [`Rendezvous::finish`] closes the channel abruptly, which the others treat as this
@@ -193,10 +61,6 @@ impl fmt::Debug for Rendezvous {
             .field("world_size", &self.shared.world_size)
             .finish()
     }
-}
-
-fn remaining(deadline: Instant) -> Duration {
-    deadline.saturating_duration_since(Instant::now())
 }
 
 /// Joins the world: rank 0 calls `make_blob` and serves the result, other ranks receive
@@ -420,6 +284,7 @@ impl Drop for Rendezvous {
 
 #[cfg(test)]
 mod tests {
+    use super::config::ENV_JOIN_TIMEOUT;
     use super::wire::parse_failed;
     use super::*;
     use std::collections::HashMap;

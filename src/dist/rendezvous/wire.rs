@@ -5,7 +5,7 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
-use super::RankFailure;
+use super::error::RankFailure;
 
 /// Protocol magic and version, sent in every hello so a stray connection is refused.
 pub(super) const MAGIC: &[u8; 8] = b"BENCHRV1";

@@ -182,7 +182,7 @@ pub(super) fn regression_chart(
     };
     let mut out = format!(
         "{}: {}{}.\n\n```mermaid\nxychart-beta\n    title \"{}\"\n    x-axis [{}]\n    y-axis \"{}\"\n    line [{}]\n",
-        super::code(cell.id.as_str()),
+        crate::report::escape::code(cell.id.as_str()),
         data.what,
         if m.baseline.is_some() { "; the flat line is the baseline" } else { "" },
         mermaid_string(cell.id.as_str()),

@@ -18,18 +18,17 @@
 //! The charts are drawn in [`chart`]; this file lays out the sections and their budget.
 
 mod chart;
-mod escape;
 
 use self::chart::regression_chart;
-pub(crate) use self::escape::{code, code_cell, text};
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison, Counts, Verdict};
 use crate::baseline::store::hardware_words;
 use crate::history::gate::GateReport;
+use crate::report::escape::{code, code_cell, text};
+use crate::report::input::{Exporter, ReportError, ReportInput};
 use crate::report::text::{
     cell_change, filtered_out, grouped, metric_label, metric_value, pct, pct_change, rule_drops,
     three_digits,
 };
-use crate::report::{Exporter, ReportError, ReportInput};
 use crate::results::RunResults;
 use crate::trend::Trends;
 
@@ -272,7 +271,7 @@ fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -
                 .join(" and ")
         ));
     }
-    let policies = crate::report::mfu_policies(results);
+    let policies = crate::report::input::mfu_policies(results);
     if !policies.is_empty() {
         out.push_str(&format!(
             "MFU is against {}.  \n",

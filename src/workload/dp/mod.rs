@@ -58,11 +58,11 @@ use std::ops::Range;
 
 use tch::{Device, Kind, Tensor};
 
+use super::error::WorkerError;
 use super::ffi::{self, CudaEvent};
 use super::group::{nccl_dtype, Group};
 use super::models::{Param, Place};
 use super::optim::{AdamW, AdamWConfig, Slices};
-use super::WorkerError;
 
 mod checksum;
 mod layout;

@@ -9,11 +9,12 @@ use tch::Tensor;
 
 use super::{internal, AdamW, Comms, DataParallel, Sharding, State, Update};
 use crate::dist::nccl::{DataType, RedOp};
+use crate::workload::error::WorkerError;
 use crate::workload::ffi;
 use crate::workload::group::nccl_dtype;
 use crate::workload::models::Model;
 use crate::workload::precision::Ctx;
-use crate::workload::{sac, WorkerError};
+use crate::workload::sac;
 
 impl DataParallel<'_> {
     fn compute_stream(&self) -> Result<*mut c_void, WorkerError> {

@@ -3,10 +3,11 @@
 
 use tch::{Device, Tensor};
 
-use super::{
+use super::model::{Init, Model, Param, Place};
+use super::ops::{
     cross_entropy, fused_bias_gelu_enabled, fused_layer_norm_enabled, fused_linear_bias_enabled,
-    Init, Model, ModelConfig, Param, Place,
 };
+use super::presets::ModelConfig;
 use crate::workload::ffi;
 use crate::workload::precision::{Ctx, Site};
 

@@ -3,10 +3,9 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::{
-    cross_entropy, fused_rms_norm_enabled, fused_swiglu_enabled, Init, Model, ModelConfig, Param,
-    Place,
-};
+use super::model::{Init, Model, Param, Place};
+use super::ops::{cross_entropy, fused_rms_norm_enabled, fused_swiglu_enabled};
+use super::presets::ModelConfig;
 use crate::workload::ffi;
 use crate::workload::precision::{Ctx, Site};
 

@@ -10,63 +10,15 @@
 
 pub mod gpt2;
 pub mod llama;
+pub mod model;
+pub mod ops;
 pub mod presets;
 
 use tch::{Device, Kind, Tensor};
 
+pub use model::{Model, Param, Place};
+pub use ops::IGNORE_INDEX;
 pub(crate) use presets::{Family, ModelConfig};
-
-use super::precision::Ctx;
-
-/// One trainable tensor.
-pub struct Param {
-    pub name: String,
-    pub tensor: Tensor,
-    /// Whether AdamW decays it (matrices and embeddings yes; norms and biases no).
-    pub decay: bool,
-    /// Where the forward pass uses it. DDP and FSDP group parameters by it: each block's
-    /// are reduced (and under FSDP gathered) together, the head's right after the head's
-    /// backward, the embedding's at the very end.
-    pub place: Place,
-}
-
-/// The stage of the forward pass a parameter belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// The embeddings (a token embedding tied to the output head stays here: its gradient
-    /// is complete only after the embedding's backward).
-    Embed,
-    /// Transformer block `i`.
-    Block(usize),
-    /// The final norm and the output head.
-    Head,
-}
-
-/// A decoder-only language model cut at block boundaries.
-pub trait Model {
-    fn config(&self) -> &ModelConfig;
-    fn params(&self) -> &[Param];
-    /// Token ids `[B, T]` (int64) to the residual stream `[B, T, E]` in the compute dtype.
-    fn embed(&self, ctx: &Ctx, x: &Tensor) -> Tensor;
-    /// Block `i` applied to the residual stream.
-    fn block(&self, ctx: &Ctx, i: usize, h: &Tensor) -> Tensor;
-    /// Final norm, output head and mean cross-entropy (fp32) against targets `[B, T]`.
-    fn head_loss(&self, ctx: &Ctx, h: &Tensor, y: &Tensor) -> Tensor;
-
-    /// The whole forward pass, keeping every activation for the backward.
-    fn forward_loss(&self, ctx: &Ctx, x: &Tensor, y: &Tensor) -> Tensor {
-        let mut h = self.embed(ctx, x);
-        for i in 0..self.config().layers as usize {
-            h = self.block(ctx, i, &h);
-        }
-        self.head_loss(ctx, &h, y)
-    }
-
-    /// Number of elements over all parameters (what the tests compare with the formula).
-    fn numel(&self) -> u64 {
-        self.params().iter().map(|p| p.tensor.numel() as u64).sum()
-    }
-}
 
 /// Builds a model with freshly initialised parameters on `device`, for sequences of
 /// `seq_len` tokens, computing in `kind` (used for the RoPE tables).
@@ -74,53 +26,6 @@ pub fn build(cfg: &ModelConfig, seq_len: i64, device: Device, kind: Kind) -> Box
     match cfg.family {
         Family::Gpt2 => Box::new(gpt2::Gpt2::new(cfg.clone(), device)),
         Family::Llama => Box::new(llama::Llama::new(cfg.clone(), seq_len, device, kind)),
-    }
-}
-
-/// Collects parameters as they are created, GPT-2-style initialised: N(0, 0.02), residual
-/// output projections scaled by 1/sqrt(2 * layers), norms at one, biases at zero.
-pub(crate) struct Init {
-    pub device: Device,
-    pub params: Vec<Param>,
-    pub residual_std: f64,
-    /// Where the parameters being created belong (set by the model's constructor).
-    pub place: Place,
-}
-
-impl Init {
-    pub(crate) fn new(device: Device, layers: i64) -> Init {
-        Init {
-            device,
-            params: Vec::new(),
-            residual_std: 0.02 / (2.0 * layers as f64).sqrt(),
-            place: Place::Embed,
-        }
-    }
-
-    fn push(&mut self, name: String, t: Tensor, decay: bool) -> Tensor {
-        let t = t.set_requires_grad(true);
-        self.params.push(Param {
-            name,
-            tensor: t.shallow_clone(),
-            decay,
-            place: self.place,
-        });
-        t
-    }
-
-    pub(crate) fn normal(&mut self, name: String, dims: &[i64], std: f64) -> Tensor {
-        let t = Tensor::randn(dims, (Kind::Float, self.device)) * std;
-        self.push(name, t, true)
-    }
-
-    pub(crate) fn ones(&mut self, name: String, dims: &[i64]) -> Tensor {
-        let t = Tensor::ones(dims, (Kind::Float, self.device));
-        self.push(name, t, false)
-    }
-
-    pub(crate) fn zeros(&mut self, name: String, dims: &[i64]) -> Tensor {
-        let t = Tensor::zeros(dims, (Kind::Float, self.device));
-        self.push(name, t, false)
     }
 }
 
@@ -155,91 +60,15 @@ pub(crate) fn attention_kernel(
     format!("SDPA: {kernel}")
 }
 
-/// Targets with this value count neither in the loss nor in its mean (PyTorch's default).
-pub const IGNORE_INDEX: i64 = -100;
-
-/// Whether [`cross_entropy`] takes the fused kernels for logits on `device`: CUDA only (the
-/// kernels are CUDA; CPU runs, CI's among them, keep libtorch's path), unless
-/// `BENCH_FUSED_CE=0` asks for the unfused path (to compare the two).
-pub(crate) fn fused_cross_entropy_enabled(device: Device) -> bool {
-    device.is_cuda() && std::env::var("BENCH_FUSED_CE").map_or(true, |v| v != "0")
-}
-
-/// Whether the models' LayerNorms take the fused kernels for `x`: on CUDA, for the row
-/// widths the kernels handle (see [`super::ffi::fused_layer_norm_supported`]), unless
-/// `BENCH_FUSED_LN=0` asks for libtorch's LayerNorm (to compare the two).
-pub(crate) fn fused_layer_norm_enabled(x: &Tensor) -> bool {
-    x.device().is_cuda()
-        && std::env::var("BENCH_FUSED_LN").map_or(true, |v| v != "0")
-        && super::ffi::fused_layer_norm_supported(x)
-}
-
-/// Whether GPT-2's MLP takes the fused bias+GELU kernels on `device`: CUDA only, unless
-/// `BENCH_FUSED_GELU=0` asks for the matmul's bias epilogue and libtorch's GELU (to compare
-/// the two). The row width is checked on the pre-activation itself
-/// ([`super::ffi::fused_bias_gelu_supported`]).
-pub(crate) fn fused_bias_gelu_enabled(device: Device) -> bool {
-    device.is_cuda() && std::env::var("BENCH_FUSED_GELU").map_or(true, |v| v != "0")
-}
-
-/// Whether GPT-2's attn, proj and fc2 linears take the shim's fused linear (its own
-/// bias-gradient column sum) on `device`: CUDA only, unless `BENCH_FUSED_BIAS=0` asks for
-/// libtorch's linear (to compare the two). The output width is checked per call
-/// ([`super::ffi::fused_linear_supported`]).
-pub(crate) fn fused_linear_bias_enabled(device: Device) -> bool {
-    device.is_cuda() && std::env::var("BENCH_FUSED_BIAS").map_or(true, |v| v != "0")
-}
-
-/// Whether the Llama blocks' RMSNorms take the fused kernels for `x`: on CUDA, for the row
-/// widths the kernels handle (see [`super::ffi::fused_rms_norm_supported`]; others fall back
-/// to libtorch's), unless `BENCH_FUSED_RMS=0` asks for libtorch's RMSNorm (to compare the
-/// two).
-pub(crate) fn fused_rms_norm_enabled(x: &Tensor) -> bool {
-    x.device().is_cuda()
-        && std::env::var("BENCH_FUSED_RMS").map_or(true, |v| v != "0")
-        && super::ffi::fused_rms_norm_supported(x)
-}
-
-/// Whether the Llama MLP's `silu(gate) * up` takes the fused kernels for `gate`: on CUDA, for
-/// the row widths the kernels handle ([`super::ffi::fused_swiglu_supported`]), unless
-/// `BENCH_FUSED_SWIGLU=0` asks for libtorch's silu and product (to compare the two).
-pub(crate) fn fused_swiglu_enabled(gate: &Tensor) -> bool {
-    gate.device().is_cuda()
-        && std::env::var("BENCH_FUSED_SWIGLU").map_or(true, |v| v != "0")
-        && super::ffi::fused_swiglu_supported(gate)
-}
-
-/// Mean cross-entropy in fp32 over `[B, T, V]` logits against `[B, T]` targets.
-///
-/// On a CUDA device the shim's fused kernels compute it: one read of the logits forward,
-/// one read and one write backward, no fp32 copy of the logits (csrc/fused_ce.cpp). They
-/// write the gradient into the logits' own buffer, which is safe because every caller (the
-/// models' `head_loss`) hands over logits that nothing but the loss reads. Elsewhere the
-/// logits are cast to fp32 and go through libtorch's log_softmax and nll_loss.
-pub(crate) fn cross_entropy(logits: &Tensor, y: &Tensor, vocab: i64) -> Tensor {
-    let logits = logits.view([-1, vocab]);
-    let y = y.view([-1]);
-    if fused_cross_entropy_enabled(logits.device()) {
-        // Like every libtorch failure inside the step, a kernel failure panics with its
-        // message; the worker's panic boundary reports it.
-        return match super::ffi::fused_cross_entropy(&logits, &y, IGNORE_INDEX, true, 0) {
-            Ok(loss) => loss,
-            Err(e) => panic!("fused cross-entropy failed: {e} (BENCH_FUSED_CE=0 avoids it)"),
-        };
-    }
-    logits.to_kind(Kind::Float).cross_entropy_loss::<Tensor>(
-        &y,
-        None,
-        tch::Reduction::Mean,
-        IGNORE_INDEX,
-        0.0,
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use super::ops::{
+        cross_entropy, fused_bias_gelu_enabled, fused_cross_entropy_enabled,
+        fused_layer_norm_enabled, fused_linear_bias_enabled, fused_rms_norm_enabled,
+        fused_swiglu_enabled,
+    };
     use super::*;
-    use crate::workload::precision::Precision;
+    use crate::workload::precision::{Ctx, Precision};
 
     #[test]
     fn tiny_models_tensor_counts_agree_with_formula() {

@@ -12,6 +12,10 @@
 //!   backticks inside, so no backtick in the value can end it (CommonMark 6.1); inside a
 //!   code span nothing is HTML, a mention or a link. [`code_cell`] is the same inside a
 //!   table row, where `|` must be escaped even in code.
+//!
+//! It sits beside the sinks rather than inside [`super::markdown`]: the history and
+//! framework reports escape with it too, and the Markdown summary includes the history
+//! report, so inside `markdown` it made the two import each other.
 
 use crate::report::text::one_line;
 
