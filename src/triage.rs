@@ -184,13 +184,23 @@ fn finding(n: usize, g: &[Changed], results: &RunResults, verdicts: &Verdicts) -
         .filter(|c| c.status == CellStatus::Unchanged)
         .map(|c| c.id.as_str())
         .collect();
-    let values_of = |id: &str| results.cells.iter().find(|c| c.id.as_str() == id).map(|c| &c.values);
+    let values_of = |id: &str| {
+        results
+            .cells
+            .iter()
+            .find(|c| c.id.as_str() == id)
+            .map(|c| &c.values)
+    };
     // Every axis and value any group cell has.
     let mut axes: IndexMap<String, IndexMap<String, (usize, usize)>> = IndexMap::new();
     for c in g {
         if let Some(values) = values_of(&c.id) {
             for (axis, v) in values {
-                let e = axes.entry(axis.clone()).or_default().entry(v.id_fragment()).or_default();
+                let e = axes
+                    .entry(axis.clone())
+                    .or_default()
+                    .entry(v.id_fragment())
+                    .or_default();
                 e.0 += 1;
             }
         }
@@ -229,7 +239,8 @@ fn finding(n: usize, g: &[Changed], results: &RunResults, verdicts: &Verdicts) -
                     .filter(|(_, same)| *same > 0)
                     .collect();
                 if !others.is_empty() {
-                    let names: Vec<String> = others.iter().map(|(v, _)| format!("{axis}={v}")).collect();
+                    let names: Vec<String> =
+                        others.iter().map(|(v, _)| format!("{axis}={v}")).collect();
                     let total: usize = others.iter().map(|(_, n)| n).sum();
                     s.push_str(&format!(
                         "; no {} cell changed (0 of {total})",
@@ -258,7 +269,9 @@ fn finding(n: usize, g: &[Changed], results: &RunResults, verdicts: &Verdicts) -
                 if same == 1 { "" } else { "s" }
             ));
         } else if unchanged.is_empty() {
-            against.push(format!("every measured cell of the run changed ({size}): no axis separates them"));
+            against.push(format!(
+                "every measured cell of the run changed ({size}): no axis separates them"
+            ));
         }
     }
     let mut cells: Vec<(String, f64)> = g.iter().map(|c| (c.id.clone(), c.shift)).collect();
@@ -284,10 +297,9 @@ mod tests {
     /// A run of dtype x features cells where `slow(dtype, features)` gives each cell's shift
     /// (0: unchanged), with a 2% tolerance.
     fn run(slow: impl Fn(&str, &str) -> f64) -> (RunResults, Verdicts) {
-        let mut results: RunResults = serde_json::from_str(include_str!(
-            "../tests/fixtures/runs/cpu-ok/results.json"
-        ))
-        .unwrap();
+        let mut results: RunResults =
+            serde_json::from_str(include_str!("../tests/fixtures/runs/cpu-ok/results.json"))
+                .unwrap();
         let template = results.cells[0].clone();
         results.cells.clear();
         let mut cmp = Comparison {
@@ -304,7 +316,8 @@ mod tests {
                 c.values = IndexMap::new();
                 c.values.insert("model".into(), Value::Str("m".into()));
                 c.values.insert("dtype".into(), Value::Str(dtype.into()));
-                c.values.insert("features".into(), Value::Str(features.into()));
+                c.values
+                    .insert("features".into(), Value::Str(features.into()));
                 c.id = crate::cell::CellId::from_values(&c.values);
                 results.cells.push(c);
                 let s = slow(dtype, features);
@@ -356,7 +369,9 @@ mod tests {
             f[0].separates,
             vec!["every dtype=fp8 cell regressed -4.1% (3 of 3, -4.1%..-4.1%); no dtype=bf16 cell changed (0 of 3)"]
         );
-        assert!(f[0].headline().starts_with("F1: every dtype=fp8 cell regressed"));
+        assert!(f[0]
+            .headline()
+            .starts_with("F1: every dtype=fp8 cell regressed"));
     }
 
     #[test]
@@ -371,10 +386,16 @@ mod tests {
         let f = findings(&r, &v);
         assert_eq!(f.len(), 2, "{f:#?}");
         let fp8 = f.iter().find(|x| x.cells.len() == 3).unwrap();
-        assert!(fp8.separates[0].starts_with("every dtype=fp8 cell"), "{fp8:#?}");
+        assert!(
+            fp8.separates[0].starts_with("every dtype=fp8 cell"),
+            "{fp8:#?}"
+        );
         let sac = f.iter().find(|x| x.cells.len() == 1).unwrap();
         assert!(
-            sac.separates.iter().any(|s| s.starts_with("every dtype=bf16 cell")) || !sac.against.is_empty(),
+            sac.separates
+                .iter()
+                .any(|s| s.starts_with("every dtype=bf16 cell"))
+                || !sac.against.is_empty(),
             "{sac:#?}"
         );
         assert!(sac.has("m.bf16.sac"));
@@ -403,7 +424,9 @@ mod tests {
         let f = findings(&r, &v);
         assert_eq!(f.len(), 1);
         assert!(
-            f[0].against.iter().any(|a| a.contains("dtype=fp8") && a.contains("did not change")),
+            f[0].against
+                .iter()
+                .any(|a| a.contains("dtype=fp8") && a.contains("did not change")),
             "{:#?}",
             f[0]
         );

@@ -343,6 +343,7 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             self.reader.take(self.tail.read(false));
         }
         self.reader.take(self.tail.read(true));
+        self.reader.finish();
         self.probe.read_once(&self.job.id, &mut self.reader);
         self.probe.say_if_missing(&mut self.reader.logs);
         self.reader.logs.all(&format!(

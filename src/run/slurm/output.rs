@@ -163,7 +163,18 @@ pub(super) struct Reader<'a, F: FnMut(JobNews<'_>)> {
     /// The first rank that exited nonzero, and its status, in output order.
     pub(super) first_failure: Option<(u32, i32)>,
     pub(super) news: &'a mut F,
+    /// Each rank's line that srun cut at [`SRUN_LINE_BYTES`] and whose rest is still to come.
+    pending: HashMap<u32, String>,
 }
+
+/// srun's stdio forwarding (`--label`) cuts a task's line after this many bytes and labels
+/// the rest as a line of its own (a summary event with its record of what ran is longer:
+/// seen on 2026-11-27 with Slurm 23.11). A labelled line of exactly this length is joined
+/// with the same task's next line; a task's line of exactly 1024 bytes followed by another
+/// line of its own would be joined too, which no event of bench's can be (an event ends
+/// with `}` and the next starts a new object, so the joined text would not parse as one and
+/// stays log text).
+const SRUN_LINE_BYTES: usize = 1024;
 
 impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
     pub(super) fn new(logs: JobLogs, news: &'a mut F) -> Reader<'a, F> {
@@ -175,6 +186,7 @@ impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
             srun_done: false,
             first_failure: None,
             news,
+            pending: HashMap::new(),
         }
     }
 
@@ -188,15 +200,21 @@ impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
         for l in chunk.lines {
             match l.rank {
                 Some(rank) => {
-                    self.logs.rank(rank, &l.text);
-                    // The task wrapper's exit line is the runner's business, not log text.
-                    if l.text.starts_with("bench: rank ") {
+                    let cut = l.text.len() == SRUN_LINE_BYTES;
+                    let text = match self.pending.remove(&rank) {
+                        Some(mut head) => {
+                            head.push_str(&l.text);
+                            head
+                        }
+                        None => l.text,
+                    };
+                    // A joined line stays bounded: the runner's own splitter cuts a worker's
+                    // line at MAX_LINE_BYTES, and so does this.
+                    if cut && text.len() < crate::events::MAX_LINE_BYTES {
+                        self.pending.insert(rank, text);
                         continue;
                     }
-                    self.tails.entry(rank).or_default().line(rank, &l.text);
-                    if let Some(ev) = self.collector.line(rank, &l.text) {
-                        (self.news)(JobNews::Event(&ev));
-                    }
+                    self.rank_line(rank, text);
                 }
                 None => {
                     self.logs.job(&l.text);
@@ -207,6 +225,28 @@ impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
                     }
                 }
             }
+        }
+    }
+
+    /// The end of the job's output: a line srun cut whose rest never came is taken as it is.
+    pub(super) fn finish(&mut self) {
+        let mut pending: Vec<(u32, String)> = self.pending.drain().collect();
+        pending.sort_by_key(|(rank, _)| *rank);
+        for (rank, text) in pending {
+            self.rank_line(rank, text);
+        }
+    }
+
+    /// One whole line of a task's output: into its log, its tail and the collector.
+    fn rank_line(&mut self, rank: u32, text: String) {
+        self.logs.rank(rank, &text);
+        // The task wrapper's exit line is the runner's business, not log text.
+        if text.starts_with("bench: rank ") {
+            return;
+        }
+        self.tails.entry(rank).or_default().line(rank, &text);
+        if let Some(ev) = self.collector.line(rank, &text) {
+            (self.news)(JobNews::Event(&ev));
         }
     }
 }
@@ -311,15 +351,7 @@ mod tests {
                 seen.push(s.rank);
             }
         };
-        let mut reader = Reader {
-            logs: JobLogs::open(&stem, 2),
-            collector: Collector::default(),
-            tails: HashMap::new(),
-            job_lines: vec![],
-            srun_done: false,
-            first_failure: None,
-            news: &mut news,
-        };
+        let mut reader = Reader::new(JobLogs::open(&stem, 2), &mut news);
         reader.take(
             [
                 r#"1: {"event":"step","step":0,"step_time_s":0.2,"tokens":8,"loss":1.0,"rank":1}"#,
@@ -348,6 +380,38 @@ mod tests {
         assert!(!log1.contains("\"rank\":0"));
         let job = std::fs::read_to_string(dir.path().join("logs/c.r0.job.log")).unwrap();
         assert!(job.contains("srun: error") && job.contains("srun exited"));
+    }
+
+    /// srun's `--label` cuts a task's line after 1024 bytes; the pieces, even across two
+    /// reads of the output file and with another rank's line between them, are one event.
+    #[test]
+    fn an_event_srun_cut_at_1024_bytes_is_joined_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let stem = dir.path().join("logs/c.r0");
+        let mut summaries = vec![];
+        let mut news = |n: JobNews<'_>| {
+            if let JobNews::Event(Event::Summary(s)) = n {
+                summaries.push(s.device.clone());
+            }
+        };
+        let line = format!(
+            r#"{{"event":"summary","tokens_per_s":10.0,"device":"{}"}}"#,
+            "x".repeat(1500)
+        );
+        let (head, tail) = line.split_at(SRUN_LINE_BYTES);
+        let mut reader = Reader::new(JobLogs::open(&stem, 2), &mut news);
+        reader.take(vec![format!("0: {head}")]);
+        reader.take(vec![
+            "1: another rank's line".to_string(),
+            format!("0: {tail}"),
+        ]);
+        // A cut line whose rest never comes is kept as it is at the end.
+        reader.take(vec![format!("1: {}", "y".repeat(SRUN_LINE_BYTES))]);
+        reader.finish();
+        drop(reader);
+        assert_eq!(summaries, vec![Some("x".repeat(1500))]);
+        let log1 = std::fs::read_to_string(dir.path().join("logs/c.r0.rank1.log")).unwrap();
+        assert!(log1.contains(&"y".repeat(SRUN_LINE_BYTES)), "{log1}");
     }
 
     #[test]
