@@ -44,6 +44,11 @@ pub struct Finding {
 impl Finding {
     /// The finding in one line: what changed, where, and why it is thought to.
     pub fn headline(&self) -> String {
+        format!("{}: {}", self.id, self.headline_body())
+    }
+
+    /// [`Finding::headline`] without its id.
+    pub fn headline_body(&self) -> String {
         let what = if self.separates.is_empty() {
             format!(
                 "{} cell{} {} {}",
@@ -55,7 +60,7 @@ impl Finding {
         } else {
             self.separates.join("; ")
         };
-        format!("{}: {what}; cause: {}", self.id, self.cause)
+        format!("{what}; cause: {}", self.cause)
     }
 
     /// Whether `cell` is one of the finding's.
@@ -139,10 +144,18 @@ pub fn findings(results: &RunResults, verdicts: &Verdicts) -> Vec<Finding> {
             .cmp(&(b[0].direction != "regressed"))
             .then(b.len().cmp(&a.len()))
     });
+    let all: Vec<String> = groups.iter().flatten().map(|c| c.id.clone()).collect();
     groups
-        .into_iter()
+        .iter()
         .enumerate()
-        .map(|(i, g)| finding(i + 1, &g, results, verdicts))
+        .map(|(i, g)| {
+            let elsewhere: Vec<&str> = all
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !g.iter().any(|c| c.id == *id))
+                .collect();
+            finding(i + 1, g, &elsewhere, results, verdicts)
+        })
         .collect()
 }
 
@@ -170,7 +183,13 @@ fn cause_of(verdicts: &Verdicts, cell: &str) -> String {
     }
 }
 
-fn finding(n: usize, g: &[Changed], results: &RunResults, verdicts: &Verdicts) -> Finding {
+fn finding(
+    n: usize,
+    g: &[Changed],
+    elsewhere: &[&str],
+    results: &RunResults,
+    verdicts: &Verdicts,
+) -> Finding {
     let mut shifts: Vec<f64> = g.iter().map(|c| c.shift).collect();
     shifts.sort_by(f64::total_cmp);
     let median = crate::metrics::stats::median(&shifts).unwrap_or(0.0);
@@ -184,94 +203,138 @@ fn finding(n: usize, g: &[Changed], results: &RunResults, verdicts: &Verdicts) -
         .filter(|c| c.status == CellStatus::Unchanged)
         .map(|c| c.id.as_str())
         .collect();
-    let values_of = |id: &str| {
-        results
-            .cells
-            .iter()
-            .find(|c| c.id.as_str() == id)
-            .map(|c| &c.values)
+    let in_group = |id: &str| g.iter().any(|c| c.id == id);
+    // The measured cells of the run with their axis values: this finding's, those another
+    // cause changed, and the unchanged ones.
+    let measured: Vec<(&str, Vec<(String, String)>)> = results
+        .cells
+        .iter()
+        .filter(|c| {
+            let id = c.id.as_str();
+            in_group(id) || unchanged.contains(&id) || elsewhere.contains(&id)
+        })
+        .map(|c| {
+            let values = c
+                .values
+                .iter()
+                .map(|(a, v)| (a.clone(), v.id_fragment()))
+                .collect();
+            (c.id.as_str(), values)
+        })
+        .collect();
+    let values_of = |id: &str| measured.iter().find(|(c, _)| *c == id).map(|(_, v)| v);
+    // The axis values every cell of the finding has: a separating predicate is made of them.
+    let mut shared: Vec<(String, String)> = values_of(&g[0].id).cloned().unwrap_or_default();
+    for c in &g[1..] {
+        let vs = values_of(&c.id).cloned().unwrap_or_default();
+        shared.retain(|p| vs.contains(p));
+    }
+    // The measured cells outside the finding that satisfy every pair of `pred`.
+    let outside = |pred: &[&(String, String)]| -> (usize, usize) {
+        let mut same = 0;
+        let mut other = 0;
+        for (id, vs) in &measured {
+            if in_group(id) || !pred.iter().all(|p| vs.contains(p)) {
+                continue;
+            }
+            if unchanged.contains(id) {
+                same += 1;
+            } else {
+                other += 1;
+            }
+        }
+        (same, other)
     };
-    // Every axis and value any group cell has.
-    let mut axes: IndexMap<String, IndexMap<String, (usize, usize)>> = IndexMap::new();
-    for c in g {
-        if let Some(values) = values_of(&c.id) {
-            for (axis, v) in values {
-                let e = axes
-                    .entry(axis.clone())
-                    .or_default()
-                    .entry(v.id_fragment())
-                    .or_default();
-                e.0 += 1;
-            }
-        }
-    }
-    for id in &unchanged {
-        if let Some(values) = values_of(id) {
-            for (axis, v) in values {
-                if let Some(per) = axes.get_mut(axis) {
-                    per.entry(v.id_fragment()).or_default().1 += 1;
-                }
-            }
-        }
-    }
-    let mut separates = Vec::new();
-    let mut against = Vec::new();
     let size = g.len();
     let range = if size > 1 {
         format!(", {}..{}", pct(shift[1]), pct(shift[2]))
     } else {
         String::new()
     };
-    for (axis, per) in &axes {
-        // An axis on which every cell of the run has one value separates nothing.
-        let run_values: usize = per.len();
-        for (value, (changed, same)) in per {
-            if *changed == size && *same == 0 && (run_values > 1 || !unchanged.is_empty()) {
-                let mut s = format!(
-                    "every {axis}={value} cell {} {} ({size} of {size}{range})",
-                    g[0].direction,
-                    pct(shift[0])
-                );
-                let others: Vec<(&String, usize)> = per
-                    .iter()
-                    .filter(|(v, _)| *v != value)
-                    .map(|(v, (_, same))| (v, *same))
-                    .filter(|(_, same)| *same > 0)
-                    .collect();
-                if !others.is_empty() {
-                    let names: Vec<String> =
-                        others.iter().map(|(v, _)| format!("{axis}={v}")).collect();
-                    let total: usize = others.iter().map(|(_, n)| n).sum();
-                    s.push_str(&format!(
-                        "; no {} cell changed (0 of {total})",
-                        names.join(" or ")
-                    ));
+    let every = |pred: &[&(String, String)]| {
+        let names: Vec<String> = pred.iter().map(|(a, v)| format!("{a}={v}")).collect();
+        format!(
+            "every {} cell {} {} ({size} of {size}{range})",
+            names.join(", "),
+            g[0].direction,
+            pct(shift[0])
+        )
+    };
+    let mut separates = Vec::new();
+    let mut against = Vec::new();
+    for p in &shared {
+        if outside(&[p]) != (0, 0) {
+            continue;
+        }
+        let mut s = every(&[p]);
+        // The other values of the axis whose every cell held still.
+        let (axis, value) = p;
+        let mut others: IndexMap<&str, (usize, bool)> = IndexMap::new();
+        for (id, vs) in &measured {
+            if let Some((_, v)) = vs.iter().find(|(a, v)| a == axis && v != value) {
+                let e = others.entry(v.as_str()).or_insert((0, true));
+                if unchanged.contains(id) {
+                    e.0 += 1;
+                } else {
+                    e.1 = false;
                 }
-                separates.push(s);
-            } else if *changed == size && *same > 0 {
-                against.push(format!(
-                    "{axis}={value}: every cell of the finding has it, but {same} {axis}={value} cell{} did not change",
-                    if *same == 1 { "" } else { "s" }
-                ));
+            }
+        }
+        let still: Vec<(&str, usize)> = others
+            .iter()
+            .filter(|(_, (n, all))| *all && *n > 0)
+            .map(|(v, (n, _))| (*v, *n))
+            .collect();
+        if !still.is_empty() {
+            let names: Vec<String> = still.iter().map(|(v, _)| format!("{axis}={v}")).collect();
+            let n: usize = still.iter().map(|(_, n)| n).sum();
+            s.push_str(&format!(
+                "; no {} cell changed (0 of {n})",
+                names.join(" or ")
+            ));
+        }
+        separates.push(s);
+    }
+    // No one value: two together, as "the sac cells of bf16".
+    if separates.is_empty() {
+        for (i, p) in shared.iter().enumerate() {
+            for q in &shared[i + 1..] {
+                if outside(&[p, q]) == (0, 0) && outside(&[p]) != (0, 0) && outside(&[q]) != (0, 0)
+                {
+                    separates.push(every(&[p, q]));
+                }
             }
         }
     }
-    // Where no value holds every cell, the value holding most of them, as evidence.
     if separates.is_empty() {
-        let best = axes
+        // The shared value with the fewest cells outside the finding, as the evidence against.
+        let best = shared
             .iter()
-            .flat_map(|(a, per)| per.iter().map(move |(v, n)| (a, v, *n)))
-            .filter(|(_, _, (changed, _))| *changed < size && *changed > 0)
-            .max_by(|x, y| x.2 .0.cmp(&y.2 .0).then(y.2 .1.cmp(&x.2 .1)));
-        if let Some((axis, value, (changed, same))) = best {
-            against.push(format!(
-                "no axis value holds every cell: {axis}={value} holds {changed} of {size} ({same} {axis}={value} cell{} unchanged)",
-                if same == 1 { "" } else { "s" }
-            ));
-        } else if unchanged.is_empty() {
-            against.push(format!(
+            .map(|p| (p, outside(&[p])))
+            .min_by_key(|(_, (same, other))| same + other);
+        match best {
+            Some(((axis, value), (same, other))) => {
+                let mut s = format!("{axis}={value}: every cell of the finding has it, but");
+                if same > 0 {
+                    s.push_str(&format!(
+                        " {same} {axis}={value} cell{} did not change",
+                        if same == 1 { "" } else { "s" }
+                    ));
+                }
+                if other > 0 {
+                    s.push_str(&format!(
+                        "{} {other} changed by another cause",
+                        if same > 0 { " and" } else { "" }
+                    ));
+                }
+                against.push(s);
+            }
+            None if unchanged.is_empty() && elsewhere.is_empty() => against.push(format!(
                 "every measured cell of the run changed ({size}): no axis separates them"
-            ));
+            )),
+            None => against.push(
+                "the finding's cells share no axis value: they may have more than one cause".into(),
+            ),
         }
     }
     let mut cells: Vec<(String, f64)> = g.iter().map(|c| (c.id.clone(), c.shift)).collect();
@@ -390,12 +453,12 @@ mod tests {
             fp8.separates[0].starts_with("every dtype=fp8 cell"),
             "{fp8:#?}"
         );
+        // The one slowed bf16 cell: neither bf16 (its base and compile cells held still)
+        // nor sac (the fp8 sac cell changed by the other cause) alone, but both together.
         let sac = f.iter().find(|x| x.cells.len() == 1).unwrap();
-        assert!(
-            sac.separates
-                .iter()
-                .any(|s| s.starts_with("every dtype=bf16 cell"))
-                || !sac.against.is_empty(),
+        assert_eq!(
+            sac.separates,
+            vec!["every dtype=bf16, features=sac cell regressed -20.0% (1 of 1)"],
             "{sac:#?}"
         );
         assert!(sac.has("m.bf16.sac"));

@@ -73,6 +73,7 @@ fn comment_and_summary_of_a_300_cell_nightly_stay_under_20_kb() {
         comparison: &cmp,
         trends: None,
         history: None,
+        findings: &[],
     };
     let summary = render_summary(&input);
     check_markdown(&summary, &n, "the job summary");

@@ -32,6 +32,7 @@ fn render(exporter: &dyn Exporter, run: &str) -> String {
             comparison: &comparison,
             trends: None,
             history: None,
+            findings: &[],
         })
         .unwrap()
 }
@@ -194,6 +195,7 @@ fn frameworks_md_of_a_gpu_run() {
         comparison: &comparison,
         trends: None,
         history: None,
+        findings: &[],
     })
     .unwrap();
     assert!(
@@ -202,4 +204,30 @@ fn frameworks_md_of_a_gpu_run() {
     );
     assert!(md.contains("30,086–30,773 (3)"), "{md}");
     insta::assert_snapshot!(md);
+}
+
+/// The mixed fixture's findings (one per cause: its regression and its improvement, each
+/// with the axis values that separate it from the unchanged cells) lead `summary.md`, and
+/// JUnit's failure names the regression's finding.
+#[test]
+fn summary_md_with_findings() {
+    let (results, comparison) = load("mixed");
+    let verdicts = bench::judge::Verdicts {
+        comparison,
+        history: None,
+        trends: None,
+    };
+    let findings = bench::triage::findings(&results, &verdicts);
+    assert!(!findings.is_empty());
+    let input = ReportInput::new(&results, &verdicts, &findings);
+    let md = MarkdownExporter.render(&input).unwrap();
+    let lead = md.find("#### Findings").expect("a findings section");
+    assert!(lead < md.find("<details>").unwrap_or(md.len()), "{md}");
+    let xml = JunitExporter.render(&input).unwrap();
+    assert!(xml.contains("[finding F1: "), "{xml}");
+    insta::assert_snapshot!(md
+        .lines()
+        .take_while(|l| !l.starts_with("<details>"))
+        .collect::<Vec<_>>()
+        .join("\n"));
 }

@@ -1,4 +1,5 @@
-//! `bench matrix FILE` (without `--dry-run`): the pipeline end to end.
+//! `bench matrix FILE` (without `--dry-run`): the pipeline end to end, matrix -> run ->
+//! judge (with the re-runs its verdicts want) -> triage -> report.
 
 use crate::error::CliError;
 use crate::exit::bench as exit;
@@ -36,10 +37,12 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         interrupted |= judge_against_history(args, s, &outcome)?;
     }
     let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
+    let findings = crate::triage::findings(&outcome.results, &verdicts);
     let verdict = crate::report::finish_run(
         &outcome.run_dir,
         &outcome.results,
         &verdicts,
+        &findings,
         args.format,
         args.verbose,
         args.gpu_hour_price,

@@ -47,10 +47,12 @@ pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
             .unwrap_or_else(|| PathBuf::from("."))
     };
     let verdicts = crate::judge::of_run(&results, &settings.baselines, Some(&dir))?;
+    let findings = crate::triage::findings(&results, &verdicts);
     crate::report::finish_run(
         &dir,
         &results,
         &verdicts,
+        &findings,
         settings.format,
         settings.verbose,
         settings.gpu_hour_price,
@@ -176,6 +178,7 @@ pub(crate) fn post_with_env(
         comparison,
         verdicts.trends.as_ref(),
         verdicts.history.as_ref(),
+        &crate::triage::findings(&results, &verdicts),
         target.artifacts_url.as_deref(),
     );
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);

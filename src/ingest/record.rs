@@ -525,5 +525,8 @@ pub(crate) fn write_and_judge(
         confirm.finish()?;
     }
     let verdicts = crate::judge::of_run(&results, &s.baselines, Some(&run_dir))?;
-    crate::report::finish_run(&run_dir, &results, &verdicts, s.format, false, None)
+    let findings = crate::triage::findings(&results, &verdicts);
+    crate::report::finish_run(
+        &run_dir, &results, &verdicts, &findings, s.format, false, None,
+    )
 }

@@ -144,6 +144,9 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
         ));
     }
 
+    for f in input.findings {
+        out.push_str(&format!("finding {}\n", f.headline()));
+    }
     // Dropped cells get a line per rule below, not a row of dashes each: a filtered
     // nightly drops hundreds, which would bury the few cells that ran.
     let rows: Vec<&CellComparison> = cmp

@@ -20,16 +20,24 @@ pub struct ReportInput<'a> {
     pub trends: Option<&'a crate::trend::Trends>,
     /// The history's verdicts, when the run was judged (already laid over `comparison`).
     pub history: Option<&'a crate::history::gate::GateReport>,
+    /// The triage's findings, one per cause (`crate::triage`), regressions first.
+    pub findings: &'a [crate::triage::Finding],
 }
 
 impl<'a> ReportInput<'a> {
-    /// What the sinks render of `results` and the judge's `verdicts`.
-    pub fn new(results: &'a RunResults, verdicts: &'a Verdicts) -> ReportInput<'a> {
+    /// What the sinks render of `results`, the judge's `verdicts` and the triage's
+    /// `findings`.
+    pub fn new(
+        results: &'a RunResults,
+        verdicts: &'a Verdicts,
+        findings: &'a [crate::triage::Finding],
+    ) -> ReportInput<'a> {
         ReportInput {
             results,
             comparison: &verdicts.comparison,
             trends: verdicts.trends.as_ref(),
             history: verdicts.history.as_ref(),
+            findings,
         }
     }
 }

@@ -30,6 +30,8 @@ struct JsonReport<'a> {
     counts: Counts,
     mfu_policies: Vec<String>,
     cells: &'a [CellComparison],
+    /// One finding per cause (`crate::triage`).
+    findings: &'a [crate::triage::Finding],
 }
 
 /// The `report.json` sink.
@@ -62,6 +64,7 @@ impl Exporter for JsonExporter {
             counts: c.counts(),
             mfu_policies: crate::report::input::mfu_policies(r),
             cells: &c.cells,
+            findings: input.findings,
         };
         let mut s = serde_json::to_string_pretty(&doc).map_err(|e| ReportError::Render {
             format: "report.json",

@@ -51,8 +51,18 @@ fn skipped(ty: &str, message: &str) -> TestCaseStatus {
     status
 }
 
-fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str) -> TestCase {
-    let reason = one_line(cell.reason.as_deref().unwrap_or(""));
+fn testcase(
+    cell: &CellComparison,
+    result: Option<&CellResult>,
+    classname: &str,
+    finding: Option<&crate::triage::Finding>,
+) -> TestCase {
+    let mut reason = one_line(cell.reason.as_deref().unwrap_or(""));
+    // Each failure names the finding its cause is grouped under.
+    let of_finding = finding.map(|f| format!(" [finding {}]", f.headline()));
+    if let Some(f) = &of_finding {
+        reason.push_str(f);
+    }
     let status = match cell.status {
         // A cell the history judged carries its verdict line (`CellComparison::reason`).
         CellStatus::Regression if cell.reason.is_some() => {
@@ -63,7 +73,11 @@ fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str)
                 .into_iter()
                 .map(|(m, also)| group_change(m, &also))
                 .collect();
-            non_success(NonSuccessKind::Failure, "regression", &lines.join("; "))
+            non_success(
+                NonSuccessKind::Failure,
+                "regression",
+                &(lines.join("; ") + of_finding.as_deref().unwrap_or("")),
+            )
         }
         // Not a verdict on the code: the environment explains the loss, or the evidence
         // is not in yet. Skipped with the line, so CI test views show it without failing.
@@ -97,6 +111,9 @@ fn testcase(cell: &CellComparison, result: Option<&CellResult>, classname: &str)
         tc.set_time(seconds(cell.duration_s));
     }
     tc.add_property(Property::new("verdict", cell.status.as_str()));
+    if let Some(f) = finding {
+        tc.add_property(Property::new("finding", f.id.as_str()));
+    }
     if cell.flaky {
         tc.add_property(Property::new("flaky", "true"));
     }
@@ -152,7 +169,8 @@ impl Exporter for JunitExporter {
         {
             let result = r.cells.iter().find(|c| c.id.as_str() == cell.id);
             total += cell.duration_s.unwrap_or(0.0);
-            suite.add_test_case(testcase(cell, result, &r.matrix_name));
+            let finding = input.findings.iter().find(|f| f.has(&cell.id));
+            suite.add_test_case(testcase(cell, result, &r.matrix_name, finding));
         }
         if r.interrupted {
             // A cancelled run is not a pass: without this case a CI test view would show

@@ -111,11 +111,12 @@ pub(crate) fn finish_run(
     run_dir: &Path,
     results: &RunResults,
     verdicts: &Verdicts,
+    findings: &[crate::triage::Finding],
     format: Format,
     verbose: bool,
     gpu_hour_price: Option<f64>,
 ) -> Result<i32, CliError> {
-    let input = ReportInput::new(results, verdicts);
+    let input = ReportInput::new(results, verdicts, findings);
     write_reports(run_dir, &input, gpu_hour_price)?;
     // The job summary is a convenience: failing to append to it must not hide the verdict.
     if let Err(e) = append_step_summary(&markdown::render_summary(&input)) {

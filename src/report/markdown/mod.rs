@@ -60,6 +60,7 @@ pub fn render_summary(input: &ReportInput<'_>) -> String {
         input.comparison,
         input.trends,
         input.history,
+        input.findings,
         None,
         false,
     )
@@ -75,7 +76,7 @@ pub fn render_markdown(
     trends: Option<&Trends>,
     artifacts_url: Option<&str>,
 ) -> String {
-    render(results, comparison, trends, None, artifacts_url, true)
+    render(results, comparison, trends, None, &[], artifacts_url, true)
 }
 
 /// [`render_markdown`] for a run judged against its history: the history's section (every
@@ -85,9 +86,66 @@ pub fn render_comment(
     comparison: &Comparison,
     trends: Option<&Trends>,
     history: Option<&GateReport>,
+    findings: &[crate::triage::Finding],
     artifacts_url: Option<&str>,
 ) -> String {
-    render(results, comparison, trends, history, artifacts_url, true)
+    render(
+        results,
+        comparison,
+        trends,
+        history,
+        findings,
+        artifacts_url,
+        true,
+    )
+}
+
+/// The findings section: one line per cause (its id, the axis values that separate its
+/// cells, its suspects), its cells beneath it, and the evidence against an attribution.
+fn findings_section(findings: &[crate::triage::Finding]) -> String {
+    if findings.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "#### Findings
+
+",
+    );
+    for f in findings {
+        out.push_str(&format!(
+            "- **{}**: {}
+",
+            text(&f.id),
+            text(&f.headline_body())
+        ));
+        const SHOWN: usize = 8;
+        let cells: Vec<String> = f
+            .cells
+            .iter()
+            .take(SHOWN)
+            .map(|(c, s)| format!("{} {:+.1}%", code(c), s * 100.0))
+            .collect();
+        let more = f.cells.len().saturating_sub(SHOWN);
+        out.push_str(&format!(
+            "  - cells: {}{}
+",
+            cells.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+        for a in &f.against {
+            out.push_str(&format!(
+                "  - against: {}
+",
+                text(a)
+            ));
+        }
+    }
+    out.push('\n');
+    out
 }
 
 fn headline(c: &Counts, interrupted: bool) -> String {
@@ -296,6 +354,7 @@ fn render(
     cmp: &Comparison,
     trends: Option<&Trends>,
     history: Option<&GateReport>,
+    findings: &[crate::triage::Finding],
     artifacts_url: Option<&str>,
     collapse: bool,
 ) -> String {
@@ -320,6 +379,8 @@ fn render(
             code(&env.hardware_key)
         ));
     }
+    // One finding per cause leads: a reader sees the causes before the cells.
+    head.push_str(&findings_section(findings));
     let foot = footer(results, cmp, artifacts_url);
     // The history's verdict lines come complete: they are the run's verdicts.
     let hist = history
