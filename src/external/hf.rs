@@ -263,8 +263,7 @@ mod tests {
         let text = fixture();
         // Cut before the last loss line: step 6 never got its loss.
         let cut = text.rfind("{'loss'").unwrap();
-        let e = log::refusal(parser(), &text[..cut]);
-        assert!(e.message.contains("step 6 has no loss line"), "{e}");
+        log::refuses(parser(), &text[..cut], "step 6 has no loss line");
         let e = log::refusal(parser(), &text.replace("time: 0.297864", "time: abc"));
         assert!(e.line.contains("time: abc"), "{e}");
         // Two ranks' step lines without prefixes: a step line before the previous loss.
@@ -273,11 +272,9 @@ mod tests {
             "[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1\n[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1",
             1,
         );
-        let e = log::refusal(parser(), &doubled);
-        assert!(e.message.contains("before the loss line of step 2"), "{e}");
+        log::refuses(parser(), &doubled, "before the loss line of step 2");
         let mut other_batch = parser();
         other_batch.log.asked.global_batch = 4;
-        let e = log::refusal(other_batch, &text);
-        assert!(e.message.contains("asks for 256"), "{e}");
+        log::refuses(other_batch, &text, "asks for 256");
     }
 }

@@ -438,6 +438,13 @@ pub(crate) fn refusal(mut parser: impl LogParser, text: &str) -> ParseError {
     }
 }
 
+/// Asserts that `parser` refuses `text` with a message that says `expected`.
+#[cfg(test)]
+pub(crate) fn refuses(parser: impl LogParser, text: &str, expected: &str) {
+    let e = refusal(parser, text);
+    assert!(e.message.contains(expected), "{e}");
+}
+
 /// Reads a whole log: every line, then the end (the framework exited with `exited_ok`).
 #[cfg(test)]
 pub(crate) fn read_all(

@@ -391,31 +391,29 @@ mod tests {
         // Truncated before the last iteration although Megatron exited 0.
         let cut = text.find("iteration        6/").unwrap();
         let line_start = text[..cut].rfind('\n').unwrap() + 1;
-        let e = log::refusal(parser(), &text[..line_start]);
-        assert!(e.message.contains("ends after step 5 of 6"), "{e}");
+        log::refuses(parser(), &text[..line_start], "ends after step 5 of 6");
         // A garbled time field.
-        let e = log::refusal(parser(), &text.replace("(ms): 250.4 |", "(ms): fast |"));
-        assert!(e.message.contains("positive number"), "{e}");
+        log::refuses(
+            parser(),
+            &text.replace("(ms): 250.4 |", "(ms): fast |"),
+            "positive number",
+        );
         // A line cut after its elapsed time (`250.4` read as `25`) is not a shorter step.
         let line = text.lines().find(|l| l.contains("(ms): 250.4 |")).unwrap();
         let cut = &line[..line.find("250.4").unwrap() + 2];
-        let e = log::refusal(parser(), &text.replace(line, cut));
-        assert!(e.message.contains("the line is cut"), "{e}");
+        log::refuses(parser(), &text.replace(line, cut), "the line is cut");
         // Two ranks' lines mixed without prefixes: an iteration repeats.
         let doubled = text.replace("[rank1]:", "").replacen(
             " [2026-11-24 10:00:02",
             " iteration        1/       6 | elapsed time per iteration (ms): 250.1 | global batch size:     4 | lm loss: 6.900000E+00 |\n [2026-11-24 10:00:02",
             1,
         );
-        let e = log::refusal(parser(), &doubled);
-        assert!(e.message.contains("mixed"), "{e}");
+        log::refuses(parser(), &doubled, "mixed");
         // Flags that did not take.
         let mut other = parser();
         other.log.asked.steps = 8;
-        let e = log::refusal(other, &text);
-        assert!(e.message.contains("asked for 8"), "{e}");
-        let e = log::refusal(parser_of(6, 8), &text);
-        assert!(e.message.contains("asks for 8"), "{e}");
+        log::refuses(other, &text, "asked for 8");
+        log::refuses(parser_of(6, 8), &text, "asks for 8");
         // A NaN loss reads as NaN (the reader fails the cell with exit 5).
         let (steps, _) = log::read_all(
             &mut parser(),
