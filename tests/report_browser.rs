@@ -182,6 +182,8 @@ fn html_reports_and_comment_charts_render_in_chromium() {
     // The slow first step is off scale in the cell's chart (checked against the measured
     // steps by check-report.mjs), so the check did not pass by having nothing to look at.
     assert_eq!(checked[3]["scaled_by_measured"], 1, "{seen}");
+    // The mixed fixture's regression and improvement are two findings, drawn in its header.
+    assert_eq!(checked[0]["findings"], 2, "{seen}");
     for p in &pages {
         let shot = p.with_file_name("report.png");
         assert!(

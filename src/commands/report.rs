@@ -90,10 +90,19 @@ fn is_store(path: &Path) -> bool {
 /// `bench report html RUN_DIR... [--history FILE] [-o FILE]`: one page over several runs,
 /// each compared with the baselines of its own hardware key. Prints the page's path.
 pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
+    let mut findings = Vec::new();
     let mut runs = Vec::new();
     for dir in &args.run_dirs {
         let results = RunResults::load(dir)?;
         let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
+        // Each run's findings, named by their run when the page shows several.
+        for f in crate::triage::findings(&results, &verdicts) {
+            let mut view = crate::report::html::FindingView::of(&f);
+            if args.run_dirs.len() > 1 {
+                view.headline = format!("run {}: {}", results.run_id, view.headline);
+            }
+            findings.push(view);
+        }
         runs.push((results, verdicts.comparison));
     }
     let trends = match &args.history {
@@ -122,7 +131,8 @@ pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
         None => None,
     };
     let pairs: Vec<(&RunResults, &Comparison)> = runs.iter().map(|(r, c)| (r, c)).collect();
-    let data = crate::report::html::HtmlData::build(&pairs, trends.as_ref());
+    let mut data = crate::report::html::HtmlData::build(&pairs, trends.as_ref());
+    data.findings = findings;
     let out = match (&args.output, args.run_dirs.as_slice()) {
         (Some(o), _) => o.clone(),
         (None, [one]) if one.is_dir() => one.join("report.html"),

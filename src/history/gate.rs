@@ -839,7 +839,7 @@ fn within_budget(
         };
         let per_repeat = cell.duration_s / f64::from(cell.params.repeats.max(1));
         let cost = per_repeat * f64::from(repeats) * f64::from(cell_gpus(cell).max(1));
-        if budget.is_some_and(|b| spent + cost > b) {
+        if budget.is_some_and(|b| !fits(spent + cost, b)) {
             over.push(id.clone());
             continue;
         }
@@ -847,6 +847,15 @@ fn within_budget(
         chosen.push((id.clone(), repeats));
     }
     (chosen, over, spent)
+}
+
+/// Whether `seconds` of re-runs fit a `budget` of GPU-seconds. The default budget is a whole
+/// multiple of what the cells took, so re-runs that fill it exactly must fit; a re-run's cost
+/// is its repeats' share of that time (`duration / repeats x repeats`), which can come out
+/// one rounding step above it (seen: a cell of 1.878 s re-run three times against a budget
+/// of three times its duration was refused its third re-run, and stayed suspect).
+fn fits(seconds: f64, budget: f64) -> bool {
+    seconds <= budget * (1.0 + 1e-9)
 }
 
 fn cell_gpus(cell: &CellResult) -> u32 {
@@ -953,4 +962,22 @@ pub fn judged_comparison(
         }
     }
     (cmp, gate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fits;
+
+    #[test]
+    fn re_runs_that_fill_the_budget_exactly_fit() {
+        // A re-run costs its share of the cell's time: (1.878 / 3) x 3 is 1.8780000000000001.
+        let d: f64 = 1.878;
+        let cost = d / 3.0 * 3.0;
+        assert!(
+            cost + cost + cost > 3.0 * d,
+            "the rounding this guards against"
+        );
+        assert!(fits(cost + cost + cost, 3.0 * d));
+        assert!(!fits(3.0 * d + 0.01, 3.0 * d));
+    }
 }

@@ -54,7 +54,8 @@ impl Exporter for HtmlExporter {
     }
 
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
-        let data = HtmlData::build(&[(input.results, input.comparison)], input.trends);
+        let mut data = HtmlData::build(&[(input.results, input.comparison)], input.trends);
+        data.findings = input.findings.iter().map(FindingView::of).collect();
         render_page(&data)
     }
 }
@@ -189,6 +190,33 @@ pub struct HtmlData {
     pub scaling: Vec<ScalingGroup>,
     pub frameworks: Option<FrameworkTable>,
     pub trends: Vec<TrendSeries>,
+    /// The triage's findings, one per cause, as the header shows them.
+    #[serde(default)]
+    pub findings: Vec<FindingView>,
+}
+
+/// One finding as the page shows it: its line, its cells, the evidence against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FindingView {
+    pub direction: String,
+    pub headline: String,
+    pub cells: Vec<String>,
+    pub against: Vec<String>,
+}
+
+impl FindingView {
+    pub(crate) fn of(f: &crate::triage::Finding) -> FindingView {
+        FindingView {
+            direction: f.direction.to_string(),
+            headline: f.headline(),
+            cells: f
+                .cells
+                .iter()
+                .map(|(c, s)| format!("{c} {:+.1}%", s * 100.0))
+                .collect(),
+            against: f.against.clone(),
+        }
+    }
 }
 
 fn metric_data(cell: &CellComparison, result: Option<&CellResult>) -> IndexMap<String, MetricData> {
@@ -422,6 +450,7 @@ impl HtmlData {
             cells,
             dropped,
             trends,
+            findings: Vec::new(),
         }
     }
 }
@@ -491,6 +520,7 @@ mod tests {
             scaling: Vec::new(),
             frameworks: None,
             trends: Vec::new(),
+            findings: Vec::new(),
         };
         let page = render_page(&data).unwrap();
         assert!(!page.contains("</script><script>alert"));

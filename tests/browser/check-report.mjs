@@ -110,6 +110,11 @@ async function check(context, file) {
     .sort((a, b) => b.metrics.tokens_per_s_per_gpu.current - a.metrics.tokens_per_s_per_gpu.current)[0];
   if (best) expect(firstId === best.id, `sorted by tokens/s/GPU: ${firstId} first, ${best.id} expected`, problems);
 
+  // Every finding the data holds is drawn in the header, as text (never markup).
+  const findings = (data.findings || []).length;
+  const drawn = await count("#head .finding");
+  expect(drawn === findings, `${drawn} findings drawn, ${findings} in the data`, problems);
+
   // The screenshot is of the page as it opens (regressions expanded).
   await page.reload();
   await page.waitForLoadState("load");
@@ -117,7 +122,7 @@ async function check(context, file) {
   await page.screenshot({ path: out, fullPage: data.cells.length <= 40 });
   for (const e of errors) problems.push(e);
   await page.close();
-  return { file, cells: data.cells.length, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
+  return { file, cells: data.cells.length, findings, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
 }
 
 const { context, network, close } = await launch();

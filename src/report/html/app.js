@@ -106,6 +106,20 @@
     if (r.mfu_policies.length) head.append(el("div", { class: "note", text: "MFU is against " + r.mfu_policies.join("; ") + "." }));
   }
 
+  // One finding per cause leads the page, as it leads summary.md.
+  if (data.findings && data.findings.length) {
+    const box = el("div", { class: "findings" });
+    box.append(el("h2", { text: "Findings" }));
+    for (const f of data.findings) {
+      const item = el("div", { class: "finding " + f.direction });
+      item.append(el("div", { class: "finding-line", text: f.headline }));
+      item.append(el("div", { class: "note", text: "cells: " + f.cells.join(", ") }));
+      for (const a of f.against) item.append(el("div", { class: "note", text: "against: " + a }));
+      box.append(item);
+    }
+    head.append(box);
+  }
+
   // ---- charts --------------------------------------------------------------------------
   const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#bc4c00", "#8250df", "#116329", "#cf222e", "#57606a"];
   function chartBox(kind, title) {
