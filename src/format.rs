@@ -50,3 +50,8 @@ pub(crate) fn three_digits(v: f64) -> String {
         format!("{v:.3}")
     }
 }
+
+/// A relative change as a signed percentage: `+1.2%`, `-5.0%`.
+pub(crate) fn pct_change(change: f64) -> String {
+    format!("{:+.1}%", change * 100.0)
+}

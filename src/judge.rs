@@ -46,25 +46,16 @@ pub fn of_run(
     run_dir: Option<&Path>,
 ) -> Result<Verdicts, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
-    Ok(with_baselines(results, &baselines, run_dir))
-}
-
-/// [`of_run`] with the baselines already loaded.
-pub fn with_baselines(
-    results: &RunResults,
-    baselines: &Baselines,
-    run_dir: Option<&Path>,
-) -> Verdicts {
     let (comparison, history) =
-        crate::history::gate::judged_comparison(results, baselines, run_dir);
+        crate::history::gate::judged_comparison(results, &baselines, run_dir);
     // A store that cannot be read now (moved, or a server that is down) leaves the charts
     // without trends; the verdicts were recorded in history.json when the run was judged.
     let trends = history
         .as_ref()
         .and_then(|g| crate::history::trends::for_run(&g.store, results).ok());
-    Verdicts {
+    Ok(Verdicts {
         comparison,
         history,
         trends,
-    }
+    })
 }

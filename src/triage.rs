@@ -14,6 +14,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use crate::baseline::compare::{CellStatus, MetricComparison};
+use crate::format::pct_change;
 use crate::judge::Verdicts;
 use crate::metrics::catalog;
 use crate::results::RunResults;
@@ -55,7 +56,7 @@ impl Finding {
                 self.cells.len(),
                 if self.cells.len() == 1 { "" } else { "s" },
                 self.direction,
-                pct(self.shift[0])
+                pct_change(self.shift[0])
             )
         } else {
             self.separates.join("; ")
@@ -67,10 +68,6 @@ impl Finding {
     pub fn has(&self, cell: &str) -> bool {
         self.cells.iter().any(|(c, _)| c == cell)
     }
-}
-
-fn pct(v: f64) -> String {
-    format!("{:+.1}%", v * 100.0)
 }
 
 /// A changed cell as triage sees it.
@@ -247,7 +244,7 @@ fn finding(
     };
     let size = g.len();
     let range = if size > 1 {
-        format!(", {}..{}", pct(shift[1]), pct(shift[2]))
+        format!(", {}..{}", pct_change(shift[1]), pct_change(shift[2]))
     } else {
         String::new()
     };
@@ -257,7 +254,7 @@ fn finding(
             "every {} cell {} {} ({size} of {size}{range})",
             names.join(", "),
             g[0].direction,
-            pct(shift[0])
+            pct_change(shift[0])
         )
     };
     let mut separates = Vec::new();

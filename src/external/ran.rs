@@ -96,7 +96,7 @@ impl RanReader {
         };
         for (key, value) in map {
             let Some(text) = value.as_str() else { continue };
-            match ASPECTS.iter().find(|a| **a == key) {
+            match Ran::NAMES.iter().find(|a| **a == key) {
                 Some(aspect) => {
                     self.speak(aspect, text.to_string(), line_no, "the driver's record");
                 }
@@ -144,8 +144,6 @@ impl RanReader {
     }
 }
 
-/// The aspect names a record may use, as [`Ran::aspects`] orders them.
-const ASPECTS: [&str; 6] = Ran::NAMES;
 /// What the cell asked for, marked as asked: the starting point that records replace.
 fn asked(cell: &Cell) -> Ran {
     let f = cell.features();
@@ -176,7 +174,7 @@ mod tests {
         for a in crate::external::ADAPTERS {
             for s in a.signatures().iter().chain(TORCH) {
                 assert!(Regex::new(s.pattern).is_ok(), "{}: {}", a.name(), s.pattern);
-                assert!(ASPECTS.contains(&s.aspect), "{}: {}", a.name(), s.aspect);
+                assert!(Ran::NAMES.contains(&s.aspect), "{}: {}", a.name(), s.aspect);
             }
         }
     }

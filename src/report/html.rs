@@ -212,7 +212,7 @@ impl FindingView {
             cells: f
                 .cells
                 .iter()
-                .map(|(c, s)| format!("{c} {:+.1}%", s * 100.0))
+                .map(|(c, s)| format!("{c} {}", crate::format::pct_change(*s)))
                 .collect(),
             against: f.against.clone(),
         }

@@ -6,12 +6,7 @@ use crate::baseline::Direction;
 use crate::metrics::catalog;
 use crate::results::RunResults;
 
-pub(crate) use crate::format::{si, three_digits};
-
-/// A relative change as a signed percentage: `+1.2%`, `-5.0%`.
-pub(crate) fn pct_change(change: f64) -> String {
-    format!("{:+.1}%", change * 100.0)
-}
+pub(crate) use crate::format::{pct_change, si, three_digits};
 
 /// A fraction as a percentage: `0.43` -> `43.0%`.
 pub(crate) fn pct(v: f64) -> String {

@@ -123,7 +123,7 @@ fn findings_section(findings: &[crate::triage::Finding]) -> String {
             .cells
             .iter()
             .take(SHOWN)
-            .map(|(c, s)| format!("{} {:+.1}%", code(c), s * 100.0))
+            .map(|(c, s)| format!("{} {}", code(c), pct_change(*s)))
             .collect();
         let more = f.cells.len().saturating_sub(SHOWN);
         out.push_str(&format!(
