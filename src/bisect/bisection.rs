@@ -59,6 +59,8 @@ pub(crate) enum Ending {
     Undecided(String),
     /// A commit could not be measured.
     Failed(String),
+    /// An automatic bisection's GPU-seconds budget ran out.
+    OutOfBudget(String),
 }
 
 /// One bisection's state.

@@ -21,6 +21,7 @@
 //! measured until it is called good or bad, so at most `ceil(log2(N)) + 2` commits are
 //! measured for N commits in the range. A commit with recorded rounds starts from them.
 
+pub(crate) mod auto;
 pub(crate) mod bisection;
 pub(crate) mod error;
 pub(crate) mod git;
@@ -240,6 +241,10 @@ fn measure(
         Ok(e) => Some(e),
         Err(Halt::Failed(message)) if !probe::interrupted() => Some(Ending::Failed(message)),
         Err(Halt::Error(e)) if !probe::interrupted() => return Err(e),
+        // `bench bisect` run by hand has no budget; should one ever be set, it ends here.
+        Err(Halt::OutOfBudget(message)) if !probe::interrupted() => {
+            Some(Ending::OutOfBudget(message))
+        }
         // Interrupted, or a failure the signal caused (see `cmd`).
         Err(_) => None,
     };

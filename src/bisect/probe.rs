@@ -60,6 +60,9 @@ pub(crate) enum Halt {
     Failed(String),
     /// Bad input or a failure of bench itself.
     Error(CliError),
+    /// The next round would take the bisection past its GPU-seconds budget (an automatic
+    /// bisection's; `bench bisect` run by hand has none).
+    OutOfBudget(String),
 }
 
 impl From<CliError> for Halt {
@@ -226,6 +229,37 @@ pub(crate) struct Prober<'a> {
     tag: String,
     /// The commit whose setup ran in the worktree last: its build is what is there.
     ready: Option<String>,
+    /// The GPU-seconds this prober may spend (`None`: no limit) and what it has spent.
+    budget: Option<Budget>,
+}
+
+/// An automatic bisection's allowance: every child's wall time (setup included: the job
+/// holds the GPUs while it builds) times the cell's GPUs counts against it.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    pub limit_gpu_s: f64,
+    /// GPUs the cell holds (1 for a CPU cell).
+    pub gpus: f64,
+    pub spent_gpu_s: f64,
+    /// What one round is expected to take, GPU-seconds: the cell's time in the nightly run
+    /// until a round here has been timed, then the last round's.
+    pub round_gpu_s: f64,
+    /// What one setup is expected to take (the last one's; none until one ran).
+    pub setup_gpu_s: f64,
+}
+
+impl Budget {
+    /// Refuses a step expected to take `cost` GPU-seconds that would not fit.
+    fn check(&self, what: &str, cost: f64) -> Result<(), Halt> {
+        // Rounding of the wall clock must not refuse the round that fills the budget.
+        if self.spent_gpu_s + cost > self.limit_gpu_s * (1.0 + 1e-9) + 1e-9 {
+            return Err(Halt::OutOfBudget(format!(
+                "{what} would take about {cost:.0} GPU-s, and {:.0} of the {:.0} GPU-s budget are spent",
+                self.spent_gpu_s, self.limit_gpu_s
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl<'a> Prober<'a> {
@@ -254,7 +288,31 @@ impl<'a> Prober<'a> {
             work_dir,
             tag,
             ready: None,
+            budget: None,
         })
+    }
+
+    /// Limits what the prober may spend from now on.
+    pub(crate) fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// GPU-seconds spent so far (0 without a budget).
+    pub(crate) fn spent_gpu_s(&self) -> f64 {
+        self.budget.as_ref().map_or(0.0, |b| b.spent_gpu_s)
+    }
+
+    /// Counts `secs` of wall time against the budget; returns the GPU-seconds.
+    fn spend(&mut self, secs: f64) -> f64 {
+        match &mut self.budget {
+            Some(b) => {
+                let cost = secs * b.gpus;
+                b.spent_gpu_s += cost;
+                cost
+            }
+            None => 0.0,
+        }
     }
 
     pub(crate) fn hardware_key(&self) -> &str {
@@ -309,6 +367,7 @@ impl<'a> Prober<'a> {
             .join("logs")
             .join(format!("setup-{}.log", commit.short()));
         eprintln!("bisect: setup at {} ({cmd})", commit.short());
+        let started = Instant::now();
         let status = self.spawn_logged(
             crate::proc::command("sh")
                 .args(["-c", cmd])
@@ -316,6 +375,10 @@ impl<'a> Prober<'a> {
             "sh",
             &log,
         )?;
+        let cost = self.spend(started.elapsed().as_secs_f64());
+        if let Some(b) = &mut self.budget {
+            b.setup_gpu_s = cost;
+        }
         if interrupted() {
             return Err(Halt::Interrupted);
         }
@@ -363,21 +426,88 @@ impl<'a> Prober<'a> {
         wait_forwarding(&mut child).map_err(io)
     }
 
-    /// Measures the cell once more at `commit` (round `n`, counting from 1): checkout and
-    /// setup when the worktree holds another commit, one `bench matrix` run, the run
-    /// recorded in the history.
-    pub(crate) fn measure(&mut self, commit: &Commit, n: usize) -> Result<Round, Halt> {
+    /// Checks out `commit` and runs its setup, unless the worktree already holds its build;
+    /// with a budget, refuses when the setup and one round would not fit.
+    fn prepare(&mut self, commit: &Commit, what: &str) -> Result<(), Halt> {
         if interrupted() {
             return Err(Halt::Interrupted);
         }
-        if self.ready.as_deref() != Some(commit.sha.as_str()) {
+        let fresh = self.ready.as_deref() != Some(commit.sha.as_str());
+        if let Some(b) = &self.budget {
+            let setup = if fresh && self.settings.setup.is_some() {
+                b.setup_gpu_s
+            } else {
+                0.0
+            };
+            b.check(
+                &format!("{what} at {} ({})", commit.short(), commit.subject),
+                setup + b.round_gpu_s,
+            )?;
+        }
+        if fresh {
             self.checkout(&commit.sha)?;
             self.setup(commit)?;
             self.ready = Some(commit.sha.clone());
         }
+        Ok(())
+    }
+
+    /// Measures the cell once more at `commit` (round `n`, counting from 1): checkout and
+    /// setup when the worktree holds another commit, one `bench matrix` run, the run
+    /// recorded in the history.
+    pub(crate) fn measure(&mut self, commit: &Commit, n: usize) -> Result<Round, Halt> {
+        self.prepare(commit, &format!("round {n}"))?;
         let run_id = format!("bisect-{}-{}-{n}", &commit.sha[..12], self.tag);
+        eprintln!(
+            "bisect: measuring {} ({}), round {n}",
+            commit.short(),
+            commit.subject
+        );
+        let (results, samples) = self.run_cell(commit, &run_id, None)?;
+        if results.environment.hardware_key != self.hardware_key {
+            // The child saw other GPUs than this process did (its key is what the history
+            // holds, so that is where the next lookup must search).
+            eprintln!(
+                "warning: the probe ran on hardware key {}, not {}: looking up probes under the former from now on",
+                results.environment.hardware_key, self.hardware_key
+            );
+            self.hardware_key = results.environment.hardware_key.clone();
+        }
+        let record = RunRecord::from_results(&results, Some(BRANCH.to_string()), None);
+        self.store.record_run(&record)?;
+        Ok(Round {
+            run_id,
+            samples,
+            reused: false,
+        })
+    }
+
+    /// Runs the cell once at `commit` with `BENCH_PROFILE` set to `trace` (the built-in
+    /// workload then traces one step, a command workload may write its own Chrome trace
+    /// there). The run is not recorded in the history: a traced run's speed is not a
+    /// sample of the commit.
+    pub(crate) fn trace(&mut self, commit: &Commit, trace: &Path) -> Result<(), Halt> {
+        self.prepare(commit, "the traced step")?;
+        let run_id = format!("bisect-trace-{}-{}", &commit.sha[..12], self.tag);
+        eprintln!(
+            "bisect: tracing one step at {} ({})",
+            commit.short(),
+            commit.subject
+        );
+        self.run_cell(commit, &run_id, Some(trace)).map(|_| ())
+    }
+
+    /// One `bench matrix` child run of the cell at the checked-out `commit` under `run_id`:
+    /// its results and the cell's samples of the speed metric. Its wall time counts against
+    /// the budget.
+    fn run_cell(
+        &mut self,
+        commit: &Commit,
+        run_id: &str,
+        trace: Option<&Path>,
+    ) -> Result<(RunResults, Vec<f64>), Halt> {
         let runs = self.runs_dir();
-        let run_dir = runs.join(&run_id);
+        let run_dir = runs.join(run_id);
         // A folder of this id is a round that was not recorded (interrupted): start again.
         if run_dir.exists() {
             std::fs::remove_dir_all(&run_dir).map_err(|e| {
@@ -393,11 +523,6 @@ impl<'a> Prober<'a> {
                 "cannot find this bench executable: {e}"
             )))
         })?;
-        eprintln!(
-            "bisect: measuring {} ({}), round {n}",
-            commit.short(),
-            commit.subject
-        );
         let matrix = self.worktree.path.join(&self.settings.matrix);
         let mut cmd = crate::proc::command(&exe);
         cmd.arg("matrix")
@@ -407,10 +532,18 @@ impl<'a> Prober<'a> {
             .arg("--results-dir")
             .arg(&runs)
             .arg("--run-id")
-            .arg(&run_id)
+            .arg(run_id)
             .arg("--baselines")
             .arg(self.work_dir.join("baselines"))
-            .arg("--no-progress");
+            .arg("--no-progress")
+            // A probe is one measurement: it neither judges nor triages.
+            .env_remove("BENCH_HISTORY")
+            // The nightly job's step summary is the nightly's, not each probe's.
+            .env_remove("GITHUB_STEP_SUMMARY");
+        match trace {
+            Some(t) => cmd.env("BENCH_PROFILE", t),
+            None => cmd.env_remove("BENCH_PROFILE"),
+        };
         if let Some(worker) = &self.settings.worker_exe {
             let path = self.worktree.path.join(worker);
             if !path.is_file() {
@@ -423,7 +556,12 @@ impl<'a> Prober<'a> {
             }
             cmd.arg("--worker-exe").arg(path);
         }
+        let started = Instant::now();
         let status = self.spawn_logged(&mut cmd, &exe.display().to_string(), &log)?;
+        let cost = self.spend(started.elapsed().as_secs_f64());
+        if let Some(b) = &mut self.budget {
+            b.round_gpu_s = cost;
+        }
         if interrupted() || status.code() == Some(crate::exit::bench::INTERRUPTED) {
             return Err(Halt::Interrupted);
         }
@@ -473,21 +611,6 @@ impl<'a> Prober<'a> {
         if samples.is_empty() {
             return Err(failed(format!("the cell measured no {METRIC}")));
         }
-        if results.environment.hardware_key != self.hardware_key {
-            // The child saw other GPUs than this process did (its key is what the history
-            // holds, so that is where the next lookup must search).
-            eprintln!(
-                "warning: the probe ran on hardware key {}, not {}: looking up probes under the former from now on",
-                results.environment.hardware_key, self.hardware_key
-            );
-            self.hardware_key = results.environment.hardware_key.clone();
-        }
-        let record = RunRecord::from_results(&results, Some(BRANCH.to_string()), None);
-        self.store.record_run(&record)?;
-        Ok(Round {
-            run_id,
-            samples,
-            reused: false,
-        })
+        Ok((results, samples))
     }
 }

@@ -212,6 +212,7 @@ fn doc<'a>(b: &'a Bisection<'a>, ending: &Ending) -> Doc<'a> {
         Ending::Same => ("same", Some(same_message(b)), None, None),
         Ending::Undecided(m) => ("undecided", Some(m.clone()), None, None),
         Ending::Failed(m) => ("failed", Some(m.clone()), None, None),
+        Ending::OutOfBudget(m) => ("out_of_budget", Some(m.clone()), None, None),
     };
     Doc {
         cell: &b.settings.cell,
@@ -249,7 +250,7 @@ fn doc<'a>(b: &'a Bisection<'a>, ending: &Ending) -> Doc<'a> {
     }
 }
 
-fn same_message(b: &Bisection) -> String {
+pub(crate) fn same_message(b: &Bisection) -> String {
     let figures = at(b, b.n())
         .and_then(|p| p.vs_good.as_ref())
         .map_or(String::new(), |t| {
@@ -341,7 +342,9 @@ fn human_report(b: &Bisection, ending: &Ending) -> String {
             ));
         }
         Ending::Same => out.push_str(&format!("{}\n", same_message(b))),
-        Ending::Undecided(m) | Ending::Failed(m) => out.push_str(&format!("{m}\n")),
+        Ending::Undecided(m) | Ending::Failed(m) | Ending::OutOfBudget(m) => {
+            out.push_str(&format!("{m}\n"))
+        }
     }
     out.push('\n');
     out.push_str(&table(b));

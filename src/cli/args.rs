@@ -280,6 +280,18 @@ pub struct MatrixArgs {
     /// GPU-seconds the confirming re-runs may take (default: twice what the run took).
     #[arg(long, requires = "history", value_name = "GPU_SECONDS")]
     pub confirm_budget: Option<f64>,
+    /// GPU-seconds the automatic bisection of the run's regressions (and their traced
+    /// steps) may take; 0 turns it off. Overrides the matrix's `triage.budget_gpu_s`.
+    #[arg(long, requires = "history", value_name = "GPU_SECONDS")]
+    pub triage_budget: Option<f64>,
+    /// Run through `sh -c` in a worktree at each probed commit before it is measured
+    /// (build, install). Overrides the matrix's `triage.setup`.
+    #[arg(long, requires = "history", value_name = "CMD")]
+    pub triage_setup: Option<String>,
+    /// The commit's own build of the worker for built-in cells, relative to the worktree.
+    /// Overrides the matrix's `triage.worker`.
+    #[arg(long, requires = "history", value_name = "PATH")]
+    pub triage_worker: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -72,6 +72,18 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
             }
             b => b,
         },
+        triage: crate::run::TriageFlags {
+            budget_gpu_s: match args.triage_budget {
+                Some(b) if !(b.is_finite() && b >= 0.0) => {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "--triage-budget: {b} is not a number of GPU-seconds (0 or more)"
+                    )))
+                }
+                b => b,
+            },
+            setup: args.triage_setup.clone(),
+            worker: args.triage_worker.clone(),
+        },
     })
 }
 

@@ -1,5 +1,6 @@
 //! `bench matrix FILE` (without `--dry-run`): the pipeline end to end, matrix -> run ->
-//! judge (with the re-runs its verdicts want) -> triage -> report.
+//! judge (with the re-runs its verdicts want) -> triage (with the bisections its findings
+//! want) -> report.
 
 use crate::error::CliError;
 use crate::exit::bench as exit;
@@ -16,6 +17,11 @@ use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     let expansion = crate::matrix::cmd::load(&args.source)?;
+    let triage = super::triage::settings(
+        &args.triage,
+        &args.config.matrix,
+        expansion.spec.triage.as_ref(),
+    )?;
     // Before the first cell: a workload no cell can start, a malformed baseline file.
     crate::run::check_cells(&expansion)?;
     crate::baseline::Baselines::check_dir(&args.baselines)?;
@@ -37,7 +43,11 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         interrupted |= judge_against_history(args, s, &outcome)?;
     }
     let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
-    let findings = crate::triage::findings(&outcome.results, &verdicts);
+    let mut findings = crate::triage::findings(&outcome.results, &verdicts);
+    if let (Some(t), false) = (&triage, interrupted) {
+        interrupted |=
+            super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)?;
+    }
     let verdict = crate::report::finish_run(
         &outcome.run_dir,
         &outcome.results,

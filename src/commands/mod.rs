@@ -2,7 +2,9 @@
 //! pipeline's one direction,
 //!
 //! `matrix` (spec -> cells) -> `run` (cells -> results) -> `judge` (results + baselines or
-//! history -> verdicts) -> `report` (results + verdicts -> every format),
+//! history -> verdicts) -> `triage` (verdicts -> findings; [`triage`] bisects a finding's
+//! commit range and diffs its kernels) -> `report` (results + verdicts + findings -> every
+//! format),
 //!
 //! passing each stage the value the one before it produced. No stage imports this layer or a
 //! later stage (tests/module_graph.rs checks both); re-running the cells a verdict wants
@@ -12,3 +14,4 @@
 
 pub mod matrix;
 pub mod report;
+pub mod triage;

@@ -79,13 +79,17 @@ pub(crate) struct Scope {
     pub describe: String,
 }
 
+/// The branch a pull (merge) request targets, when this process runs for one: GitHub's
+/// `GITHUB_BASE_REF`, GitLab's `CI_MERGE_REQUEST_TARGET_BRANCH_NAME`.
+pub(crate) fn pull_request_base() -> Option<String> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    var("GITHUB_BASE_REF").or_else(|| var("CI_MERGE_REQUEST_TARGET_BRANCH_NAME"))
+}
+
 impl Scope {
     /// The scope of this process's run, from the CI's variables and git.
     pub(crate) fn detect() -> Scope {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        if let Some(base) =
-            var("GITHUB_BASE_REF").or_else(|| var("CI_MERGE_REQUEST_TARGET_BRANCH_NAME"))
-        {
+        if let Some(base) = pull_request_base() {
             let base = base.trim().to_string();
             let merge_base = [format!("origin/{base}"), base.clone()]
                 .iter()

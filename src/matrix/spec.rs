@@ -5,6 +5,7 @@
 //! kinds, include) are documented in docs/matrix.md.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -49,6 +50,11 @@ pub struct MatrixSpec {
     /// Slurm settings for `--launcher slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmSpec>,
+    /// Automatic triage of a run judged against a history (`--history`): how to build a
+    /// commit and how many GPU-seconds the bisection of a regression's commit range may
+    /// take; `--triage-*` flags override it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triage: Option<TriageSpec>,
 }
 
 /// The values of one axis.
@@ -411,6 +417,31 @@ pub struct SlurmSpec {
     /// Extra sbatch arguments, e.g. `[--exclusive]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sbatch_args: Vec<String>,
+}
+
+/// Automatic triage (`triage:`): after a run judged against a history, a finding whose cause
+/// is a commit range is bisected to its first bad commit on its cheapest cell, and one step
+/// is traced at the last good and the first bad commit for the kernels that moved. Never in
+/// a pull request's run (there the change is the pull request).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriageSpec {
+    /// GPU-seconds the run's bisections and traced steps may take together (every child's
+    /// wall time, setup included, times the cell's GPUs); 0 turns automatic bisection off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_gpu_s: Option<f64>,
+    /// Run through `sh -c` in a worktree at each probed commit before it is measured
+    /// (install, build), as `bench bisect --setup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
+    /// The executable that runs built-in cells at a probed commit, relative to the worktree
+    /// (the commit's own build, made by `setup`), as `bench bisect --worker-exe`. Without
+    /// it, a built-in cell is not bisected: every commit would run this bench's workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<PathBuf>,
+    /// The most repeats of one commit before it is called undecidable (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<usize>,
 }
 
 /// The JSON Schema of matrix files, pretty-printed with a trailing newline.

@@ -202,6 +202,22 @@ pub struct FindingView {
     pub headline: String,
     pub cells: Vec<String>,
     pub against: Vec<String>,
+    /// The automatic bisection's line (first bad commit, or how it ended).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bisected: Option<String>,
+    /// The kernel diff: its summary line and rows (kind or kernel, before, after, ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelsView>,
+}
+
+/// A finding's kernel diff as the page draws it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelsView {
+    pub title: String,
+    pub summary: String,
+    /// `[name, kind, before ms, after ms]`, kinds first, then the top kernels.
+    pub rows: Vec<(String, String, f64, f64)>,
+    pub traces: Vec<String>,
 }
 
 impl FindingView {
@@ -215,6 +231,25 @@ impl FindingView {
                 .map(|(c, s)| format!("{c} {}", crate::format::pct_change(*s)))
                 .collect(),
             against: f.against.clone(),
+            bisected: f.bisected.as_ref().map(|b| b.line()),
+            kernels: f.kernels.as_ref().map(|k| KernelsView {
+                title: format!("kernels of {} ({} -> {})", k.cell, k.before, k.after),
+                summary: k.summary(),
+                rows: k
+                    .kinds
+                    .iter()
+                    .map(|d| (d.name.clone(), "kind".to_string(), d.before_ms, d.after_ms))
+                    .chain(k.kernels.iter().map(|d| {
+                        (
+                            crate::triage::kernels::short_name(&d.name),
+                            d.kind.clone(),
+                            d.before_ms,
+                            d.after_ms,
+                        )
+                    }))
+                    .collect(),
+                traces: k.traces.clone(),
+            }),
         }
     }
 }

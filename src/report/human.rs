@@ -146,6 +146,13 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
 
     for f in input.findings {
         out.push_str(&format!("finding {}\n", f.headline()));
+        // The first bad commit is in the headline; any other ending says what happened.
+        if let Some(b) = f.bisected.as_ref().filter(|b| b.first_bad.is_none()) {
+            out.push_str(&format!("  {}\n", b.line()));
+        }
+        if let (None, Some(why)) = (&f.kernels, &f.kernels_missing) {
+            out.push_str(&format!("  kernels not diffed: {why}\n"));
+        }
     }
     // Dropped cells get a line per rule below, not a row of dashes each: a filtered
     // nightly drops hundreds, which would bury the few cells that ran.

@@ -64,6 +64,17 @@ pub struct MatrixSettings {
     pub confirm: bool,
     /// GPU-seconds the confirming re-runs may take; `None`: twice what the run took.
     pub confirm_budget_gpu_s: Option<f64>,
+    /// `--triage-*`: what overrides the matrix's `triage:` block.
+    pub triage: TriageFlags,
+}
+
+/// The `--triage-*` flags of `bench matrix`, as given: the command layer lays them over the
+/// matrix's `triage:` block.
+#[derive(Debug, Clone, Default)]
+pub struct TriageFlags {
+    pub budget_gpu_s: Option<f64>,
+    pub setup: Option<String>,
+    pub worker: Option<PathBuf>,
 }
 
 /// Resolved settings of a run (from `bench matrix` arguments, or built by tests).

@@ -115,6 +115,27 @@
       item.append(el("div", { class: "finding-line", text: f.headline }));
       item.append(el("div", { class: "note", text: "cells: " + f.cells.join(", ") }));
       for (const a of f.against) item.append(el("div", { class: "note", text: "against: " + a }));
+      if (f.bisected) item.append(el("div", { class: "finding-bisect", text: f.bisected }));
+      if (f.kernels) {
+        // The kernels that moved between the last good and the first bad commit.
+        const k = f.kernels;
+        item.append(el("div", { class: "note", text: k.title + ": " + k.summary }));
+        const table = el("table", { class: "kernels" });
+        const hr = el("tr");
+        for (const h of ["kind / kernel", "", "before ms", "after ms", "change ms"]) hr.append(el("th", { text: h }));
+        table.append(hr);
+        for (const [name, kind, before, after] of k.rows) {
+          const tr = el("tr", { class: kind === "kind" ? "kind-row" : "kernel-row" });
+          tr.append(el("td", { text: name }));
+          tr.append(el("td", { text: kind === "kind" ? "" : kind }));
+          tr.append(el("td", { text: before.toFixed(3) }));
+          tr.append(el("td", { text: after.toFixed(3) }));
+          tr.append(el("td", { text: (after - before >= 0 ? "+" : "") + (after - before).toFixed(3) }));
+          table.append(tr);
+        }
+        item.append(table);
+        if (k.traces.length) item.append(el("div", { class: "note", text: "traces: " + k.traces.join(", ") }));
+      }
       box.append(item);
     }
     head.append(box);

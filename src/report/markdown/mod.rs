@@ -143,8 +143,94 @@ fn findings_section(findings: &[crate::triage::Finding]) -> String {
                 text(a)
             ));
         }
+        if let Some(b) = &f.bisected {
+            out.push_str(&bisected_line(b));
+        }
+        if let Some(k) = &f.kernels {
+            out.push_str(&kernels_lines(k));
+        } else if let Some(why) = &f.kernels_missing {
+            out.push_str(&format!("  - kernels: not diffed: {}\n", text(why)));
+        }
     }
     out.push('\n');
+    out
+}
+
+/// The automatic bisection of a finding: its first bad commit, or how it ended and the
+/// command that finishes it.
+fn bisected_line(b: &crate::triage::culprit::Bisected) -> String {
+    use crate::triage::culprit::BisectStatus;
+    match (&b.status, &b.first_bad) {
+        (BisectStatus::Found, Some(c)) => format!(
+            "  - **first bad commit** {} {} ({}): {}; bisected on {}, {} of {} commits measured ({} rounds run, {} from the history), {:.0} GPU-s of {:.0}\n",
+            code(&c.sha[..c.sha.len().min(12)]),
+            text(&c.subject),
+            text(&c.author),
+            text(&b.evidence),
+            code(&b.cell),
+            b.measured,
+            b.commits,
+            b.rounds_run,
+            b.rounds_reused,
+            b.gpu_s,
+            b.budget_gpu_s
+        ),
+        _ => {
+            let mut line = format!(
+                "  - bisection {}: {} ({:.0} of {:.0} GPU-s)",
+                b.status.as_str(),
+                text(&b.evidence),
+                b.gpu_s,
+                b.budget_gpu_s
+            );
+            if !b.command.is_empty() {
+                line.push_str(&format!("; finish it with {}", code(&b.command)));
+            }
+            line.push('\n');
+            line
+        }
+    }
+}
+
+/// The kernel diff of a finding: the step's device time, the kinds and the kernels that
+/// moved most, and where the traces are.
+fn kernels_lines(k: &crate::triage::kernels::KernelDiff) -> String {
+    let mut out = format!(
+        "  - **kernels** of {} ({} -> {}{}): device time per step {:.2} -> {:.2} ms ({:+.2} ms)\n",
+        code(&k.cell),
+        text(&k.before),
+        text(&k.after),
+        if k.ranks > 1 {
+            format!(", mean of {} ranks", k.ranks)
+        } else {
+            String::new()
+        },
+        k.before_ms,
+        k.after_ms,
+        k.after_ms - k.before_ms
+    );
+    if !k.kinds.is_empty() {
+        let kinds: Vec<String> = k
+            .kinds
+            .iter()
+            .take(4)
+            .map(|d| format!("{:+.2} ms {}", d.delta_ms(), text(&d.name)))
+            .collect();
+        out.push_str(&format!("    - by kind: {}\n", kinds.join(", ")));
+    }
+    if !k.kernels.is_empty() {
+        let top: Vec<String> = k.kernels.iter().map(|d| text(&d.render())).collect();
+        out.push_str(&format!("    - top kernels: {}\n", top.join(", ")));
+    }
+    if let Some([b, a]) = k.exposed_collective_ms {
+        out.push_str(&format!(
+            "    - exposed collectives: {b:.2} -> {a:.2} ms per step\n"
+        ));
+    }
+    if !k.traces.is_empty() {
+        let t: Vec<String> = k.traces.iter().map(|p| code(p)).collect();
+        out.push_str(&format!("    - traces: {}\n", t.join(", ")));
+    }
     out
 }
 

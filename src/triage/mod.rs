@@ -9,6 +9,14 @@
 //! matrix's axes), with the evidence for and against. A run with two independent causes
 //! gives two findings. The reports render the findings they are given (`crate::report`);
 //! this stage opens no store and runs nothing.
+//!
+//! The command layer then asks more of a finding whose cause is a commit range: the first
+//! bad commit, found by bisecting its cheapest cell ([`culprit`], filled by
+//! `crate::commands::triage` through `crate::bisect`), and the kernels that moved between
+//! the last good and the first bad commit ([`kernels`]).
+
+pub mod culprit;
+pub mod kernels;
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -40,15 +48,37 @@ pub struct Finding {
     /// The evidence against an attribution (cells of the value that did not change, or the
     /// group's cells without it).
     pub against: Vec<String>,
+    /// The commit range the verdicts name among the causes (the last good run's commit and
+    /// this run's, full shas): what the automatic bisection walks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits: Option<[String; 2]>,
+    /// The automatic bisection of the finding's commit range, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bisected: Option<culprit::Bisected>,
+    /// The kernels that moved between the last good and the first bad commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<kernels::KernelDiff>,
+    /// Why there is no kernel diff although the first bad commit is known (the workload
+    /// wrote no trace, a trace could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels_missing: Option<String>,
 }
 
 impl Finding {
     /// The finding in one line: what changed, where, and why it is thought to.
     pub fn headline(&self) -> String {
-        format!("{}: {}", self.id, self.headline_body())
+        let mut line = format!("{}: {}", self.id, self.headline_body());
+        if let Some(c) = self.bisected.as_ref().and_then(|b| b.first_bad.as_ref()) {
+            line.push_str(&format!("; first bad commit {}", c.render()));
+        }
+        if let Some(k) = &self.kernels {
+            line.push_str(&format!("; kernels: {}", k.summary()));
+        }
+        line
     }
 
-    /// [`Finding::headline`] without its id.
+    /// [`Finding::headline`] without its id, the first bad commit and the kernels (which the
+    /// Markdown and HTML reports give lines of their own).
     pub fn headline_body(&self) -> String {
         let what = if self.separates.is_empty() {
             format!(
@@ -63,6 +93,7 @@ impl Finding {
         };
         format!("{what}; cause: {}", self.cause)
     }
+
 
     /// Whether `cell` is one of the finding's.
     pub fn has(&self, cell: &str) -> bool {
@@ -178,6 +209,18 @@ fn cause_of(verdicts: &Verdicts, cell: &str) -> String {
         },
         None => "against the baselines (no history names a change)".to_string(),
     }
+}
+
+/// The commit range the history names for `cell` (full shas), when it names one.
+fn commits_of(verdicts: &Verdicts, cell: &str) -> Option<[String; 2]> {
+    let judged = verdicts
+        .history
+        .as_ref()?
+        .cells
+        .iter()
+        .find(|c| c.cell_id == cell)?;
+    let c = judged.changes.iter().find(|c| c.what == "commit")?;
+    Some([c.before.clone()?, c.after.clone()?])
 }
 
 fn finding(
@@ -344,6 +387,10 @@ fn finding(
         shift,
         separates,
         against,
+        commits: commits_of(verdicts, &g[0].id),
+        bisected: None,
+        kernels: None,
+        kernels_missing: None,
     }
 }
 
@@ -358,7 +405,7 @@ mod tests {
     /// (0: unchanged), with a 2% tolerance.
     fn run(slow: impl Fn(&str, &str) -> f64) -> (RunResults, Verdicts) {
         let mut results: RunResults =
-            serde_json::from_str(include_str!("../tests/fixtures/runs/cpu-ok/results.json"))
+            serde_json::from_str(include_str!("../../tests/fixtures/runs/cpu-ok/results.json"))
                 .unwrap();
         let template = results.cells[0].clone();
         results.cells.clear();

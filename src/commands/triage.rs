@@ -1,0 +1,312 @@
+//! After triage has grouped a run's verdicts into findings (`crate::triage`), the command
+//! layer chases the regressions whose cause is a commit range: it bisects each on its
+//! cheapest cell within the run's GPU-seconds budget (`crate::bisect::auto`, which records
+//! every probe in the history so a later job resumes), traces one step at the last good
+//! and the first bad commit, and lays the first bad commit and the kernel diff
+//! (`crate::triage::kernels`) on the finding for the reports.
+//!
+//! It runs only when a budget is set (the matrix's `triage.budget_gpu_s` or
+//! `--triage-budget`), never in a pull request's run (there the change is the pull
+//! request's own), and never fails the nightly: what could not be done is what the finding
+//! says, with the command that does it by hand.
+
+use std::path::{Path, PathBuf};
+
+use crate::bisect::auto::{self, Request};
+use crate::bisect::{BisectSettings, DEFAULT_MAX_REPEATS};
+use crate::cell::{Value, Workload};
+use crate::error::CliError;
+use crate::matrix::spec::TriageSpec;
+use crate::results::{Outcome, RunResults};
+use crate::run::{MatrixSettings, TriageFlags};
+use crate::triage::culprit::{BisectStatus, Bisected};
+use crate::triage::kernels::{self, KernelDiff};
+use crate::triage::Finding;
+
+/// The triage settings of a run: the matrix's `triage:` block with the `--triage-*` flags
+/// laid over it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Settings {
+    pub budget_gpu_s: f64,
+    pub setup: Option<String>,
+    pub worker: Option<PathBuf>,
+    pub max_repeats: usize,
+}
+
+/// The settings, or `None` when no budget is set or it is 0. A budget in the matrix that
+/// is not a number of GPU-seconds is bad input, named by its key path.
+pub(crate) fn settings(
+    flags: &TriageFlags,
+    matrix: &Path,
+    spec: Option<&TriageSpec>,
+) -> Result<Option<Settings>, CliError> {
+    let file = matrix.display();
+    let budget = match (flags.budget_gpu_s, spec.and_then(|s| s.budget_gpu_s)) {
+        (Some(b), _) => b,
+        (None, Some(b)) if !(b.is_finite() && b >= 0.0) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "{file}: triage.budget_gpu_s: {b} is not a number of GPU-seconds (0 or more)"
+            )))
+        }
+        (None, Some(b)) => b,
+        (None, None) => return Ok(None),
+    };
+    let max_repeats = match spec.and_then(|s| s.max_repeats) {
+        Some(0 | 1) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "{file}: triage.max_repeats: at least 2 repeats are needed to tell two commits apart"
+            )))
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_REPEATS,
+    };
+    if budget == 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(Settings {
+        budget_gpu_s: budget,
+        setup: flags
+            .setup
+            .clone()
+            .or_else(|| spec.and_then(|s| s.setup.clone())),
+        worker: flags
+            .worker
+            .clone()
+            .or_else(|| spec.and_then(|s| s.worker.clone())),
+        max_repeats,
+    }))
+}
+
+/// The GPUs a cell holds (1 for a CPU cell).
+fn gpus_of(values: &indexmap::IndexMap<String, Value>) -> f64 {
+    match values.get("gpus") {
+        Some(Value::Int(n)) => (*n).max(1) as f64,
+        _ => 1.0,
+    }
+}
+
+/// Bisects the findings that want it (regressions with a commit range), in the reports'
+/// order, sharing `settings.budget_gpu_s`. Returns whether a signal stopped it.
+pub(crate) fn chase(
+    args: &MatrixSettings,
+    settings: &Settings,
+    results: &RunResults,
+    run_dir: &Path,
+    findings: &mut [Finding],
+) -> Result<bool, CliError> {
+    let Some(history) = &args.history else {
+        return Ok(false);
+    };
+    let wanted: Vec<usize> = (0..findings.len())
+        .filter(|&i| findings[i].direction == "regressed" && findings[i].commits.is_some())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(false);
+    }
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::internal(miette::miette!("the current folder: {e}")))?;
+    let mut left = settings.budget_gpu_s;
+    for i in wanted {
+        let f = &mut findings[i];
+        let Some([good, bad]) = f.commits.clone() else {
+            continue;
+        };
+        let Some((cell, gpus, round_s)) = cheapest(f, results) else {
+            continue;
+        };
+        let skipped = |why: String| Bisected {
+            status: BisectStatus::Skipped,
+            cell: cell.clone(),
+            good: good.clone(),
+            bad: bad.clone(),
+            commits: 0,
+            first_bad: None,
+            last_good: None,
+            measured: 0,
+            rounds_run: 0,
+            rounds_reused: 0,
+            gpu_s: 0.0,
+            budget_gpu_s: left,
+            evidence: why,
+            command: String::new(),
+        };
+        if let Some(base) = crate::history::gate::pull_request_base() {
+            f.bisected = Some(skipped(format!(
+                "a pull request's run (into {base}): the change is the pull request's own; bisection runs on branch runs"
+            )));
+            continue;
+        }
+        let builtin = results
+            .cells
+            .iter()
+            .find(|c| c.id.as_str() == cell)
+            .is_some_and(|c| matches!(c.params.workload, Workload::Builtin));
+        if builtin && settings.worker.is_none() {
+            f.bisected = Some(skipped(
+                "the cell runs the built-in workload and no build of it is named (triage.worker, --triage-worker): every commit would run this bench's own".into(),
+            ));
+            continue;
+        }
+        let matrix = match matrix_in_repo(&cwd, &args.config.matrix) {
+            Ok(m) => m,
+            Err(why) => {
+                f.bisected = Some(skipped(why));
+                continue;
+            }
+        };
+        let dir = run_dir.join("triage").join(&f.id);
+        let req = Request {
+            settings: BisectSettings {
+                cell: cell.clone(),
+                good,
+                bad,
+                matrix,
+                setup: settings.setup.clone(),
+                history: history.clone(),
+                max_repeats: settings.max_repeats,
+                worker_exe: settings.worker.clone(),
+                work_dir: Some(run_dir.join("triage").join("probes")),
+                format: args.format,
+            },
+            budget_gpu_s: left,
+            gpus,
+            round_s,
+            trace_dir: dir,
+        };
+        eprintln!(
+            "triage: {}: bisecting {}..{} on {cell} ({left:.0} GPU-s left)",
+            f.id,
+            short(&req.settings.good),
+            short(&req.settings.bad)
+        );
+        let answer = auto::run(&cwd, &req)?;
+        left = (left - answer.bisected.gpu_s).max(0.0);
+        if let Some(pair) = &answer.traces {
+            match diff(&cell, pair, run_dir) {
+                Ok(d) => f.kernels = Some(d),
+                Err(why) => f.kernels_missing = Some(why),
+            }
+        } else if let Some(why) = answer.traces_missing {
+            f.kernels_missing = Some(format!("no traced step: {why}"));
+        }
+        eprintln!(
+            "triage: {}: {}",
+            f.id,
+            crate::sanitize::clean(&answer.bisected.line())
+        );
+        f.bisected = Some(answer.bisected);
+        if answer.interrupted {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+/// The finding's cell that costs fewest GPU-seconds per round (its duration in this run
+/// times its GPUs), among those that passed: its id, GPUs and duration in seconds.
+fn cheapest(f: &Finding, results: &RunResults) -> Option<(String, f64, f64)> {
+    results
+        .cells
+        .iter()
+        .filter(|c| f.has(c.id.as_str()) && c.outcome == Outcome::Passed)
+        .map(|c| (c.id.to_string(), gpus_of(&c.values), c.duration_s))
+        .min_by(|a, b| (a.1 * a.2).total_cmp(&(b.1 * b.2)).then(a.0.cmp(&b.0)))
+}
+
+/// The matrix file as a path inside the repository `cwd` is in: a probe reads it in each
+/// commit's tree.
+fn matrix_in_repo(cwd: &Path, matrix: &Path) -> Result<PathBuf, String> {
+    let repo = crate::bisect::git::Repo::discover(cwd).map_err(|e| e.to_string())?;
+    let root = std::fs::canonicalize(&repo.root).map_err(|e| format!("{}: {e}", repo.root.display()))?;
+    let file = std::fs::canonicalize(cwd.join(matrix))
+        .map_err(|e| format!("{}: {e}", matrix.display()))?;
+    file.strip_prefix(&root).map(Path::to_path_buf).map_err(|_| {
+        format!(
+            "the matrix {} is not inside the repository {}: a probed commit could not read it",
+            matrix.display(),
+            root.display()
+        )
+    })
+}
+
+/// The kernel diff of the two traced steps (each rank's trace beside rank 0's).
+fn diff(cell: &str, pair: &[(String, PathBuf); 2], run_dir: &Path) -> Result<KernelDiff, String> {
+    let mut steps = Vec::new();
+    let mut names = Vec::new();
+    for (label, path) in pair {
+        let files = kernels::rank_files(path);
+        if files.is_empty() {
+            return Err(format!(
+                "the {label} run wrote no trace at {} (the built-in workload traces a step under BENCH_PROFILE on a GPU; a command workload may write a Chrome trace there)",
+                path.display()
+            ));
+        }
+        let mut ranks = Vec::new();
+        for f in &files {
+            ranks.push(kernels::read_trace(f).map_err(|e| e.to_string())?);
+            names.push(
+                f.strip_prefix(run_dir)
+                    .unwrap_or(f)
+                    .display()
+                    .to_string(),
+            );
+        }
+        steps.push(ranks);
+    }
+    Ok(KernelDiff::of(
+        cell,
+        [pair[0].0.as_str(), pair[1].0.as_str()],
+        &steps[0],
+        &steps[1],
+        names,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(budget: Option<f64>) -> TriageFlags {
+        TriageFlags {
+            budget_gpu_s: budget,
+            ..Default::default()
+        }
+    }
+
+    fn settings_of(budget: Option<f64>, spec: Option<&TriageSpec>) -> Result<Option<Settings>, CliError> {
+        settings(&flags(budget), Path::new("m.yaml"), spec)
+    }
+
+    #[test]
+    fn flags_override_the_matrix_and_zero_turns_it_off() {
+        let spec = TriageSpec {
+            budget_gpu_s: Some(600.0),
+            setup: Some("make".into()),
+            worker: None,
+            max_repeats: None,
+        };
+        let s = settings_of(None, Some(&spec)).unwrap().unwrap();
+        assert_eq!(s.budget_gpu_s, 600.0);
+        assert_eq!(s.setup.as_deref(), Some("make"));
+        assert_eq!(s.max_repeats, DEFAULT_MAX_REPEATS);
+        let s = settings_of(Some(60.0), Some(&spec)).unwrap().unwrap();
+        assert_eq!(s.budget_gpu_s, 60.0);
+        assert_eq!(settings_of(Some(0.0), Some(&spec)).unwrap(), None);
+        assert_eq!(settings_of(None, None).unwrap(), None);
+        let bad = TriageSpec {
+            budget_gpu_s: Some(-1.0),
+            ..spec.clone()
+        };
+        let e = settings_of(None, Some(&bad)).unwrap_err();
+        assert!(format!("{:?}", e.report()).contains("triage.budget_gpu_s"), "{e:?}");
+        let one = TriageSpec {
+            max_repeats: Some(1),
+            ..spec
+        };
+        assert!(settings_of(None, Some(&one)).is_err());
+    }
+}
