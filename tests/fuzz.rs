@@ -1232,3 +1232,95 @@ fn issue_25_inputs_stay_fixed() {
         assert!(bench::external::run::read_log(&hf, log.as_bytes(), 60.0).is_err());
     }
 }
+
+// --------------------------------------------- Chrome traces of one step (issue 30's triage)
+
+/// Trace-shaped text: well-formed device and host events, the hostile values a trace can
+/// hold (negative, infinite or missing durations, names of thousands of characters, events
+/// that are not objects), cut anywhere.
+fn trace_text() -> impl Strategy<Value = String> {
+    let name = prop_oneof![
+        Just("gemm".to_string()),
+        Just("ncclDevKernel_AllReduce".to_string()),
+        Just("master_adamw".to_string()),
+        "[a-z_<>:,]{0,12}".prop_map(|s| s),
+        Just("x".repeat(5000)),
+        Just("\\u0000\\\"".to_string()),
+    ];
+    let number = prop_oneof![
+        Just("0".to_string()),
+        Just("-5".to_string()),
+        Just("1e308".to_string()),
+        Just("1e999".to_string()),
+        Just("\"12\"".to_string()),
+        Just("null".to_string()),
+        (0u32..100_000).prop_map(|n| n.to_string()),
+        (0.0f64..1e6).prop_map(|x| format!("{x}")),
+    ];
+    let cat = prop_oneof![
+        Just("\"kernel\""),
+        Just("\"cpu_op\""),
+        Just("\"gpu_memcpy\""),
+        Just("7"),
+    ];
+    let event = prop_oneof![
+        (name, number.clone(), number, cat).prop_map(|(n, ts, d, c)| format!(
+            r#"{{"ph":"X","cat":{c},"name":"{n}","ts":{ts},"dur":{d},"args":{{"a":[1,{{}}]}}}}"#
+        )),
+        Just("1".to_string()),
+        Just("\"s\"".to_string()),
+        Just("[]".to_string()),
+        Just("{}".to_string()),
+    ];
+    (
+        prop::collection::vec(event, 0..40),
+        prop::bool::ANY,
+        0usize..4000,
+        prop::bool::ANY,
+    )
+        .prop_map(|(events, bare, cut, truncate)| {
+            let list = events.join(",");
+            let full = if bare {
+                format!("[{list}]")
+            } else {
+                format!(r#"{{"schemaVersion":1,"traceEvents":[{list}],"x":{{"y":[]}}}}"#)
+            };
+            if truncate && cut < full.len() {
+                let mut at = cut;
+                while !full.is_char_boundary(at) {
+                    at -= 1;
+                }
+                full[..at].to_string()
+            } else {
+                full
+            }
+        })
+}
+
+fn check_trace(text: &str) -> Result<(), TestCaseError> {
+    let started = Instant::now();
+    let result = bench::triage::kernels::parse_trace(text, "trace.json");
+    quick(started, "reading a trace")?;
+    match result {
+        Ok(t) => {
+            // Every kernel kept is a real duration, and the total is finite.
+            for (name, (d, calls)) in &t.kernels {
+                prop_assert!(d.is_finite() && *d >= 0.0, "{} {}", name, d);
+                prop_assert!(*calls >= 1);
+                prop_assert!(name.chars().count() <= 300);
+            }
+            prop_assert!(t.total_us().is_finite());
+            prop_assert!(t.exposed_collective_us.is_finite() && t.exposed_collective_us >= 0.0);
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            prop_assert!(msg.starts_with("trace.json: "), "{}", msg);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fuzz_chrome_trace_reader() {
+    fuzz("chrome-traces", trace_text(), |t| check_trace(&t));
+}

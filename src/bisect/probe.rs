@@ -614,3 +614,30 @@ impl<'a> Prober<'a> {
         Ok((results, samples))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_refuses_the_round_that_would_not_fit_and_takes_the_one_that_fills_it() {
+        let mut b = Budget {
+            limit_gpu_s: 100.0,
+            gpus: 2.0,
+            spent_gpu_s: 60.0,
+            round_gpu_s: 40.0,
+            setup_gpu_s: 0.0,
+        };
+        assert!(b.check("round 1", 40.0).is_ok(), "60 + 40 fills 100 exactly");
+        b.spent_gpu_s = 60.000_000_01;
+        assert!(b.check("round 1", 40.0).is_ok(), "clock rounding is not a refusal");
+        b.spent_gpu_s = 61.0;
+        match b.check("round 2 at abc", 40.0) {
+            Err(Halt::OutOfBudget(m)) => {
+                assert!(m.contains("round 2 at abc would take about 40 GPU-s"), "{m}");
+                assert!(m.contains("61 of the 100 GPU-s budget"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

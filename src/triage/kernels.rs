@@ -28,6 +28,9 @@ const MAX_NAMES: usize = 100_000;
 const MAX_INTERVALS: usize = 5_000_000;
 /// Characters of a kernel name kept (templated CUDA names run to thousands).
 const MAX_NAME_CHARS: usize = 300;
+/// The longest device event a traced step may hold, microseconds (one hour): anything longer
+/// is not one kernel of one step, and summing such values could overflow.
+const MAX_EVENT_US: f64 = 3.6e9;
 /// Kernels listed in a diff.
 pub const TOP_KERNELS: usize = 8;
 
@@ -205,13 +208,19 @@ impl Gathered {
         if !(dur.is_finite() && dur >= 0.0) {
             return;
         }
+        if dur > MAX_EVENT_US {
+            self.overflow.get_or_insert(format!(
+                "a device event of {dur} us, longer than the hour a kernel of one step may take"
+            ));
+            return;
+        }
         let name: String = if name.chars().count() > MAX_NAME_CHARS {
             name.chars().take(MAX_NAME_CHARS).collect()
         } else {
             name
         };
         let collective = kind_of(&name) == "collectives";
-        if let Some(ts) = e.ts.filter(|t| t.is_finite()) {
+        if let Some(ts) = e.ts.filter(|t| t.is_finite() && (t + dur).is_finite()) {
             if self.intervals.len() < MAX_INTERVALS {
                 self.intervals.push((ts, ts + dur, collective));
             } else {

@@ -114,6 +114,13 @@ async function check(context, file) {
   const findings = (data.findings || []).length;
   const drawn = await count("#head .finding");
   expect(drawn === findings, `${drawn} findings drawn, ${findings} in the data`, problems);
+  // A finding's first bad commit (or how its bisection ended) and its kernel diff's rows.
+  const bisected = (data.findings || []).filter((f) => f.bisected).length;
+  const bisectDrawn = await count("#head .finding-bisect");
+  expect(bisectDrawn === bisected, `${bisectDrawn} bisection lines drawn, ${bisected} in the data`, problems);
+  const kernelRows = (data.findings || []).reduce((n, f) => n + (f.kernels ? f.kernels.rows.length : 0), 0);
+  const rowsDrawn = await count("#head table.kernels tr.kind-row") + await count("#head table.kernels tr.kernel-row");
+  expect(rowsDrawn === kernelRows, `${rowsDrawn} kernel rows drawn, ${kernelRows} in the data`, problems);
 
   // The screenshot is of the page as it opens (regressions expanded).
   await page.reload();
@@ -122,7 +129,7 @@ async function check(context, file) {
   await page.screenshot({ path: out, fullPage: data.cells.length <= 40 });
   for (const e of errors) problems.push(e);
   await page.close();
-  return { file, cells: data.cells.length, findings, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
+  return { file, cells: data.cells.length, findings, bisected, kernel_rows: kernelRows, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
 }
 
 const { context, network, close } = await launch();

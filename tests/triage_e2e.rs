@@ -1,0 +1,378 @@
+//! Automatic triage end to end through the built binary, in a generated nightly repository
+//! (issue 30's CI case): a command workload whose step time is the sum of the kernels its
+//! model's file lists (`kernels.<model>.txt`), and which writes those kernels as a Chrome
+//! trace of one step when bench sets `BENCH_PROFILE`. Clean nights at five commits, then
+//! one night after a range of commits of which two are causes: one adds a copy kernel to
+//! model `a` (+8%), another makes model `b`'s attention 80% longer (+20%); model `c` never
+//! changes. `bench matrix --history` as the CI template runs it must give exactly two
+//! findings, each naming its axis value and, bisected by bench alone within the matrix's
+//! budget, its first bad commit and the kernels that moved, in summary.md, JUnit,
+//! report.json and report.html (checked in chromium when BENCH_CHROMIUM is set). A clean
+//! night triggers no triage; a pull request's run does not bisect; a later job resumes from
+//! the probes the history holds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workload: the kernels of `kernels.$1.txt` (`name microseconds` per line) make one
+/// step; 6 steps (1 warm-up) with one +-0.2% jitter per run.
+const WORK_SH: &str = r#"#!/bin/sh
+set -eu
+model=$1
+us=0
+while read -r name dur; do us=$((us + dur)); done < "kernels.$model.txt"
+if [ -n "${BENCH_PROFILE:-}" ]; then
+  {
+    printf '{"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"cpu_op","name":"step","ts":0,"dur":%d}' "$us"
+    ts=0
+    while read -r name dur; do
+      printf ',{"ph":"X","cat":"kernel","name":"%s","pid":0,"tid":7,"ts":%d,"dur":%d}' "$name" "$ts" "$dur"
+      ts=$((ts + dur))
+    done < "kernels.$model.txt"
+    printf ']}\n'
+  } > "$BENCH_PROFILE"
+fi
+seed=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+t=$(( us * (100000 + seed % 401 - 200) / 100000 ))
+printf '{"event":"start","model":"%s","world_size":1}\n' "$model"
+i=0
+while [ $i -lt 6 ]; do
+  w=false; [ $i -eq 0 ] && w=true
+  printf '{"event":"step","step":%d,"step_time_s":0.%06d,"tokens":1024,"loss":2.5,"warmup":%s}\n' $i $t $w
+  i=$((i + 1))
+done
+printf '{"event":"summary","peak_mem_bytes":[1000]}\n'
+"#;
+
+const MATRIX: &str = "name: nightly-toy
+axes:
+  model: [a, b, c]
+  dtype: [bf16, fp8]
+defaults:
+  steps: 6
+  warmup: 1
+  repeats: 5
+  timeout: 60s
+  retries: 0
+  workload:
+    kind: command
+    argv: [sh, work.sh, '{model}']
+triage:
+  budget_gpu_s: 600
+";
+
+const KERNELS: &str = "gemm_main_kernel 3000\nflash_attention_kernel 1000\n";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Nightly Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+        .env("GIT_COMMITTER_NAME", "Nightly Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn commit(dir: &Path, subject: &str) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", subject]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+struct Lab {
+    _tmp: tempfile::TempDir,
+    repo: PathBuf,
+    results: PathBuf,
+    history: PathBuf,
+    baselines: PathBuf,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("work.sh"), WORK_SH).unwrap();
+        std::fs::write(repo.join("matrix.yaml"), MATRIX).unwrap();
+        for m in ["a", "b", "c"] {
+            std::fs::write(repo.join(format!("kernels.{m}.txt")), KERNELS).unwrap();
+        }
+        commit(&repo, "initial");
+        let tmpdir = tmp.path().join("tmp");
+        std::fs::create_dir_all(&tmpdir).unwrap();
+        Lab {
+            results: tmp.path().join("results"),
+            history: tmp.path().join("history.sqlite"),
+            baselines: tmp.path().join("baselines"),
+            repo,
+            _tmp: tmp,
+        }
+    }
+
+    /// `bench matrix matrix.yaml --history` in the repository, as the nightly template
+    /// runs it (on branch main, not a pull request).
+    fn night(&self, id: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
+        cmd.current_dir(&self.repo)
+            .args(["matrix", "matrix.yaml", "--no-progress", "--run-id", id])
+            .arg("--results-dir")
+            .arg(&self.results)
+            .arg("--baselines")
+            .arg(&self.baselines)
+            .arg("--history")
+            .arg(&self.history)
+            .args(extra)
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .env("TMPDIR", self.repo.parent().unwrap().join("tmp"))
+            .env("GITHUB_REF_NAME", "main");
+        for k in [
+            "GITHUB_BASE_REF",
+            "CI_MERGE_REQUEST_TARGET_BRANCH_NAME",
+            "GITHUB_STEP_SUMMARY",
+            "BENCH_PROFILE",
+            "BENCH_HISTORY",
+        ] {
+            cmd.env_remove(k);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn file(&self, id: &str, name: &str) -> String {
+        std::fs::read_to_string(self.results.join(id).join(name))
+            .unwrap_or_else(|e| panic!("{id}/{name}: {e}"))
+    }
+
+    fn report(&self, id: &str) -> serde_json::Value {
+        serde_json::from_str(&self.file(id, "report.json")).unwrap()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The finding of `report.json` whose line names `value`.
+fn finding<'a>(report: &'a serde_json::Value, value: &str) -> &'a serde_json::Value {
+    let all = report["findings"].as_array().expect("findings");
+    let hits: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|f| {
+            f["separates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().contains(&format!("every {value} cell")))
+        })
+        .collect();
+    assert_eq!(hits.len(), 1, "one finding for {value}: {all:#?}");
+    hits[0]
+}
+
+#[test]
+fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
+    let lab = Lab::new();
+    // Five clean nights, each at a commit of its own.
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let id = format!("night{n}");
+        let o = lab.night(&id, &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o));
+        assert!(!text(&o).contains("triage:"), "a clean night triggers no triage: {}", text(&o));
+        let r = lab.report(&id);
+        assert_eq!(r["findings"].as_array().map_or(0, Vec::len), 0, "{id}");
+    }
+    // The range: nine commits, two of them causes.
+    let mut shas = Vec::new();
+    let mut step = |lab: &Lab, subject: &str, change: &dyn Fn(&Path)| {
+        change(&lab.repo);
+        shas.push((commit(&lab.repo, subject), subject.to_string()));
+    };
+    step(&lab, "refactor: rename a helper", &|r| {
+        std::fs::write(r.join("NOTES"), "refactor\n").unwrap()
+    });
+    step(&lab, "docs: explain the loader", &|r| {
+        std::fs::write(r.join("NOTES"), "loader\n").unwrap()
+    });
+    step(&lab, "model a: copy the activations", &|r| {
+        std::fs::write(
+            r.join("kernels.a.txt"),
+            format!("{KERNELS}elementwise_copy_kernel 320\n"),
+        )
+        .unwrap()
+    });
+    step(&lab, "ci: cache the venv", &|r| {
+        std::fs::write(r.join("NOTES"), "ci\n").unwrap()
+    });
+    step(&lab, "tests: more cases", &|r| {
+        std::fs::write(r.join("NOTES"), "tests\n").unwrap()
+    });
+    step(&lab, "model b: unfused attention", &|r| {
+        std::fs::write(
+            r.join("kernels.b.txt"),
+            "gemm_main_kernel 3000\nflash_attention_kernel 1800\n",
+        )
+        .unwrap()
+    });
+    step(&lab, "docs: changelog", &|r| {
+        std::fs::write(r.join("NOTES"), "changelog\n").unwrap()
+    });
+    step(&lab, "style: fmt", &|r| {
+        std::fs::write(r.join("NOTES"), "fmt\n").unwrap()
+    });
+    let culprit_a = &shas[2];
+    let culprit_b = &shas[5];
+
+    let o = lab.night("night6", &[], &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("night6");
+    assert_eq!(
+        r["findings"].as_array().unwrap().len(),
+        2,
+        "exactly two findings: {:#?}",
+        r["findings"]
+    );
+    let mut total_gpu_s = 0.0;
+    for (value, (sha, subject), kind, kernel) in [
+        ("model=a", culprit_a, "copies", "elementwise_copy_kernel"),
+        ("model=b", culprit_b, "attention", "flash_attention_kernel"),
+    ] {
+        let f = finding(&r, value);
+        let b = &f["bisected"];
+        assert_eq!(b["status"], "found", "{value}: {b:#}\n{out}");
+        assert_eq!(b["first_bad"]["sha"], sha.as_str(), "{value}: {b:#}");
+        assert_eq!(b["first_bad"]["subject"], subject.as_str());
+        assert_eq!(b["first_bad"]["author"], "Nightly Dev <dev@example.com>");
+        let commits = b["commits"].as_u64().unwrap();
+        assert_eq!(commits, 8);
+        // Binary search over 8 commits: good, bad and at most ceil(log2 8) probes.
+        assert!(b["measured"].as_u64().unwrap() <= 3 + 2, "{b:#}");
+        let gpu_s = b["gpu_s"].as_f64().unwrap();
+        assert!(gpu_s > 0.0 && gpu_s <= b["budget_gpu_s"].as_f64().unwrap(), "{b:#}");
+        total_gpu_s += gpu_s;
+        let k = &f["kernels"];
+        assert_eq!(k["kinds"][0]["name"], kind, "{value}: {k:#}");
+        assert_eq!(k["kernels"][0]["name"], kernel, "{value}: {k:#}");
+        for t in k["traces"].as_array().unwrap() {
+            assert!(
+                lab.results.join("night6").join(t.as_str().unwrap()).is_file(),
+                "trace kept in the run folder: {t}"
+            );
+        }
+    }
+    assert!(total_gpu_s <= 600.0, "both within the one budget: {total_gpu_s}");
+    let a = finding(&r, "model=a");
+    assert!((a["kernels"]["kinds"][0]["after_ms"].as_f64().unwrap() - 0.32).abs() < 1e-9);
+    // summary.md: two findings, each with its first bad commit and its kernels.
+    let md = lab.file("night6", "summary.md");
+    assert!(md.contains("#### Findings"), "{md}");
+    for (sha, subject) in [culprit_a, culprit_b] {
+        assert!(
+            md.contains(&format!("**first bad commit** `{}` {subject}", &sha[..12])),
+            "{subject}: {md}"
+        );
+    }
+    assert!(md.contains("new 0.32 ms"), "{md}");
+    assert!(md.contains("+0.80 ms attention"), "{md}");
+    // JUnit: every regressed cell's failure names its finding and that finding's commit.
+    let junit = lab.file("night6", "junit.xml");
+    for (cell_model, (sha, _)) in [("a", culprit_a), ("b", culprit_b)] {
+        for dtype in ["bf16", "fp8"] {
+            let case = junit
+                .split("<testcase")
+                .find(|c| c.contains(&format!("name=\"{cell_model}-{dtype}\"")) || c.contains(&format!("model={cell_model}")) && c.contains(dtype))
+                .unwrap_or_else(|| panic!("{cell_model}-{dtype} in {junit}"));
+            assert!(case.contains("[finding F"), "{case}");
+            assert!(case.contains(&format!("first bad commit {}", &sha[..7])), "{case}");
+        }
+    }
+    // The terminal says it too.
+    assert!(out.contains(&format!("first bad commit {}", &culprit_b.0[..7])), "{out}");
+    // report.html, in a real browser when one is at hand.
+    if let Some(seen) = check_in_chromium(&lab.results.join("night6").join("report.html")) {
+        assert_eq!(seen["findings"], 2, "{seen}");
+        assert_eq!(seen["bisected"], 2, "{seen}");
+        assert!(seen["kernel_rows"].as_u64().unwrap() >= 4, "{seen}");
+    }
+
+    // A pull request's run with the same change: the findings, no bisection.
+    let o = lab.night("pr1", &[], &[("GITHUB_BASE_REF", "main")]);
+    let r = lab.report("pr1");
+    for f in r["findings"].as_array().unwrap() {
+        if f["bisected"].is_object() {
+            assert_eq!(f["bisected"]["status"], "skipped", "{f:#}\n{}", text(&o));
+            assert!(f["bisected"]["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("pull request"));
+        }
+    }
+    assert!(!text(&o).contains("bisect: measuring"), "{}", text(&o));
+
+    // A later job over the same range resumes from the probes the history holds: with a
+    // budget of 1 GPU-s it still names both commits, running no round; the traced steps do
+    // not fit, and the finding says so.
+    let o = lab.night("night7", &["--triage-budget", "1"], &[]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("night7");
+    for (value, (sha, _)) in [("model=a", culprit_a), ("model=b", culprit_b)] {
+        let f = finding(&r, value);
+        let b = &f["bisected"];
+        assert_eq!(b["status"], "found", "{value}: {b:#}\n{out}");
+        assert_eq!(b["first_bad"]["sha"], sha.as_str());
+        assert_eq!(b["rounds_run"], 0, "{b:#}");
+        assert!(b["rounds_reused"].as_u64().unwrap() >= 2, "{b:#}");
+        assert!(f["kernels"].is_null());
+        assert!(
+            f["kernels_missing"].as_str().unwrap().contains("budget"),
+            "{f:#}"
+        );
+    }
+}
+
+/// tests/browser/check-report.mjs on `page`: its JSON line, or `None` when no browser is
+/// configured (outside CI).
+fn check_in_chromium(page: &Path) -> Option<serde_json::Value> {
+    if std::env::var_os("BENCH_CHROMIUM").is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "BENCH_CHROMIUM must name Debian's chromium when CI is set"
+        );
+        eprintln!("BENCH_CHROMIUM not set: report.html not opened in a browser");
+        return None;
+    }
+    let out = Command::new("node")
+        .arg("tests/browser/check-report.mjs")
+        .arg(page)
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "check-report.mjs:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
+    Some(v)
+}
