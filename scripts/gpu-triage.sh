@@ -57,7 +57,7 @@ axes:
   gpus: [1]
   parallel: [single]
 defaults:
-  steps: 40
+  steps: 30
   warmup: 10
   seq_len: 1024
   micro_batch: 16
@@ -84,8 +84,14 @@ night() {
     [ -f "$WORK/results/$id/$f" ] && cp "$WORK/results/$id/$f" "$OUTD/$id.$f"
   done
   if [ -d "$WORK/results/$id/triage" ]; then
-    (cd "$WORK/results/$id" && tar czf "$OUTD/$id.triage.tgz" --exclude=probes triage)
+    (cd "$WORK/results/$id" && tar czf "$OUTD/$id.triage.tgz" triage)
   fi
+  save_state
+}
+# The repository and the history, after every night: a call cut at its time limit keeps
+# the nights it finished.
+save_state() {
+  (cd "$WORK" && tar czf "$OUTD/state.tgz" repo history.sqlite $(ls -d results/*/results.json 2>/dev/null))
 }
 n=$(ls "$WORK/results" 2>/dev/null | grep -c '^night[0-9]*$' || true)
 case $PHASE in
@@ -109,5 +115,3 @@ case $PHASE in
     n=$((n + 1))
     night "$(printf 'night%02d' "$n")" ;;
 esac
-(cd "$WORK" && tar czf "$OUTD/state.tgz" repo history.sqlite baselines results/*/results.json 2>/dev/null \
-  || tar czf "$OUTD/state.tgz" repo history.sqlite)
