@@ -51,6 +51,24 @@ impl Config {
             files: vec![],
         }
     }
+
+    /// The JSON config of a driver that runs the framework from a checkout (the workload's
+    /// `source`): the cell's id, the `source`, then the adapter's own `keys` (an object),
+    /// in that order, as every such driver reads them.
+    pub(crate) fn from_source(
+        cell: &Cell,
+        opts: &FrameworkOpts,
+        keys: serde_json::Value,
+    ) -> Config {
+        let mut config = serde_json::json!({
+            "cell": cell.id.as_str(),
+            "source": opts.source,
+        });
+        if let (Some(config), serde_json::Value::Object(keys)) = (config.as_object_mut(), keys) {
+            config.extend(keys);
+        }
+        Config::json(&config)
+    }
 }
 
 /// One framework as bench knows it: what its adapter declares as data (its name, what it

@@ -28,7 +28,9 @@ use regex::Regex;
 
 use super::adapter::Config;
 use super::launch::AttemptFiles;
-use super::log::{self, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::log::{
+    self, DriverFigures, Line, LogParser, LoggedStep, ParseError, Progress, StepLines,
+};
 use crate::axes::Parallel;
 use crate::cell::FrameworkOpts;
 use crate::cell::{Cell, Value};
@@ -197,18 +199,13 @@ impl StepLines for DeepSpeedLog {
             line.bad("a step line that does not read as `[bench-ds] step: N time: T loss: L tokens: K memory: B`")
         })?;
         let step: u64 = line.int(&c[1], "step number")?;
-        log.in_order(line, step)?;
-        let tokens: u64 = line.int(&c[4], "token count")?;
-        let asked = log.asked.tokens_per_step();
-        line.agrees(tokens, asked, || {
-            format!("DeepSpeed ran {tokens} tokens a step; the cell asks for {asked}")
-        })?;
-        let time = line.positive(Some(&c[2]), "step time is not a positive number")?;
+        let printed = DriverFigures {
+            time: &c[2],
+            tokens: &c[4],
+            memory: &c[5],
+        };
+        let time = log.driver_step(line, step, printed, "DeepSpeed")?;
         let loss = line.number(&c[3], "loss")?;
-        // The driver prints -1 where the device keeps no figure (a CPU).
-        if let Ok(m) = c[5].parse::<u64>() {
-            log.memory.record(0, m);
-        }
         let own = self
             .samples_per_s
             .remove(&step)
@@ -228,8 +225,22 @@ impl StepLines for DeepSpeedLog {
 mod tests {
     use super::*;
     use crate::external::declared::DEEPSPEED as FRAMEWORK;
-    use crate::external::log::{self, Reader};
-    use crate::external::tests::asked;
+    use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+    use crate::external::log::Asked;
+    use crate::external::tests::{config_json, refuses_cell};
+
+    /// A log built from DeepSpeed's logging code: 6 steps of 4 sequences of 1,024 tokens on
+    /// 2 GPUs.
+    const SOURCE: Fixture<DeepSpeedLog> = Fixture {
+        file: "deepspeed-0.19.6-2rank-from-source.log",
+        asked: Asked {
+            steps: 6,
+            global_batch: 4,
+            seq_len: 1024,
+            gpus: 2,
+        },
+        lines: DeepSpeedLog::default,
+    };
 
     fn cell(gpus: i64, parallel: &str, zero: Option<i64>) -> Cell {
         let mut c = crate::external::tests::tiny_cell(NAME, gpus, parallel, &["sac"]);
@@ -241,7 +252,6 @@ mod tests {
 
     #[test]
     fn zero_stages_follow_parallel_or_the_axis() {
-        let files = crate::external::tests::files();
         for (gpus, parallel, zero, stage) in [
             (1, "single", None, 0),
             (2, "ddp", None, 0),
@@ -252,18 +262,13 @@ mod tests {
             (1, "fsdp", Some(2), 2),
         ] {
             let c = cell(gpus, parallel, zero);
-            assert_eq!(FRAMEWORK.unexpressible(&c), None, "{}", c.id);
-            let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
-            let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
-            assert_eq!(
-                v["deepspeed"]["zero_optimization"]["stage"], stage,
-                "{}",
-                c.id
-            );
-            assert_eq!(v["deepspeed"]["train_batch_size"], 2 * gpus);
-            assert_eq!(v["deepspeed"]["bf16"]["enabled"], true);
-            assert_eq!(v["deepspeed"]["log_level"], "info");
-            assert_eq!(v["deepspeed"]["optimizer"]["params"]["torch_adam"], true);
+            let (p, v) = config_json(&FRAMEWORK, &c);
+            let ds = &v["deepspeed"];
+            assert_eq!(ds["zero_optimization"]["stage"], stage, "{}", c.id);
+            assert_eq!(ds["train_batch_size"], 2 * gpus);
+            assert_eq!(ds["bf16"]["enabled"], true);
+            assert_eq!(ds["log_level"], "info");
+            assert_eq!(ds["optimizer"]["params"]["torch_adam"], true);
             assert_eq!(v["gradient_checkpointing"], true);
             assert!(p.argv.contains(&"/s/deepspeed_train.py".to_string()));
         }
@@ -272,78 +277,117 @@ mod tests {
             (2, "fsdp", Some(1), "calls ddp"),
             (2, "ddp", Some(4), "0 to 3"),
         ] {
-            let c = cell(gpus, parallel, zero);
-            let got = FRAMEWORK.unexpressible(&c).unwrap();
-            assert!(got.contains(why), "{}: {got}", c.id);
+            refuses_cell(&FRAMEWORK, &cell(gpus, parallel, zero), why);
         }
         let mut tp = cell(2, "ddp", None);
         tp.values.insert("tp".into(), Value::Int(2));
         tp.params.global_batch = 2;
-        assert!(FRAMEWORK.unexpressible(&tp).unwrap().contains("tensor"));
-    }
-
-    fn fixture() -> String {
-        crate::external::tests::fixture("deepspeed-0.19.6-2rank-from-source.log")
-    }
-
-    fn parser() -> Reader<DeepSpeedLog> {
-        Reader::new(asked(6, 4, 1024, 2), DeepSpeedLog::default())
+        refuses_cell(&FRAMEWORK, &tp, "tensor");
     }
 
     #[test]
     fn fixture_from_deepspeeds_logging_code() {
-        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
-        assert_eq!(steps.len(), 6);
-        assert!((steps[3].step_time_s - 0.4012).abs() < 1e-12);
-        assert!((steps[3].loss - 10.4375).abs() < 1e-12);
-        // Steps 1 and 2 have no ThroughputTimer line (it starts at the third global step).
-        assert_eq!(steps[1].tokens_per_s_per_gpu, None);
-        // CurrSamplesPerSec 10.02 x 1024 tokens / 2 GPUs, rank 0's line.
-        let own = steps[3].tokens_per_s_per_gpu.unwrap();
-        assert!((own - 10.02 * 1024.0 / 2.0).abs() < 1e-9, "{own}");
-        assert_eq!(end.info.name, "deepspeed");
-        assert_eq!(end.peak_mem_bytes, vec![3_221_225_472]);
-    }
-
-    #[test]
-    fn captured_cpu_log_two_ranks_zero3() {
-        let text = crate::external::tests::fixture("deepspeed-0.19.8-cpu-2rank-zero3.log");
-        let mut parser = Reader::new(asked(8, 4, 64, 2), DeepSpeedLog::default());
-        let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
-        assert_eq!(steps.len(), 8);
-        assert_eq!(steps[7].step, 8);
-        assert!((steps[7].step_time_s - 0.127966).abs() < 1e-12);
-        assert!((steps[7].loss - 6.258643).abs() < 1e-12);
-        assert_eq!(steps[1].tokens_per_s_per_gpu, None);
-        // CurrSamplesPerSec of global step 3 x 64 tokens / 2 ranks.
-        let own = steps[2].tokens_per_s_per_gpu.unwrap();
-        assert!((own - 40.76303232084185 * 64.0 / 2.0).abs() < 1e-9, "{own}");
-        assert!(steps[2..].iter().all(|s| s.tokens_per_s_per_gpu.is_some()));
-        assert_eq!(end.info.version, "0.19.8");
-        assert_eq!(end.info.device, "cpu");
-        assert_eq!(end.info.world_size, 2);
-        assert!(end.peak_mem_bytes.is_empty(), "memory -1 on CPU");
+        SOURCE.reads_as(&Captured {
+            steps: 6,
+            // The ThroughputTimer starts at the third global step.
+            own_tokens_from: Some(3),
+            read: &[LoggedStep {
+                step: 4,
+                step_time_s: 0.4012,
+                loss: 10.4375,
+                // CurrSamplesPerSec 10.02 x 1024 tokens / 2 GPUs, rank 0's line.
+                tokens_per_s_per_gpu: Some(10.02 * 1024.0 / 2.0),
+                tflops_per_gpu: None,
+                mfu: None,
+            }],
+            name: "deepspeed",
+            version: "0.19.6",
+            device: "NVIDIA H100 80GB HBM3",
+            world_size: 2,
+            peak_mem_bytes: &[3_221_225_472],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 
     #[test]
     fn hostile_logs_are_refused() {
-        let text = fixture();
-        let cut = text.find("[rank0]:[bench-ds] step: 6").unwrap();
-        log::refuses(parser(), &text[..cut], "ends after step 5 of 6");
-        log::refuses(
-            parser(),
-            &text.replace("CurrSamplesPerSec=10.02,", "CurrSamplesPerSec=10.02"),
-            "unreadable CurrSamplesPerSec",
-        );
-        let mixed = text.replace("[rank0]:[bench-ds] step: 3", "[bench-ds] step: 3");
-        log::refuses(parser(), &mixed, "missing");
-        log::refuses(
-            parser(),
-            &text.replace("time: 0.401200", "time: -0.4"),
-            "positive",
-        );
-        let mut other = parser();
-        other.log.asked.global_batch = 8;
-        log::refuses(other, &text, "asks for 8192");
+        SOURCE.check(&[
+            Case {
+                edit: CutBefore("[rank0]:[bench-ds] step: 6"),
+                then: Refused("ends after step 5 of 6"),
+            },
+            Case {
+                edit: Replace {
+                    from: "CurrSamplesPerSec=10.02,",
+                    to: "CurrSamplesPerSec=10.02",
+                },
+                then: Refused("unreadable CurrSamplesPerSec"),
+            },
+            // Rank 0's step 3 without its prefix starts an unprefixed stream at step 3: its
+            // steps 1 and 2 are missing.
+            Case {
+                edit: Replace {
+                    from: "[rank0]:[bench-ds] step: 3",
+                    to: "[bench-ds] step: 3",
+                },
+                then: Refused("missing"),
+            },
+            Case {
+                edit: Replace {
+                    from: "time: 0.401200",
+                    to: "time: -0.4",
+                },
+                then: Refused("positive"),
+            },
+            Case {
+                edit: GlobalBatch(8),
+                then: Refused("asks for 8192"),
+            },
+        ]);
+    }
+
+    #[test]
+    fn captured_cpu_log_two_ranks_zero3() {
+        let cpu = Fixture {
+            file: "deepspeed-0.19.8-cpu-2rank-zero3.log",
+            asked: Asked {
+                steps: 8,
+                global_batch: 4,
+                seq_len: 64,
+                gpus: 2,
+            },
+            lines: DeepSpeedLog::default,
+        };
+        // A step's own tokens/s: CurrSamplesPerSec of its global step x 64 tokens / 2 ranks.
+        let own = |samples_per_s: f64| Some(samples_per_s * 64.0 / 2.0);
+        cpu.reads_as(&Captured {
+            steps: 8,
+            own_tokens_from: Some(3),
+            read: &[
+                LoggedStep {
+                    step: 3,
+                    step_time_s: 0.107223,
+                    loss: 6.235396,
+                    tokens_per_s_per_gpu: own(40.76303232084185),
+                    tflops_per_gpu: None,
+                    mfu: None,
+                },
+                LoggedStep {
+                    step: 8,
+                    step_time_s: 0.127966,
+                    loss: 6.258643,
+                    tokens_per_s_per_gpu: own(32.699650430403494),
+                    tflops_per_gpu: None,
+                    mfu: None,
+                },
+            ],
+            name: "deepspeed",
+            version: "0.19.8",
+            device: "cpu",
+            world_size: 2,
+            // The driver prints memory -1 on a CPU: no figure.
+            peak_mem_bytes: &[],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 }

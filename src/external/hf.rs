@@ -14,7 +14,9 @@ use regex::Regex;
 
 use super::adapter::Config;
 use super::launch::AttemptFiles;
-use super::log::{self, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines};
+use super::log::{
+    self, DriverFigures, DriverInfo, Line, LogParser, LoggedStep, ParseError, Progress, StepLines,
+};
 use crate::cell::Cell;
 use crate::cell::FrameworkOpts;
 use crate::workload::models::presets::ModelConfig;
@@ -126,17 +128,12 @@ impl StepLines for HfLog {
                     p.step
                 )));
             }
-            log.in_order(line, step)?;
-            let tokens: u64 = line.int(&c[3], "token count")?;
-            let asked = log.asked.tokens_per_step();
-            line.agrees(tokens, asked, || {
-                format!("the Trainer ran {tokens} tokens a step; the cell asks for {asked}")
-            })?;
-            let time = line.positive(Some(&c[2]), "step time is not a positive number")?;
-            // The driver prints -1 where the device keeps no figure (a CPU).
-            if let Ok(m) = c[4].parse::<u64>() {
-                log.memory.record(0, m);
-            }
+            let printed = DriverFigures {
+                time: &c[2],
+                tokens: &c[3],
+                memory: &c[4],
+            };
+            let time = log.driver_step(line, step, printed, "the Trainer")?;
             self.pending = Some((
                 line.no,
                 LoggedStep {
@@ -204,8 +201,21 @@ impl StepLines for HfLog {
 mod tests {
     use super::*;
     use crate::external::declared::HF as FRAMEWORK;
-    use crate::external::log::Reader;
-    use crate::external::tests::asked;
+    use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+    use crate::external::log::Asked;
+    use crate::external::tests::{config_json, refuses_cell};
+
+    /// A real run on a CPU: 6 steps of 2 sequences of 64 tokens on one rank.
+    const CPU: Fixture<HfLog> = Fixture {
+        file: "hf-4.57.1-cpu-llama-tiny.log",
+        asked: Asked {
+            steps: 6,
+            global_batch: 2,
+            seq_len: 64,
+            gpus: 1,
+        },
+        lines: HfLog::default,
+    };
 
     #[test]
     fn mapping_and_drops() {
@@ -217,64 +227,68 @@ mod tests {
             "single",
             &["sac"],
         );
-        assert_eq!(FRAMEWORK.unexpressible(&c), None);
-        let p = FRAMEWORK.prepare(
-            &c,
-            &FrameworkOpts::default(),
-            &crate::external::tests::files(),
-        );
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (p, v) = config_json(&FRAMEWORK, &c);
         assert_eq!(v["training_args"]["gradient_checkpointing"], true);
         assert_eq!(v["model"]["num_key_value_heads"], 2);
         assert_eq!(p.argv, vec!["py", "/s/hf_train.py", "--config", "{config}"]);
         c.params.sac_every = 2;
-        assert!(FRAMEWORK.unexpressible(&c).unwrap().contains("sac_every 2"));
+        refuses_cell(&FRAMEWORK, &c, "sac_every 2");
         let fp8 = crate::external::tests::cell("llama-tiny", "fp8", 1, "single", &[]);
-        assert!(FRAMEWORK.unexpressible(&fp8).unwrap().contains("fp8"));
-    }
-
-    fn fixture() -> String {
-        crate::external::tests::fixture("hf-4.57.1-cpu-llama-tiny.log")
-    }
-
-    fn parser() -> Reader<HfLog> {
-        // 6 steps of 2 sequences of 64 tokens on one rank.
-        Reader::new(asked(6, 2, 64, 1), HfLog::default())
+        refuses_cell(&FRAMEWORK, &fp8, "fp8");
     }
 
     #[test]
     fn captured_cpu_log() {
-        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
-        assert_eq!(steps.len(), 6);
-        assert_eq!(steps[5].step, 6);
-        assert!((steps[5].step_time_s - 0.297864).abs() < 1e-12);
-        assert!((steps[5].loss - 6.1523).abs() < 1e-12);
-        assert!((end.run_tokens_per_s_per_gpu.unwrap() - 1.337 * 64.0).abs() < 1e-9);
-        assert!(
-            end.peak_mem_bytes.is_empty(),
-            "memory -1 on CPU is not a figure"
-        );
-        assert_eq!(end.info.name, "transformers");
-        assert_eq!(end.info.version, "4.57.1");
+        CPU.reads_as(&Captured {
+            steps: 6,
+            // The Trainer prints its throughput once, for the whole run.
+            own_tokens_from: None,
+            read: &[LoggedStep {
+                step: 6,
+                step_time_s: 0.297864,
+                loss: 6.1523,
+                tokens_per_s_per_gpu: None,
+                tflops_per_gpu: None,
+                mfu: None,
+            }],
+            name: "transformers",
+            version: "4.57.1",
+            device: "cpu",
+            world_size: 1,
+            // Memory -1 on a CPU is not a figure.
+            peak_mem_bytes: &[],
+            // train_samples_per_second 1.337 x 64 tokens.
+            run_tokens_per_s_per_gpu: Some(1.337 * 64.0),
+        });
     }
 
     #[test]
     fn truncated_malformed_and_mixed_logs_are_refused() {
-        let text = fixture();
-        // Cut before the last loss line: step 6 never got its loss.
-        let cut = text.rfind("{'loss'").unwrap();
-        log::refuses(parser(), &text[..cut], "step 6 has no loss line");
-        let e = log::refusal(parser(), &text.replace("time: 0.297864", "time: abc"));
-        assert!(e.line.contains("time: abc"), "{e}");
-        // Two ranks' step lines without prefixes: a step line before the previous loss.
-        let doubled = text.replacen(
-            "[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1",
-            "[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1\n[bench-hf] step: 2 time: 1.979535 tokens: 128 memory: -1",
-            1,
-        );
-        log::refuses(parser(), &doubled, "before the loss line of step 2");
-        let mut other_batch = parser();
-        other_batch.log.asked.global_batch = 4;
-        log::refuses(other_batch, &text, "asks for 256");
+        CPU.check(&[
+            // Cut before the last loss line: step 6 never got its loss.
+            Case {
+                edit: CutBefore("{'loss': 6.1523,"),
+                then: Refused("step 6 has no loss line"),
+            },
+            Case {
+                edit: Replace {
+                    from: "time: 0.297864",
+                    to: "time: abc",
+                },
+                then: RefusedAt {
+                    says: "does not read as",
+                    line: "time: abc",
+                },
+            },
+            // Two ranks' step lines without prefixes: a step line before the previous loss.
+            Case {
+                edit: Double("[bench-hf] step: 2 "),
+                then: Refused("before the loss line of step 2"),
+            },
+            Case {
+                edit: GlobalBatch(4),
+                then: Refused("asks for 256"),
+            },
+        ]);
     }
 }

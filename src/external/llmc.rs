@@ -78,16 +78,14 @@ impl super::adapter::Adapter for Llmc {
         // The data loader needs one more token than it reads; the shard holds every step's
         // tokens plus the validation batch, so no step reads the same tokens twice.
         let shard_tokens = tokens_per_step * (u64::from(p.steps) + 1) + 1;
-        let config = serde_json::json!({
-            "cell": cell.id.as_str(),
-            "source": opts.source,
+        let keys = serde_json::json!({
             "precision": precision(cell),
             "nproc": cell.gpus(),
             "tokens": shard_tokens,
             "seed": p.seed,
             "argv": argv,
         });
-        Config::json(&config)
+        Config::from_source(cell, opts, keys)
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
@@ -231,8 +229,22 @@ impl StepLines for LlmcLog {
 mod tests {
     use super::*;
     use crate::external::declared::LLMC as FRAMEWORK;
-    use crate::external::log::{self, Reader};
-    use crate::external::tests::asked;
+    use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+    use crate::external::log::Asked;
+    use crate::external::tests::{config_json, refuses_cell};
+
+    /// A log built from llm.c's printf calls: 6 steps of one sequence of 1,024 tokens on
+    /// one GPU, bf16 (llm.c's MFU kept).
+    const SOURCE: Fixture<LlmcLog> = Fixture {
+        file: "llmc-f1e2ace-1gpu-from-source.log",
+        asked: Asked {
+            steps: 6,
+            global_batch: 1,
+            seq_len: 1024,
+            gpus: 1,
+        },
+        lines: || LlmcLog { keep_mfu: true },
+    };
 
     fn cell(model: &str, dtype: &str, gpus: i64, parallel: &str, features: &[&str]) -> Cell {
         crate::external::tests::framework_cell(NAME, model, dtype, gpus, parallel, features)
@@ -240,12 +252,9 @@ mod tests {
 
     #[test]
     fn maps_gpt2_depths_and_drops_what_llmc_cannot_run() {
-        let files = crate::external::tests::files();
         let mut c = cell("gpt2-125m", "bf16", 1, "single", &[]);
         c.params.seq_len = 1024;
-        assert_eq!(FRAMEWORK.unexpressible(&c), None);
-        let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (p, v) = config_json(&FRAMEWORK, &c);
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
         let flag = |k: &str| argv[argv.iter().position(|a| a == k).unwrap() + 1].clone();
         assert_eq!(flag("-e"), "d12");
@@ -261,9 +270,7 @@ mod tests {
         let mut big = cell("gpt2-1.5b", "fp32", 2, "ddp", &[]);
         big.params.seq_len = 512;
         big.params.global_batch = 2 * big.params.micro_batch;
-        assert_eq!(FRAMEWORK.unexpressible(&big), None);
-        let p = FRAMEWORK.prepare(&big, &FrameworkOpts::default(), &files);
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (p, v) = config_json(&FRAMEWORK, &big);
         assert_eq!(v["precision"], "FP32");
         assert_eq!(v["nproc"], 2);
         assert!(p.config_text.contains("\"d48\""));
@@ -286,87 +293,103 @@ mod tests {
             let mut c = cell(model, dtype, gpus, parallel, features);
             c.params.seq_len = 1024;
             c.params.global_batch = gpus as u32 * c.params.micro_batch;
-            let got = FRAMEWORK.unexpressible(&c).unwrap_or_default();
-            assert!(got.contains(why), "{}: {got}", c.id);
+            refuses_cell(&FRAMEWORK, &c, why);
         }
         let mut long = cell("gpt2-125m", "bf16", 1, "single", &[]);
         long.params.seq_len = 2048;
-        assert!(FRAMEWORK
-            .unexpressible(&long)
-            .unwrap()
-            .contains("1,024 positions"));
+        refuses_cell(&FRAMEWORK, &long, "1,024 positions");
     }
 
-    fn fixture() -> String {
-        crate::external::tests::fixture("llmc-f1e2ace-1gpu-from-source.log")
-    }
-
-    fn parser() -> Reader<LlmcLog> {
-        Reader::new(asked(6, 1, 1024, 1), LlmcLog { keep_mfu: true })
-    }
+    /// Step 3 as llm.c printed it (`| loss 10.912345 (+0.52z)| ... | 87.12 ms | 41.2% bf16
+    /// MFU | 188062 tok/s`), in bench's units.
+    const STEP_3: LoggedStep = LoggedStep {
+        step: 3,
+        step_time_s: 87.12 / 1000.0,
+        loss: 10.912345,
+        tokens_per_s_per_gpu: Some(188_062.0),
+        tflops_per_gpu: None,
+        mfu: Some(41.2 / 100.0),
+    };
 
     #[test]
     fn fixture_from_llmcs_printf() {
-        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
-        assert_eq!(steps.len(), 6);
-        assert!((steps[2].step_time_s - 0.08712).abs() < 1e-12);
-        assert!((steps[2].loss - 10.912345).abs() < 1e-12);
-        assert!((steps[2].mfu.unwrap() - 0.412).abs() < 1e-12);
-        assert_eq!(steps[2].tokens_per_s_per_gpu, Some(188_062.0));
-        assert_eq!(end.info.name, "llm.c");
-        assert_eq!(end.peak_mem_bytes, vec![21_345 * 1024 * 1024]);
+        SOURCE.reads_as(&Captured {
+            steps: 6,
+            own_tokens_from: Some(1),
+            read: &[STEP_3],
+            name: "llm.c",
+            version: "f1e2ace",
+            device: "NVIDIA H100 80GB HBM3",
+            world_size: 1,
+            // `device memory usage: 21345 MiB`.
+            peak_mem_bytes: &[22_381_854_720],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 
     #[test]
     fn hostile_logs_are_refused() {
-        let text = fixture();
-        let cut = text.find("step    6/6").unwrap();
-        log::refuses(parser(), &text[..cut], "ends after step 5 of 6");
-        log::refuses(
-            parser(),
-            &text.replace("| 87.12 ms |", "| -1 ms |"),
-            "positive",
-        );
-        log::refuses(
-            parser(),
-            &text.replace("step    4/6", "step    3/6"),
-            "step 3 after step 3",
-        );
-        let mut other = parser();
-        other.log.asked.steps = 8;
-        log::refuses(other, &text, "asks for 8");
-        log::refuses(
-            parser(),
-            &text.replace("| loss 10.912345 (+0.52z)|", "| los 10.912345 (+0.52z)|"),
-            "does not read as",
-        );
-        log::refuses(
-            parser(),
-            &text.replace("| loss 10.912345 (+0.52z)|", "| loss 10.9x (+0.52z)|"),
-            "unreadable loss",
-        );
-        // llm.c before its z-scores printed `train loss L |`: the same reader as `bench
-        // ingest` takes both.
-        let (steps, _) = log::read_all(
-            &mut parser(),
-            &text.replace("| loss 10.912345 (+0.52z)|", "| train loss 10.912345 |"),
-            true,
-        )
-        .unwrap();
-        assert_eq!(steps[2].loss, 10.912345);
-        log::refuses(
-            parser(),
-            &text.replace(
-                "device memory usage",
-                "WARNING: Fell back to cudaMallocManaged when initializing m,v,master_weights on 1 GPUs\ndevice memory usage",
-            ), "managed (host) memory");
-        // A GPU llm.c's peak table lacks prints -100%: no framework MFU, the step stands.
-        let (steps, _) = log::read_all(
-            &mut parser(),
-            &text.replace("| 41.2% bf16 MFU |", "| -100.0% bf16 MFU |"),
-            true,
-        )
-        .unwrap();
-        assert_eq!(steps[2].mfu, None);
+        SOURCE.check(&[
+            Case {
+                edit: CutBefore("step    6/6"),
+                then: Refused("ends after step 5 of 6"),
+            },
+            Case {
+                edit: Replace {
+                    from: "| 87.12 ms |",
+                    to: "| -1 ms |",
+                },
+                then: Refused("positive"),
+            },
+            Case {
+                edit: Replace {
+                    from: "step    4/6",
+                    to: "step    3/6",
+                },
+                then: Refused("step 3 after step 3"),
+            },
+            Case {
+                edit: Steps(8),
+                then: Refused("asks for 8"),
+            },
+            Case {
+                edit: Replace {
+                    from: "| loss 10.912345 (+0.52z)|",
+                    to: "| los 10.912345 (+0.52z)|",
+                },
+                then: Refused("does not read as"),
+            },
+            Case {
+                edit: Replace {
+                    from: "| loss 10.912345 (+0.52z)|",
+                    to: "| loss 10.9x (+0.52z)|",
+                },
+                then: Refused("unreadable loss"),
+            },
+            // llm.c before its z-scores printed `train loss L |`: the same reader as `bench
+            // ingest` takes both.
+            Case {
+                edit: Replace {
+                    from: "| loss 10.912345 (+0.52z)|",
+                    to: "| train loss 10.912345 |",
+                },
+                then: Reads(STEP_3),
+            },
+            Case {
+                edit: Insert {
+                    before: "device memory usage",
+                    line: "WARNING: Fell back to cudaMallocManaged when initializing m,v,master_weights on 1 GPUs",
+                },
+                then: Refused("managed (host) memory"),
+            },
+            // A GPU llm.c's peak table lacks prints -100%: no framework MFU, the step stands.
+            Case {
+                edit: Replace {
+                    from: "| 41.2% bf16 MFU |",
+                    to: "| -100.0% bf16 MFU |",
+                },
+                then: Reads(LoggedStep { mfu: None, ..STEP_3 }),
+            },
+        ]);
     }
 }

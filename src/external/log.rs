@@ -3,7 +3,9 @@
 //! framework's log needs (torchrun's rank prefixes and colour codes off, the drivers'
 //! version line, the step order per rank, peak memory per rank, and at the end the checks
 //! that the driver spoke and every step came) and hands each other line to the adapter's
-//! [`StepLines`], which reads only what its framework prints.
+//! [`StepLines`], which reads only what its framework prints. Where a driver times the
+//! framework's steps itself, [`Progress::driver_step`] checks the figures of its step line
+//! for every such adapter alike.
 //!
 //! A parser turns lines into steps or refuses them: a line that looks like a step line but
 //! does not parse, a step out of order (lines lost, or several ranks' lines mixed without
@@ -265,11 +267,48 @@ impl Progress {
         self.order.check(line.rank, step).map_err(|m| line.bad(m))
     }
 
+    /// Reads the figures of step `step` that a bench driver prints when it times the
+    /// framework's steps itself (`[bench-<x>] step: N time: T ... tokens: K memory: B`, the
+    /// DeepSpeed and HF drivers): the step comes next in its rank, it trained the tokens the
+    /// cell asked for (`who` ran them, in the refusal), and its time is a positive number;
+    /// its memory is recorded, where the driver printed a figure (it prints -1 where the
+    /// device keeps none, a CPU). Returns the step's time, in seconds.
+    pub(crate) fn driver_step(
+        &mut self,
+        line: &Line<'_>,
+        step: u64,
+        printed: DriverFigures<'_>,
+        who: &str,
+    ) -> Result<f64, ParseError> {
+        self.in_order(line, step)?;
+        let tokens: u64 = line.int(printed.tokens, "token count")?;
+        let asked = self.asked.tokens_per_step();
+        line.agrees(tokens, asked, || {
+            format!("{who} ran {tokens} tokens a step; the cell asks for {asked}")
+        })?;
+        let time = line.positive(Some(printed.time), "step time is not a positive number")?;
+        if let Ok(m) = printed.memory.parse::<u64>() {
+            self.memory.record(0, m);
+        }
+        Ok(time)
+    }
+
     /// The ranks the driver says run (1 before its line), to turn whole-run figures into
     /// figures per GPU.
     pub(crate) fn world_size(&self) -> f64 {
         f64::from(self.info.as_ref().map_or(1, |i| i.world_size.max(1)))
     }
+}
+
+/// The figures of a bench driver's step line, as printed ([`Progress::driver_step`]).
+pub(crate) struct DriverFigures<'a> {
+    /// Seconds between step ends, after a device synchronisation.
+    pub time: &'a str,
+    /// Tokens the step trained on.
+    pub tokens: &'a str,
+    /// The step's peak reserved device memory in bytes, or -1 where the device keeps no
+    /// figure (a CPU).
+    pub memory: &'a str,
 }
 
 /// One output line as an adapter's [`StepLines`] gets it: torchrun's rank prefix split off,
@@ -425,6 +464,11 @@ impl<S: StepLines> LogParser for Reader<S> {
     }
 }
 
+/// The checks every adapter's log tests share: a captured log's figures and the hostile
+/// edits of it, declared by each adapter as data.
+#[cfg(test)]
+pub(crate) mod checks;
+
 /// Why `parser` refuses the whole log `text` (of a framework that exited 0); panics when
 /// it reads it.
 #[cfg(test)]
@@ -436,13 +480,6 @@ pub(crate) fn refusal(mut parser: impl LogParser, text: &str) -> ParseError {
         ),
         Err(e) => e,
     }
-}
-
-/// Asserts that `parser` refuses `text` with a message that says `expected`.
-#[cfg(test)]
-pub(crate) fn refuses(parser: impl LogParser, text: &str, expected: &str) {
-    let e = refusal(parser, text);
-    assert!(e.message.contains(expected), "{e}");
 }
 
 /// Reads a whole log: every line, then the end (the framework exited with `exited_ok`).

@@ -92,12 +92,7 @@ impl super::adapter::Adapter for MaxText {
             "ici_fsdp_parallelism": fsdp,
             "ici_tensor_parallelism": tp,
         });
-        let config = serde_json::json!({
-            "cell": cell.id.as_str(),
-            "source": opts.source,
-            "overrides": overrides,
-        });
-        Config::json(&config)
+        Config::from_source(cell, opts, serde_json::json!({ "overrides": overrides }))
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
@@ -220,8 +215,22 @@ impl StepLines for MaxTextLog {
 mod tests {
     use super::*;
     use crate::external::declared::MAXTEXT as FRAMEWORK;
-    use crate::external::log::{self, Reader};
-    use crate::external::tests::asked;
+    use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+    use crate::external::log::{Asked, Reader};
+    use crate::external::tests::{asked, config_json, fixture, refuses_cell};
+
+    /// A log built from MaxText's logging code: 6 steps (MaxText's steps 0 to 5) of 8,192
+    /// tokens.
+    const SOURCE: Fixture<MaxTextLog> = Fixture {
+        file: "maxtext-0.2.4-from-source.log",
+        asked: Asked {
+            steps: 6,
+            global_batch: 8,
+            seq_len: 1024,
+            gpus: 1,
+        },
+        lines: MaxTextLog::default,
+    };
 
     fn cell(gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
         crate::external::tests::tiny_cell(NAME, gpus, parallel, feats)
@@ -229,11 +238,8 @@ mod tests {
 
     #[test]
     fn mapping_and_drops() {
-        let files = crate::external::tests::files();
         let c = cell(2, "fsdp", &["compile", "sac"]);
-        assert_eq!(FRAMEWORK.unexpressible(&c), None);
-        let p = FRAMEWORK.prepare(&c, &FrameworkOpts::default(), &files);
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (p, v) = config_json(&FRAMEWORK, &c);
         let o = &v["overrides"];
         assert_eq!(o["base_num_kv_heads"], 2);
         assert_eq!(o["head_dim"], 16);
@@ -250,128 +256,122 @@ mod tests {
         let mut tp = cell(2, "fsdp", &["compile"]);
         tp.values.insert("tp".into(), crate::cell::Value::Int(2));
         tp.params.global_batch = 2;
-        assert_eq!(FRAMEWORK.unexpressible(&tp), None);
-        let p = FRAMEWORK.prepare(&tp, &FrameworkOpts::default(), &files);
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (_, v) = config_json(&FRAMEWORK, &tp);
         assert_eq!(v["overrides"]["per_device_batch_size"], 1.0);
         assert_eq!(v["overrides"]["ici_tensor_parallelism"], 2);
         assert_eq!(v["overrides"]["ici_fsdp_parallelism"], 1);
-        assert!(FRAMEWORK
-            .unexpressible(&cell(1, "single", &[]))
-            .unwrap()
-            .contains("jax.jit"));
+        refuses_cell(&FRAMEWORK, &cell(1, "single", &[]), "jax.jit");
         let mut fp8 = cell(1, "single", &["compile"]);
         fp8.values
             .insert("dtype".into(), crate::cell::Value::Str("fp8".into()));
         assert_eq!(FRAMEWORK.unexpressible(&fp8), None);
         fp8.params.grad_accum = 2;
         fp8.params.global_batch = 4;
-        assert!(FRAMEWORK
-            .unexpressible(&fp8)
-            .unwrap()
-            .contains("gradient accumulation"));
+        refuses_cell(&FRAMEWORK, &fp8, "gradient accumulation");
     }
 
-    use crate::external::tests::fixture as fixture_named;
-
-    fn fixture() -> String {
-        fixture_named("maxtext-0.2.4-from-source.log")
-    }
-
-    /// A reader of `steps` steps of 8,192 tokens.
-    fn parser_of(steps: u32) -> Reader<MaxTextLog> {
-        Reader::new(asked(steps, 8, 1024, 1), MaxTextLog::default())
-    }
-
-    fn parser() -> Reader<MaxTextLog> {
-        parser_of(6)
-    }
+    /// Step 4 (MaxText's `completed step: 3`): its time is the interval between the lines
+    /// of steps 3 and 4, not its `seconds`.
+    const STEP_4: LoggedStep = LoggedStep {
+        step: 4,
+        step_time_s: 0.125,
+        loss: 10.123,
+        tokens_per_s_per_gpu: Some(32768.0),
+        tflops_per_gpu: Some(250.5),
+        mfu: None,
+    };
 
     #[test]
     fn fixture_from_maxtexts_logging_code() {
-        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
-        assert_eq!(steps.len(), 6);
-        assert_eq!(steps[0].step, 1);
-        // Step 4's time is the interval between the lines of steps 3 and 4 (MaxText's
-        // `completed step: 2` and `3`), not its `seconds`.
-        assert!(
-            (steps[3].step_time_s - 0.125).abs() < 1e-9,
-            "{}",
-            steps[3].step_time_s
-        );
-        // The first step keeps MaxText's own `seconds` (compile included).
-        assert!((steps[0].step_time_s - 14.321).abs() < 1e-12);
-        assert!((steps[3].loss - 10.123).abs() < 1e-12);
-        assert_eq!(steps[3].tokens_per_s_per_gpu, Some(32768.0));
-        assert_eq!(steps[3].tflops_per_gpu, Some(250.5));
-        assert_eq!(end.info.name, "maxtext");
+        SOURCE.reads_as(&Captured {
+            steps: 6,
+            own_tokens_from: Some(1),
+            read: &[
+                // The first step keeps MaxText's own `seconds` (compile included).
+                LoggedStep {
+                    step: 1,
+                    step_time_s: 14.321,
+                    loss: 10.876,
+                    tokens_per_s_per_gpu: Some(571.996),
+                    tflops_per_gpu: Some(2.191),
+                    mfu: None,
+                },
+                STEP_4,
+            ],
+            name: "maxtext",
+            version: "0.2.4",
+            device: "NVIDIA H100 80GB HBM3",
+            world_size: 4,
+            // MaxText logs no memory figure.
+            peak_mem_bytes: &[],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 
     #[test]
     fn hostile_logs_are_refused() {
-        let text = fixture();
-        let cut = text.find("completed step: 5,").unwrap();
-        let cut = text[..cut].rfind('\n').unwrap() + 1;
-        log::refuses(parser(), &text[..cut], "ends after step 5 of 6");
-        log::refuses(
-            parser(),
-            &text.replace("seconds: 0.125,", "seconds: 0.0,"),
-            "positive",
-        );
-        let line3 = text
-            .lines()
-            .find(|l| l.contains("completed step: 3,"))
-            .unwrap();
-        let same = line3.replacen("10:00:01.482200", "10:00:01.357200", 1);
-        log::refuses(
-            parser(),
-            &text.replace(line3, &same),
-            "not after the previous",
-        );
-        let bare = line3.split_once("] ").unwrap().1;
-        log::refuses(
-            parser(),
-            &text.replace(line3, bare),
-            "without absl's timestamp",
-        );
-        // Across midnight at a month's end: 0.125 s, not minus a month.
-        let (steps, _) = log::read_all(
-            &mut parser(),
-            &text
-                .replace("I1124 10:00:01.357200", "I1130 23:59:59.950000")
-                .replace("I1124 10:00:01.482200", "I1201 00:00:00.075000"),
-            true,
-        )
-        .unwrap();
-        assert!(
-            (steps[3].step_time_s - 0.125).abs() < 1e-9,
-            "{}",
-            steps[3].step_time_s
-        );
-        log::refuses(
-            parser(),
-            &text.replace("total_weights: 8192,", "total_weights: 4096,"),
-            "asks for 8192",
-        );
-        // A second process's lines mixed in without prefixes repeat a step.
-        let line = text
-            .lines()
-            .find(|l| l.contains("completed step: 2,"))
-            .unwrap();
-        log::refuses(
-            parser(),
-            &text.replacen(line, &format!("{line}\n{line}"), 1),
-            "mixed",
-        );
-        log::refuses(
-            parser(),
-            &text.replacen(
-                "completed step: 0,",
-                "[Rampup Batch Size Phase], completed step: 0,",
-                1,
-            ),
-            "ramps up",
-        );
+        SOURCE.check(&[
+            Case {
+                edit: CutBefore("completed step: 5,"),
+                then: Refused("ends after step 5 of 6"),
+            },
+            Case {
+                edit: Replace {
+                    from: "seconds: 0.125,",
+                    to: "seconds: 0.0,",
+                },
+                then: Refused("positive"),
+            },
+            // The line of MaxText's step 3 stamped as the one before it.
+            Case {
+                edit: Replace {
+                    from: "10:00:01.482200",
+                    to: "10:00:01.357200",
+                },
+                then: Refused("not after the previous"),
+            },
+            // The same line without its absl prefix.
+            Case {
+                edit: Replace {
+                    from: "I1124 10:00:01.482200 140212 metric_logger.py:230] ",
+                    to: "",
+                },
+                then: Refused("without absl's timestamp"),
+            },
+            // Across midnight at a month's end: 0.125 s, not minus a month.
+            Case {
+                edit: Each(&[
+                    Replace {
+                        from: "I1124 10:00:01.357200",
+                        to: "I1130 23:59:59.950000",
+                    },
+                    Replace {
+                        from: "I1124 10:00:01.482200",
+                        to: "I1201 00:00:00.075000",
+                    },
+                ]),
+                then: Reads(STEP_4),
+            },
+            Case {
+                edit: Replace {
+                    from: "total_weights: 8192,",
+                    to: "total_weights: 4096,",
+                },
+                then: Refused("asks for 8192"),
+            },
+            // A second process's lines mixed in without prefixes repeat a step.
+            Case {
+                edit: Double("completed step: 2,"),
+                then: Refused("mixed"),
+            },
+            Case {
+                edit: Replace {
+                    from: "completed step: 0,",
+                    to: "[Rampup Batch Size Phase], completed step: 0,",
+                },
+                then: Refused("ramps up"),
+            },
+        ]);
     }
 
     /// The first step lines of a real run on an H100 (2026-11-25, MaxText 0.2.5, jax 0.11.2,
@@ -380,8 +380,8 @@ mod tests {
     /// 0.178 s and 0.164 s apart.
     #[test]
     fn real_h100_lines_are_timed_by_their_stamps() {
-        let text = fixture_named("maxtext-0.2.5-h100-first-steps.log");
-        let mut p = parser_of(12);
+        let text = fixture("maxtext-0.2.5-h100-first-steps.log");
+        let mut p = Reader::new(asked(12, 8, 1024, 1), MaxTextLog::default());
         let mut steps = vec![];
         for (i, l) in text.lines().enumerate() {
             steps.extend(p.line(i + 1, l).unwrap());
@@ -402,7 +402,7 @@ mod tests {
     /// last step's printed `loss: 0.000` is a loss a run can log.
     #[test]
     fn the_captured_h100_run_reads_as_twelve_measured_steps() {
-        let text = fixture_named("maxtext-0.2.5-h100-12-steps.log");
+        let text = fixture("maxtext-0.2.5-h100-12-steps.log");
         let mut c = crate::external::tests::framework_cell(
             NAME,
             "llama-3.1-8b-proxy",

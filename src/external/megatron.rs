@@ -26,114 +26,115 @@ pub(crate) const NAME: &str = "megatron";
 
 impl super::adapter::Adapter for Megatron {
     fn config(&self, cell: &Cell, opts: &FrameworkOpts, _: &AttemptFiles) -> Config {
-        let p = &cell.params;
-        let cfg = super::mapping::mapped_llama(cell);
-        let (tp, pp) = (
-            super::mapping::degree(cell, "tp"),
-            super::mapping::degree(cell, "pp"),
-        );
-        let dp = cell.gpus() / (tp * pp).max(1);
-        let s = |v: &dyn ToString| v.to_string();
-        let mut flags: Vec<String> = [
-            "--transformer-impl",
-            "local",
-            "--use-mcore-models",
-            "--mock-data",
-            "--tokenizer-type",
-            "NullTokenizer",
-        ]
-        .iter()
-        .map(|x| x.to_string())
-        .collect();
-        let mut kv = |k: &str, v: String| {
-            flags.push(k.to_string());
-            flags.push(v);
-        };
-        // NullTokenizer's vocabulary is `--vocab-size` plus its end-of-document token;
-        // dividing by 1 keeps Megatron from padding it, so the model is exactly the preset.
-        kv("--vocab-size", s(&(cfg.vocab - 1)));
-        kv("--make-vocab-size-divisible-by", s(&1));
-        kv("--num-layers", s(&cfg.layers));
-        kv("--hidden-size", s(&cfg.hidden));
-        kv("--ffn-hidden-size", s(&cfg.ffn));
-        kv("--num-attention-heads", s(&cfg.heads));
-        kv("--num-query-groups", s(&cfg.kv_heads));
-        kv("--seq-length", s(&p.seq_len));
-        kv("--max-position-embeddings", s(&p.seq_len));
-        kv("--position-embedding-type", "rope".into());
-        kv("--rotary-base", s(&(cfg.rope_theta as u64)));
-        kv("--normalization", "RMSNorm".into());
-        kv("--norm-epsilon", s(&cfg.norm_eps));
-        kv("--attention-dropout", s(&0.0));
-        kv("--hidden-dropout", s(&0.0));
-        kv("--micro-batch-size", s(&p.micro_batch));
-        kv("--global-batch-size", s(&p.global_batch));
-        kv("--train-iters", s(&p.steps));
-        kv("--lr", s(&p.lr));
-        kv("--min-lr", s(&p.lr));
-        kv("--lr-decay-style", "constant".into());
-        kv("--lr-warmup-iters", s(&0));
-        kv("--weight-decay", s(&0.0));
-        // Megatron refuses seed 0 ("Seed (0) should be a positive integer", seen on the
-        // H100): the cell's seed s is Megatron's s + 1, so distinct seeds stay distinct.
-        kv("--seed", s(&p.seed.saturating_add(1)));
-        kv("--tensor-model-parallel-size", s(&tp));
-        kv("--pipeline-model-parallel-size", s(&pp));
-        // One line per iteration, so each line's time is one step's; no evaluation or
-        // checkpoint interrupts the steps.
-        kv("--log-interval", s(&1));
-        kv("--eval-iters", s(&0));
-        kv("--eval-interval", s(&(p.steps + 1)));
-        for f in [
-            "--group-query-attention",
-            "--swiglu",
-            "--untie-embeddings-and-output-weights",
-            "--disable-bias-linear",
-            "--log-throughput",
-            // The fused weight-gradient and softmax kernels come from Transformer Engine or
-            // apex, which the local spec does not require.
-            "--no-gradient-accumulation-fusion",
-            "--no-masked-softmax-fusion",
-            // Megatron-Core 0.19 refuses its default rope fusion without Transformer Engine
-            // ("apply_rope_fusion is not available. Please install TE >= 1.4").
-            "--no-rope-fusion",
-            // The local spec's torch norm asserts "persist_layer_norm not supported by torch
-            // LayerNorm" (seen on an H100): that kernel is apex's.
-            "--no-persist-layer-norm",
-        ] {
-            flags.push(f.to_string());
-        }
-        if cell.dtype().name() == "bf16" {
-            flags.push("--bf16".into());
-        }
-        if cell.features().contains("sac") {
-            flags.extend(
-                [
-                    "--recompute-granularity",
-                    "full",
-                    "--recompute-method",
-                    "uniform",
-                    "--recompute-num-layers",
-                    "1",
-                ]
-                .map(String::from),
-            );
-        }
-        if cell.parallel().name() == "fsdp" && dp > 1 {
-            flags.push("--use-torch-fsdp2".into());
-        }
-        flags.extend(opts.args.iter().cloned());
-        let config = serde_json::json!({
-            "cell": cell.id.as_str(),
-            "source": opts.source,
-            "argv": flags,
-        });
-        Config::json(&config)
+        Config::from_source(cell, opts, serde_json::json!({ "argv": argv(cell, opts) }))
     }
 
     fn parser(&self, cell: &Cell) -> Box<dyn LogParser> {
         log::reader(cell, MegatronLog)
     }
+}
+
+/// `pretrain_gpt.py`'s flags for `cell` (model, batch, schedule, precision, recompute and
+/// parallelism), then the matrix's own `args`.
+fn argv(cell: &Cell, opts: &FrameworkOpts) -> Vec<String> {
+    let p = &cell.params;
+    let cfg = super::mapping::mapped_llama(cell);
+    let (tp, pp) = (
+        super::mapping::degree(cell, "tp"),
+        super::mapping::degree(cell, "pp"),
+    );
+    let dp = cell.gpus() / (tp * pp).max(1);
+    let s = |v: &dyn ToString| v.to_string();
+    let mut flags: Vec<String> = [
+        "--transformer-impl",
+        "local",
+        "--use-mcore-models",
+        "--mock-data",
+        "--tokenizer-type",
+        "NullTokenizer",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    let mut kv = |k: &str, v: String| {
+        flags.push(k.to_string());
+        flags.push(v);
+    };
+    // NullTokenizer's vocabulary is `--vocab-size` plus its end-of-document token;
+    // dividing by 1 keeps Megatron from padding it, so the model is exactly the preset.
+    kv("--vocab-size", s(&(cfg.vocab - 1)));
+    kv("--make-vocab-size-divisible-by", s(&1));
+    kv("--num-layers", s(&cfg.layers));
+    kv("--hidden-size", s(&cfg.hidden));
+    kv("--ffn-hidden-size", s(&cfg.ffn));
+    kv("--num-attention-heads", s(&cfg.heads));
+    kv("--num-query-groups", s(&cfg.kv_heads));
+    kv("--seq-length", s(&p.seq_len));
+    kv("--max-position-embeddings", s(&p.seq_len));
+    kv("--position-embedding-type", "rope".into());
+    kv("--rotary-base", s(&(cfg.rope_theta as u64)));
+    kv("--normalization", "RMSNorm".into());
+    kv("--norm-epsilon", s(&cfg.norm_eps));
+    kv("--attention-dropout", s(&0.0));
+    kv("--hidden-dropout", s(&0.0));
+    kv("--micro-batch-size", s(&p.micro_batch));
+    kv("--global-batch-size", s(&p.global_batch));
+    kv("--train-iters", s(&p.steps));
+    kv("--lr", s(&p.lr));
+    kv("--min-lr", s(&p.lr));
+    kv("--lr-decay-style", "constant".into());
+    kv("--lr-warmup-iters", s(&0));
+    kv("--weight-decay", s(&0.0));
+    // Megatron refuses seed 0 ("Seed (0) should be a positive integer", seen on the
+    // H100): the cell's seed s is Megatron's s + 1, so distinct seeds stay distinct.
+    kv("--seed", s(&p.seed.saturating_add(1)));
+    kv("--tensor-model-parallel-size", s(&tp));
+    kv("--pipeline-model-parallel-size", s(&pp));
+    // One line per iteration, so each line's time is one step's; no evaluation or
+    // checkpoint interrupts the steps.
+    kv("--log-interval", s(&1));
+    kv("--eval-iters", s(&0));
+    kv("--eval-interval", s(&(p.steps + 1)));
+    for f in [
+        "--group-query-attention",
+        "--swiglu",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--log-throughput",
+        // The fused weight-gradient and softmax kernels come from Transformer Engine or
+        // apex, which the local spec does not require.
+        "--no-gradient-accumulation-fusion",
+        "--no-masked-softmax-fusion",
+        // Megatron-Core 0.19 refuses its default rope fusion without Transformer Engine
+        // ("apply_rope_fusion is not available. Please install TE >= 1.4").
+        "--no-rope-fusion",
+        // The local spec's torch norm asserts "persist_layer_norm not supported by torch
+        // LayerNorm" (seen on an H100): that kernel is apex's.
+        "--no-persist-layer-norm",
+    ] {
+        flags.push(f.to_string());
+    }
+    if cell.dtype().name() == "bf16" {
+        flags.push("--bf16".into());
+    }
+    if cell.features().contains("sac") {
+        flags.extend(
+            [
+                "--recompute-granularity",
+                "full",
+                "--recompute-method",
+                "uniform",
+                "--recompute-num-layers",
+                "1",
+            ]
+            .map(String::from),
+        );
+    }
+    if cell.parallel().name() == "fsdp" && dp > 1 {
+        flags.push("--use-torch-fsdp2".into());
+    }
+    flags.extend(opts.args.iter().cloned());
+    flags
 }
 
 static ITERATION: LazyLock<Regex> =
@@ -269,8 +270,22 @@ impl StepLines for MegatronLog {
 mod tests {
     use super::*;
     use crate::external::declared::MEGATRON as FRAMEWORK;
-    use crate::external::log::{self, Reader};
-    use crate::external::tests::asked;
+    use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+    use crate::external::log::Asked;
+    use crate::external::tests::{config_json, refuses_cell};
+
+    /// A log built from Megatron-LM's logging code: 6 iterations of 4 sequences of 2,048
+    /// tokens on 2 GPUs.
+    const SOURCE: Fixture<MegatronLog> = Fixture {
+        file: "megatron-core-0.20.0-2rank-from-source.log",
+        asked: Asked {
+            steps: 6,
+            global_batch: 4,
+            seq_len: 2048,
+            gpus: 2,
+        },
+        lines: MegatronLog::default,
+    };
 
     fn cell(gpus: i64, parallel: &str, feats: &[&str]) -> Cell {
         let mut c = crate::external::tests::tiny_cell(NAME, gpus, parallel, feats);
@@ -283,13 +298,7 @@ mod tests {
     #[test]
     fn mapping_and_drops() {
         let c = cell(2, "fsdp", &["sac"]);
-        assert_eq!(FRAMEWORK.unexpressible(&c), None);
-        let p = FRAMEWORK.prepare(
-            &c,
-            &FrameworkOpts::default(),
-            &crate::external::tests::files(),
-        );
-        let v: serde_json::Value = serde_json::from_str(&p.config_text).unwrap();
+        let (p, v) = config_json(&FRAMEWORK, &c);
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
         let flag = |k: &str| {
             let i = argv
@@ -310,117 +319,145 @@ mod tests {
         assert!(p.argv.contains(&"--nproc_per_node".to_string()));
         assert!(p.argv.last().unwrap() == "{config}");
         let compiled = cell(1, "single", &["compile"]);
-        assert!(FRAMEWORK
-            .unexpressible(&compiled)
-            .unwrap()
-            .contains("torch.compile"));
+        refuses_cell(&FRAMEWORK, &compiled, "torch.compile");
         let mut fp8 = cell(1, "single", &[]);
         fp8.values
             .insert("dtype".into(), crate::cell::Value::Str("fp8".into()));
-        assert!(FRAMEWORK
-            .unexpressible(&fp8)
-            .unwrap()
-            .contains("Transformer Engine"));
+        refuses_cell(&FRAMEWORK, &fp8, "Transformer Engine");
         let mut tp3 = cell(3, "ddp", &[]);
         tp3.values.insert("tp".into(), crate::cell::Value::Int(3));
         tp3.params.global_batch = 2;
-        assert!(FRAMEWORK.unexpressible(&tp3).unwrap().contains("tp 3"));
+        refuses_cell(&FRAMEWORK, &tp3, "tp 3");
         let mut pp2 = cell(2, "ddp", &[]);
         pp2.values.insert("pp".into(), crate::cell::Value::Int(2));
         pp2.params.global_batch = 2;
         assert_eq!(FRAMEWORK.unexpressible(&pp2), None);
     }
 
-    fn fixture() -> String {
-        crate::external::tests::fixture("megatron-core-0.20.0-2rank-from-source.log")
-    }
-
-    /// A reader of `steps` iterations of `global_batch` sequences of 2,048 tokens on 2 GPUs.
-    fn parser_of(steps: u32, global_batch: u32) -> Reader<MegatronLog> {
-        Reader::new(asked(steps, global_batch, 2048, 2), MegatronLog)
-    }
-
-    fn parser() -> Reader<MegatronLog> {
-        parser_of(6, 4)
-    }
+    /// Iteration 3 as Megatron printed it (`elapsed time per iteration (ms): 250.4 |
+    /// throughput per GPU (TFLOP/s/GPU): 137.6 | ... | lm loss: 6.234567E+00`), in bench's
+    /// units.
+    const STEP_3: LoggedStep = LoggedStep {
+        step: 3,
+        step_time_s: 250.4 / 1000.0,
+        loss: 6.234567,
+        // 4 x 2048 tokens in 250.4 ms on 2 GPUs.
+        tokens_per_s_per_gpu: Some(8192.0 / (250.4 / 1000.0) / 2.0),
+        tflops_per_gpu: Some(137.6),
+        mfu: None,
+    };
 
     #[test]
     fn fixture_from_megatrons_logging_code() {
-        let (steps, end) = log::read_all(&mut parser(), &fixture(), true).unwrap();
-        assert_eq!(steps.len(), 6);
-        assert_eq!(steps[2].step, 3);
-        assert!((steps[2].step_time_s - 0.2504).abs() < 1e-12);
-        assert!((steps[2].loss - 6.234567).abs() < 1e-9);
-        assert_eq!(steps[2].tflops_per_gpu, Some(137.6));
-        // 4 x 2048 tokens in 0.2504 s on 2 GPUs.
-        let tps = steps[2].tokens_per_s_per_gpu.unwrap();
-        assert!((tps - 8192.0 / 0.2504 / 2.0).abs() < 1e-6, "{tps}");
-        // Data-parallel rank 0 reports memory; its largest `max reserved` is kept.
-        assert_eq!(
-            end.peak_mem_bytes,
-            vec![(2100.0f64 * 1024.0 * 1024.0) as u64]
-        );
-        assert_eq!(end.info.name, "megatron-core");
+        SOURCE.reads_as(&Captured {
+            steps: 6,
+            own_tokens_from: Some(1),
+            read: &[STEP_3],
+            name: "megatron-core",
+            version: "0.20.0",
+            device: "NVIDIA H100 80GB HBM3",
+            world_size: 2,
+            // Data-parallel rank 0 reports memory; its largest `max reserved` (2,100 MB) is
+            // kept.
+            peak_mem_bytes: &[2_202_009_600],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 
     #[test]
     fn captured_two_rank_h200_log() {
         // A real run (2026-11-26, two H200s, torch FSDP2, seq 2048 x micro batch 4): the last
         // rank prints the iteration lines, data-parallel rank 0 the memory reports.
-        let text = crate::external::tests::fixture("megatron-core-0.19.0-h200x2-fsdp2.log");
-        let mut parser = parser_of(12, 8);
-        let (steps, end) = log::read_all(&mut parser, &text, true).unwrap();
-        assert_eq!(steps.len(), 12);
-        assert!((steps[11].step_time_s - 0.4359).abs() < 1e-12);
-        assert!((steps[11].loss - 0.2555234).abs() < 1e-9);
-        assert_eq!(steps[11].tflops_per_gpu, Some(161.4));
-        let tps = steps[11].tokens_per_s_per_gpu.unwrap();
-        assert!((tps - 8.0 * 2048.0 / 0.4359 / 2.0).abs() < 1e-6, "{tps}");
-        assert_eq!(
-            end.peak_mem_bytes,
-            vec![(32326.0f64 * 1024.0 * 1024.0) as u64]
-        );
-        assert_eq!(end.info.name, "megatron-core");
-        assert_eq!(end.info.version, "0.19.0");
-        assert_eq!(end.info.device, "NVIDIA H200");
+        let h200 = Fixture {
+            file: "megatron-core-0.19.0-h200x2-fsdp2.log",
+            asked: Asked {
+                steps: 12,
+                global_batch: 8,
+                seq_len: 2048,
+                gpus: 2,
+            },
+            lines: MegatronLog::default,
+        };
+        h200.reads_as(&Captured {
+            steps: 12,
+            own_tokens_from: Some(1),
+            read: &[LoggedStep {
+                step: 12,
+                step_time_s: 435.9 / 1000.0,
+                loss: 0.2555234,
+                // 8 x 2048 tokens in 435.9 ms on 2 GPUs.
+                tokens_per_s_per_gpu: Some(16384.0 / (435.9 / 1000.0) / 2.0),
+                tflops_per_gpu: Some(161.4),
+                mfu: None,
+            }],
+            name: "megatron-core",
+            version: "0.19.0",
+            device: "NVIDIA H200",
+            world_size: 2,
+            // `max reserved: 32326.00` MB.
+            peak_mem_bytes: &[33_896_267_776],
+            run_tokens_per_s_per_gpu: None,
+        });
     }
 
     #[test]
     fn hostile_logs_are_refused() {
-        let text = fixture();
-        // Truncated before the last iteration although Megatron exited 0.
-        let cut = text.find("iteration        6/").unwrap();
-        let line_start = text[..cut].rfind('\n').unwrap() + 1;
-        log::refuses(parser(), &text[..line_start], "ends after step 5 of 6");
-        // A garbled time field.
-        log::refuses(
-            parser(),
-            &text.replace("(ms): 250.4 |", "(ms): fast |"),
-            "positive number",
-        );
-        // A line cut after its elapsed time (`250.4` read as `25`) is not a shorter step.
-        let line = text.lines().find(|l| l.contains("(ms): 250.4 |")).unwrap();
-        let cut = &line[..line.find("250.4").unwrap() + 2];
-        log::refuses(parser(), &text.replace(line, cut), "the line is cut");
-        // Two ranks' lines mixed without prefixes: an iteration repeats.
-        let doubled = text.replace("[rank1]:", "").replacen(
-            " [2026-11-24 10:00:02",
-            " iteration        1/       6 | elapsed time per iteration (ms): 250.1 | global batch size:     4 | lm loss: 6.900000E+00 |\n [2026-11-24 10:00:02",
-            1,
-        );
-        log::refuses(parser(), &doubled, "mixed");
-        // Flags that did not take.
-        let mut other = parser();
-        other.log.asked.steps = 8;
-        log::refuses(other, &text, "asked for 8");
-        log::refuses(parser_of(6, 8), &text, "asks for 8");
-        // A NaN loss reads as NaN (the reader fails the cell with exit 5).
-        let (steps, _) = log::read_all(
-            &mut parser(),
-            &text.replace("lm loss: 6.234567E+00", "lm loss: nan"),
-            true,
-        )
-        .unwrap();
-        assert!(steps[2].loss.is_nan());
+        SOURCE.check(&[
+            // Truncated before the last iteration although Megatron exited 0.
+            Case {
+                edit: CutBefore("iteration        6/"),
+                then: Refused("ends after step 5 of 6"),
+            },
+            // A garbled time field.
+            Case {
+                edit: Replace {
+                    from: "(ms): 250.4 |",
+                    to: "(ms): fast |",
+                },
+                then: Refused("positive number"),
+            },
+            // A line cut after its elapsed time (`250.4` read as `25`) is not a shorter step.
+            Case {
+                edit: Truncate {
+                    line: "(ms): 250.4 |",
+                    after: "(ms): 25",
+                },
+                then: Refused("the line is cut"),
+            },
+            // Two ranks' lines mixed without prefixes: an iteration repeats.
+            Case {
+                edit: Each(&[
+                    Replace {
+                        from: "[rank1]:",
+                        to: "",
+                    },
+                    Insert {
+                        before: " [2026-11-24 10:00:02",
+                        line: " iteration        1/       6 | elapsed time per iteration (ms): 250.1 | global batch size:     4 | lm loss: 6.900000E+00 |",
+                    },
+                ]),
+                then: Refused("mixed"),
+            },
+            // Flags that did not take.
+            Case {
+                edit: Steps(8),
+                then: Refused("asked for 8"),
+            },
+            Case {
+                edit: GlobalBatch(8),
+                then: Refused("asks for 8"),
+            },
+            // A NaN loss reads as NaN (the reader fails the cell with exit 5).
+            Case {
+                edit: Replace {
+                    from: "lm loss: 6.234567E+00",
+                    to: "lm loss: nan",
+                },
+                then: Reads(LoggedStep {
+                    loss: f64::NAN,
+                    ..STEP_3
+                }),
+            },
+        ]);
     }
 }

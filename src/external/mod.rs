@@ -105,6 +105,28 @@ mod tests {
         }
     }
 
+    /// What `framework` prepares for `cell`, which it must be able to run.
+    pub(crate) fn prepared(framework: &adapter::Framework, cell: &Cell) -> adapter::Prepared {
+        assert_eq!(framework.unexpressible(cell), None, "{}", cell.id);
+        framework.prepare(cell, &crate::cell::FrameworkOpts::default(), &files())
+    }
+
+    /// What `framework` prepares for `cell` ([`prepared`]), with its JSON config parsed.
+    pub(crate) fn config_json(
+        framework: &adapter::Framework,
+        cell: &Cell,
+    ) -> (adapter::Prepared, serde_json::Value) {
+        let p = prepared(framework, cell);
+        let config = serde_json::from_str(&p.config_text).unwrap();
+        (p, config)
+    }
+
+    /// Asserts that `framework` refuses to run `cell`, saying `why`.
+    pub(crate) fn refuses_cell(framework: &adapter::Framework, cell: &Cell, why: &str) {
+        let got = framework.unexpressible(cell).unwrap_or_default();
+        assert!(got.contains(why), "{}: {got}", cell.id);
+    }
+
     /// What a cell of `steps` steps of `global_batch` sequences of `seq_len` tokens on
     /// `gpus` GPUs asks of its framework's log.
     pub(crate) fn asked(steps: u32, global_batch: u32, seq_len: u32, gpus: u32) -> log::Asked {

@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::external::declared::TORCHTITAN as FRAMEWORK;
-use crate::external::log::Reader;
+use crate::external::log::checks::{Captured, Case, Edit::*, Fixture, Then::*};
+use crate::external::log::Asked;
+use crate::external::tests::{prepared, refuses_cell};
 
 #[test]
 fn ffn_width_is_exact() {
@@ -30,12 +32,7 @@ fn mapping_of_a_fsdp_fp8_cell() {
     let mut c =
         crate::external::tests::cell("llama-3.1-8b-proxy", "fp8", 2, "fsdp", &["compile", "sac"]);
     c.params.sac_every = 2;
-    assert_eq!(FRAMEWORK.unexpressible(&c), None);
-    let p = FRAMEWORK.prepare(
-        &c,
-        &FrameworkOpts::default(),
-        &crate::external::tests::files(),
-    );
+    let p = prepared(&FRAMEWORK, &c);
     for want in [
         "data_parallel_shard_degree = 2",
         "data_parallel_replicate_degree = 1",
@@ -64,7 +61,7 @@ fn mapping_of_a_fsdp_fp8_cell() {
         ]
     );
     let gpt = crate::external::tests::cell("gpt2-125m", "bf16", 1, "single", &[]);
-    assert!(FRAMEWORK.unexpressible(&gpt).unwrap().contains("Llama"));
+    refuses_cell(&FRAMEWORK, &gpt, "Llama");
 }
 
 #[test]
@@ -87,98 +84,156 @@ fn timestamps_to_millis() {
     assert_eq!(millis("yesterday"), None);
 }
 
-use crate::external::tests::{asked, fixture};
-
-fn parser(steps: u32) -> Reader<TitanLog> {
-    Reader::new(asked(steps, 1, 1, 1), TitanLog::default())
-}
-
-const SOURCE_2RANK: &str = "torchtitan-0.2.2-2rank-from-source.log";
+/// A log built from torchtitan's logging code: 8 steps on 2 ranks (the reader takes the
+/// tokens of a step from torchtitan's own config line).
+const SOURCE_2RANK: Fixture<TitanLog> = Fixture {
+    file: "torchtitan-0.2.2-2rank-from-source.log",
+    asked: Asked {
+        steps: 8,
+        global_batch: 1,
+        seq_len: 1,
+        gpus: 1,
+    },
+    lines: TitanLog::default,
+};
 
 #[test]
 fn two_rank_log_from_torchtitans_logging_code() {
-    let (steps, end) = log::read_all(&mut parser(8), &fixture(SOURCE_2RANK), true).unwrap();
-    assert_eq!(steps.len(), 8, "rank 0's steps only");
-    assert!(
-        (steps[0].step_time_s - 4.0).abs() < 1e-9,
-        "2048 tokens at 512 tps"
-    );
-    for s in &steps[1..] {
-        assert!((s.step_time_s - 0.5).abs() < 1e-9, "{s:?}");
-        assert_eq!(s.tokens_per_s_per_gpu, Some(4096.0));
-    }
-    assert!((steps[7].loss - 9.2).abs() < 1e-9);
+    // Rank 0's steps only: the first one's time is 2048 tokens at 512 tps, the others' the
+    // 0.5 s between their timestamps (`tps: 4,096  tflops: 10.24  mfu: 1.04%`), the loss
+    // 0.1 lower each step from 9.9.
+    let read: Vec<LoggedStep> = (1..=8)
+        .map(|n| {
+            let (time, tps, tflops, mfu_percent) = if n == 1 {
+                (2048.0 / 512.0, 512.0, 1.28, 0.13)
+            } else {
+                (0.5, 4096.0, 10.24, 1.04)
+            };
+            LoggedStep {
+                step: n,
+                step_time_s: time,
+                loss: (100 - n) as f64 / 10.0,
+                tokens_per_s_per_gpu: Some(tps),
+                tflops_per_gpu: Some(tflops),
+                mfu: Some(mfu_percent / 100.0),
+            }
+        })
+        .collect();
+    // Each rank's largest `memory: ..GiB`.
     let gib = (1u64 << 30) as f64;
-    assert_eq!(
-        end.peak_mem_bytes,
-        vec![(10.08 * gib).round() as u64, (10.58 * gib).round() as u64]
-    );
-    assert_eq!(end.info.version, "0.2.2");
-    assert_eq!(end.info.world_size, 2);
+    let peaks = [10.08, 10.58].map(|g: f64| (g * gib).round() as u64);
+    SOURCE_2RANK.reads_as(&Captured {
+        steps: 8,
+        own_tokens_from: Some(1),
+        read: &read,
+        name: "torchtitan",
+        version: "0.2.2",
+        device: "NVIDIA H200",
+        world_size: 2,
+        peak_mem_bytes: &peaks,
+        run_tokens_per_s_per_gpu: None,
+    });
 }
 
 #[test]
 fn interleaved_ranks_without_prefixes_are_refused() {
-    let text: String = fixture(SOURCE_2RANK)
-        .lines()
-        .map(|l| log::split_rank(l).1 + "\n")
-        .collect();
-    let e = log::refusal(parser(8), &text);
-    assert!(e.message.contains("mixed"), "{e}");
-    assert!(e.line.contains("step:  1"), "{e}");
+    SOURCE_2RANK.check(&[Case {
+        edit: Unprefixed,
+        then: RefusedAt {
+            says: "mixed",
+            line: "step:  1",
+        },
+    }]);
 }
 
 #[test]
 fn truncated_logs_are_refused() {
-    let text = fixture(SOURCE_2RANK);
-    let lines: Vec<&str> = text.lines().collect();
-    // The tail cut after step 7: the framework "exited 0" but step 8 never came.
-    let cut = lines.iter().position(|l| l.contains("step:  8")).unwrap();
-    let head = lines[..cut].join("\n");
-    let e = log::refusal(parser(8), &head);
-    assert!(e.message.contains("ends after step 7 of 8"), "{e}");
-    // A cut inside a step line is a malformed line, not a short number.
-    let partial = format!("{}\n{}", head, &lines[cut][..lines[cut].len() - 12]);
-    let e = log::refusal(parser(8), &partial);
-    assert_eq!(e.line_no, cut + 1);
-    // The head lost: no driver line.
-    let tail = lines[6..].join("\n");
-    let e = log::refusal(parser(8), &tail);
-    assert!(e.message.contains("bench-framework"), "{e}");
-    // A lost line in the middle.
-    let mut gap: Vec<&str> = lines.clone();
-    gap.retain(|l| !l.starts_with("[rank0]") || !l.contains("step:  4"));
-    let e = log::refusal(parser(8), &gap.join("\n"));
-    assert!(e.message.contains("step 5 follows step 3"), "{e}");
+    SOURCE_2RANK.check(&[
+        // The tail cut after step 7: the framework "exited 0" but step 8 never came.
+        Case {
+            edit: CutBefore("step:  8"),
+            then: Refused("ends after step 7 of 8"),
+        },
+        // A cut inside a step line is a malformed line, not a short number.
+        Case {
+            edit: CutAfter("memory: 10.08GiB(7.20%)  tps: 4,096  tflops: 10.24"),
+            then: RefusedAt {
+                says: "does not read as",
+                line: "step:  8",
+            },
+        },
+        // The head lost: no driver line.
+        Case {
+            edit: StartAt("Trainer is initialized"),
+            then: Refused("bench-framework"),
+        },
+        // A lost line in the middle.
+        Case {
+            edit: Drop("10:00:05,500 - root - INFO - step:  4"),
+            then: Refused("step 5 follows step 3"),
+        },
+    ]);
 }
 
 #[test]
 fn malformed_step_lines_are_refused() {
-    let text = fixture(SOURCE_2RANK).replacen("tps: 4,096", "tps: fast", 1);
-    let e = log::refusal(parser(8), &text);
-    assert!(e.to_string().contains("tps: fast"), "{e}");
-    let text = fixture(SOURCE_2RANK).replacen("total steps 8", "total steps 9", 1);
-    let e = log::refusal(parser(8), &text);
-    assert!(e.message.contains("did not take"), "{e}");
+    SOURCE_2RANK.check(&[
+        // Rank 0's step 2 with a garbled throughput.
+        Case {
+            edit: Replace {
+                from: "memory: 10.02GiB(7.16%)  tps: 4,096",
+                to: "memory: 10.02GiB(7.16%)  tps: fast",
+            },
+            then: RefusedAt {
+                says: "does not read as",
+                line: "tps: fast",
+            },
+        },
+        Case {
+            edit: Replace {
+                from: "total steps 8",
+                to: "total steps 9",
+            },
+            then: Refused("did not take"),
+        },
+    ]);
 }
 
 #[test]
 fn captured_two_rank_h200_log() {
-    let text = fixture("torchtitan-0.2.2-h200x2-fsdp.log");
-    let (steps, end) = log::read_all(&mut parser(12), &text, true).unwrap();
-    assert_eq!(steps.len(), 12);
-    // Rank 0's timestamps 01:30:09,724 and 01:30:09,914 (rank 1 printed first).
-    assert!(
-        (steps[11].step_time_s - 0.190).abs() < 1e-9,
-        "{:?}",
-        steps[11]
-    );
-    assert_eq!(steps[11].tokens_per_s_per_gpu, Some(43315.0));
-    assert!((steps[11].loss - 3.45591).abs() < 1e-12);
+    let h200 = Fixture {
+        file: "torchtitan-0.2.2-h200x2-fsdp.log",
+        asked: Asked {
+            steps: 12,
+            global_batch: 1,
+            seq_len: 1,
+            gpus: 1,
+        },
+        lines: TitanLog::default,
+    };
     let gib = (1u64 << 30) as f64;
-    assert_eq!(end.peak_mem_bytes, vec![(25.67 * gib).round() as u64; 2]);
-    assert_eq!(end.info.device, "NVIDIA H200");
+    h200.reads_as(&Captured {
+        steps: 12,
+        own_tokens_from: Some(1),
+        read: &[LoggedStep {
+            step: 12,
+            // Rank 0's timestamps 01:30:09,724 and 01:30:09,914 (rank 1 printed first).
+            step_time_s: 0.190,
+            loss: 3.45591,
+            tokens_per_s_per_gpu: Some(43315.0),
+            tflops_per_gpu: Some(433.03),
+            mfu: Some(43.79 / 100.0),
+        }],
+        name: "torchtitan",
+        version: "0.2.2",
+        device: "NVIDIA H200",
+        world_size: 2,
+        peak_mem_bytes: &[(25.67 * gib).round() as u64; 2],
+        run_tokens_per_s_per_gpu: None,
+    });
     // The same lines without torchrun's prefixes cannot be attributed: refused.
-    let bare: String = text.lines().map(|l| log::split_rank(l).1 + "\n").collect();
-    assert!(log::read_all(&mut parser(12), &bare, true).is_err());
+    h200.check(&[Case {
+        edit: Unprefixed,
+        then: Refused("mixed"),
+    }]);
 }
