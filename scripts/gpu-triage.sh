@@ -91,9 +91,12 @@ night() {
 # The repository and the history, after every night: a call cut at its time limit keeps
 # the nights it finished.
 save_state() {
-  (cd "$WORK" && tar czf "$OUTD/state.tgz" repo history.sqlite $(ls -d results/*/results.json 2>/dev/null))
+  (cd "$WORK" && shopt -s nullglob && tar czf "$OUTD/state.tgz" repo history.sqlite results/*/results.json)
 }
-n=$(ls "$WORK/results" 2>/dev/null | grep -c '^night[0-9]*$' || true)
+n=0
+for d in "$WORK"/results/night*; do
+  case ${d##*/} in night*[!0-9]*) ;; *) n=$((n + 1)) ;; esac
+done
 case $PHASE in
   clean:*)
     for _ in $(seq "${PHASE#clean:}"); do

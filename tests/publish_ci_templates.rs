@@ -52,6 +52,7 @@ fn assert_parses(line: &str) {
             "\"${BENCH_HISTORY_URL:-$BENCH_HISTORY_FILE}\"",
             "/builds/bench-history.sqlite",
         )
+        .replace("\"$BENCH_TRIAGE_BUDGET\"", "3600")
         .replace(
             "${BENCH_FILTER:+--filter \"$BENCH_FILTER\"}",
             "--filter model=gpt2-125m",

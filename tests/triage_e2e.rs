@@ -11,8 +11,12 @@
 //! night triggers no triage; a pull request's run does not bisect; a later job resumes from
 //! the probes the history holds.
 
+mod publish_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use publish_server::{FakeApi, Flavor};
 
 /// The workload: the kernels of `kernels.$1.txt` (`name microseconds` per line) make one
 /// step; 6 steps (1 warm-up) with one +-0.2% jitter per run.
@@ -195,7 +199,11 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
         let id = format!("night{n}");
         let o = lab.night(&id, &[], &[]);
         assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o));
-        assert!(!text(&o).contains("triage:"), "a clean night triggers no triage: {}", text(&o));
+        assert!(
+            !text(&o).contains("triage:"),
+            "a clean night triggers no triage: {}",
+            text(&o)
+        );
         let r = lab.report(&id);
         assert_eq!(r["findings"].as_array().map_or(0, Vec::len), 0, "{id}");
     }
@@ -266,19 +274,28 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
         // Binary search over 8 commits: good, bad and at most ceil(log2 8) probes.
         assert!(b["measured"].as_u64().unwrap() <= 3 + 2, "{b:#}");
         let gpu_s = b["gpu_s"].as_f64().unwrap();
-        assert!(gpu_s > 0.0 && gpu_s <= b["budget_gpu_s"].as_f64().unwrap(), "{b:#}");
+        assert!(
+            gpu_s > 0.0 && gpu_s <= b["budget_gpu_s"].as_f64().unwrap(),
+            "{b:#}"
+        );
         total_gpu_s += gpu_s;
         let k = &f["kernels"];
         assert_eq!(k["kinds"][0]["name"], kind, "{value}: {k:#}");
         assert_eq!(k["kernels"][0]["name"], kernel, "{value}: {k:#}");
         for t in k["traces"].as_array().unwrap() {
             assert!(
-                lab.results.join("night6").join(t.as_str().unwrap()).is_file(),
+                lab.results
+                    .join("night6")
+                    .join(t.as_str().unwrap())
+                    .is_file(),
                 "trace kept in the run folder: {t}"
             );
         }
     }
-    assert!(total_gpu_s <= 600.0, "both within the one budget: {total_gpu_s}");
+    assert!(
+        total_gpu_s <= 600.0,
+        "both within the one budget: {total_gpu_s}"
+    );
     let a = finding(&r, "model=a");
     assert!((a["kernels"]["kinds"][0]["after_ms"].as_f64().unwrap() - 0.32).abs() < 1e-9);
     // summary.md: two findings, each with its first bad commit and its kernels.
@@ -298,20 +315,59 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
         for dtype in ["bf16", "fp8"] {
             let case = junit
                 .split("<testcase")
-                .find(|c| c.contains(&format!("name=\"{cell_model}-{dtype}\"")) || c.contains(&format!("model={cell_model}")) && c.contains(dtype))
+                .find(|c| {
+                    c.contains(&format!("name=\"{cell_model}-{dtype}\""))
+                        || c.contains(&format!("model={cell_model}")) && c.contains(dtype)
+                })
                 .unwrap_or_else(|| panic!("{cell_model}-{dtype} in {junit}"));
             assert!(case.contains("[finding F"), "{case}");
-            assert!(case.contains(&format!("first bad commit {}", &sha[..7])), "{case}");
+            assert!(
+                case.contains(&format!("first bad commit {}", &sha[..7])),
+                "{case}"
+            );
         }
     }
     // The terminal says it too.
-    assert!(out.contains(&format!("first bad commit {}", &culprit_b.0[..7])), "{out}");
+    assert!(
+        out.contains(&format!("first bad commit {}", &culprit_b.0[..7])),
+        "{out}"
+    );
     // report.html, in a real browser when one is at hand.
     if let Some(seen) = check_in_chromium(&lab.results.join("night6").join("report.html")) {
         assert_eq!(seen["findings"], 2, "{seen}");
         assert_eq!(seen["bisected"], 2, "{seen}");
         assert!(seen["kernel_rows"].as_u64().unwrap() >= 4, "{seen}");
     }
+
+    // The PR comment body, rendered again from the run folder by `bench report post`: the
+    // findings keep their first bad commits and kernels (the folder's triage.json).
+    let api = FakeApi::start(Flavor::GitHub, "ghs_triage0123456789", 30);
+    let posted = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["report", "post"])
+        .arg(lab.results.join("night6"))
+        .arg("--baselines")
+        .arg(&lab.baselines)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("GITHUB_API_URL", &api.base)
+        .env("GITHUB_REPOSITORY", "o/r")
+        .env("GITHUB_REF", "refs/pull/42/merge")
+        .env("GITHUB_SHA", "feedbeef")
+        .env("GITHUB_TOKEN", "ghs_triage0123456789")
+        .output()
+        .unwrap();
+    assert_eq!(posted.status.code(), Some(1), "{}", text(&posted));
+    let comments = api.comments();
+    assert_eq!(comments.len(), 1, "{}", text(&posted));
+    let body = &comments[0].body;
+    assert!(body.contains("#### Findings"), "{body}");
+    for (sha, subject) in [culprit_a, culprit_b] {
+        assert!(
+            body.contains(&format!("**first bad commit** `{}` {subject}", &sha[..12])),
+            "{subject}: {body}"
+        );
+    }
+    assert!(body.contains("+0.80 ms attention"), "{body}");
 
     // A pull request's run with the same change: the findings, no bisection.
     let o = lab.night("pr1", &[], &[("GITHUB_BASE_REF", "main")]);

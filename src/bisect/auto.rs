@@ -78,8 +78,7 @@ pub(crate) fn command(s: &BisectSettings) -> String {
 /// shell treats specially, else in single quotes.
 fn quote(x: &str) -> String {
     let plain = !x.is_empty()
-        && x
-            .chars()
+        && x.chars()
             .all(|c| c.is_ascii_alphanumeric() || "_./:=@%+-,".contains(c));
     if plain {
         x.to_string()
@@ -257,8 +256,14 @@ pub(crate) fn run(dir: &Path, req: &Request) -> Result<Answer, CliError> {
     let mut traces_missing = None;
     if let Some((first_bad, last_good)) = ends.filter(|_| !interrupted) {
         let pair = [
-            (format!("last good {}", b.commit_at(last_good).short()), b.commit_at(last_good).clone()),
-            (format!("first bad {}", b.commit_at(first_bad).short()), b.commit_at(first_bad).clone()),
+            (
+                format!("last good {}", b.commit_at(last_good).short()),
+                b.commit_at(last_good).clone(),
+            ),
+            (
+                format!("first bad {}", b.commit_at(first_bad).short()),
+                b.commit_at(first_bad).clone(),
+            ),
         ];
         match trace_pair(&mut prober, &pair, &req.trace_dir) {
             Ok(t) => traces = Some(t),
@@ -287,7 +292,10 @@ fn trace_pair(
     dir: &Path,
 ) -> Result<[(String, PathBuf); 2], Halt> {
     std::fs::create_dir_all(dir).map_err(|e| {
-        Halt::Error(CliError::internal(miette::miette!("{}: {e}", dir.display())))
+        Halt::Error(CliError::internal(miette::miette!(
+            "{}: {e}",
+            dir.display()
+        )))
     })?;
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for (label, commit) in pair {

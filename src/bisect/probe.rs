@@ -628,13 +628,22 @@ mod tests {
             round_gpu_s: 40.0,
             setup_gpu_s: 0.0,
         };
-        assert!(b.check("round 1", 40.0).is_ok(), "60 + 40 fills 100 exactly");
+        assert!(
+            b.check("round 1", 40.0).is_ok(),
+            "60 + 40 fills 100 exactly"
+        );
         b.spent_gpu_s = 60.000_000_01;
-        assert!(b.check("round 1", 40.0).is_ok(), "clock rounding is not a refusal");
+        assert!(
+            b.check("round 1", 40.0).is_ok(),
+            "clock rounding is not a refusal"
+        );
         b.spent_gpu_s = 61.0;
         match b.check("round 2 at abc", 40.0) {
             Err(Halt::OutOfBudget(m)) => {
-                assert!(m.contains("round 2 at abc would take about 40 GPU-s"), "{m}");
+                assert!(
+                    m.contains("round 2 at abc would take about 40 GPU-s"),
+                    "{m}"
+                );
                 assert!(m.contains("61 of the 100 GPU-s budget"), "{m}");
             }
             other => panic!("{other:?}"),

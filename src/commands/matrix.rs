@@ -47,6 +47,7 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     if let (Some(t), false) = (&triage, interrupted) {
         interrupted |=
             super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)?;
+        super::triage::save(&outcome.run_dir, &findings)?;
     }
     let verdict = crate::report::finish_run(
         &outcome.run_dir,

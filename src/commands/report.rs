@@ -47,7 +47,7 @@ pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
             .unwrap_or_else(|| PathBuf::from("."))
     };
     let verdicts = crate::judge::of_run(&results, &settings.baselines, Some(&dir))?;
-    let findings = crate::triage::findings(&results, &verdicts);
+    let findings = super::triage::findings(&results, &verdicts, &dir)?;
     crate::report::finish_run(
         &dir,
         &results,
@@ -96,7 +96,7 @@ pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
         let results = RunResults::load(dir)?;
         let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
         // Each run's findings, named by their run when the page shows several.
-        for f in crate::triage::findings(&results, &verdicts) {
+        for f in super::triage::findings(&results, &verdicts, dir)? {
             let mut view = crate::report::html::FindingView::of(&f);
             if args.run_dirs.len() > 1 {
                 view.headline = format!("run {}: {}", results.run_id, view.headline);
@@ -188,7 +188,7 @@ pub(crate) fn post_with_env(
         comparison,
         verdicts.trends.as_ref(),
         verdicts.history.as_ref(),
-        &crate::triage::findings(&results, &verdicts),
+        &super::triage::findings(&results, &verdicts, &args.run_dir)?,
         target.artifacts_url.as_deref(),
     );
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);

@@ -52,11 +52,9 @@ pub(crate) fn settings(
         (None, None) => return Ok(None),
     };
     let max_repeats = match spec.and_then(|s| s.max_repeats) {
-        Some(0 | 1) => {
-            return Err(CliError::bad_input(miette::miette!(
-                "{file}: triage.max_repeats: at least 2 repeats are needed to tell two commits apart"
-            )))
-        }
+        Some(0 | 1) => return Err(CliError::bad_input(miette::miette!(
+            "{file}: triage.max_repeats: at least 2 repeats are needed to tell two commits apart"
+        ))),
         Some(n) => n,
         None => DEFAULT_MAX_REPEATS,
     };
@@ -75,6 +73,89 @@ pub(crate) fn settings(
             .or_else(|| spec.and_then(|s| s.worker.clone())),
         max_repeats,
     }))
+}
+
+/// The file of a run folder that keeps what triage found beyond the grouping (the
+/// bisections and kernel diffs, which took GPU time), so that `bench report`, `report html`
+/// and `report post` render them again rather than losing them.
+pub(crate) const FILE: &str = "triage.json";
+
+/// A finding's chase as [`FILE`] keeps it, keyed by the finding's cells and commit range.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Chased {
+    cells: Vec<String>,
+    commits: Option<[String; 2]>,
+    bisected: Option<Bisected>,
+    #[serde(default)]
+    kernels: Option<KernelDiff>,
+    #[serde(default)]
+    kernels_missing: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Saved {
+    findings: Vec<Chased>,
+}
+
+/// Writes [`FILE`] (atomically) when a finding was chased.
+pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<(), CliError> {
+    let chased: Vec<Chased> = findings
+        .iter()
+        .filter(|f| f.bisected.is_some())
+        .map(|f| Chased {
+            cells: f.cells.iter().map(|(c, _)| c.clone()).collect(),
+            commits: f.commits.clone(),
+            bisected: f.bisected.clone(),
+            kernels: f.kernels.clone(),
+            kernels_missing: f.kernels_missing.clone(),
+        })
+        .collect();
+    if chased.is_empty() {
+        return Ok(());
+    }
+    let path = run_dir.join(FILE);
+    let text = serde_json::to_string_pretty(&Saved { findings: chased })
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
+    crate::atomic::write(&path, text.as_bytes())
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))
+}
+
+/// The findings of a finished run: the triage stage's grouping of its verdicts, with what
+/// the run's own triage found (its [`FILE`]) laid on the findings of the same cells and
+/// commit range. A finding the verdicts no longer give (other baselines) has no chase.
+pub(crate) fn findings(
+    results: &RunResults,
+    verdicts: &crate::judge::Verdicts,
+    run_dir: &Path,
+) -> Result<Vec<Finding>, CliError> {
+    let mut findings = crate::triage::findings(results, verdicts);
+    let path = run_dir.join(FILE);
+    if !path.exists() {
+        return Ok(findings);
+    }
+    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
+        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
+    let saved: Saved = serde_json::from_str(&text).map_err(|e| {
+        CliError::bad_input(miette::miette!(
+            "{}: line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    for f in &mut findings {
+        let cells: Vec<String> = f.cells.iter().map(|(c, _)| c.clone()).collect();
+        if let Some(c) = saved
+            .findings
+            .iter()
+            .find(|c| c.cells == cells && c.commits == f.commits)
+        {
+            f.bisected = c.bisected.clone();
+            f.kernels = c.kernels.clone();
+            f.kernels_missing = c.kernels_missing.clone();
+        }
+    }
+    Ok(findings)
 }
 
 /// The GPUs a cell holds (1 for a CPU cell).
@@ -221,16 +302,19 @@ fn cheapest(f: &Finding, results: &RunResults) -> Option<(String, f64, f64)> {
 /// commit's tree.
 fn matrix_in_repo(cwd: &Path, matrix: &Path) -> Result<PathBuf, String> {
     let repo = crate::bisect::git::Repo::discover(cwd).map_err(|e| e.to_string())?;
-    let root = std::fs::canonicalize(&repo.root).map_err(|e| format!("{}: {e}", repo.root.display()))?;
+    let root =
+        std::fs::canonicalize(&repo.root).map_err(|e| format!("{}: {e}", repo.root.display()))?;
     let file = std::fs::canonicalize(cwd.join(matrix))
         .map_err(|e| format!("{}: {e}", matrix.display()))?;
-    file.strip_prefix(&root).map(Path::to_path_buf).map_err(|_| {
-        format!(
-            "the matrix {} is not inside the repository {}: a probed commit could not read it",
-            matrix.display(),
-            root.display()
-        )
-    })
+    file.strip_prefix(&root)
+        .map(Path::to_path_buf)
+        .map_err(|_| {
+            format!(
+                "the matrix {} is not inside the repository {}: a probed commit could not read it",
+                matrix.display(),
+                root.display()
+            )
+        })
 }
 
 /// The kernel diff of the two traced steps (each rank's trace beside rank 0's).
@@ -248,12 +332,7 @@ fn diff(cell: &str, pair: &[(String, PathBuf); 2], run_dir: &Path) -> Result<Ker
         let mut ranks = Vec::new();
         for f in &files {
             ranks.push(kernels::read_trace(f).map_err(|e| e.to_string())?);
-            names.push(
-                f.strip_prefix(run_dir)
-                    .unwrap_or(f)
-                    .display()
-                    .to_string(),
-            );
+            names.push(f.strip_prefix(run_dir).unwrap_or(f).display().to_string());
         }
         steps.push(ranks);
     }
@@ -277,7 +356,10 @@ mod tests {
         }
     }
 
-    fn settings_of(budget: Option<f64>, spec: Option<&TriageSpec>) -> Result<Option<Settings>, CliError> {
+    fn settings_of(
+        budget: Option<f64>,
+        spec: Option<&TriageSpec>,
+    ) -> Result<Option<Settings>, CliError> {
         settings(&flags(budget), Path::new("m.yaml"), spec)
     }
 
@@ -302,7 +384,10 @@ mod tests {
             ..spec.clone()
         };
         let e = settings_of(None, Some(&bad)).unwrap_err();
-        assert!(format!("{:?}", e.report()).contains("triage.budget_gpu_s"), "{e:?}");
+        assert!(
+            format!("{:?}", e.report()).contains("triage.budget_gpu_s"),
+            "{e:?}"
+        );
         let one = TriageSpec {
             max_repeats: Some(1),
             ..spec

@@ -29,8 +29,7 @@ use std::sync::Arc;
 
 pub use config::{
     check_run_id, Launch, LauncherRequest, MatrixSettings, RunConfig, RunOutcome, SlurmLaunch,
-    TriageFlags,
-    DEFAULT_GRACE,
+    TriageFlags, DEFAULT_GRACE,
 };
 pub use error::RunError;
 

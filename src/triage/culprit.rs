@@ -5,10 +5,10 @@
 //! The command layer fills it (`crate::commands::triage` drives `crate::bisect`), the reports
 //! render it; it lives with the triage stage so both can name it without importing the other.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A commit as a finding names it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommitRef {
     pub sha: String,
     pub subject: String,
@@ -24,7 +24,7 @@ impl CommitRef {
 }
 
 /// How the bisection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BisectStatus {
     /// The first bad commit is known.
@@ -58,7 +58,7 @@ impl BisectStatus {
 }
 
 /// The automatic bisection of one finding.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bisected {
     pub status: BisectStatus,
     /// The cell it measured: the finding's cheapest (fewest GPU-seconds per round).

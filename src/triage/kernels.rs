@@ -95,7 +95,9 @@ const KINDS: &[(&str, &[&str])] = &[
     ),
     (
         "copies",
-        &["Memcpy", "memcpy", "Memset", "memset", "copy", "Copy", "CatArray"],
+        &[
+            "Memcpy", "memcpy", "Memset", "memset", "copy", "Copy", "CatArray",
+        ],
     ),
     (
         "elementwise",
@@ -112,7 +114,13 @@ const KINDS: &[(&str, &[&str])] = &[
     ("reduction", &["reduce_kernel", "Reduce", "reduce"]),
     (
         "embedding",
-        &["embedding", "index_select", "indexSelect", "scatter", "gather"],
+        &[
+            "embedding",
+            "index_select",
+            "indexSelect",
+            "scatter",
+            "gather",
+        ],
     ),
 ];
 
@@ -418,7 +426,7 @@ fn exposed_collectives(intervals: &mut [(f64, f64, bool)]) -> f64 {
 }
 
 /// One kind's or one kernel's time before and after, milliseconds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delta {
     pub name: String,
     /// The kernel's kind (for a kind's own row, the kind again).
@@ -436,7 +444,7 @@ impl Delta {
 }
 
 /// The kernels that moved between two traced steps of one cell.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelDiff {
     /// The cell that was traced.
     pub cell: String,
@@ -525,10 +533,8 @@ impl KernelDiff {
             after_ms: a.total_us() / 1e3,
             kinds,
             kernels,
-            exposed_collective_ms: (ranks > 1 || collectives).then_some([
-                b.exposed_collective_us / 1e3,
-                a.exposed_collective_us / 1e3,
-            ]),
+            exposed_collective_ms: (ranks > 1 || collectives)
+                .then_some([b.exposed_collective_us / 1e3, a.exposed_collective_us / 1e3]),
             traces,
         }
     }
@@ -581,7 +587,11 @@ impl Delta {
 
 /// A kernel's name cut at its template arguments and to 60 characters, for one line.
 pub fn short_name(name: &str) -> String {
-    let base = name.split(['<', '(']).next().unwrap_or(name).trim();
+    // libtorch's kernels read `void at::native::(anonymous namespace)::name<...>(...)`: the
+    // return type, the namespaces and the template arguments say nothing a reader needs.
+    let cleaned = name.replace("(anonymous namespace)::", "");
+    let cleaned = cleaned.trim().trim_start_matches("void ").trim();
+    let base = cleaned.split(['<', '(']).next().unwrap_or(cleaned).trim();
     let base = base.rsplit("::").next().unwrap_or(base);
     let base = if base.is_empty() { name } else { base };
     if base.chars().count() > 60 {
@@ -623,7 +633,9 @@ mod tests {
     use super::*;
 
     fn kernel(name: &str, ts: f64, dur: f64) -> String {
-        format!(r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{ts},"dur":{dur},"args":{{"stream":7}}}}"#)
+        format!(
+            r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{ts},"dur":{dur},"args":{{"stream":7}}}}"#
+        )
     }
 
     fn trace(events: &[String]) -> String {
@@ -640,9 +652,18 @@ mod tests {
             kind_of("void at::native::multi_tensor_apply_kernel<...>"),
             "optimizer"
         );
-        assert_eq!(kind_of("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN"), "matmul");
-        assert_eq!(kind_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), "collectives");
-        assert_eq!(kind_of("cudnn_generated_fort_native_sdpa_sm90_flash_fprop"), "attention");
+        assert_eq!(
+            kind_of("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN"),
+            "matmul"
+        );
+        assert_eq!(
+            kind_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
+            "collectives"
+        );
+        assert_eq!(
+            kind_of("cudnn_generated_fort_native_sdpa_sm90_flash_fprop"),
+            "attention"
+        );
         assert_eq!(kind_of("Memcpy DtoD (Device -> Device)"), "copies");
         assert_eq!(
             kind_of("void at::native::vectorized_elementwise_kernel<4, ...>"),
@@ -708,7 +729,10 @@ mod tests {
         assert_eq!(d.kernels[0].name, "multi_tensor_apply_kernel");
         assert_eq!(d.kernels[1].name, "master_adamw");
         let s = d.summary();
-        assert!(s.starts_with("device time per step 31.20 -> 32.07 ms (+0.87 ms)"), "{s}");
+        assert!(
+            s.starts_with("device time per step 31.20 -> 32.07 ms (+0.87 ms)"),
+            "{s}"
+        );
         assert!(s.contains("+0.74 ms copies"), "{s}");
         assert!(s.contains("multi_tensor_apply_kernel new 1.33 ms"), "{s}");
         assert!(s.contains("master_adamw 1.20 ms -> gone"), "{s}");
@@ -740,7 +764,10 @@ mod tests {
             ("{\"traceEvents\": 3}", "not a Chrome trace"),
             ("{\"other\": []}", "no traceEvents key"),
             ("{\"traceEvents\": [] } trailing", "not a Chrome trace"),
-            ("{\"traceEvents\": [{\"cat\":\"cpu_op\",\"name\":\"x\",\"dur\":1}]}", "no device kernel"),
+            (
+                "{\"traceEvents\": [{\"cat\":\"cpu_op\",\"name\":\"x\",\"dur\":1}]}",
+                "no device kernel",
+            ),
         ] {
             let e = parse_trace(text, "run/t.json").unwrap_err().to_string();
             assert!(e.starts_with("run/t.json: "), "{e}");
@@ -763,9 +790,17 @@ mod tests {
         std::fs::write(tmp.path().join("good.trace.rank1.json"), "[]").unwrap();
         std::fs::write(tmp.path().join("good.trace.rank3.json"), "[]").unwrap();
         let files = rank_files(&p);
-        assert_eq!(files.len(), 2, "rank 3 without rank 2 is not read: {files:?}");
+        assert_eq!(
+            files.len(),
+            2,
+            "rank 3 without rank 2 is not read: {files:?}"
+        );
         assert!(files[1].ends_with("good.trace.rank1.json"));
         assert!(rank_files(&tmp.path().join("none.json")).is_empty());
+        assert_eq!(
+            short_name("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>>(int)"),
+            "multi_tensor_apply_kernel"
+        );
         assert_eq!(
             short_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)"),
             "vectorized_elementwise_kernel"
