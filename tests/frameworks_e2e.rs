@@ -110,17 +110,32 @@ fn run_cpu_cells(
     run_id: &str,
     python: &str,
 ) -> (std::path::PathBuf, RunResults, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["matrix", "matrix/frameworks-cpu.yaml", "--filter", filter])
+    run_cpu_cells_with(dir, filter, run_id, python, None)
+}
+
+/// [`run_cpu_cells`] with `BENCH_PROFILE` set to `profile` (as triage's traced runs set it),
+/// or removed.
+fn run_cpu_cells_with(
+    dir: &std::path::Path,
+    filter: &str,
+    run_id: &str,
+    python: &str,
+    profile: Option<&std::path::Path>,
+) -> (std::path::PathBuf, RunResults, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
+    cmd.args(["matrix", "matrix/frameworks-cpu.yaml", "--filter", filter])
         .args(["--gpus", "0", "--no-progress", "--run-id", run_id])
         .arg("--results-dir")
         .arg(dir)
         .args(["--gpu-hour-price", "2.5", "--baselines"])
         .arg(dir.join("no-baselines"))
         .env("BENCH_PYTHON", python)
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .unwrap();
+        .env_remove("GITHUB_STEP_SUMMARY");
+    match profile {
+        Some(p) => cmd.env("BENCH_PROFILE", p),
+        None => cmd.env_remove("BENCH_PROFILE"),
+    };
+    let out = cmd.output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -407,6 +422,227 @@ fn maxtext_cells_run_on_cpu() {
         table.contains("| llama-tiny.fp32.1gpu.single.compile | maxtext (maxtext 0.2.5"),
         "{table}"
     );
+}
+
+/// Runs framework cell `id` of `matrix/frameworks-cpu.yaml` (warm-up 3 of 8 steps) as
+/// triage's traced run does, with `BENCH_PROFILE` set, and returns the Chrome trace the
+/// driver wrote there (parsed) and the cell's log. Asserts what every traced cell must do:
+/// pass with its 8 steps, write the trace at the path itself (one rank: no `.rank1` file,
+/// no temporary file left), an object with a `traceEvents` array, and say in the log which
+/// step it traced.
+fn traced_cell(python: &str, id: &str) -> (serde_json::Value, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("triage/F1/good.trace.json");
+    let (run, results, text) = run_cpu_cells_with(
+        tmp.path(),
+        &format!("id=\"{id}\""),
+        "traced",
+        python,
+        Some(&trace),
+    );
+    let cells = framework_cells(&run, &results, id, &text);
+    assert_eq!(cells.len(), 1, "{text}");
+    let log = std::fs::read_to_string(run.join(format!("logs/{id}.r0.log"))).unwrap();
+    assert!(trace.is_file(), "no trace at {}:\n{log}", trace.display());
+    let folder: Vec<_> = std::fs::read_dir(trace.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(folder, ["good.trace.json"], "{log}");
+    assert_eq!(
+        bench::triage::kernels::rank_files(&trace),
+        std::slice::from_ref(&trace),
+        "one rank, one file"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(json["traceEvents"].is_array(), "{log}");
+    assert!(!log.contains("bench-profile: warning"), "{log}");
+    (json, log)
+}
+
+/// The names of a Chrome trace's complete (`ph` X) events of category `cat`.
+fn events_of<'t>(trace: &'t serde_json::Value, cat: &str) -> Vec<&'t str> {
+    trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+        .filter_map(|e| e["name"].as_str())
+        .collect()
+}
+
+/// torch.profiler's record of one training step on CPU (no device kernels there, so the
+/// host ops): the forward's matmuls, the backward's autograd functions and exactly one
+/// optimizer step, so the trace holds one whole step and no more.
+fn assert_one_torch_step(trace: &serde_json::Value, log: &str) {
+    let ops = events_of(trace, "cpu_op");
+    assert!(ops.contains(&"aten::mm"), "no forward matmul: {log}");
+    assert!(
+        ops.iter().any(|n| n.ends_with("Backward0")),
+        "no backward: {log}"
+    );
+    // torch marks each optimizer step with a record_function range (a `user_annotation`).
+    let steps = events_of(trace, "user_annotation")
+        .iter()
+        .filter(|n| n.starts_with("Optimizer.step#"))
+        .count();
+    assert_eq!(steps, 1, "one optimizer step traced");
+    // The last of the 3 warm-up steps, so no measured step holds profiler work.
+    assert!(log.contains("bench-profile: traced step 3 to "), "{log}");
+}
+
+/// With `BENCH_PROFILE` (triage's traced runs) the HF Trainer's driver traces its last
+/// warm-up step with torch.profiler through a TrainerCallback.
+#[test]
+fn hf_trainer_cell_traces_its_last_warm_up_step_under_bench_profile() {
+    let Some(python) = hf_python() else { return };
+    let (trace, log) = traced_cell(&python, "hf.llama-tiny.fp32.1gpu.single.base");
+    assert_one_torch_step(&trace, &log);
+    // The trace is written before the step's clock stops: its line follows the note.
+    let note = log.find("bench-profile: traced step 3").unwrap();
+    let step3 = log.find("[bench-hf] step: 3 ").unwrap();
+    assert!(note < step3, "{log}");
+}
+
+/// A trace that cannot be written never fails the cell: the driver prints one warning line
+/// and trains on (triage then reports that the run wrote no trace).
+#[test]
+fn a_trace_that_cannot_be_written_leaves_the_cell_passing() {
+    let Some(python) = hf_python() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // A folder that cannot be made: its parent is a file.
+    std::fs::write(tmp.path().join("file"), "").unwrap();
+    let trace = tmp.path().join("file/good.trace.json");
+    let id = "hf.llama-tiny.fp32.1gpu.single.base";
+    let (run, results, text) = run_cpu_cells_with(
+        tmp.path(),
+        &format!("id=\"{id}\""),
+        "untraced",
+        &python,
+        Some(&trace),
+    );
+    assert_eq!(
+        framework_cells(&run, &results, id, &text).len(),
+        1,
+        "{text}"
+    );
+    let log = std::fs::read_to_string(run.join(format!("logs/{id}.r0.log"))).unwrap();
+    assert!(
+        log.contains("bench-profile: warning: cannot write the trace of step 3 to ")
+            && log.contains("the cell carries on untraced"),
+        "{log}"
+    );
+    assert!(!trace.exists());
+}
+
+/// DeepSpeed's driver traces the last warm-up step of its engine loop with torch.profiler.
+#[test]
+fn deepspeed_cell_traces_its_last_warm_up_step_under_bench_profile() {
+    let Some(python) = python_with("deepspeed, transformers") else {
+        return;
+    };
+    let (trace, log) = traced_cell(&python, "deepspeed.llama-tiny.fp32.1gpu.single.base");
+    assert_one_torch_step(&trace, &log);
+    let note = log.find("bench-profile: traced step 3").unwrap();
+    let step3 = log.find("[bench-ds] step: 3 ").unwrap();
+    assert!(note < step3, "{log}");
+}
+
+/// MaxText's driver turns on MaxText's own profiler (jax.profiler) for the last warm-up step
+/// (MaxText's step 2, counting from 0) and writes XLA's Chrome trace of it in triage's form.
+#[test]
+fn maxtext_cell_traces_its_last_warm_up_step_under_bench_profile() {
+    let Some(python) = python_in("BENCH_MAXTEXT_PYTHON", "maxtext.trainers.pre_train.train") else {
+        return;
+    };
+    let (trace, log) = traced_cell(&python, "maxtext.llama-tiny.fp32.1gpu.single.compile");
+    let events = trace["traceEvents"].as_array().unwrap();
+    // jax.profiler.StepTraceAnnotation("train", step_num=...) marks each of MaxText's steps:
+    // the trace holds exactly one, the traced step, and its jitted train step ran in it.
+    let steps: Vec<_> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "train")
+        .map(|e| e["args"]["step_num"].clone())
+        .collect();
+    assert_eq!(steps, [serde_json::json!("2")], "{log}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["name"].as_str().is_some_and(|n| n.contains("train_step"))),
+        "{log}"
+    );
+    assert!(
+        log.contains("bench-profile: MaxText's profiler traces its step 2 (bench's step 3)"),
+        "{log}"
+    );
+}
+
+/// XLA's Chrome trace of a GPU run (jax.profiler, as MaxText's driver finds it) gives each
+/// GPU's stream events a category and one file per GPU (scripts/frameworks/step_trace.py),
+/// which triage's reader (`rank_files`, `read_trace`) reads as ranks: kernels and copies
+/// counted, the derived `XLA Ops` line and the host's events not. The input mimics what
+/// XLA's CUPTI collector names (`/device:GPU:<n>`, `Stream #<id>(...)`, `MemcpyH2D`);
+/// CI has no GPU to write a real one.
+#[test]
+fn an_xla_trace_becomes_one_file_per_gpu_that_triage_reads() {
+    let Some(py) = python_with("json") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("host.trace.json.gz");
+    let dest = tmp.path().join("good.trace.json");
+    let mut events = vec![
+        serde_json::json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}}),
+        serde_json::json!({"ph": "X", "pid": 1, "tid": 1, "name": "PjitFunction(train_step)", "ts": 0.0, "dur": 900.0}),
+    ];
+    for (pid, gpu) in [(2, 0), (3, 1)] {
+        events.extend([
+            serde_json::json!({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": format!("/device:GPU:{gpu}")}}),
+            serde_json::json!({"ph": "M", "pid": pid, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7(Kernel,MemcpyH2D)"}}),
+            serde_json::json!({"ph": "M", "pid": pid, "tid": 9, "name": "thread_name", "args": {"name": "XLA Ops"}}),
+            serde_json::json!({"ph": "X", "pid": pid, "tid": 7, "name": "gemm_fusion_dot", "ts": 10.0, "dur": 100.0 + f64::from(gpu)}),
+            serde_json::json!({"ph": "X", "pid": pid, "tid": 7, "name": "MemcpyH2D", "ts": 200.0, "dur": 5.0}),
+            serde_json::json!({"ph": "X", "pid": pid, "tid": 9, "name": "dot.1", "ts": 10.0, "dur": 100.0}),
+        ]);
+    }
+    let trace = serde_json::json!({"displayTimeUnit": "ns", "traceEvents": events});
+    let script = "import gzip, json, sys, step_trace\n\
+        with gzip.open(sys.argv[1], 'wt') as f: json.dump(json.load(sys.stdin), f)\n\
+        print(step_trace.from_xla(sys.argv[1], sys.argv[2]))";
+    let mut child = Command::new(&py)
+        .args(["-c", script])
+        .arg(&src)
+        .arg(&dest)
+        .env("PYTHONPATH", "scripts/frameworks")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(trace.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let files = bench::triage::kernels::rank_files(&dest);
+    assert_eq!(
+        files,
+        [dest.clone(), tmp.path().join("good.trace.rank1.json")],
+        "{out:?}"
+    );
+    for (gpu, file) in files.iter().enumerate() {
+        let step = bench::triage::kernels::read_trace(file).unwrap();
+        let names: Vec<_> = step.kernels.keys().cloned().collect();
+        assert_eq!(names, ["gemm_fusion_dot", "MemcpyH2D"], "GPU {gpu}");
+        assert_eq!(step.total_us(), 105.0 + gpu as f64, "GPU {gpu}");
+    }
+    // The host's events stay with GPU 0, whose file triage asks for.
+    let first: serde_json::Value = serde_json::from_slice(&std::fs::read(&dest).unwrap()).unwrap();
+    assert!(first.to_string().contains("PjitFunction(train_step)"));
 }
 
 /// The drivers' record of a framework checkout's commit (scripts/frameworks/driver_info.py)

@@ -22,6 +22,10 @@ and the run needs none of its C++/CUDA ops:
   `oneccl_bindings_for_pytorch`), and its shared-memory all-reduce op (`deepspeed_shm_comm`,
   JIT-compiled with ninja and g++ when the first process group starts) is marked
   unavailable, so collectives go through gloo.
+
+With $BENCH_PROFILE set (bench's triage), the last warm-up step runs under torch.profiler
+and each rank writes its Chrome trace (scripts/frameworks/step_trace.py). DeepSpeed's own
+flops profiler prints a table of module FLOPs, not a trace of kernels, so it is not used.
 """
 
 import argparse
@@ -33,6 +37,7 @@ import time
 import torch
 
 from driver_info import ran_safely, sdpa_kernel, version
+from step_trace import TorchStep
 
 
 def main() -> None:
@@ -127,10 +132,15 @@ def main() -> None:
             torch.cuda.synchronize()
         return time.perf_counter()
 
+    # The last warm-up step is traced: bench measures none of the warm-up steps, and the last
+    # is the one nearest to the measured steps' state (compiled, allocator warm).
+    trace = TorchStep(rank)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     last = sync_now()
     for step in range(1, config["steps"] + 1):
+        if trace.due(step):
+            trace.start()
         losses = []
         for _ in range(accum):
             x = torch.randint(0, vocab, (micro, seq), generator=gen).to(device)
@@ -142,6 +152,9 @@ def main() -> None:
         if world > 1:
             torch.distributed.all_reduce(mean)
             mean /= world
+        # Written before the step's clock stops, so the export counts in the traced (warm-up)
+        # step's time and never in the next, measured one's.
+        trace.finish()
         now = sync_now()
         if rank == 0:
             mem = torch.cuda.max_memory_reserved() if cuda else -1

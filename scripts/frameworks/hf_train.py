@@ -8,6 +8,9 @@ end-of-run `{'train_runtime': ..}`); a TrainerCallback adds one line per optimiz
 `[bench-hf] step: N time: T tokens: K memory: B`, with T the seconds between the ends of
 consecutive steps after a device synchronisation (the first step from the start of
 training) and B the peak reserved device memory of the step in bytes (-1 on CPU).
+
+With $BENCH_PROFILE set (bench's triage), a second TrainerCallback traces the last warm-up
+step with torch.profiler and writes its Chrome trace there (scripts/frameworks/step_trace.py).
 """
 
 import argparse
@@ -27,6 +30,7 @@ from transformers import (
 )
 
 from driver_info import ran_safely, sdpa_kernel, version
+from step_trace import TorchStep, requested
 
 
 class SyntheticTokens(Dataset):
@@ -76,6 +80,27 @@ class StepTimes(TrainerCallback):
             )
 
 
+class TraceStep(TrainerCallback):
+    """torch.profiler around the last warm-up step (bench measures none of the warm-up
+    steps, so the profiler's cost and the trace's export land in no measured step's time;
+    the last one is the warm-up step nearest to the measured steps' state: compiled,
+    allocator and kernels warm). It must come before StepTimes among the callbacks: the
+    Trainer calls them in order, so the trace is written before StepTimes reads the clock
+    that ends the step, and the export is counted in the traced step's time, not the next
+    (measured) one's."""
+
+    def __init__(self, rank: int):
+        self.trace = TorchStep(rank)
+
+    def on_step_begin(self, args, state, control, **kw):
+        # The Trainer counts finished optimizer steps: step N begins at global_step N - 1.
+        if self.trace.due(state.global_step + 1):
+            self.trace.start()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.trace.finish()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -114,11 +139,15 @@ def main() -> None:
             "world_size": world,
         }
         print("bench-framework: " + json.dumps(info), flush=True)
+    callbacks = [StepTimes(global_batch * seq_len)]
+    if requested():
+        # Without $BENCH_PROFILE the Trainer gets exactly the callbacks it always had.
+        callbacks.insert(0, TraceStep(args.process_index))
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=data,
-        callbacks=[StepTimes(global_batch * seq_len)],
+        callbacks=callbacks,
     )
     if args.process_index == 0:
         ran_safely(lambda: record(args, model, model_cfg, seq_len, world, cuda))

@@ -32,6 +32,7 @@ from array import array
 import random
 
 from driver_info import source_commit
+from step_trace import requested, warn
 
 GPT2_VOCAB = 50257  # llm.c's GPT-2 tokenizer; ids at or above it are padding rows
 
@@ -248,6 +249,13 @@ def main() -> None:
     device = gpu_name()
     if not device:
         fail("llm.c's train_gpt2cu needs an NVIDIA GPU, and nvidia-smi lists none")
+    if requested():
+        # llm.c has no profiler of its own (its CUDA code only marks NVTX ranges for an
+        # outside Nsight Systems run), and the binary runs outside any Python profiler.
+        # Wrapping it in `nsys profile` is left out: Nsight Systems is not part of the set-up
+        # bench assumes, and its report is no Chrome trace without a conversion. The log
+        # says so, and triage reports that the run wrote no trace.
+        warn("llm.c has no profiler that writes a Chrome trace, so $BENCH_PROFILE gets none")
     nproc = int(config["nproc"])
     nvcc = find_nvcc()
     release = nvcc_release(nvcc)

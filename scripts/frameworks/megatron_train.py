@@ -7,6 +7,9 @@ cell's Llama preset as a Megatron-Core GPTModel with the local layer spec
 per iteration (`--log-interval 1 --log-throughput`). This driver prints its version line
 and then runs pretrain_gpt.py as `__main__` in this process, so every step line bench
 reads is printed by Megatron's own training_log.
+
+With $BENCH_PROFILE set (bench's triage), Megatron's own PyTorch profiler traces one
+iteration (see `profile_flags`) and each rank's trace is copied there once training ends.
 """
 
 import argparse
@@ -16,6 +19,7 @@ import runpy
 import sys
 
 from driver_info import source_commit, version
+from step_trace import copy_trace, note, rank_path, requested, warn
 
 
 def use_prebuilt_dataset_helpers() -> None:
@@ -37,6 +41,69 @@ def use_prebuilt_dataset_helpers() -> None:
         return  # Megatron's own make runs and reports what is missing
     utils.compile_helpers = lambda: None
     print("megatron_train.py: megatron-core's dataset helpers are prebuilt (wheel without their Makefile): not rebuilt", flush=True)
+
+
+def flag_value(argv, flag):
+    """The value of the last `flag` in `argv` (`flag value` or `flag=value`; argparse's
+    last one wins), or None."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def profile_flags(argv, attempt_dir, warmup):
+    """Megatron's flags that trace one iteration with its PyTorch profiler, and the folder
+    its traces land in (`<tensorboard dir>/../torch_profile/rank-<r>.json.gz`, gzipped Chrome
+    JSON, megatron/training/training.py in megatron-core 0.19); `([], None)` when the cell's
+    own flags already profile.
+
+    Megatron's profiler (torch.profiler.schedule with repeat=1) records iterations
+    start..end-1 and writes the trace in `prof.step()` at the top of the iteration after
+    the last recorded one, which Megatron's interval timer counts in that iteration's time.
+    So the traced iteration is the one before the last warm-up iteration (warmup - 1): the
+    export then lands in the last warm-up iteration and no measured iteration's time holds
+    profiler work. With a warm-up of one iteration there is no earlier one: iteration 1 is
+    traced and the export counts in iteration 2, whose time a traced run does not record
+    (triage's traced runs are no samples)."""
+    if "--profile" in argv:
+        warn("the cell's own Megatron flags already profile (--profile); bench adds no trace")
+        return [], None
+    start = max(warmup - 1, 1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    flags = [
+        "--profile",
+        "--use-pytorch-profiler",
+        "--profile-step-start", str(start),
+        "--profile-step-end", str(start + 1),
+        # Every rank traces, as triage diffs each rank's kernels.
+        "--profile-ranks", *[str(r) for r in range(world)],
+    ]
+    tensorboard = flag_value(argv, "--tensorboard-dir")
+    if tensorboard is None:
+        # The profiler writes beside the TensorBoard folder, so one is named inside the
+        # attempt's folder. TensorBoard's own per-iteration scalars (written by the last
+        # rank when the tensorboard package is installed) are kept out of the run by an
+        # interval no run reaches.
+        tensorboard = os.path.join(attempt_dir, "bench-profile", "tensorboard")
+        flags += ["--tensorboard-dir", tensorboard, "--tensorboard-log-interval", "1000000000"]
+    note(f"Megatron's profiler traces iteration {start} (--profile-step-start {start})")
+    return flags, os.path.join(os.path.dirname(os.path.normpath(tensorboard)), "torch_profile")
+
+
+def collect_trace(folder, path):
+    """Copies this rank's Megatron trace to its $BENCH_PROFILE path (plain JSON)."""
+    rank = int(os.environ.get("RANK", "0"))
+    src = os.path.join(folder, f"rank-{rank}.json.gz")
+    dest = rank_path(path, rank)
+    try:
+        copy_trace(src, dest)
+        note(f"Megatron's trace {src} copied to {dest}")
+    except Exception as e:  # noqa: BLE001 (a trace is never worth a failed cell)
+        warn(f"cannot copy Megatron's trace {src} to {dest}", e)
 
 
 def main() -> None:
@@ -77,8 +144,25 @@ def main() -> None:
         }
         print("bench-framework: " + json.dumps(info), flush=True)
     use_prebuilt_dataset_helpers()
-    sys.argv = [os.path.join(source, "pretrain_gpt.py")] + list(config["argv"])
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    argv = list(config["argv"])
+    trace = requested()
+    traces = None
+    if trace:
+        extra, traces = profile_flags(argv, os.path.dirname(os.path.abspath(args.config)), trace[1])
+        argv += extra
+    sys.argv = [os.path.join(source, "pretrain_gpt.py")] + argv
+    finished = False
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        finished = True
+    except SystemExit as e:
+        # Megatron may leave through sys.exit after its last iteration; a failed run's
+        # trace is not looked for.
+        finished = e.code in (None, 0)
+        raise
+    finally:
+        if traces and finished:
+            collect_trace(traces, trace[0])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,14 @@ any overrides) and a Trainer that, once torchtitan has built everything, prints 
 resolved, and the attention kernel torch picks at the run's shape. What torchtitan logs
 itself (compile, checkpointing, FSDP, float8) bench reads from its own lines. Tested with
 torchtitan 0.2.2.
+
+With $BENCH_PROFILE set (bench's triage), the Trainer traces the last warm-up step with
+torch.profiler and each rank writes its Chrome trace (scripts/frameworks/step_trace.py).
+torchtitan's own `[profiling]` (enable_profiling, profile_freq, save_traces_folder) is not
+used: its schedule (torchtitan/tools/profiling.py, 0.2.2) has no repeat limit, so it traces
+every `profile_freq`-th step, measured ones included, and it writes each trace in
+`torch_profiler.step()` after the step's log line, so the export would be counted in the
+next step's time (bench times torchtitan's steps between its log lines' stamps).
 """
 
 import importlib.metadata
@@ -18,6 +26,7 @@ import os
 import sys
 
 from driver_info import ran_safely, sdpa_kernel, version
+from step_trace import TorchStep
 
 
 def main() -> None:
@@ -28,13 +37,39 @@ def main() -> None:
 
     shape = json.loads(os.environ["BENCH_TT_MODEL"])
     llama3_args["bench"] = TransformerModelArgs(**shape)
-    rank0 = int(os.environ.get("RANK", "0")) == 0
+    rank = int(os.environ.get("RANK", "0"))
+    rank0 = rank == 0
+    trace = TorchStep(rank)
 
     class BenchTrainer(Trainer):
         def __init__(self, job_config):
             super().__init__(job_config)
             if rank0:
                 ran_safely(lambda: record(job_config))
+
+        def train_step(self, data_iterator):
+            # torchtitan counts steps from 1 and increments `self.step` before calling this.
+            # The last warm-up step is traced: bench measures none of the warm-up steps, and
+            # the last is nearest to the measured steps' state (compiled, allocator warm).
+            if not trace.due(self.step):
+                return super().train_step(data_iterator)
+            # The trace is written just before the step's log line, whose stamp ends the
+            # step's time for bench, so the export counts in this (warm-up) step and not in
+            # the next, measured one. Every rank logs each step (metrics.log_freq = 1).
+            metrics = self.metrics_processor
+            log = metrics.log
+
+            def log_after_trace(*args, **kwargs):
+                trace.finish()
+                return log(*args, **kwargs)
+
+            metrics.log = log_after_trace
+            trace.start()
+            try:
+                return super().train_step(data_iterator)
+            finally:
+                metrics.log = log
+                trace.finish()
 
     def record(job_config):
         opt, train = job_config.optimizer, job_config.training

@@ -483,9 +483,9 @@ impl<'a> Prober<'a> {
     }
 
     /// Runs the cell once at `commit` with `BENCH_PROFILE` set to `trace` (the built-in
-    /// workload then traces one step, a command workload may write its own Chrome trace
-    /// there). The run is not recorded in the history: a traced run's speed is not a
-    /// sample of the commit.
+    /// workload and the framework drivers, llm.c's excepted, then trace one step; a command
+    /// workload may write its own Chrome trace there). The run is not recorded in the
+    /// history: a traced run's speed is not a sample of the commit.
     pub(crate) fn trace(&mut self, commit: &Commit, trace: &Path) -> Result<(), Halt> {
         self.prepare(commit, "the traced step")?;
         let run_id = format!("bisect-trace-{}-{}", &commit.sha[..12], self.tag);

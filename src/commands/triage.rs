@@ -325,7 +325,7 @@ fn diff(cell: &str, pair: &[(String, PathBuf); 2], run_dir: &Path) -> Result<Ker
         let files = kernels::rank_files(path);
         if files.is_empty() {
             return Err(format!(
-                "the {label} run wrote no trace at {} (the built-in workload traces a step under BENCH_PROFILE on a GPU; a command workload may write a Chrome trace there)",
+                "the {label} run wrote no trace at {} (the built-in workload and the framework drivers but llm.c's trace a step under BENCH_PROFILE, and a driver says why it could not in a `bench-profile: warning` line of the cell's log; a command workload may write a Chrome trace there)",
                 path.display()
             ));
         }

@@ -14,6 +14,9 @@ use super::launch::{self, AttemptFiles};
 use super::log;
 use super::ran;
 
+/// The variable that gives a framework's driver the cell's warm-up step count.
+pub(crate) const WARMUP_ENV: &str = "BENCH_WARMUP";
+
 /// A framework config file and command line for one attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Prepared {
@@ -123,6 +126,11 @@ impl Framework {
         let config = self.adapter.config(cell, opts, files);
         let mut env = self.launch.env(opts);
         env.extend(config.env);
+        // Under `BENCH_PROFILE` (triage's traced runs) the drivers trace the last warm-up
+        // step, so that no measured step holds profiler work (scripts/frameworks/
+        // step_trace.py); the cell's warm-up count tells them which framework step that is.
+        // It is no part of the config file, so the config's hash stays that of the cell.
+        env.push((WARMUP_ENV.to_string(), cell.params.warmup.to_string()));
         Prepared {
             config_ext: config.ext,
             config_text: config.text,

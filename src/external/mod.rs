@@ -221,6 +221,31 @@ mod tests {
     }
 
     #[test]
+    fn every_driver_is_told_the_cells_warm_up() {
+        // The drivers trace the last warm-up step under BENCH_PROFILE; each adapter's
+        // launch carries the count, outside the config file.
+        let files = files();
+        for a in ADAPTERS {
+            let model = if a.name() == "llmc" {
+                "gpt2-125m"
+            } else {
+                "llama-tiny"
+            };
+            let mut c = framework_cell(a.name(), model, "bf16", 1, "single", &[]);
+            c.params.warmup = 3;
+            let p = a.prepare(&c, &FrameworkOpts::default(), &files);
+            assert!(
+                p.env
+                    .contains(&(adapter::WARMUP_ENV.to_string(), "3".to_string())),
+                "{}: {:?}",
+                a.name(),
+                p.env
+            );
+            assert!(!p.config_text.contains("BENCH_WARMUP"), "{}", a.name());
+        }
+    }
+
+    #[test]
     fn presets_must_be_llama() {
         assert!(llama_preset(&cell("llama-tiny", "bf16", 1, "single", &[]), "t").is_ok());
         let e = llama_preset(&cell("gpt2-125m", "bf16", 1, "single", &[]), "t").unwrap_err();

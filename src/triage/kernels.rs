@@ -1,6 +1,7 @@
 //! The kernels that moved: one traced step before a change and one after, each a Chrome
 //! trace (the JSON format of libtorch's and PyTorch's profiler, which the built-in workload
-//! writes under `BENCH_PROFILE` and a command workload may write itself), summed by kernel
+//! and the framework drivers write under `BENCH_PROFILE` (scripts/frameworks/step_trace.py)
+//! and a command workload may write itself), summed by kernel
 //! and by kind (matmul, attention, norm, optimizer, collectives, copies, ...) and diffed:
 //! device time before and after, the kinds and the kernels whose time changed most, and for a
 //! data-parallel cell (one trace per rank) the collective time no compute kernel hid.
