@@ -90,3 +90,19 @@ fn no_token_says_what_is_missing_and_sends_nothing() {
         "no request may be made without a token"
     );
 }
+
+#[test]
+fn a_dry_run_prints_the_body_and_sends_nothing() {
+    let api = FakeApi::start(Flavor::GitHub, TOKEN, 30);
+    let run = "tests/fixtures/runs/cpu-ok";
+    let posted = post(&api.base, run, Some(TOKEN), &[]);
+    let before = api.seen().len();
+    let dry = post(&api.base, run, Some(TOKEN), &["--dry-run"]);
+    assert_eq!(api.seen().len(), before, "a dry run makes no request");
+    let body = String::from_utf8_lossy(&dry.stdout);
+    assert!(body.starts_with("### bench: `smoke`"), "{body}");
+    // The body a dry run prints is the one a post sends (less the marker bench adds).
+    let sent = &api.comments()[0].body;
+    assert!(sent.contains(body.trim_end()), "{sent}\n---\n{body}");
+    assert_eq!(dry.status.code(), posted.status.code());
+}

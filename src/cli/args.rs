@@ -346,6 +346,10 @@ pub struct PostArgs {
     /// Post nothing when no cell regressed, improved or is new.
     #[arg(long)]
     pub only_on_change: bool,
+    /// Print the comment's body on stdout instead of posting it (no token, no network): what
+    /// a pull request would be shown.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Link to the CI run's artifacts shown in the comment.
     #[arg(long)]
     pub artifacts_url: Option<String>,

@@ -175,6 +175,7 @@ pub(crate) fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
         baselines: args.baselines.clone(),
         target: args.target_flags(),
         only_on_change: args.only_on_change,
+        dry_run: args.dry_run,
         commit_status: args.commit_status,
         deadline,
     })

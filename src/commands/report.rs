@@ -155,6 +155,8 @@ pub(crate) struct PostSettings {
     pub target: TargetFlags,
     /// Post nothing when no cell regressed, improved or is new.
     pub only_on_change: bool,
+    /// Print the body instead of posting it.
+    pub dry_run: bool,
     /// Also set a commit status carrying the verdict.
     pub commit_status: bool,
     /// The whole time posting may take (connecting, answers, retries); positive.
@@ -176,6 +178,21 @@ pub(crate) fn post_with_env(
     let verdicts = crate::judge::of_run(&results, &args.baselines, Some(&args.run_dir))?;
     let comparison = &verdicts.comparison;
     let verdict = verdicts.exit_code();
+    if args.dry_run {
+        // The body as a pull request would show it, with the artifacts link `--artifacts-url`
+        // gives; nothing is resolved that only posting needs (token, repository, number).
+        let artifacts = args.target.artifacts_url.clone();
+        let body = crate::report::markdown::render_comment(
+            &results,
+            comparison,
+            verdicts.trends.as_ref(),
+            verdicts.history.as_ref(),
+            &super::triage::findings(&results, &verdicts, &args.run_dir)?,
+            artifacts.as_deref(),
+        );
+        print!("{body}");
+        return Ok(verdict);
+    }
     let target = match publish::resolve_target(&args.target, env) {
         Ok(t) => t,
         Err(e) => {

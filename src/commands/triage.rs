@@ -52,9 +52,11 @@ pub(crate) fn settings(
         (None, None) => return Ok(None),
     };
     let max_repeats = match spec.and_then(|s| s.max_repeats) {
-        Some(0 | 1) => return Err(CliError::bad_input(miette::miette!(
+        Some(0 | 1) => {
+            return Err(CliError::bad_input(miette::miette!(
             "{file}: triage.max_repeats: at least 2 repeats are needed to tell two commits apart"
-        ))),
+        )))
+        }
         Some(n) => n,
         None => DEFAULT_MAX_REPEATS,
     };

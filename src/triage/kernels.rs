@@ -232,10 +232,12 @@ impl Gathered {
         // Memory copies and sets neither are collectives nor hide one: what hides a
         // collective is a compute kernel running beside it (scripts/trace-overlap.py's
         // measure, which the tests compare with).
-        let kernel = e.cat.as_deref().is_some_and(|c| c.eq_ignore_ascii_case("kernel"));
-        if let Some(ts) = e
-            .ts
-            .filter(|t| t.is_finite() && (t + dur).is_finite() && (kernel || collective))
+        let kernel = e
+            .cat
+            .as_deref()
+            .is_some_and(|c| c.eq_ignore_ascii_case("kernel"));
+        if let Some(ts) =
+            e.ts.filter(|t| t.is_finite() && (t + dur).is_finite() && (kernel || collective))
         {
             if self.intervals.len() < MAX_INTERVALS {
                 self.intervals.push((ts, ts + dur, collective));
