@@ -473,6 +473,25 @@ mod tests {
     }
 
     #[test]
+    fn a_finding_with_every_measured_cell_names_no_axis_value() {
+        // Every cell slowed alike: "every model=m cell" (and every other shared value) would
+        // separate it from nothing. As on a one-cell nightly, no value is named.
+        let (results, verdicts) = run(|_, _| -0.04);
+        let f = findings(&results, &verdicts);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert!(f[0].separates.is_empty(), "{:?}", f[0].separates);
+        assert_eq!(
+            f[0].against,
+            ["every measured cell of the run changed (6): no axis separates them"]
+        );
+        assert!(
+            f[0].headline().starts_with("F1: 6 cells regressed -4.0%"),
+            "{}",
+            f[0].headline()
+        );
+    }
+
+    #[test]
     fn one_cause_on_one_axis_value_is_one_finding_naming_it() {
         let (r, v) = run(|d, _| if d == "fp8" { -0.041 } else { 0.0 });
         let f = findings(&r, &v);
