@@ -23,6 +23,8 @@ use publish_server::{FakeApi, Flavor};
 const WORK_SH: &str = r#"#!/bin/sh
 set -eu
 model=$1
+# A probe's run (in the bisection's worktree) can be made slow, so a test can spend a budget.
+case $PWD in "${TRIAGE_SLOW_UNDER:-/nonexistent}"*) sleep 1 ;; esac
 us=0
 while read -r name dur; do us=$((us + dur)); done < "kernels.$model.txt"
 if [ -n "${BENCH_PROFILE:-}" ]; then
@@ -431,4 +433,69 @@ fn check_in_chromium(page: &Path) -> Option<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     assert!(v["problems"].as_array().unwrap().is_empty(), "{v}");
     Some(v)
+}
+
+#[test]
+fn a_bisection_out_of_budget_says_so_and_the_next_job_finishes_it() {
+    let lab = Lab::new();
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let o = lab.night(&format!("night{n}"), &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let mut culprit = String::new();
+    for i in 1..=6 {
+        if i == 4 {
+            std::fs::write(
+                lab.repo.join("kernels.a.txt"),
+                format!("{KERNELS}elementwise_copy_kernel 320\n"),
+            )
+            .unwrap();
+            culprit = commit(&lab.repo, "model a: copy the activations");
+        } else {
+            std::fs::write(lab.repo.join("NOTES"), format!("change {i}\n")).unwrap();
+            commit(&lab.repo, &format!("change {i}"));
+        }
+    }
+    // Every probe round sleeps 5 s (1 s per repeat), so 15 GPU-s hold the two ends at most:
+    // the binary search does not fit.
+    let slow_under = lab.repo.parent().unwrap().join("tmp");
+    let slow = [("TRIAGE_SLOW_UNDER", slow_under.to_str().unwrap())];
+    let o = lab.night("night6", &["--triage-budget", "15"], &slow);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("night6");
+    let f = finding(&r, "model=a");
+    let b = &f["bisected"];
+    assert_eq!(b["status"], "out_of_budget", "{b:#}\n{out}");
+    assert!(b["first_bad"].is_null());
+    // Two rounds on a quiet machine (the two ends); one when a round took more than 7.5 s.
+    let rounds = b["rounds_run"].as_u64().unwrap();
+    assert!(
+        (1..=2).contains(&rounds),
+        "the ends, then the budget: {b:#}"
+    );
+    assert!(b["gpu_s"].as_f64().unwrap() <= 15.0, "{b:#}");
+    assert!(
+        b["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("GPU-s budget are spent"),
+        "{b:#}"
+    );
+    let finish = b["command"].as_str().unwrap();
+    assert!(finish.starts_with("bench bisect a."), "{finish}");
+    let md = lab.file("night6", "summary.md");
+    assert!(md.contains("bisection out of budget"), "{md}");
+    assert!(md.contains("finish it with `bench bisect"), "{md}");
+    // The next night's job resumes: the two ends come from the history.
+    let o = lab.night("night7", &["--triage-budget", "600"], &slow);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("night7");
+    let b = &finding(&r, "model=a")["bisected"];
+    assert_eq!(b["status"], "found", "{b:#}\n{out}");
+    assert_eq!(b["first_bad"]["sha"], culprit.as_str());
+    assert_eq!(b["rounds_reused"].as_u64(), Some(rounds), "{b:#}");
 }

@@ -194,7 +194,8 @@ pub(crate) fn chase(
         let Some([good, bad]) = f.commits.clone() else {
             continue;
         };
-        let Some((cell, gpus, round_s)) = cheapest(f, results) else {
+        let resumable = resumable_cells(history, f, results, &good, &bad);
+        let Some((cell, gpus, round_s)) = cheapest(f, results, &resumable) else {
             continue;
         };
         let skipped = |why: String| Bisected {
@@ -290,14 +291,53 @@ fn short(sha: &str) -> &str {
 }
 
 /// The finding's cell that costs fewest GPU-seconds per round (its duration in this run
-/// times its GPUs), among those that passed: its id, GPUs and duration in seconds.
-fn cheapest(f: &Finding, results: &RunResults) -> Option<(String, f64, f64)> {
+/// times its GPUs), among those that passed: its id, GPUs and duration in seconds. A cell an
+/// earlier job already bisected over this range (`resumable`) is preferred, so that job's
+/// rounds are not lost to a cell that ran a little faster tonight.
+fn cheapest(f: &Finding, results: &RunResults, resumable: &[String]) -> Option<(String, f64, f64)> {
     results
         .cells
         .iter()
         .filter(|c| f.has(c.id.as_str()) && c.outcome == Outcome::Passed)
         .map(|c| (c.id.to_string(), gpus_of(&c.values), c.duration_s))
-        .min_by(|a, b| (a.1 * a.2).total_cmp(&(b.1 * b.2)).then(a.0.cmp(&b.0)))
+        .min_by(|a, b| {
+            let resumed = |x: &(String, f64, f64)| !resumable.contains(&x.0);
+            resumed(a)
+                .cmp(&resumed(b))
+                .then((a.1 * a.2).total_cmp(&(b.1 * b.2)))
+                .then(a.0.cmp(&b.0))
+        })
+}
+
+/// The finding's cells for which the history holds bisection rounds at `good` or `bad`
+/// under this run's hardware key: an earlier job's unfinished (or finished) bisection of the
+/// same range. A store that cannot be read here resumes nothing; the bisection opens it
+/// again and reports what is wrong.
+fn resumable_cells(
+    history: &str,
+    f: &Finding,
+    results: &RunResults,
+    good: &str,
+    bad: &str,
+) -> Vec<String> {
+    let Ok(mut store) = crate::history::open(history) else {
+        return Vec::new();
+    };
+    let key = &results.environment.hardware_key;
+    f.cells
+        .iter()
+        .map(|(c, _)| c.clone())
+        .filter(|c| {
+            store
+                .trend(c, key, crate::history::gate::METRIC)
+                .is_ok_and(|points| {
+                    points.iter().any(|p| {
+                        p.branch.as_deref() == Some(crate::bisect::probe::BRANCH)
+                            && p.commit.as_deref().is_some_and(|x| x == good || x == bad)
+                    })
+                })
+        })
+        .collect()
 }
 
 /// The matrix file as a path inside the repository `cwd` is in: a probe reads it in each
