@@ -17,6 +17,8 @@
 //! | `mfu` | above 0, at most 1 | a fraction of the peak |
 //! | `peak_mem_bytes` | 0 to 1 TiB | no device has more memory (0: not measured, a CPU) |
 //! | `time_to_1t_tokens_days` | above 0, at most 1.2e12 | 1e12 tokens at the slowest tokens/s |
+//! | `tokens_per_joule` | above 0, at most 1e10 | the tokens/s/GPU bound on a GPU drawing a watt |
+//! | `kwh_per_1t_tokens` | above 0, at most 1e14 | 1e12 tokens at the slowest tokens/s on 1e6 GPUs at 3 kW |
 //! | any other metric | finite, not subnormal, magnitude below 1e300 | a number, not an overflow |
 //!
 //! Every value must also be a finite, normal `f64` (a subnormal is an underflow, not a
@@ -95,6 +97,21 @@ pub fn bound(name: &str) -> Option<Bound> {
             true,
             1.2e12,
             "1e12 tokens at between a token a day and the tokens/s bound",
+        ),
+        // No accelerator that trains draws less than a watt, and the telemetry believes no
+        // board above 3 kW (`telemetry::bounds::POWER_W`).
+        "tokens_per_joule" => b(
+            0.0,
+            true,
+            1e10,
+            "above 0 and at most the tokens/s/GPU bound on a GPU drawing one watt",
+        ),
+        // 1e-5 tokens/s on a million GPUs at 3 kW each is 3.3e-15 tokens/J, or 8.3e13 kWh.
+        "kwh_per_1t_tokens" => b(
+            0.0,
+            true,
+            1e14,
+            "above 0 and at most 1e12 tokens at the slowest tokens/s on a million 3 kW GPUs",
         ),
         _ => None,
     }
@@ -188,7 +205,14 @@ mod tests {
                 assert!(check(m.name, v).is_err(), "{} {v}", m.name);
             }
         }
-        for m in ["step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu"] {
+        for m in [
+            "step_time_s",
+            "tokens_per_s",
+            "mfu",
+            "tflops_per_gpu",
+            "tokens_per_joule",
+            "kwh_per_1t_tokens",
+        ] {
             assert!(check(m, 0.0).is_err(), "{m}");
         }
         assert!(check("mfu", 1.01).is_err());
@@ -208,6 +232,9 @@ mod tests {
             ("peak_mem_bytes", 7.5e10),
             ("peak_mem_bytes", 0.0),
             ("time_to_1t_tokens_days", 577.8),
+            // gpt2-125m on one H100 at 548 W (docs/results/gate-study-2026-11-25).
+            ("tokens_per_joule", 912.4),
+            ("kwh_per_1t_tokens", 304.4),
             ("my_metric", -3.0),
             ("my_metric", 0.0),
         ] {

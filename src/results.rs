@@ -127,7 +127,9 @@ pub struct MetricValue {
 
 /// Summary metrics of a cell, keyed by metric name: `tokens_per_s`,
 /// `tokens_per_s_per_gpu`, `step_time_s`, `mfu`, `tflops_per_gpu`, `peak_mem_bytes`
-/// (largest rank), `time_to_1t_tokens_days`.
+/// (largest rank), `time_to_1t_tokens_days`, and `tokens_per_joule` and
+/// `kwh_per_1t_tokens` when the cell's telemetry read its GPUs' power
+/// (`metrics::energy`).
 pub(crate) type Metrics = IndexMap<String, MetricValue>;
 
 /// One cell of the run.

@@ -135,7 +135,14 @@ pub struct CellTelemetry {
     /// Mean SM clock over the samples (on AMD GPUs the GFX clock, averaged over the XCDs).
     pub sm_clock_mhz: Option<f64>,
     pub max_sm_clock_mhz: Option<f64>,
+    /// Mean board power per GPU over the samples (the energy metrics' power, see
+    /// `metrics::energy`).
     pub power_w: Option<f64>,
+    /// The same mean over each repeat's own measured steps, in repeat order: `None` for a
+    /// repeat inside whose steps no power sample fell. Each repeat's tokens/J divides by its
+    /// own power; absent in results written before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeat_power_w: Vec<Option<f64>>,
     pub power_limit_w: Option<f64>,
     /// Highest temperature seen.
     pub temperature_c: Option<f64>,
@@ -173,6 +180,7 @@ impl CellTelemetry {
             sm_clock_mhz: None,
             max_sm_clock_mhz: None,
             power_w: None,
+            repeat_power_w: Vec::new(),
             power_limit_w: None,
             temperature_c: None,
             utilization_pct: None,
@@ -806,14 +814,16 @@ impl Stream {
         }
     }
 
-    /// The telemetry of a cell that measured in `windows` on `devices` (device ids as the
-    /// runner hands them out: nvidia-smi indices or GPU UUIDs on NVIDIA, HIP device ids on
-    /// ROCm). `None` when no sample fell inside the windows.
+    /// The telemetry of a cell whose repeats measured in `repeats` (each repeat's window of
+    /// measured steps, `None` for one that reported no measured step) on `devices` (device
+    /// ids as the runner hands them out: nvidia-smi indices or GPU UUIDs on NVIDIA, HIP
+    /// device ids on ROCm). `None` when no sample fell inside the windows.
     pub(crate) fn cell(
         &self,
-        windows: &[(Instant, Instant)],
+        repeats: &[Option<(Instant, Instant)>],
         devices: &[String],
     ) -> Option<CellTelemetry> {
+        let windows: Vec<(Instant, Instant)> = repeats.iter().flatten().copied().collect();
         let data = lock(&self.data);
         let inside = |t: Instant| windows.iter().any(|(a, b)| t >= *a && t <= *b);
         // Process polls are a second apart: one just before or after a window still
@@ -858,7 +868,9 @@ impl Stream {
             })
             .filter(|(_, g)| gpus.contains(g))
             .collect();
-        summarize_cell(&samples, &gpus, &apps, self.backend.reasons())
+        let mut cell = summarize_cell(&samples, &gpus, &apps, self.backend.reasons())?;
+        cell.repeat_power_w = repeat_power(&data.samples, &gpus, repeats);
+        Some(cell)
     }
 
     /// Stops the stream and summarizes every sample of the run.
@@ -1019,6 +1031,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Each repeat's mean power per GPU: the mean of the power readings of `gpus` stamped
+/// inside that repeat's window (the same samples the cell's mean is taken over); `None` for
+/// a repeat without a window or without a power reading in it.
+fn repeat_power(
+    samples: &[(Instant, Sample)],
+    gpus: &[u32],
+    repeats: &[Option<(Instant, Instant)>],
+) -> Vec<Option<f64>> {
+    repeats
+        .iter()
+        .map(|w| {
+            let (a, b) = (*w)?;
+            let (sum, n) = samples
+                .iter()
+                .filter(|(t, s)| *t >= a && *t <= b && gpus.contains(&s.gpu))
+                .filter_map(|(_, s)| s.power_w)
+                .fold((0.0, 0usize), |(sum, n), w| (sum + w, n + 1));
+            (n > 0).then(|| sum / n as f64)
+        })
+        .collect()
+}
+
 /// The cell's figures from its samples and the processes seen (pure, for tests).
 fn summarize_cell(
     samples: &[&Sample],
@@ -1079,6 +1113,7 @@ fn summarize_cell(
         sm_clock_mhz: mean(|s| s.sm_clock_mhz),
         max_sm_clock_mhz: max(|s| s.max_sm_clock_mhz),
         power_w: mean(|s| s.power_w),
+        repeat_power_w: Vec::new(),
         power_limit_w: max(|s| s.power_limit_w),
         temperature_c: max(|s| s.temperature_c),
         utilization_pct: mean(|s| s.utilization_pct),
@@ -1218,6 +1253,39 @@ mod tests {
         assert_eq!(t.foreign[0].name, "python3");
         assert_eq!(t.foreign[0].used_mib, Some(2048.0));
         assert!(summarize_cell(&[], &[0], &[], &REASONS).is_none());
+    }
+
+    #[test]
+    fn each_repeat_gets_the_mean_power_of_its_own_window() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let reading = |gpu: u32, w: Option<f64>| Sample {
+            gpu,
+            power_w: w,
+            ..parse(H100)[0].clone()
+        };
+        let samples = vec![
+            // Repeat 1 (0..100 ms): GPUs 0 and 1 at 600 and 700 W, GPU 2 is not the cell's.
+            (at(10), reading(0, Some(600.0))),
+            (at(20), reading(1, Some(700.0))),
+            (at(30), reading(2, Some(100.0))),
+            // Between the repeats (warm-up of repeat 2): not counted.
+            (at(150), reading(0, Some(50.0))),
+            // Repeat 2 (200..300 ms): one reading without power, one at 500 W.
+            (at(210), reading(0, None)),
+            (at(220), reading(1, Some(500.0))),
+        ];
+        let windows = [
+            Some((at(0), at(100))),
+            Some((at(200), at(300))),
+            // A repeat with no measured step, and one whose window caught no sample.
+            None,
+            Some((at(400), at(500))),
+        ];
+        assert_eq!(
+            repeat_power(&samples, &[0, 1], &windows),
+            vec![Some(650.0), Some(500.0), None, None]
+        );
     }
 
     #[test]

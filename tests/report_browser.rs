@@ -12,6 +12,8 @@
 //! under CI, where it fails. The pages and screenshots stay in target/tmp/browser-report/
 //! for CI to keep as artifacts.
 
+#[path = "common/energy.rs"]
+mod energy;
 #[path = "common/nightly.rs"]
 mod nightly;
 
@@ -170,7 +172,32 @@ fn html_reports_and_comment_charts_render_in_chromium() {
     let slow = write_run(&out.join("slow-first-step"), &slow_first_step_run());
     run_report(&slow, &out.join("no-baselines"), 0);
 
-    let pages: Vec<PathBuf> = [&mixed, &nightly_dir, &fw, &slow]
+    // GPU cells that read their power: a tokens/J column, its caveat, its trend.
+    let (energy, energy_trends) = energy::energy_run();
+    let energy_dir = write_run(&out.join("energy"), &energy);
+    run_report(&energy_dir, Path::new("tests/fixtures/baselines"), 1);
+    let energy_history = out.join("energy-history.json");
+    std::fs::write(
+        &energy_history,
+        serde_json::to_string(&energy_trends).unwrap(),
+    )
+    .unwrap();
+    let page = bench()
+        .args(["report", "html"])
+        .arg(&energy_dir)
+        .arg("--history")
+        .arg(&energy_history)
+        .arg("--baselines")
+        .arg("tests/fixtures/baselines")
+        .output()
+        .unwrap();
+    assert!(
+        page.status.success(),
+        "{}",
+        String::from_utf8_lossy(&page.stderr)
+    );
+
+    let pages: Vec<PathBuf> = [&mixed, &nightly_dir, &fw, &slow, &energy_dir]
         .iter()
         .map(|d| d.join("report.html"))
         .collect();
@@ -184,6 +211,13 @@ fn html_reports_and_comment_charts_render_in_chromium() {
     assert_eq!(checked[3]["scaled_by_measured"], 1, "{seen}");
     // The mixed fixture's regression and improvement are two findings, drawn in its header.
     assert_eq!(checked[0]["findings"], 2, "{seen}");
+    // The energy page drew its tokens/J column (a bar per cell with the figure), its note on
+    // what the figure counts, and the tokens/J trend; the other pages have none of them.
+    assert_eq!(checked[4]["energy_bars"], 5, "{seen}");
+    assert_eq!(checked[4]["energy_note"], true, "{seen}");
+    assert_eq!(checked[4]["energy_trends"], 1, "{seen}");
+    assert_eq!(checked[0]["energy_bars"], 0, "{seen}");
+    assert_eq!(checked[0]["energy_note"], false, "{seen}");
     for p in &pages {
         let shot = p.with_file_name("report.png");
         assert!(

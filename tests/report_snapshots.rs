@@ -2,6 +2,9 @@
 //! tests/fixtures (see make_fixtures.py) against tests/fixtures/baselines. Durations and
 //! dates are redacted so that the snapshots pin the content, not the clock.
 
+#[path = "common/energy.rs"]
+mod energy;
+
 use std::path::Path;
 
 use bench::baseline::{compare, Baselines, CellStatus, Comparison};
@@ -230,4 +233,38 @@ fn summary_md_with_findings() {
         .take_while(|l| !l.starts_with("<details>"))
         .collect::<Vec<_>>()
         .join("\n"));
+}
+
+/// The mixed fixture with its GPU cells' power read (tests/common/energy.rs), against the
+/// mixed fixture's baselines, which predate the energy metrics: the terminal summary and
+/// `summary.md` put a tokens/J column beside tokens/s per GPU and say what the figure does
+/// not count; the cells' energy is new against baselines without it.
+#[test]
+fn summaries_with_energy() {
+    let (results, _) = energy::energy_run();
+    let baselines = Baselines::load_for(
+        Path::new("tests/fixtures/baselines"),
+        &results.environment.hardware_key,
+    )
+    .unwrap();
+    let comparison = compare(&results, &baselines);
+    let input = ReportInput {
+        results: &results,
+        comparison: &comparison,
+        trends: None,
+        history: None,
+        findings: &[],
+    };
+    let text = HumanExporter.render(&input).unwrap();
+    let md = MarkdownExporter.render(&input).unwrap();
+    // 465,300 tokens/s on one GPU at 600 W: 775.5 tokens per joule.
+    assert!(text.contains("  776  "), "{text}");
+    assert!(md.contains("| 465K | 776 |"), "{md}");
+    insta::with_settings!({filters => vec![
+        (r"(\d+(\.\d+)? m?s|\d+m \d\ds|\d+h \d\dm)  (REGRESSION|FAILED|TIMED OUT|[a-z]+)", "[dur]  $3"),
+        (r"took .*", "took [duration]"),
+    ]}, {
+        insta::assert_snapshot!("human_summary_with_energy", text);
+    });
+    insta::assert_snapshot!("summary_md_with_energy", md);
 }

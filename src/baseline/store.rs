@@ -339,7 +339,8 @@ const HEADER: &str = "\
 # bench baselines for one hardware key, keyed by cell id. Written by
 # `bench baseline update RUN_DIR`; review changes like code.
 # Per metric: value; direction (higher|lower is better); tolerance (relative change allowed;
-# default 0.03 for throughput, MFU and time, 0.10 for memory, 0.05 otherwise); floor
+# default 0.03 for throughput, MFU and time, 0.08 for energy (tokens/J, kWh per 1T tokens),
+# 0.10 for memory, 0.05 otherwise); floor
 # (optional absolute change below which nothing is flagged); spread (relative spread of the
 # repeats that produced the value). Hand-set tolerance and floor survive updates.
 ";

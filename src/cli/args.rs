@@ -462,9 +462,14 @@ pub struct HistoryStudyArgs {
     /// Band half-width in robust sigmas (default: the policy's).
     #[arg(long)]
     pub sigmas: Option<f64>,
-    /// Relative floor of the band (default: the policy's).
+    /// Relative floor of the band (default: the policy's for the metric: 1%, 5% for
+    /// tokens_per_joule and kwh_per_1t_tokens).
     #[arg(long)]
     pub floor: Option<f64>,
+    /// Relative floor of the repeats' two-sample test (default: the policy's for the
+    /// metric, as --floor).
+    #[arg(long)]
+    pub test_floor: Option<f64>,
     /// Runs of lookback (default: the policy's).
     #[arg(long)]
     pub lookback: Option<usize>,

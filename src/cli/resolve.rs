@@ -309,6 +309,13 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> Result<StudySettings, CliError> 
             )));
         }
     }
+    if let Some(f) = args.test_floor {
+        if !(f.is_finite() && (0.0..1.0).contains(&f)) {
+            return Err(bad(format!(
+                "--test-floor {f}: the repeats' test's relative floor is 0 or more and below 1 (0.01 is 1%)"
+            )));
+        }
+    }
     if let Some(l) = args.lookback {
         if !(2..=MAX_STUDY_LOOKBACK).contains(&l) {
             return Err(bad(format!(
@@ -325,6 +332,7 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> Result<StudySettings, CliError> 
         alarm_trials: args.alarm_trials,
         sigmas: args.sigmas,
         floor: args.floor,
+        test_floor: args.test_floor,
         lookback: args.lookback,
     })
 }
@@ -534,11 +542,12 @@ mod tests {
         /// Every `bench history study` knob outside its range is exit 2 naming the flag;
         /// inside it, the settings resolve.
         #[test]
-        fn study_knobs_are_bounded(lookback in proptest::prelude::any::<u64>(), repeats in 0usize..2_000, trials in 0u64..10_000_000, sigmas in proptest::prelude::any::<f64>(), floor in proptest::prelude::any::<f64>()) {
+        fn study_knobs_are_bounded(lookback in proptest::prelude::any::<u64>(), repeats in 0usize..2_000, trials in 0u64..10_000_000, sigmas in proptest::prelude::any::<f64>(), floor in proptest::prelude::any::<f64>(), test_floor in proptest::prelude::any::<f64>()) {
             let argv = [
                 "history".to_string(), "study".into(), "r".into(),
                 format!("--lookback={lookback}"), format!("--repeats={repeats}"),
                 format!("--alarm-trials={trials}"), format!("--sigmas={sigmas}"), format!("--floor={floor}"),
+                format!("--test-floor={test_floor}"),
             ];
             let Ok(cli) = Cli::try_parse_from(std::iter::once("bench".to_string()).chain(argv)) else {
                 return Ok(());
@@ -549,7 +558,8 @@ mod tests {
                 && (1..=MAX_STUDY_REPEATS).contains(&repeats)
                 && (1..=MAX_STUDY_TRIALS as u64).contains(&trials)
                 && sigmas.is_finite() && sigmas > 0.0 && sigmas <= MAX_STUDY_SIGMAS
-                && floor.is_finite() && (0.0..1.0).contains(&floor);
+                && floor.is_finite() && (0.0..1.0).contains(&floor)
+                && test_floor.is_finite() && (0.0..1.0).contains(&test_floor);
             match study(a) {
                 Ok(_) => proptest::prop_assert!(ok),
                 Err(e) => {

@@ -114,8 +114,10 @@ pub(crate) struct StudySettings {
     pub alarm_trials: usize,
     /// Band half-width in robust sigmas; `None`: the policy's.
     pub sigmas: Option<f64>,
-    /// Relative floor of the band; `None`: the policy's.
+    /// Relative floor of the band; `None`: the policy's for the metric.
     pub floor: Option<f64>,
+    /// Relative floor of the repeats' two-sample test; `None`: the policy's for the metric.
+    pub test_floor: Option<f64>,
     /// Runs of lookback; `None`: the policy's.
     pub lookback: Option<usize>,
 }
@@ -431,11 +433,18 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
             args.metric,
         )));
     }
+    // The shipped policy of the metric (the energy metrics' floors are wider), with the
+    // knobs given.
+    let shipped = Policy::default().for_metric(&args.metric);
     let policy = Policy {
-        threshold_sigmas: args.sigmas.unwrap_or(Policy::default().threshold_sigmas),
-        floor_rel: args.floor.unwrap_or(Policy::default().floor_rel),
-        lookback: args.lookback.unwrap_or(Policy::default().lookback),
-        ..Policy::default()
+        threshold_sigmas: args.sigmas.unwrap_or(shipped.threshold_sigmas),
+        floor_rel: args.floor.unwrap_or(shipped.floor_rel),
+        lookback: args.lookback.unwrap_or(shipped.lookback),
+        two_sample: super::twosample::TwoSamplePolicy {
+            floor_rel: args.test_floor.unwrap_or(shipped.two_sample.floor_rel),
+            ..shipped.two_sample
+        },
+        ..shipped
     };
     print(&format!("Study of {source}.\n\n"));
     print(&table(

@@ -91,6 +91,41 @@ impl Default for Policy {
     }
 }
 
+/// The relative floor of the energy verdict's band and repeats' test (see
+/// [`Policy::for_metric`]).
+///
+/// Tokens per joule moves from night to night with the board's power even where the speed
+/// holds still (see `metrics::catalog::DEFAULT_ENERGY_TOLERANCE`), and the repeats of one
+/// night share that night's power, so the repeats' test at the speed's 1% floor takes a
+/// night's power for a shift. `bench history study --history STORE --metric
+/// tokens_per_joule` replays the real nights of docs/results (tokens/J from each night's
+/// tokens/s and mean board power, 1000 months of 30 nights per row; docs/history.md,
+/// "Energy"): at the speed's 1% floor, 0.3% to 7.7% of the clean nights of the four cells
+/// regressed; at 5% (band and test), at most 0.02% (6 of 25,000), while a real 6.3-6.5%
+/// energy loss (`BENCH_FUSED_LN=0` on an H100, the Llama proxy's `BENCH_FUSED_ADAMW=0` on an
+/// H200) still regressed on 91-100% of its nights. Energy changes of under 5% mostly pass:
+/// they are inside what these sensors tell apart from one night to the next.
+pub const ENERGY_FLOOR_REL: f64 = 0.05;
+
+impl Policy {
+    /// The policy a metric is judged under: this one, with the band's and the repeats'
+    /// test's floor raised to [`ENERGY_FLOOR_REL`] for the energy metrics (tokens/J, kWh
+    /// per 1T tokens).
+    pub fn for_metric(&self, metric: &str) -> Policy {
+        if !matches!(metric, "tokens_per_joule" | "kwh_per_1t_tokens") {
+            return *self;
+        }
+        Policy {
+            floor_rel: self.floor_rel.max(ENERGY_FLOOR_REL),
+            two_sample: TwoSamplePolicy {
+                floor_rel: self.two_sample.floor_rel.max(ENERGY_FLOOR_REL),
+                ..self.two_sample
+            },
+            ..*self
+        }
+    }
+}
+
 /// What a history says about one new measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -411,6 +411,7 @@ mod tests {
             sm_clock_mhz: Some(clock),
             max_sm_clock_mhz: Some(1980.0),
             power_w: Some(690.0),
+            repeat_power_w: Vec::new(),
             power_limit_w: Some(700.0),
             temperature_c: Some(70.0),
             utilization_pct: Some(100.0),

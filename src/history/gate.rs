@@ -36,10 +36,13 @@ use super::error::HistoryError;
 use super::record::{context_of, CellRecord, RunRecord};
 use super::store::{current_segment, History, Point};
 use super::suspects::{changes, Identity};
-pub use super::verdicts::{CellJudgement, GateReport, Since};
+pub use super::verdicts::{CellJudgement, EnergyJudgement, GateReport, Since};
 
 /// The metric whose history decides a cell's speed verdict.
 pub(crate) const METRIC: &str = "tokens_per_s";
+
+/// The metric whose history decides a cell's energy verdict (see `metrics::energy`).
+pub(crate) const ENERGY_METRIC: &str = "tokens_per_joule";
 
 /// Relative floor of the loss band (see `detect::judge_loss`).
 pub(crate) const LOSS_FLOOR_REL: f64 = 1e-3;
@@ -232,22 +235,11 @@ impl Judge<'_> {
         let m = &cell.metrics[METRIC];
         let trend = self.store.trend(id, key, METRIC)?;
         let segments = self.store.segments(id, key)?;
-        let run_id = &self.results.run_id;
-        // Earlier runs of the branch judged: never this run, never a confirming re-run.
-        let scoped: Vec<&Point> = current_segment(&trend, &segments)
-            .iter()
-            .filter(|p| &p.run_id != run_id && !is_confirm_run(&p.run_id))
-            .filter(|p| p.started_at <= self.results.started_at)
-            .filter(|p| self.scope.admits(p))
-            .collect();
+        let scoped = self.scoped(&trend, &segments);
         // The run `bench baseline accept` started the segment with is the new normal,
         // whatever it was judged then.
         let accepted = segments.last().map(|s| s.first_run_id.as_str());
-        let base = self
-            .baselines
-            .cell(id)
-            .and_then(|b| b.metrics.get(METRIC))
-            .map(|b| (b.value, b.effective_tolerance(METRIC)));
+        let base = self.baseline(id, METRIC);
         // Each re-run's repeats, in order; the first that measured nothing says why.
         let mut confirm_runs: Vec<Vec<f64>> = Vec::new();
         let mut confirm_failed = None;
@@ -296,6 +288,7 @@ impl Judge<'_> {
             outliers,
             environment,
         } = decided;
+        let energy = self.energy(cell, again, &step_sigmas, &segments, environment.as_ref())?;
         let clean = clean_runs(&scoped, accepted);
         let curves: Vec<Vec<f64>> = clean.iter().map(|p| p.loss_curve.clone()).collect();
         let loss = CellRecord::from_result(cell).loss_curve;
@@ -308,13 +301,18 @@ impl Judge<'_> {
             versions: RunRecord::from_results(self.results, None, None).versions,
             context: context_of(cell),
         };
-        let named = matches!(
-            judgement.verdict,
-            HistoryVerdict::Regressed
-                | HistoryVerdict::Improved
-                | HistoryVerdict::Suspect
-                | HistoryVerdict::Environment
-        ) || matches!(numerics, NumericsVerdict::Changed { .. });
+        let shift = |v: HistoryVerdict| {
+            matches!(
+                v,
+                HistoryVerdict::Regressed
+                    | HistoryVerdict::Improved
+                    | HistoryVerdict::Suspect
+                    | HistoryVerdict::Environment
+            )
+        };
+        let named = shift(judgement.verdict)
+            || energy.as_ref().is_some_and(|e| shift(e.verdict()))
+            || matches!(numerics, NumericsVerdict::Changed { .. });
         // The last good run: the one before the streak, else the latest clean run.
         let good = since
             .as_ref()
@@ -352,10 +350,97 @@ impl Judge<'_> {
             changes,
             line: String::new(),
             bisect: None,
+            energy,
         };
         j.bisect = bisect_command(&j, self.results, &self.store.location);
         j.line = super::words::verdict_line(&j);
         Ok(j)
+    }
+}
+
+impl Judge<'_> {
+    /// The earlier runs of `trend` the cell is judged against: those of the branch judged,
+    /// in the cell's current segment, started before this run; never this run, never a
+    /// confirming re-run.
+    fn scoped<'p>(&self, trend: &'p [Point], segments: &[super::store::Segment]) -> Vec<&'p Point> {
+        let run_id = &self.results.run_id;
+        current_segment(trend, segments)
+            .iter()
+            .filter(|p| &p.run_id != run_id && !is_confirm_run(&p.run_id))
+            .filter(|p| p.started_at <= self.results.started_at)
+            .filter(|p| self.scope.admits(p))
+            .collect()
+    }
+
+    /// The stored baseline of `metric` for cell `id`, with its tolerance.
+    fn baseline(&self, id: &str, metric: &str) -> Option<(f64, f64)> {
+        self.baselines
+            .cell(id)
+            .and_then(|b| b.metrics.get(metric))
+            .map(|b| (b.value, b.effective_tolerance(metric)))
+    }
+
+    /// The verdict on the cell's energy ([`ENERGY_METRIC`]), judged as its speed is: the
+    /// band of its own earlier runs' tokens/J (the runs that read the GPUs' power), the
+    /// repeats' test, confirmation by the same re-runs, drift past the baseline. `None` when
+    /// this run did not read the cell's power. A loss the environment explains for the
+    /// speed (`environment`: a foreign process on the GPU, a lower clock set from outside,
+    /// a busy host) is blamed on it for the energy too: a foreign process's power is in the
+    /// board's reading, and a throttled or disturbed run is no measure of the code's
+    /// efficiency.
+    fn energy(
+        &mut self,
+        cell: &CellResult,
+        again: &[&CellResult],
+        step_sigmas: &[f64],
+        segments: &[super::store::Segment],
+        environment: Option<&Finding>,
+    ) -> Result<Option<EnergyJudgement>, HistoryError> {
+        let Some(m) = cell.metrics.get(ENERGY_METRIC) else {
+            return Ok(None);
+        };
+        let id = cell.id.as_str();
+        let trend = self
+            .store
+            .trend(id, &self.results.environment.hardware_key, ENERGY_METRIC)?;
+        let scoped = self.scoped(&trend, segments);
+        let accepted = segments.last().map(|s| s.first_run_id.as_str());
+        // The re-runs that read the power; one that did not is no evidence either way, so
+        // a suspect without one stays a suspect.
+        let confirm_runs: Vec<Vec<f64>> = again
+            .iter()
+            .filter(|c| c.outcome == Outcome::Passed)
+            .filter_map(|c| c.metrics.get(ENERGY_METRIC).map(|mv| mv.samples.clone()))
+            .collect();
+        let confirms: Vec<&[f64]> = confirm_runs.iter().map(Vec::as_slice).collect();
+        let confirm_failed = again.iter().any(|c| c.outcome != Outcome::Passed);
+        let (mut judgement, _) = band_verdict(
+            &scoped,
+            accepted,
+            &Measured {
+                value: m.value,
+                samples: &m.samples,
+                // Tokens/J carries the step time's noise (and the power's, which its
+                // repeats show); the steps' noise is the least of it.
+                step_sigmas,
+                telemetry: cell.telemetry.as_deref(),
+                confirms: &confirms,
+                confirm_failed,
+                baseline: self.baseline(id, ENERGY_METRIC),
+                max_reruns: self.max_reruns,
+            },
+            &self.policy.for_metric(ENERGY_METRIC),
+        );
+        excuse(&mut judgement, environment);
+        Ok(Some(EnergyJudgement {
+            metric: ENERGY_METRIC.to_string(),
+            value: m.value,
+            samples: m.samples.clone(),
+            judgement,
+            confirm_value: confirm_runs
+                .last()
+                .and_then(|c| crate::metrics::stats::median(c)),
+        }))
     }
 }
 
@@ -410,6 +495,32 @@ pub(crate) fn decide(
     now: &Measured<'_>,
     policy: &Policy,
 ) -> Decided {
+    let (mut judgement, outliers) = band_verdict(scoped, accepted, now, policy);
+    let clean = clean_runs(scoped, accepted);
+    let lookback = &clean[clean.len().saturating_sub(policy.lookback)..];
+    let clean_tele: Vec<(f64, &crate::telemetry::CellTelemetry)> = lookback
+        .iter()
+        .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
+        .collect();
+    let rel = judgement.rel_change.unwrap_or(0.0);
+    let environment = explain(now.telemetry, now.value, &clean_tele, rel);
+    excuse(&mut judgement, environment.as_ref());
+    Decided {
+        judgement,
+        outliers,
+        environment,
+    }
+}
+
+/// [`decide`] without the environment: the band and the repeats' test of one measurement
+/// of a metric where higher is better, confirmed by the re-runs or the previous run, and
+/// its outlier repeats. The energy verdict is this, with the speed's environment finding.
+pub(crate) fn band_verdict(
+    scoped: &[&Point],
+    accepted: Option<&str>,
+    now: &Measured<'_>,
+    policy: &Policy,
+) -> (Judgement, Vec<OutlierRepeat>) {
     let clean = clean_runs(scoped, accepted);
     let history: Vec<f64> = clean.iter().map(|p| p.value).collect();
     let lookback = &clean[clean.len().saturating_sub(policy.lookback)..];
@@ -450,18 +561,7 @@ pub(crate) fn decide(
     if judgement.verdict == HistoryVerdict::Suspect && now.confirm_failed {
         judgement.verdict = HistoryVerdict::Regressed;
     }
-    let clean_tele: Vec<(f64, &crate::telemetry::CellTelemetry)> = lookback
-        .iter()
-        .filter_map(|p| p.telemetry.as_ref().map(|t| (p.value, t)))
-        .collect();
-    let rel = judgement.rel_change.unwrap_or(0.0);
-    let environment = explain(now.telemetry, now.value, &clean_tele, rel);
-    excuse(&mut judgement, environment.as_ref());
-    Decided {
-        judgement,
-        outliers,
-        environment,
-    }
+    (judgement, outliers)
 }
 
 fn outcome_reason(o: &Outcome) -> String {
@@ -686,7 +786,7 @@ impl<'a> Confirmation<'a> {
             .filter(|id| {
                 self.report
                     .cell(id)
-                    .is_some_and(|c| super::detect::wants_rerun(c.verdict(), pass - 1))
+                    .is_some_and(|c| c.wants_rerun(pass - 1))
             })
             .collect();
         if wanted.is_empty() {
@@ -763,9 +863,18 @@ impl<'a> Confirmation<'a> {
                     .report
                     .cells
                     .iter_mut()
-                    .filter(|c| c.verdict() == HistoryVerdict::Suspect)
+                    .filter(|c| c.has_verdict(HistoryVerdict::Suspect))
                 {
-                    c.judgement.verdict = HistoryVerdict::Regressed;
+                    if c.verdict() == HistoryVerdict::Suspect {
+                        c.judgement.verdict = HistoryVerdict::Regressed;
+                    }
+                    if let Some(e) = c
+                        .energy
+                        .as_mut()
+                        .filter(|e| e.verdict() == HistoryVerdict::Suspect)
+                    {
+                        e.judgement.verdict = HistoryVerdict::Regressed;
+                    }
                     c.confirm_failed = Some(format!("the re-run could not start: {e}"));
                     c.line = super::words::verdict_line(c);
                 }
@@ -790,11 +899,8 @@ impl<'a> Confirmation<'a> {
         }
         // Only cells still waiting for a re-run are over the budget.
         let report = &self.report;
-        self.over.retain(|id| {
-            report.cell(id).is_some_and(|c| {
-                c.verdict() == HistoryVerdict::Suspect || c.verdict() == HistoryVerdict::Unknown
-            })
-        });
+        self.over
+            .retain(|id| report.cell(id).is_some_and(CellJudgement::awaits_rerun));
         self.report.over_budget = std::mem::take(&mut self.over);
         self.store
             .set_verdicts(&self.results.run_id, &verdict_words(&self.report))?;
@@ -835,7 +941,7 @@ fn within_budget(
         };
         let unknown = report
             .cell(id)
-            .is_some_and(|c| c.verdict() == HistoryVerdict::Unknown);
+            .is_some_and(|c| c.has_verdict(HistoryVerdict::Unknown));
         let repeats = if unknown {
             cell.params.repeats.max(1) * 2
         } else {
@@ -873,8 +979,10 @@ fn cell_gpus(cell: &CellResult) -> u32 {
 /// and the exit code say what the history says: a judged cell's status is its verdict, its
 /// reason the verdict line, and its tokens/s row the history's numbers (centre, change,
 /// band); the other speed metrics' baseline verdicts are set aside (the history decides
-/// speed). Peak memory keeps the baseline file's verdict, which the history does not judge.
-/// Cells with no history at all keep the baseline's verdict.
+/// speed). Its tokens/J and kWh per 1T tokens rows take the energy verdict the same way,
+/// once the energy has a history to be judged by. Peak memory keeps the baseline file's
+/// verdict, which the history does not judge. Cells with no history at all keep the
+/// baseline's verdict.
 pub fn overlay(cmp: &mut Comparison, report: &GateReport) {
     cmp.history_scope = Some(report.scope.clone());
     for j in &report.cells {
@@ -888,28 +996,54 @@ pub fn overlay(cmp: &mut Comparison, report: &GateReport) {
             }
             continue;
         }
-        let speed_verdict = match j.verdict() {
+        let row_verdict = |v: HistoryVerdict| match v {
             HistoryVerdict::Regressed => Verdict::Regression,
             HistoryVerdict::Improved => Verdict::Improvement,
             _ => Verdict::Unchanged,
         };
+        let speed_verdict = row_verdict(j.verdict());
+        // The energy rows follow the history once it has runs to judge them by; before, the
+        // baseline file's verdict stands for them, as it does for a cell with no history.
+        let energy = j
+            .energy
+            .as_ref()
+            .filter(|e| e.verdict() != HistoryVerdict::InsufficientHistory);
         for m in cell.metrics.iter_mut() {
             if m.metric == METRIC || m.metric == "tokens_per_s_per_gpu" {
-                apply_history(m, j, speed_verdict, report.policy.two_sample.floor_rel);
+                apply_history(
+                    m,
+                    METRIC,
+                    &j.judgement,
+                    speed_verdict,
+                    report.policy.two_sample.floor_rel,
+                );
+            } else if let (Some(e), true) = (
+                energy,
+                m.metric == ENERGY_METRIC || m.metric == "kwh_per_1t_tokens",
+            ) {
+                apply_history(
+                    m,
+                    ENERGY_METRIC,
+                    &e.judgement,
+                    row_verdict(e.verdict()),
+                    report.policy.for_metric(ENERGY_METRIC).two_sample.floor_rel,
+                );
             } else if crate::metrics::catalog::in_step_time_family(&m.metric)
                 && matches!(m.verdict, Verdict::Regression | Verdict::Improvement)
             {
                 m.verdict = Verdict::Unchanged;
             }
         }
-        let memory_regressed = cell
+        // A regression of a metric the history leaves to the baseline file (peak memory; the
+        // energy before it has a history).
+        let other_regressed = cell
             .metrics
             .iter()
             .any(|m| m.verdict == Verdict::Regression && m.metric != METRIC);
-        cell.status = match j.verdict() {
+        cell.status = match j.status_verdict() {
             _ if numerics => CellStatus::Regression,
             HistoryVerdict::Regressed => CellStatus::Regression,
-            _ if memory_regressed => CellStatus::Regression,
+            _ if other_regressed => CellStatus::Regression,
             HistoryVerdict::Improved => CellStatus::Improvement,
             HistoryVerdict::Unchanged | HistoryVerdict::InsufficientHistory => {
                 CellStatus::Unchanged
@@ -922,26 +1056,39 @@ pub fn overlay(cmp: &mut Comparison, report: &GateReport) {
     }
 }
 
-fn apply_history(m: &mut MetricComparison, j: &CellJudgement, verdict: Verdict, floor: f64) {
+/// Lays the history's judgement of `judged` (the metric the history judged: tokens/s, or
+/// tokens/J) over the comparison row `m` of it or of a metric that follows from it.
+fn apply_history(
+    m: &mut MetricComparison,
+    judged: &str,
+    j: &Judgement,
+    verdict: Verdict,
+    floor: f64,
+) {
     // The history's centre in this metric's unit (tokens/s per GPU is tokens/s over the
     // cell's GPUs, so its relative figures are the same).
-    let centre = match (m.metric == METRIC, j.judgement.band) {
+    let centre = match (m.metric == judged, j.band) {
         (true, Some(b)) => Some(b.center),
-        _ => j
-            .judgement
-            .rel_change
-            .zip(m.current)
-            .map(|(r, cur)| cur / (1.0 + r)),
+        // kWh per 1T tokens is the inverse of tokens/J: its centre is the inverse's, and
+        // its change the inverse change.
+        _ if m.metric == "kwh_per_1t_tokens" => {
+            j.rel_change.zip(m.current).map(|(r, cur)| cur * (1.0 + r))
+        }
+        _ => j.rel_change.zip(m.current).map(|(r, cur)| cur / (1.0 + r)),
     };
     m.verdict = verdict;
     m.baseline = centre;
-    m.change = j.judgement.rel_change;
-    if let Some(b) = j.judgement.band {
+    m.change = if m.metric == "kwh_per_1t_tokens" {
+        j.rel_change.map(|r| 1.0 / (1.0 + r) - 1.0)
+    } else {
+        j.rel_change
+    };
+    if let Some(b) = j.band {
         if b.center != 0.0 {
             m.tolerance = Some(b.half_width / b.center.abs());
             m.noise = Some(b.sigma / b.center.abs());
         }
-    } else if let Some(t) = &j.judgement.repeats_test {
+    } else if let Some(t) = &j.repeats_test {
         // Judged by the repeats: the floor is the tolerance, half the interval's width
         // the noise.
         m.tolerance = Some(floor);

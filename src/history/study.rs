@@ -232,9 +232,19 @@ pub(crate) fn table(
     alarm_trials: usize,
 ) -> String {
     let mut out = String::new();
+    // The repeats' test's floor is named only where it differs from the band's (the energy
+    // policy and `--test-floor`), so the line reads as it always did for the speed.
+    let test_floor = if policy.two_sample.floor_rel == policy.floor_rel {
+        String::new()
+    } else {
+        format!(
+            " (the repeats' test's {:.1}%)",
+            policy.two_sample.floor_rel * 100.0
+        )
+    };
     let _ = writeln!(
         out,
-        "Policy: lookback {} runs, band {} robust sigmas, floor {:.1}%, confirmation by one re-run; old rule: {:.0}% against one stored run. Shipped verdict: confirmed, then the environment check on the runs' GPU telemetry; only `regressed` fails a job.\n",
+        "Policy: lookback {} runs, band {} robust sigmas, floor {:.1}%{test_floor}, confirmation by one re-run; old rule: {:.0}% against one stored run. Shipped verdict: confirmed, then the environment check on the runs' GPU telemetry; only `regressed` fails a job.\n",
         policy.lookback,
         policy.threshold_sigmas,
         policy.floor_rel * 100.0,
@@ -548,6 +558,7 @@ mod tests {
             sm_clock_mhz: Some(clock),
             max_sm_clock_mhz: Some(1980.0),
             power_w: Some(690.0),
+            repeat_power_w: Vec::new(),
             power_limit_w: Some(700.0),
             temperature_c: Some(70.0),
             utilization_pct: Some(100.0),

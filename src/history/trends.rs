@@ -1,5 +1,6 @@
 //! The trends the reports draw, read from the store itself: per cell of a run, its earlier
-//! runs' tokens/s (and tokens/s per GPU) on the run's hardware key, oldest first, this run
+//! runs' tokens/s (and tokens/s per GPU, and tokens per joule where its GPUs' power was
+//! read) on the run's hardware key, oldest first, this run
 //! last, with the change points E-divisive finds ([`super::changepoint`]) marked. This is
 //! the store's side of the seam [`crate::trend`]; `bench matrix --history` is
 //! enough for `report.html` and the Markdown charts to show them.
@@ -29,7 +30,7 @@ pub(crate) fn of_run(store: &mut History, results: &RunResults) -> Result<Trends
     let key = &results.environment.hardware_key;
     let mut series = Vec::new();
     for cell in &results.cells {
-        for metric in ["tokens_per_s", "tokens_per_s_per_gpu"] {
+        for metric in ["tokens_per_s", "tokens_per_s_per_gpu", "tokens_per_joule"] {
             if !cell.metrics.contains_key(metric) {
                 continue;
             }

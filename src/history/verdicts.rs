@@ -64,6 +64,32 @@ pub struct CellJudgement {
     /// two known commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bisect: Option<String>,
+    /// The verdict on the cell's energy (tokens per joule), when this run and its history
+    /// read the cell's GPU power: judged by the same band, repeats' test and confirmation as
+    /// its speed, so that a change in energy at an unchanged speed is a verdict too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<EnergyJudgement>,
+}
+
+/// The history's verdict on one cell's energy (see [`CellJudgement::energy`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnergyJudgement {
+    /// `tokens_per_joule`.
+    pub metric: String,
+    pub value: f64,
+    /// This run's repeats.
+    #[serde(default)]
+    pub samples: Vec<f64>,
+    pub judgement: Judgement,
+    /// The last re-run's value (median), when the cell was re-run to confirm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_value: Option<f64>,
+}
+
+impl EnergyJudgement {
+    pub fn verdict(&self) -> HistoryVerdict {
+        self.judgement.verdict
+    }
 }
 
 impl CellJudgement {
@@ -71,12 +97,61 @@ impl CellJudgement {
         self.judgement.verdict
     }
 
-    /// Whether this cell fails the job: a confirmed regression, changed numerics, or a
-    /// baseline regression where there is no history at all.
+    /// The energy verdict, when the cell's energy was judged.
+    pub fn energy_verdict(&self) -> Option<HistoryVerdict> {
+        self.energy.as_ref().map(EnergyJudgement::verdict)
+    }
+
+    /// The verdicts the cell got: its speed's, and its energy's when judged.
+    fn verdicts(&self) -> impl Iterator<Item = HistoryVerdict> {
+        std::iter::once(self.verdict()).chain(self.energy_verdict())
+    }
+
+    /// Whether this cell fails the job: a confirmed regression (of its speed or its energy),
+    /// changed numerics, or a baseline regression where there is no history at all.
     pub(crate) fn fails_run(&self) -> bool {
-        self.verdict().fails_run()
+        self.verdicts().any(HistoryVerdict::fails_run)
             || matches!(self.numerics, NumericsVerdict::Changed { .. })
             || (self.verdict() == HistoryVerdict::InsufficientHistory && self.baseline_regressed)
+    }
+
+    /// Whether the cell waits for a confirming re-run: its speed or its energy is a suspect
+    /// or unknown.
+    pub(crate) fn awaits_rerun(&self) -> bool {
+        self.verdicts()
+            .any(|v| matches!(v, HistoryVerdict::Suspect | HistoryVerdict::Unknown))
+    }
+
+    /// Whether a judgement made after `done` re-runs asks for another
+    /// ([`super::detect::wants_rerun`] of its speed or its energy verdict).
+    pub(crate) fn wants_rerun(&self, done: usize) -> bool {
+        self.verdicts().any(|v| super::detect::wants_rerun(v, done))
+    }
+
+    /// Whether either verdict is `v`.
+    pub(crate) fn has_verdict(&self, v: HistoryVerdict) -> bool {
+        self.verdicts().any(|x| x == v)
+    }
+
+    /// The verdict that decides the cell's status in the reports: regressed when its speed
+    /// or its energy regressed (either fails the job); else its speed's, unless that is
+    /// unchanged (or had nothing to compare with) and its energy's is not.
+    pub fn status_verdict(&self) -> HistoryVerdict {
+        if self.has_verdict(HistoryVerdict::Regressed) {
+            return HistoryVerdict::Regressed;
+        }
+        match (self.verdict(), self.energy_verdict()) {
+            (
+                HistoryVerdict::Unchanged | HistoryVerdict::InsufficientHistory,
+                Some(
+                    e @ (HistoryVerdict::Improved
+                    | HistoryVerdict::Suspect
+                    | HistoryVerdict::Unknown
+                    | HistoryVerdict::Environment),
+                ),
+            ) => e,
+            (speed, _) => speed,
+        }
     }
 }
 
@@ -126,16 +201,81 @@ impl GateReport {
         self.cells.iter().find(|c| c.cell_id == id)
     }
 
-    /// Cells the confirmation re-runs: suspects, then unknown ones.
+    /// Cells the confirmation re-runs: suspects (of their speed or their energy), then
+    /// unknown ones.
     pub fn to_confirm(&self) -> Vec<String> {
-        let pick = |v: HistoryVerdict| {
-            self.cells
-                .iter()
-                .filter(move |c| c.verdict() == v)
-                .map(|c| c.cell_id.clone())
+        let suspect = |c: &&CellJudgement| c.has_verdict(HistoryVerdict::Suspect);
+        let suspects = self.cells.iter().filter(suspect);
+        let unknown = self
+            .cells
+            .iter()
+            .filter(|c| !suspect(c) && c.has_verdict(HistoryVerdict::Unknown));
+        suspects.chain(unknown).map(|c| c.cell_id.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::words::tests::regressed;
+
+    fn with(speed: HistoryVerdict, energy: Option<HistoryVerdict>) -> CellJudgement {
+        let mut c = regressed();
+        c.judgement.verdict = speed;
+        c.energy = energy.map(|v| EnergyJudgement {
+            metric: "tokens_per_joule".into(),
+            value: 800.0,
+            samples: vec![800.0],
+            judgement: Judgement {
+                verdict: v,
+                ..c.judgement
+            },
+            confirm_value: None,
+        });
+        c
+    }
+
+    #[test]
+    fn the_energy_verdict_counts_for_the_job_the_status_and_the_re_runs() {
+        use HistoryVerdict::*;
+        // Either regression fails the job and makes the status regressed.
+        for (speed, energy) in [
+            (Unchanged, Regressed),
+            (Suspect, Regressed),
+            (Improved, Regressed),
+        ] {
+            let c = with(speed, Some(energy));
+            assert!(c.fails_run(), "{speed:?} {energy:?}");
+            assert_eq!(c.status_verdict(), Regressed, "{speed:?} {energy:?}");
+        }
+        // An energy suspect waits for a re-run like a speed suspect, and shows as one.
+        let c = with(Unchanged, Some(Suspect));
+        assert!(!c.fails_run());
+        assert!(c.awaits_rerun() && c.wants_rerun(0) && !c.wants_rerun(3));
+        assert_eq!(c.status_verdict(), Suspect);
+        // The speed's own verdict stands over the energy's lesser ones.
+        assert_eq!(
+            with(Environment, Some(Improved)).status_verdict(),
+            Environment
+        );
+        assert_eq!(with(Unchanged, Some(Improved)).status_verdict(), Improved);
+        assert_eq!(with(Unchanged, None).status_verdict(), Unchanged);
+        assert!(!with(Unchanged, Some(Unchanged)).awaits_rerun());
+        // A report's cells to confirm: suspects of either kind first, then unknown ones.
+        let mut a = with(Unknown, None);
+        a.cell_id = "a".into();
+        let mut b = with(Unchanged, Some(Suspect));
+        b.cell_id = "b".into();
+        let r = GateReport {
+            run_id: "r".into(),
+            hardware_key: "k".into(),
+            store: "s".into(),
+            policy: Policy::default(),
+            scope: String::new(),
+            confirm_run_id: None,
+            over_budget: vec![],
+            cells: vec![a, b],
         };
-        pick(HistoryVerdict::Suspect)
-            .chain(pick(HistoryVerdict::Unknown))
-            .collect()
+        assert_eq!(r.to_confirm(), ["b", "a"]);
     }
 }

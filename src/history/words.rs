@@ -25,40 +25,7 @@ fn short(commit: &Option<String>) -> String {
 pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     let j = &c.judgement;
     let mut line = c.verdict().as_str().to_string();
-    match (j.band, j.rel_change, &j.repeats_test) {
-        (Some(b), Some(rel), _) => line.push_str(&format!(
-            " {:+.1}% ({:+.1} sigma; band +-{:.1}% around the median of its last {} runs)",
-            rel * 100.0,
-            j.sigmas.unwrap_or(0.0),
-            b.half_width / b.center.abs().max(f64::MIN_POSITIVE) * 100.0,
-            b.runs
-        )),
-        (None, Some(rel), Some(t)) => line.push_str(&format!(
-            " {:+.1}% (repeats {} against {} earlier: {}, p={:.3}{})",
-            rel * 100.0,
-            t.n_after,
-            t.n_before,
-            t.answer.as_str(),
-            t.p_value,
-            match t.ci_rel {
-                Some((lo, hi)) => format!(
-                    ", {:.0}% interval {:+.1}%..{:+.1}%",
-                    t.ci_level * 100.0,
-                    lo * 100.0,
-                    hi * 100.0
-                ),
-                None => String::new(),
-            }
-        )),
-        (None, Some(rel), None) => line.push_str(&format!(
-            " {:+.1}% against the stored baseline (no history yet)",
-            rel * 100.0
-        )),
-        _ if c.verdict() == HistoryVerdict::InsufficientHistory => {
-            line.push_str(" (no earlier run of this cell: nothing to compare with)")
-        }
-        _ => {}
-    }
+    line.push_str(&size(j));
     // Where the shift began comes right after its size, as the example reads:
     // `regressed -3.0% (-7.1 sigma) since run X (commit abc1234); ...`.
     if let Some(s) = &c.since {
@@ -133,6 +100,9 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
             line.push_str(&format!("; {parts}"));
         }
     }
+    if let Some(clause) = energy_clause(c) {
+        line.push_str(&clause);
+    }
     if let NumericsVerdict::Changed {
         step,
         loss,
@@ -147,16 +117,97 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     line
 }
 
-/// Whether a judged cell needs a reader's eye.
-pub(crate) fn remarkable(c: &CellJudgement) -> bool {
+/// Whether a verdict is one a reader must see (a shift, or a shift not yet settled).
+fn shifted(v: HistoryVerdict) -> bool {
     matches!(
-        c.verdict(),
+        v,
         HistoryVerdict::Regressed
             | HistoryVerdict::Improved
             | HistoryVerdict::Suspect
             | HistoryVerdict::Unknown
             | HistoryVerdict::Environment
-    ) || matches!(c.numerics, NumericsVerdict::Changed { .. })
+    )
+}
+
+/// The energy clause of a verdict line, when the cell's tokens/J shifted: `; energy:
+/// tokens/J regressed -6.1% (-9.8 sigma; band +-2.5% around the median of its last 10
+/// runs) at an unchanged speed; the re-run measured 812 tok/J`.
+fn energy_clause(c: &CellJudgement) -> Option<String> {
+    let e = c.energy.as_ref().filter(|e| shifted(e.verdict()))?;
+    let mut out = format!(
+        "; energy: tokens/J {}{}",
+        e.verdict().as_str(),
+        size(&e.judgement)
+    );
+    if !shifted(c.verdict()) {
+        out.push_str(" at an unchanged speed");
+    }
+    // The speed's part of the line names the causes when the speed was blamed on them too.
+    if let (HistoryVerdict::Environment, false, Some(f)) = (
+        e.verdict(),
+        c.verdict() == HistoryVerdict::Environment,
+        &c.environment,
+    ) {
+        out.push_str(&format!(
+            ", blamed on the environment: {}",
+            f.causes.join("; ")
+        ));
+    }
+    if let Some(v) = e.confirm_value {
+        out.push_str(&format!(
+            "; the re-run measured {} tok/J",
+            crate::format::si(v)
+        ));
+    }
+    Some(out)
+}
+
+/// How far a judgement's value lies from what it was judged against, and by which test:
+/// ` -3.0% (-7.1 sigma; band +-1.2% around the median of its last 10 runs)`.
+fn size(j: &crate::history::detect::Judgement) -> String {
+    let mut line = String::new();
+    match (j.band, j.rel_change, &j.repeats_test) {
+        (Some(b), Some(rel), _) => line.push_str(&format!(
+            " {:+.1}% ({:+.1} sigma; band +-{:.1}% around the median of its last {} runs)",
+            rel * 100.0,
+            j.sigmas.unwrap_or(0.0),
+            b.half_width / b.center.abs().max(f64::MIN_POSITIVE) * 100.0,
+            b.runs
+        )),
+        (None, Some(rel), Some(t)) => line.push_str(&format!(
+            " {:+.1}% (repeats {} against {} earlier: {}, p={:.3}{})",
+            rel * 100.0,
+            t.n_after,
+            t.n_before,
+            t.answer.as_str(),
+            t.p_value,
+            match t.ci_rel {
+                Some((lo, hi)) => format!(
+                    ", {:.0}% interval {:+.1}%..{:+.1}%",
+                    t.ci_level * 100.0,
+                    lo * 100.0,
+                    hi * 100.0
+                ),
+                None => String::new(),
+            }
+        )),
+        (None, Some(rel), None) => line.push_str(&format!(
+            " {:+.1}% against the stored baseline (no history yet)",
+            rel * 100.0
+        )),
+        _ if j.verdict == HistoryVerdict::InsufficientHistory => {
+            line.push_str(" (no earlier run of this cell: nothing to compare with)")
+        }
+        _ => {}
+    }
+    line
+}
+
+/// Whether a judged cell needs a reader's eye.
+pub(crate) fn remarkable(c: &CellJudgement) -> bool {
+    shifted(c.verdict())
+        || c.energy_verdict().is_some_and(shifted)
+        || matches!(c.numerics, NumericsVerdict::Changed { .. })
         || (c.verdict() == HistoryVerdict::InsufficientHistory && c.baseline_regressed)
         // A disturbed repeat is environment evidence a reader should see whatever the
         // verdict.
@@ -215,6 +266,7 @@ pub(crate) mod tests {
             }],
             line: String::new(),
             bisect: Some("bench bisect x --good 9876543 --bad abcdef0".into()),
+            energy: None,
         };
         c.line = verdict_line(&c);
         c
@@ -241,6 +293,51 @@ pub(crate) mod tests {
         assert!(c
             .line
             .contains("changed since: BENCH_FUSED_ADAMW (unset) -> 0"));
+    }
+
+    #[test]
+    fn an_energy_change_at_the_same_speed_is_named_and_remarkable() {
+        let mut c = regressed();
+        c.judgement.verdict = HistoryVerdict::Unchanged;
+        c.judgement.rel_change = Some(0.001);
+        c.since = None;
+        c.changes.clear();
+        assert!(!remarkable(&c));
+        c.energy = Some(crate::history::verdicts::EnergyJudgement {
+            metric: "tokens_per_joule".into(),
+            value: 812.0,
+            samples: vec![812.0, 810.0, 815.0],
+            judgement: Judgement {
+                verdict: HistoryVerdict::Regressed,
+                band: Some(Band {
+                    center: 865.0,
+                    sigma_history: 5.0,
+                    sigma: 5.0,
+                    half_width: 20.0,
+                    runs: 10,
+                }),
+                sigmas: Some(-10.6),
+                rel_change: Some(-0.0613),
+                drift: false,
+                repeats_test: None,
+                reruns_needed: 1,
+            },
+            confirm_value: Some(811.0),
+        });
+        assert!(remarkable(&c));
+        let line = verdict_line(&c);
+        assert!(line.starts_with("unchanged +0.1%"), "{line}");
+        assert!(
+            line.contains(
+                "; energy: tokens/J regressed -6.1% (-10.6 sigma; band +-2.3% around the median of its last 10 runs) at an unchanged speed; the re-run measured 811 tok/J"
+            ),
+            "{line}"
+        );
+        assert!(c.fails_run());
+        assert_eq!(c.status_verdict(), HistoryVerdict::Regressed);
+        // With the speed regressed too, the clause does not call the speed unchanged.
+        c.judgement.verdict = HistoryVerdict::Regressed;
+        assert!(!verdict_line(&c).contains("at an unchanged speed"));
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! table that every stage reads (statistics, baselines, comparisons, reports).
 //!
 //! Adding a metric means adding a row here and computing it in
-//! [`stats::cell_metrics`](super::stats::cell_metrics); nothing else keeps a list of metric
-//! names. A metric outside the catalog (one a user wrote into a baseline file by hand) is
+//! [`stats::cell_metrics`](super::stats::cell_metrics) (or, for the energy metrics, which
+//! need the cell's telemetry, in [`energy::add_energy`](super::energy::add_energy)); nothing
+//! else keeps a list of metric names. A metric outside the catalog (one a user wrote into a baseline file by hand) is
 //! still compared, with the fallbacks in [`direction`], [`tolerance`] and [`label`].
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub(crate) enum Unit {
     Seconds,
     Bytes,
     Days,
+    TokensPerJoule,
+    /// Kilowatt-hours (per 1e12 tokens).
+    KilowattHours,
 }
 
 /// How the ranks of a multi-rank repeat give one figure.
@@ -40,6 +44,9 @@ pub(crate) enum OverRanks {
     Largest,
     /// Computed from the repeat's step time and token count, which are already global.
     FromStepTime,
+    /// Computed from the repeat's global tokens/s and the power of every GPU of the cell
+    /// (its telemetry's mean power per GPU x its GPUs; see `metrics::energy`).
+    FromThroughputAndPower,
 }
 
 /// How a cell's repeats give its value (the spread of the repeats is its noise).
@@ -83,6 +90,23 @@ pub(crate) const DEFAULT_THROUGHPUT_TOLERANCE: f64 = 0.03;
 /// when it approaches the device's capacity, not at the last percent.
 pub(crate) const DEFAULT_MEMORY_TOLERANCE: f64 = 0.10;
 
+/// Default relative tolerance of the energy metrics (tokens/J, kWh per 1T tokens).
+///
+/// They carry the step time's noise and the power reading's, and the second is the larger:
+/// night after night on one host (docs/results/gate-study-2026-11-25, one H100, and
+/// gate-nights-2026-11-27, H200s; tokens/J computed from each night's tokens/s and mean
+/// board power), the undisturbed nights' tokens/J had a robust relative sigma of 0.5-1.2%
+/// against 0.2-0.4% for tokens/s, and the 27 nights of gpt2-125m on the H100 lay within
+/// -3.6%..+4.0% of their median tokens/J while their tokens/s spanned 0.9%. The board sensor itself is a one-second
+/// running average sampled over part of the time (see `metrics::energy`), and the chips of
+/// one SKU draw different power for the same work, which a pool of runners adds on top.
+/// A baseline is one night, compared with another: 8% is twice the farthest clean night
+/// from the median, so no pair of those clean nights differs by more (the largest pair,
+/// +4.0% and -3.6%, is 7.3% apart), while a 10% loss of efficiency is flagged. The history
+/// gate judges these metrics against the cell's own band as well, which is narrower
+/// wherever the cell's power is steadier.
+pub(crate) const DEFAULT_ENERGY_TOLERANCE: f64 = 0.08;
+
 /// Default relative tolerance of a metric outside the catalog.
 pub(crate) const DEFAULT_OTHER_TOLERANCE: f64 = 0.05;
 
@@ -108,8 +132,30 @@ const fn timing(
     }
 }
 
+/// An energy metric (see `metrics::energy`): it follows from the step time *and* the power,
+/// so a change of it at an unchanged speed is a finding of its own, not one of the
+/// step-time family's.
+const fn energy(
+    name: &'static str,
+    label: &'static str,
+    unit: Unit,
+    direction: Direction,
+) -> Metric {
+    Metric {
+        name,
+        label,
+        unit,
+        direction,
+        tolerance: DEFAULT_ENERGY_TOLERANCE,
+        over_ranks: OverRanks::FromThroughputAndPower,
+        over_repeats: OverRepeats::Median,
+        step_time_family: false,
+        speed: false,
+    }
+}
+
 /// Every metric, in the order results, baselines and reports list them.
-pub(crate) const CATALOG: [Metric; 7] = [
+pub(crate) const CATALOG: [Metric; 9] = [
     timing(
         "tokens_per_s",
         "tokens/s",
@@ -169,6 +215,18 @@ pub(crate) const CATALOG: [Metric; 7] = [
         OverRanks::FromStepTime,
         false,
     ),
+    energy(
+        "tokens_per_joule",
+        "tokens/J",
+        Unit::TokensPerJoule,
+        Direction::Higher,
+    ),
+    energy(
+        "kwh_per_1t_tokens",
+        "kWh per 1T tokens",
+        Unit::KilowattHours,
+        Direction::Lower,
+    ),
 ];
 
 /// The catalog's row for `name`.
@@ -223,5 +281,12 @@ mod tests {
             ["tokens_per_s", "tokens_per_s_per_gpu", "step_time_s"]
         );
         assert!(!in_step_time_family("peak_mem_bytes"));
+        assert_eq!(direction("tokens_per_joule"), Some(Direction::Higher));
+        assert_eq!(direction("kwh_per_1t_tokens"), Some(Direction::Lower));
+        assert_eq!(tolerance("tokens_per_joule"), DEFAULT_ENERGY_TOLERANCE);
+        assert_eq!(tolerance("kwh_per_1t_tokens"), DEFAULT_ENERGY_TOLERANCE);
+        // An energy change at the same speed stands alone in the reports.
+        assert!(!in_step_time_family("tokens_per_joule"));
+        assert!(!in_step_time_family("kwh_per_1t_tokens"));
     }
 }

@@ -26,6 +26,22 @@ pub fn markdown(r: &GateReport) -> String {
         count(HistoryVerdict::Unchanged),
         count(HistoryVerdict::InsufficientHistory),
     );
+    // The energy verdicts, when the cells' power was read and any of them moved.
+    let energy = |v: HistoryVerdict| {
+        r.cells
+            .iter()
+            .filter(|c| c.energy_verdict() == Some(v))
+            .count()
+    };
+    let (worse, better) = (
+        energy(HistoryVerdict::Regressed),
+        energy(HistoryVerdict::Improved),
+    );
+    if worse + better > 0 {
+        out.push_str(&format!(
+            "; in tokens/J {worse} regressed, {better} improved"
+        ));
+    }
     if let Some(c) = &r.confirm_run_id {
         out.push_str(&format!(" (re-run to confirm in {})", code(c)));
     }

@@ -1,6 +1,7 @@
 //! `report.html`: one self-contained page per run folder (and `bench report html RUN_DIR...`
-//! over several runs) that opens offline, with charts: per cell tokens/s per GPU and MFU
-//! against the baseline with the cell's noise band, the loss and step-time trace of every
+//! over several runs) that opens offline, with charts: per cell tokens/s per GPU, tokens
+//! per joule (when the cell's GPU power was read) and MFU against the baseline with the
+//! cell's noise band, the loss and step-time trace of every
 //! repeat (warm-up shaded), weak-scaling efficiency and memory per rank against the GPU
 //! count, trends over earlier runs with change points and commits (when a history is
 //! given), the framework comparison (when `framework` is an axis), and the dropped cells
@@ -82,6 +83,10 @@ pub struct RunInfo {
     /// The runs the history judged this run against, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history_scope: Option<String>,
+    /// What the energy figures count and leave out (`metrics::energy::CAVEAT`), when a
+    /// cell of the run has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy_note: Option<String>,
     pub counts: Counts,
 }
 
@@ -443,6 +448,11 @@ impl HtmlData {
                 baseline_file: cmp.baseline_file.clone(),
                 baseline_exists: cmp.baseline_exists,
                 history_scope: cmp.history_scope.clone(),
+                energy_note: results
+                    .cells
+                    .iter()
+                    .any(|c| c.metrics.contains_key("tokens_per_joule"))
+                    .then(|| crate::metrics::energy::CAVEAT.to_string()),
                 counts,
             });
             for r in &results.cells {

@@ -1,5 +1,6 @@
-//! The terminal summary printed after a run: one line per cell (throughput, TFLOP/s beside
-//! MFU, speed-up factor against the baseline, time, verdict), then regressions with their
+//! The terminal summary printed after a run: one line per cell (throughput, tokens per
+//! joule when the cells' GPU power was read, TFLOP/s beside MFU, speed-up factor against
+//! the baseline, time, verdict), then regressions with their
 //! numbers, failed and skipped cells with their reasons, one line per matrix rule with the
 //! number of cells it dropped (their ids with `--verbose`), the counts and the total time.
 
@@ -40,6 +41,12 @@ fn figure(cell: &CellComparison, metric: &str) -> String {
             _ => si(v),
         })
         .unwrap_or_else(|| "-".into())
+}
+
+/// Whether the cell measured its energy (its GPUs' power was read).
+fn has_energy(cell: &CellComparison) -> bool {
+    cell.metric("tokens_per_joule")
+        .is_some_and(|m| m.current.is_some())
 }
 
 fn status_word(cell: &CellComparison) -> String {
@@ -162,15 +169,33 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
         .filter(|c| c.status != CellStatus::Dropped)
         .collect();
     let width = rows.iter().map(|c| c.id.len()).max().unwrap_or(4).max(4);
+    // Tokens per joule sits beside the throughput when some cell measured its GPUs' power;
+    // a run without GPU telemetry keeps the table it always had.
+    let energy = rows.iter().any(|c| has_energy(c));
+    let tok_j = |v: String| {
+        if energy {
+            format!("  {v:>7}")
+        } else {
+            String::new()
+        }
+    };
     out.push_str(&format!(
-        "\n  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
-        "cell", "tok/s/GPU", "TFLOP/s/GPU", "MFU", "vs baseline", "time", "verdict"
+        "\n  {:<width$}  {:>9}{}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
+        "cell",
+        "tok/s/GPU",
+        tok_j("tok/J".into()),
+        "TFLOP/s/GPU",
+        "MFU",
+        "vs baseline",
+        "time",
+        "verdict"
     ));
     for c in &rows {
         out.push_str(&format!(
-            "  {:<width$}  {:>9}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
+            "  {:<width$}  {:>9}{}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
             c.id,
             figure(c, "tokens_per_s_per_gpu"),
+            tok_j(figure(c, "tokens_per_joule")),
             figure(c, "tflops_per_gpu"),
             figure(c, "mfu"),
             cell_change(c),
@@ -180,6 +205,9 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
             },
             status_word(c),
         ));
+    }
+    if energy {
+        out.push_str(&format!("  ({})\n", crate::metrics::energy::CAVEAT));
     }
 
     let of = |s: CellStatus| cmp.with_status(s).collect::<Vec<_>>();

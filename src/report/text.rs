@@ -57,6 +57,8 @@ pub(crate) fn metric_value(metric: &str, v: f64) -> String {
         Some(Unit::Seconds) => duration(v),
         Some(Unit::Bytes) => bytes(v),
         Some(Unit::Days) => format!("{} days", three_digits(v)),
+        Some(Unit::TokensPerJoule) => format!("{} tok/J", si(v)),
+        Some(Unit::KilowattHours) => format!("{} kWh", si(v)),
         None => three_digits(v),
     }
 }
@@ -223,6 +225,10 @@ mod tests {
         assert_eq!(speedup(1.064), "1.06x faster");
         assert_eq!(speedup(1.0 / 1.064), "1.06x slower");
         assert_eq!(speedup(1.002), "same speed");
+        assert_eq!(metric_value("tokens_per_joule", 912.4), "912 tok/J");
+        assert_eq!(metric_value("tokens_per_joule", 1_234.0), "1.23K tok/J");
+        assert_eq!(metric_value("kwh_per_1t_tokens", 304.4), "304 kWh");
+        assert_eq!(metric_value("kwh_per_1t_tokens", 2_777.8), "2.78K kWh");
         assert_eq!(
             one_line("CUDA out of memory.\n  Tried | x"),
             "CUDA out of memory. Tried | x"
@@ -253,9 +259,12 @@ mod tests {
             m("peak_mem_bytes", Regression),
             m("step_time_s", Regression),
             m("mfu", Regression),
+            m("tokens_per_joule", Regression),
         ];
         let g = grouped(ms.iter());
-        assert_eq!(g.len(), 2);
+        // An energy change is its own finding, not one more of the step-time family.
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[2].0.metric, "tokens_per_joule");
         assert_eq!(g[0].0.metric, "tokens_per_s");
         assert_eq!(g[0].1, vec!["step time", "MFU"]);
         assert_eq!(g[1].0.metric, "peak_mem_bytes");

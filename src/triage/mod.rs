@@ -21,7 +21,7 @@ pub mod kernels;
 use indexmap::IndexMap;
 use serde::Serialize;
 
-use crate::baseline::compare::{CellStatus, MetricComparison};
+use crate::baseline::compare::{CellStatus, MetricComparison, Verdict};
 use crate::format::pct_change;
 use crate::judge::Verdicts;
 use crate::metrics::catalog;
@@ -35,6 +35,10 @@ pub struct Finding {
     pub id: String,
     /// `regressed` or `improved`.
     pub direction: &'static str,
+    /// The label of the metric the cells changed in, when it is not their speed (an energy
+    /// change at an unchanged speed: `tokens/J`); absent for a change of speed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metric: Option<&'static str>,
     /// What the verdicts name as changed since the last good run (commit range, switches,
     /// versions), or how the cells were judged when nothing is named.
     pub cause: String,
@@ -85,7 +89,7 @@ impl Finding {
                 "{} cell{} {} {}",
                 self.cells.len(),
                 if self.cells.len() == 1 { "" } else { "s" },
-                self.direction,
+                moved(self.direction, self.metric),
                 pct_change(self.shift[0])
             )
         } else {
@@ -100,10 +104,20 @@ impl Finding {
     }
 }
 
+/// `regressed`, or `regressed in tokens/J` for a change of a metric that is not the speed.
+fn moved(direction: &str, metric: Option<&str>) -> String {
+    match metric {
+        Some(m) => format!("{direction} in {m}"),
+        None => direction.to_string(),
+    }
+}
+
 /// A changed cell as triage sees it.
 struct Changed {
     id: String,
     direction: &'static str,
+    /// The metric's label when the change is not the speed's (see [`Finding::metric`]).
+    metric: Option<&'static str>,
     shift: f64,
     /// The relative noise its verdict allowed (band half-width or tolerance).
     noise: f64,
@@ -116,16 +130,41 @@ fn speed(cell: &crate::baseline::compare::CellComparison) -> Option<&MetricCompa
     catalog::speed_metrics().find_map(|m| cell.metric(m).filter(|mc| mc.change.is_some()))
 }
 
+/// The metric a changed cell's finding is about: its speed, unless its speed did not move
+/// the way its status says and its energy did (a change in energy at the same speed is a
+/// finding of its own, and its shift is the energy's).
+fn decisive(
+    cell: &crate::baseline::compare::CellComparison,
+    wanted: Verdict,
+) -> Option<(&MetricComparison, Option<&'static str>)> {
+    let speed = speed(cell);
+    if speed.is_some_and(|m| m.verdict == wanted) {
+        return speed.map(|m| (m, None));
+    }
+    let energy = ["tokens_per_joule", "kwh_per_1t_tokens"]
+        .iter()
+        .find_map(|name| {
+            cell.metric(name)
+                .filter(|m| m.verdict == wanted && m.change.is_some())
+        });
+    match energy {
+        Some(m) => Some((m, catalog::get(&m.metric).map(|c| c.label))),
+        None => speed.map(|m| (m, None)),
+    }
+}
+
 /// The findings of a judged run, regressions first.
 pub fn findings(results: &RunResults, verdicts: &Verdicts) -> Vec<Finding> {
     let mut changed = Vec::new();
     for cell in &verdicts.comparison.cells {
-        let direction = match cell.status {
-            CellStatus::Regression => "regressed",
-            CellStatus::Improvement => "improved",
+        let (direction, wanted) = match cell.status {
+            CellStatus::Regression => ("regressed", Verdict::Regression),
+            CellStatus::Improvement => ("improved", Verdict::Improvement),
             _ => continue,
         };
-        let Some(m) = speed(cell) else { continue };
+        let Some((m, metric)) = decisive(cell, wanted) else {
+            continue;
+        };
         let Some(mut shift) = m.change else { continue };
         // A step time that fell is a speed-up: shifts read in the good direction's sign.
         if m.direction == Some(crate::baseline::Direction::Lower) {
@@ -135,16 +174,19 @@ pub fn findings(results: &RunResults, verdicts: &Verdicts) -> Vec<Finding> {
         changed.push(Changed {
             id: cell.id.clone(),
             direction,
+            metric,
             shift,
             noise,
             cause: cause_of(verdicts, &cell.id),
         });
     }
     let mut groups: Vec<Vec<Changed>> = Vec::new();
-    let mut by_key: IndexMap<(&'static str, String), Vec<Changed>> = IndexMap::new();
+    // Cells changed in different metrics are different findings, whatever their cause.
+    let mut by_key: IndexMap<(&'static str, Option<&'static str>, String), Vec<Changed>> =
+        IndexMap::new();
     for c in changed {
         by_key
-            .entry((c.direction, c.cause.clone()))
+            .entry((c.direction, c.metric, c.cause.clone()))
             .or_default()
             .push(c);
     }
@@ -295,7 +337,7 @@ fn finding(
         format!(
             "every {} cell {} {} ({size} of {size}{range})",
             names.join(", "),
-            g[0].direction,
+            moved(g[0].direction, g[0].metric),
             pct_change(shift[0])
         )
     };
@@ -387,6 +429,7 @@ fn finding(
     Finding {
         id: format!("F{n}"),
         direction: g[0].direction,
+        metric: g[0].metric,
         cause: g[0].cause.clone(),
         cells,
         shift,
@@ -546,6 +589,40 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!((f[0].id.as_str(), f[0].direction), ("F1", "regressed"));
         assert_eq!((f[1].id.as_str(), f[1].direction), ("F2", "improved"));
+    }
+
+    #[test]
+    fn an_energy_change_at_the_same_speed_is_a_finding_in_tokens_per_joule() {
+        // Every fp8 cell as fast as before but 6% fewer tokens per joule.
+        let (r, mut v) = run(|_, _| 0.0);
+        for c in v
+            .comparison
+            .cells
+            .iter_mut()
+            .filter(|c| c.id.contains("fp8"))
+        {
+            c.status = CellStatus::Regression;
+            c.metrics.push(MetricComparison {
+                metric: "tokens_per_joule".into(),
+                verdict: Verdict::Regression,
+                current: Some(94.0),
+                baseline: Some(100.0),
+                change: Some(-0.06),
+                direction: Some(Direction::Higher),
+                tolerance: Some(0.08),
+                floor: None,
+                current_spread: None,
+                baseline_spread: None,
+                noise: Some(0.0),
+            });
+        }
+        let f = findings(&r, &v);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].metric, Some("tokens/J"));
+        assert_eq!(
+            f[0].separates,
+            vec!["every dtype=fp8 cell regressed in tokens/J -6.0% (3 of 3, -6.0%..-6.0%); no dtype=bf16 cell changed (0 of 3)"]
+        );
     }
 
     #[test]

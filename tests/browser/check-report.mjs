@@ -30,10 +30,16 @@ async function check(context, file) {
   const data = await page.evaluate(() => JSON.parse(document.getElementById("bench-data").textContent));
   const count = (sel) => page.locator(sel).count();
 
-  // Every row's tokens/s/GPU and MFU bars (a dot where the cell has the figure).
+  // Every row's tokens/s/GPU, tokens/J (when some cell read its GPUs' power) and MFU bars
+  // (a dot where the cell has the figure).
   const withFigure = (m) => data.cells.filter((c) => c.metrics[m] && c.metrics[m].current !== null).length;
   const dots = await count("#cells tr.cell-row svg.bullet circle");
-  expect(dots === withFigure("tokens_per_s_per_gpu") + withFigure("mfu"), `bars: ${dots} drawn`, problems);
+  const energyBars = withFigure("tokens_per_joule");
+  expect(dots === withFigure("tokens_per_s_per_gpu") + energyBars + withFigure("mfu"), `bars: ${dots} drawn`, problems);
+  expect((await count('th[data-key="tokens_per_joule"]')) === (energyBars ? 1 : 0), "a tokens/J column exactly when a cell has tokens/J", problems);
+  // The note on what tokens/J counts, when a run has it.
+  const energyNote = (await count("#energy-note")) > 0;
+  expect(energyNote === data.runs.some((r) => r.energy_note), "the energy note exactly when a run has one", problems);
   expect(await count("#cells tr.cell-row") === data.cells.length, "a row per cell", problems);
 
   // Open every cell: each with steps gets a loss and a step-time chart, each with a history
@@ -129,7 +135,9 @@ async function check(context, file) {
   await page.screenshot({ path: out, fullPage: data.cells.length <= 40 });
   for (const e of errors) problems.push(e);
   await page.close();
-  return { file, cells: data.cells.length, findings, bisected, kernel_rows: kernelRows, scaled_by_measured: scaledByMeasured, screenshot: out, problems };
+  const energyTrends = data.trends.filter((t) => t.metric === "tokens_per_joule").length;
+  return { file, cells: data.cells.length, findings, bisected, kernel_rows: kernelRows, scaled_by_measured: scaledByMeasured,
+    energy_bars: energyBars, energy_note: energyNote, energy_trends: energyTrends, screenshot: out, problems };
 }
 
 const { context, network, close } = await launch();

@@ -76,12 +76,14 @@
     step_time_s: ["step time", dur],
     peak_mem_bytes: ["peak memory", bytes],
     time_to_1t_tokens_days: ["time to 1T tokens", (v) => three(v) + " days"],
+    tokens_per_joule: ["tokens/J", (v) => si(v) + " tok/J"],
+    kwh_per_1t_tokens: ["kWh per 1T tokens", (v) => si(v) + " kWh"],
     time_to_first_step_s: ["time to first step", dur],
   });
   const label = (m) => (METRICS[m] ? METRICS[m][0] : m);
   const value = (m, v) => (v === null || v === undefined ? "–" : METRICS[m] ? METRICS[m][1](v) : three(v));
   // Axis ticks: the same units, shorter.
-  const axisValue = (m, v) => (m.startsWith("tokens_per_s") ? si(v) : value(m, v));
+  const axisValue = (m, v) => (m.startsWith("tokens_per_") ? si(v) : value(m, v));
   const statusClass = (s) => s.replace(/ /g, "_");
   const multiRun = data.runs.length > 1;
 
@@ -104,6 +106,7 @@
       (r.baseline_exists ? "; the baseline file decides only cells the history could not judge." : "; no baseline file for " + r.hardware_key + ", so the baseline columns read new.") }));
     else if (!r.baseline_exists) head.append(el("div", { class: "note", text: "No baselines for " + r.hardware_key + " yet: every cell is new." }));
     if (r.mfu_policies.length) head.append(el("div", { class: "note", text: "MFU is against " + r.mfu_policies.join("; ") + "." }));
+    if (r.energy_note) head.append(el("div", { class: "note", id: "energy-note", text: r.energy_note.charAt(0).toUpperCase() + r.energy_note.slice(1) + "." }));
   }
 
   // One finding per cause leads the page, as it leads summary.md.
@@ -359,7 +362,9 @@
   const SEVERITY = ["regression", "failed", "timed out", "improvement", "new", "unchanged", "skipped", "missing"];
   columns.push({ key: "status", title: "verdict", get: (c) => c.status, cls: "status",
     rank: (c) => { const i = SEVERITY.indexOf(c.status); return i < 0 ? SEVERITY.length : i; } });
-  for (const m of ["tokens_per_s_per_gpu", "mfu"]) {
+  // Tokens per joule sits beside the throughput when some cell measured its GPUs' power.
+  const energy = data.cells.some((c) => c.metrics.tokens_per_joule && c.metrics.tokens_per_joule.current !== null);
+  for (const m of ["tokens_per_s_per_gpu", ...(energy ? ["tokens_per_joule"] : []), "mfu"]) {
     columns.push({ key: m, title: label(m), get: (c) => (c.metrics[m] ? c.metrics[m].current : null), num: true, metric: m });
   }
   columns.push({ key: "change", title: "change", get: (c) => {
@@ -373,6 +378,9 @@
   const keyOf = (c) => c.run_id + "/" + c.id;
   const table = document.getElementById("cells");
   const thead = table.tHead, tbody = table.tBodies[0];
+  // A third figure column would push the table past a 1400 px window: with it, each
+  // figure's bar sits under its value instead of beside it.
+  if (energy) table.classList.add("stacked");
 
   const controls = document.getElementById("controls");
   function select(name, options, onchange) {

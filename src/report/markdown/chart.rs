@@ -19,6 +19,8 @@ fn chart_unit(metric: &str) -> (f64, &'static str) {
         "step_time_s" | "time_to_first_step_s" => (1e3, "ms"),
         "peak_mem_bytes" => (1.0 / f64::from(1u32 << 30), "GiB"),
         "time_to_1t_tokens_days" => (1.0, "days"),
+        "tokens_per_joule" => (1.0, "tok/J"),
+        "kwh_per_1t_tokens" => (1.0, "kWh"),
         _ => (1.0, ""),
     }
 }

@@ -1,9 +1,10 @@
 //! `summary.md` and the pull-request comment body: regressions first (with the numbers and
 //! a small Mermaid `xychart-beta` chart of each regressed cell's recent values, which GitHub
 //! and GitLab both render in comments), then failed cells and improvements, then one line
-//! per matrix rule that dropped cells, then a table of every cell (tokens/s per GPU,
-//! TFLOP/s per GPU beside MFU, change against the baseline, verdict), then the hardware,
-//! commit and bench version the numbers come from.
+//! per matrix rule that dropped cells, then a table of every cell (tokens/s per GPU, tokens
+//! per joule when the cells' GPU power was read, TFLOP/s per GPU beside MFU, change against
+//! the baseline, verdict), then the hardware, commit and bench version the numbers come
+//! from, with what the energy figures count and leave out when there are any.
 //!
 //! The same renderer serves both: [`render_markdown`] folds the table into a `<details>`
 //! block and links the CI artifacts (for comments, where space is precious), while the
@@ -234,6 +235,14 @@ fn kernels_lines(k: &crate::triage::kernels::KernelDiff) -> String {
     out
 }
 
+/// `s` with its first letter in upper case (a caveat that starts a sentence of its own).
+fn upper_first(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
 fn headline(c: &Counts, interrupted: bool) -> String {
     let mut bad = Vec::new();
     // A cancelled nightly must not read as green in a job summary or a PR comment.
@@ -312,7 +321,7 @@ fn metric_cell(cell: &CellComparison, metric: &str) -> String {
     cell.metric(metric)
         .and_then(|m| m.current)
         .map(|v| match metric {
-            "tokens_per_s_per_gpu" => crate::report::text::si(v),
+            "tokens_per_s_per_gpu" | "tokens_per_joule" => crate::report::text::si(v),
             "tflops_per_gpu" => three_digits(v),
             _ => metric_value(metric, v),
         })
@@ -424,6 +433,17 @@ fn footer(results: &RunResults, cmp: &Comparison, artifacts_url: Option<&str>) -
                 .map(|p| text(p))
                 .collect::<Vec<_>>()
                 .join("; ")
+        ));
+    }
+    // What the energy figures are, wherever they are shown (see `metrics::energy`).
+    if results
+        .cells
+        .iter()
+        .any(|c| c.metrics.contains_key("tokens_per_joule"))
+    {
+        out.push_str(&format!(
+            "{}.  \n",
+            text(&upper_first(crate::metrics::energy::CAVEAT))
         ));
     }
     match artifacts_url {
@@ -543,11 +563,29 @@ fn render(
     } else {
         "#### All cells\n\n".to_string()
     };
-    table.push_str("| cell | tokens/s/GPU | TFLOP/s/GPU | MFU | change vs baseline | verdict |\n");
-    table.push_str("|---|---:|---:|---:|---|---|\n");
+    // Tokens per joule beside the throughput when some cell measured its GPUs' power; a run
+    // without GPU telemetry keeps the table it always had.
+    let energy = shown.iter().any(|c| {
+        c.metric("tokens_per_joule")
+            .is_some_and(|m| m.current.is_some())
+    });
+    let (energy_head, energy_rule) = if energy {
+        (" tokens/J |", "---:|")
+    } else {
+        ("", "")
+    };
+    table.push_str(&format!(
+        "| cell | tokens/s/GPU |{energy_head} TFLOP/s/GPU | MFU | change vs baseline | verdict |\n"
+    ));
+    table.push_str(&format!("|---|---:|{energy_rule}---:|---:|---|---|\n"));
     for cell in &shown {
+        let tok_j = if energy {
+            format!(" {} |", metric_cell(cell, "tokens_per_joule"))
+        } else {
+            String::new()
+        };
         table.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} |{tok_j} {} | {} | {} | {} |\n",
             code_cell(cell.id.as_str()),
             metric_cell(cell, "tokens_per_s_per_gpu"),
             metric_cell(cell, "tflops_per_gpu"),

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use super::judge::{judge, Verdict};
 use crate::cell::{Cell, CellId};
 use crate::events::Event;
-use crate::metrics::stats;
+use crate::metrics::{energy, stats};
 use crate::results::{Attempt, CellResult, Environment, Metrics, Outcome, Repeat};
 use crate::run::events::RunEvent;
 use crate::run::executor::{Cancel, Termination};
@@ -114,7 +114,10 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
     let mut logs = Vec::new();
     let mut flaky = false;
     let mut outcome: Option<Outcome> = None;
-    let mut windows: Vec<(Instant, Instant)> = Vec::new();
+    // Each successful repeat's window of measured steps, in repeat order (`None` for a
+    // repeat that reported no measured step): the telemetry over them is the cell's, and
+    // each one's mean power is that repeat's.
+    let mut windows: Vec<Option<(Instant, Instant)>> = Vec::new();
 
     'repeats: for r in 0..repeats_n {
         let mut attempt = 0u32;
@@ -199,7 +202,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
             match verdict {
                 Verdict::Ok => {
                     flaky |= attempt > 0;
-                    windows.extend(window.span);
+                    windows.push(window.span);
                     let out = report.out;
                     repeats.push(Repeat {
                         steps: out.steps,
@@ -228,7 +231,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         }
     }
     // A cell passes only with something measured (issue 13: no silent pass).
-    let (outcome, metrics) = match outcome.unwrap_or(Outcome::Passed) {
+    let (outcome, mut metrics) = match outcome.unwrap_or(Outcome::Passed) {
         Outcome::Passed => {
             match stats::measured_metrics(&cell.params, cell.gpus(), cell.world_gpus(), &repeats) {
                 Ok(m) => (Outcome::Passed, m),
@@ -243,7 +246,8 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
                 .telemetry
                 .as_ref()
                 .and_then(|t| t.cell(&windows, &devices));
-            let host = shared.host.as_ref().and_then(|h| h.cell(&windows));
+            let spans: Vec<(Instant, Instant)> = windows.iter().flatten().copied().collect();
+            let host = shared.host.as_ref().and_then(|h| h.cell(&spans));
             match (gpu, host) {
                 (Some(mut t), host) => {
                     t.host = host;
@@ -255,6 +259,18 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
         }
         _ => None,
     };
+    // Tokens per joule and kWh per 1T tokens, for a cell whose telemetry read its GPUs'
+    // power (absent otherwise: a CPU cell, a host without GPU telemetry).
+    if let Some(t) = &telemetry {
+        energy::add_energy(
+            &mut metrics,
+            &energy::Power {
+                cell_w: t.power_w,
+                repeat_w: &t.repeat_power_w,
+                gpus: t.gpus.len(),
+            },
+        );
+    }
     CellResult {
         id: cell.id,
         values: cell.values,
