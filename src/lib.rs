@@ -38,6 +38,7 @@ pub(crate) mod proc;
 pub mod publish;
 pub mod report;
 pub mod results;
+pub mod shard;
 pub mod run;
 pub mod sanitize;
 pub mod slurm;

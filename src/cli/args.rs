@@ -249,6 +249,11 @@ pub struct MatrixArgs {
     /// Slurm partition (or $BENCH_SLURM_PARTITION / the matrix's `slurm.partition`).
     #[arg(long)]
     pub partition: Option<String>,
+    /// Run only the I-th of N shares of the cells, balanced by expected GPU-seconds (the
+    /// history's step times, else the model's FLOPs), e.g. `--shard 2/4`; every shard
+    /// gives the same --run-id, and `bench report merge` joins their folders into one run.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
     /// Slurm account (or $BENCH_SLURM_ACCOUNT / the matrix's `slurm.account`).
     #[arg(long)]
     pub account: Option<String>,

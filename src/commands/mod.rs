@@ -14,4 +14,5 @@
 
 pub mod matrix;
 pub mod report;
+pub mod shard;
 pub mod triage;
