@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use super::args::{
     BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
-    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs,
-    WorkerArgs,
+    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, MergeArgs, PostArgs, Provider,
+    ReportArgs, WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
+use crate::commands::merge::MergeSettings;
 use crate::commands::report::{HtmlSettings, PostSettings, ReportSettings};
 use crate::env::EnvSettings;
 use crate::error::CliError;
@@ -199,6 +200,18 @@ pub(crate) fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
         commit_status: args.commit_status,
         deadline,
     })
+}
+
+/// `bench report merge`.
+pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
+    MergeSettings {
+        run_dirs: args.run_dirs.clone(),
+        output: args.output.clone(),
+        baselines: args.baselines.clone(),
+        format: args.format,
+        verbose: args.verbose,
+        gpu_hour_price: args.gpu_hour_price,
+    }
 }
 
 /// `bench report html`.
@@ -655,7 +668,10 @@ mod tests {
             (&["--run-id", "r", "--shard", "0/2"][..], "between 1 and 2"),
             (&["--run-id", "r", "--shard", "3/2"][..], "between 1 and 2"),
             (&["--run-id", "r", "--shard", "1/0"][..], "at least 1"),
-            (&["--run-id", "r", "--shard", "one/two"][..], "not a whole number"),
+            (
+                &["--run-id", "r", "--shard", "one/two"][..],
+                "not a whole number",
+            ),
             (&["--run-id", "r", "--shard", "1-2"][..], "expected I/N"),
             (&["--shard", "1/2"][..], "same --run-id"),
         ] {

@@ -27,9 +27,19 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = open_history(args)?;
     let mut expansion = expansion;
-    if let Some(shard) = args.shard {
-        plan_shard(args, shard, &mut expansion.cells, store.as_mut())?;
-    }
+    let sharded;
+    let args = match args.shard {
+        Some(shard) => {
+            plan_shard(args, shard, &mut expansion, store.as_mut())?;
+            // The reports say which share of the matrix this folder holds, as they say
+            // which cells a filter selected.
+            let mut a = args.clone();
+            a.config.filters.push(format!("--shard {shard}"));
+            sharded = a;
+            &sharded
+        }
+        None => args,
+    };
     let outcome = match store.as_mut() {
         Some(s) => {
             let branch = crate::history::record::current_branch();
@@ -88,12 +98,13 @@ fn open_history(args: &MatrixSettings) -> Result<Option<History>, CliError> {
 }
 
 /// Plans the run's shards (`--shard I/N`), writes the plan into the run folder and keeps
-/// only this shard's cells. The store, when there is one, then records this share of the
+/// only this shard's cells; the other shards' cells become dropped cells of this folder
+/// (hidden like a filter's, not reported as missing from the baseline). The store, when there is one, then records this share of the
 /// run without deleting the cells the other shards record under the same run id.
 fn plan_shard(
     args: &MatrixSettings,
     shard: crate::shard::Shard,
-    cells: &mut Vec<crate::cell::Cell>,
+    expansion: &mut crate::matrix::Expansion,
     mut store: Option<&mut History>,
 ) -> Result<(), CliError> {
     // The run folder: `--resume`'s, else `--run-id`'s under the results folder (the CLI
@@ -129,8 +140,21 @@ fn plan_shard(
     if let Some(s) = store.as_deref_mut() {
         s.record_as_share();
     }
-    let total = cells.len();
-    let plan = super::shard::apply(cells, shard, &run_id, &dir, store, &hw)?;
+    let total = expansion.cells.len();
+    let (plan, others) =
+        super::shard::apply(&mut expansion.cells, shard, &run_id, &dir, store, &hw)?;
+    for cell in others {
+        let other = plan
+            .cells
+            .iter()
+            .find(|p| p.cell.id == cell.id)
+            .map_or(0, |p| p.shard);
+        expansion.dropped.push(crate::matrix::Dropped {
+            cell,
+            by: format!("{} {shard}", crate::results::SHARD_DROP_PREFIX),
+            reason: format!("shard {other}/{} runs it", shard.count),
+        });
+    }
     let loads: Vec<String> = plan
         .expected_gpu_s
         .iter()
@@ -138,7 +162,7 @@ fn plan_shard(
         .collect();
     eprintln!(
         "shard {shard}: {} of {total} cells (expected GPU-seconds per shard: {}); plan in {}",
-        cells.len(),
+        expansion.cells.len(),
         loads.join(", "),
         dir.join(super::shard::FILE).display()
     );

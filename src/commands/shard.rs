@@ -109,8 +109,8 @@ pub(crate) struct Hardware<'a> {
     pub device: Option<&'a str>,
 }
 
-/// Plans the run of `cells` in `shard.count` shards, writes the plan into `dir` and keeps
-/// only this shard's cells in `cells`. A folder that already has a plan (a shard resumed
+/// Plans the run of `cells` in `shard.count` shards, writes the plan into `dir`, keeps
+/// only this shard's cells in `cells` and returns the plan and the other shards' cells. A folder that already has a plan (a shard resumed
 /// with `--resume`) keeps it, so a resumed shard runs the cells it was given, whatever the
 /// history learnt since; a plan of another shard or run there is bad input.
 pub(crate) fn apply(
@@ -120,7 +120,7 @@ pub(crate) fn apply(
     dir: &Path,
     store: Option<&mut History>,
     hw: &Hardware<'_>,
-) -> Result<Plan, CliError> {
+) -> Result<(Plan, Vec<Cell>), CliError> {
     let plan = match Plan::load(dir)? {
         Some(p) if p.shard != shard || p.run_id != run_id => {
             return Err(CliError::bad_input(miette::miette!(
@@ -137,12 +137,13 @@ pub(crate) fn apply(
             p
         }
     };
-    cells.retain(|c| {
+    let (mine, others) = std::mem::take(cells).into_iter().partition(|c| {
         plan.cells
             .iter()
             .any(|p| p.shard == shard.index && p.cell.id == c.id)
     });
-    Ok(plan)
+    *cells = mine;
+    Ok((plan, others))
 }
 
 /// The plan of `cells` (pure but for the history's reads).
@@ -188,7 +189,9 @@ pub(crate) fn plan(
 
 /// The steps, repeats and GPUs a cell's cost multiplies a step by.
 fn gpu_steps(c: &Cell) -> f64 {
-    f64::from(c.params.steps.max(1)) * f64::from(c.params.repeats.max(1)) * f64::from(c.world_gpus().max(1))
+    f64::from(c.params.steps.max(1))
+        * f64::from(c.params.repeats.max(1))
+        * f64::from(c.world_gpus().max(1))
 }
 
 /// The cell's cost from its latest runs in the history on this hardware (this run and
@@ -314,7 +317,8 @@ mod tests {
         ];
         let shard: Shard = "1/2".parse().unwrap();
         let mut cells = all.clone();
-        apply(&mut cells, shard, "r", tmp.path(), None, &H100).unwrap();
+        let (_, others) = apply(&mut cells, shard, "r", tmp.path(), None, &H100).unwrap();
+        assert_eq!(others.len(), 2);
         let ids: Vec<_> = cells.iter().map(|c| c.id.as_str().to_string()).collect();
         assert_eq!(ids, ["y"]);
         // The history could have changed the costs since; the folder's plan wins.
@@ -325,8 +329,15 @@ mod tests {
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].id.as_str(), "y");
         // Another shard's folder is refused.
-        let e = apply(&mut cheaper, "2/2".parse().unwrap(), "r", tmp.path(), None, &H100)
-            .unwrap_err();
+        let e = apply(
+            &mut cheaper,
+            "2/2".parse().unwrap(),
+            "r",
+            tmp.path(),
+            None,
+            &H100,
+        )
+        .unwrap_err();
         assert!(format!("{e:?}").contains("holds shard 1/2"), "{e:?}");
     }
 }

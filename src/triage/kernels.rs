@@ -809,10 +809,19 @@ mod tests {
             assert!(out.status.success(), "{gz}");
             let t = parse_trace(std::str::from_utf8(&out.stdout).unwrap(), name).unwrap();
             let total = t.total_us() / 1e3;
-            assert!((total - kernels_ms - copies_ms).abs() < 1e-3, "{name}: {total}");
+            assert!(
+                (total - kernels_ms - copies_ms).abs() < 1e-3,
+                "{name}: {total}"
+            );
             let kinds = t.by_kind();
-            assert!(kinds["matmul"] / 1e3 > 0.4 * kernels_ms, "{name}: {kinds:?}");
-            assert!(kinds["attention"] > 0.0 && kinds["optimizer"] > 0.0, "{name}: {kinds:?}");
+            assert!(
+                kinds["matmul"] / 1e3 > 0.4 * kernels_ms,
+                "{name}: {kinds:?}"
+            );
+            assert!(
+                kinds["attention"] > 0.0 && kinds["optimizer"] > 0.0,
+                "{name}: {kinds:?}"
+            );
         }
     }
 
