@@ -173,10 +173,20 @@ pub struct DroppedCell {
 /// opposed to the matrix's rules): reports leave those out, since nobody meant to run them.
 pub(crate) const FILTER_DROP_PREFIX: &str = "--filter";
 
+/// The prefix of [`DroppedCell::by`] for cells another shard of the run runs (`bench matrix
+/// --shard I/N`): like a filter's, the command line left them out of this folder.
+pub(crate) const SHARD_DROP_PREFIX: &str = "--shard";
+
 impl DroppedCell {
-    /// True when `--filter` removed the cell, not one of the matrix's rules.
+    /// True when the command line (`--filter`, or `--shard` for another shard's cells)
+    /// removed the cell, not one of the matrix's rules.
     pub(crate) fn by_filter(&self) -> bool {
-        self.by.starts_with(FILTER_DROP_PREFIX)
+        self.by.starts_with(FILTER_DROP_PREFIX) || self.by_shard()
+    }
+
+    /// True when another shard of the run runs the cell.
+    pub(crate) fn by_shard(&self) -> bool {
+        self.by.starts_with(SHARD_DROP_PREFIX)
     }
 }
 

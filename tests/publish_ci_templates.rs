@@ -53,6 +53,11 @@ fn assert_parses(line: &str) {
             "/builds/bench-history.sqlite",
         )
         .replace("\"$BENCH_TRIAGE_BUDGET\"", "3600")
+        .replace("\"$SHARD/$SHARD_TOTAL\"", "1/2")
+        .replace("\"${CI_NODE_INDEX:-1}/${CI_NODE_TOTAL:-1}\"", "1/2")
+        .replace("\"shards/${CI_NODE_INDEX:-1}\"", "shards/1")
+        .replace("shards/*/\"$RUN_ID\"", "shards/1/gl-1 shards/2/gl-1")
+        .replace("shards/*/", "shards/a shards/b")
         .replace(
             "${BENCH_FILTER:+--filter \"$BENCH_FILTER\"}",
             "--filter model=gpt2-125m",
@@ -142,7 +147,40 @@ fn github_workflow_matches_the_docs() {
         "{steps_text}"
     );
     assert_documented(&docs, "--run-id gh-<run id>-<attempt>-<hardware key>");
-    let steps = wf["jobs"]["bench"]["steps"].as_array().unwrap();
+    // One job per shard, all under the one run id; none cancels the others.
+    let strategy = &wf["jobs"]["bench"]["strategy"];
+    assert_eq!(strategy["fail-fast"], false);
+    assert_eq!(
+        strategy["matrix"]["shard"],
+        "${{ fromJSON(inputs.shards || '[1]') }}"
+    );
+    assert_eq!(env["SHARD_TOTAL"], "${{ strategy.job-total }}");
+    assert!(
+        steps_text.contains(r#"--shard \"$SHARD/$SHARD_TOTAL\""#),
+        "{steps_text}"
+    );
+    assert_documented(&docs, "`shards` (default `[1]`");
+    let shard_steps = wf["jobs"]["bench"]["steps"].as_array().unwrap();
+    let shard_upload = shard_steps
+        .iter()
+        .find(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload-artifact@"))
+        })
+        .expect("each shard uploads its folder");
+    assert_eq!(
+        shard_upload["with"]["name"],
+        "bench-${{ env.RUN_ID }}-shard-${{ matrix.shard }}"
+    );
+    assert_eq!(shard_upload["with"]["path"], "shards/${{ env.RUN_ID }}/");
+    assert_documented(&docs, "`bench-<run-id>-shard-<i>`");
+    // The merge job joins them whatever they came to, and publishes the one verdict.
+    let merge = &wf["jobs"]["merge"];
+    assert_eq!(merge["needs"], "bench");
+    assert!(merge["if"].as_str().unwrap().starts_with("always() &&"));
+    assert_documented(&docs, "`bench report merge shards/*/ -o results/<run-id>`");
+    let steps = merge["steps"].as_array().unwrap();
     let step = |uses: &str| {
         steps
             .iter()
@@ -173,9 +211,21 @@ fn github_workflow_matches_the_docs() {
         }
     }
 
-    let scripts: Vec<&str> = steps.iter().filter_map(|s| s["run"].as_str()).collect();
+    for s in shard_steps {
+        if let Some(uses) = s["uses"].as_str() {
+            let action = uses.split('@').next().unwrap();
+            assert_documented(&docs, &format!("`{action}`"));
+        }
+    }
+
+    let scripts: Vec<&str> = shard_steps
+        .iter()
+        .chain(steps)
+        .filter_map(|s| s["run"].as_str())
+        .collect();
     let commands: Vec<String> = scripts.iter().flat_map(|s| bench_commands(s)).collect();
     assert!(commands.iter().any(|c| c.starts_with("bench matrix")));
+    assert!(commands.iter().any(|c| c.starts_with("bench report merge")));
     let post = steps
         .iter()
         .find(|s| {
@@ -222,17 +272,30 @@ fn gitlab_template_matches_the_docs() {
 
     let vars = ci["variables"].as_object().unwrap();
     assert_eq!(vars["BENCH_MATRIX"], "matrix/nightly-h100.yaml");
-    assert_eq!(vars["BENCH_RUN_ID"], "gl-${CI_PIPELINE_ID}-${CI_JOB_ID}");
+    assert_eq!(vars["BENCH_RUN_ID"], "gl-${CI_PIPELINE_ID}");
     for name in vars.keys() {
         assert_documented(&docs, &format!("`{name}`"));
     }
     assert_documented(&docs, "`BENCH_MATRIX` (default `matrix/nightly-h100.yaml`)");
     assert_documented(
         &docs,
-        "`BENCH_RUN_ID` (default `gl-<pipeline id>-<job id>`)",
+        "`BENCH_RUN_ID` (default `gl-<pipeline id>`, the hardware key added by the job",
     );
 
-    let artifacts = &job["artifacts"];
+    // The shards fan out with `parallel:` and one job merges them after every stage.
+    assert!(job["parallel"].as_u64().is_some_and(|n| n >= 2));
+    assert_eq!(job["artifacts"]["paths"], serde_json::json!(["shards/"]));
+    assert_documented(&docs, "`parallel: 2`");
+    let merge = &ci["bench-merge"];
+    assert_eq!(merge["stage"], ".post");
+    assert_eq!(merge["tags"], job["tags"]);
+    assert_eq!(merge["needs"][0]["job"], "bench");
+    for r in merge["rules"].as_array().unwrap() {
+        assert_eq!(r["when"], "always");
+    }
+    assert_documented(&docs, "`bench-merge` (stage `.post`");
+
+    let artifacts = &merge["artifacts"];
     assert_eq!(artifacts["when"], "always");
     assert_eq!(artifacts["expire_in"], "30 days");
     assert_eq!(artifacts["paths"], serde_json::json!(["results/"]));
@@ -244,9 +307,10 @@ fn gitlab_template_matches_the_docs() {
         .as_array()
         .unwrap()
         .iter()
+        .chain(merge["script"].as_array().unwrap())
         .map(|s| s.as_str().unwrap())
         .collect();
-    let after: Vec<&str> = job["after_script"]
+    let after: Vec<&str> = merge["after_script"]
         .as_array()
         .unwrap()
         .iter()
@@ -254,14 +318,14 @@ fn gitlab_template_matches_the_docs() {
         .collect();
     assert!(after
         .iter()
-        .any(|l| l.contains("bench report post \"results/$BENCH_RUN_ID\"")));
-    assert_documented(&docs, "`bench report post \"results/$BENCH_RUN_ID\"`");
+        .any(|l| l.contains("bench report post \"results/$RUN_ID\"")));
+    assert_documented(&docs, "`bench report post \"results/$RUN_ID\"`");
     let commands: Vec<String> = script
         .iter()
         .chain(&after)
         .flat_map(|s| bench_commands(s))
         .collect();
-    assert_eq!(commands.len(), 3, "{commands:?}");
+    assert_eq!(commands.len(), 4, "{commands:?}");
     for c in &commands {
         assert_parses(c);
     }

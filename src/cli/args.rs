@@ -249,6 +249,11 @@ pub struct MatrixArgs {
     /// Slurm partition (or $BENCH_SLURM_PARTITION / the matrix's `slurm.partition`).
     #[arg(long)]
     pub partition: Option<String>,
+    /// Run only the I-th of N shares of the cells, balanced by expected GPU-seconds (the
+    /// history's step times, else the model's FLOPs), e.g. `--shard 2/4`; every shard
+    /// gives the same --run-id, and `bench report merge` joins their folders into one run.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
     /// Slurm account (or $BENCH_SLURM_ACCOUNT / the matrix's `slurm.account`).
     #[arg(long)]
     pub account: Option<String>,
@@ -322,6 +327,33 @@ pub enum ReportCommand {
     Post(PostArgs),
     /// Write one self-contained HTML page with charts of one or more runs.
     Html(HtmlArgs),
+    /// Merge the run folders of a sharded run (`bench matrix --shard I/N`) into one run
+    /// folder, judged and reported as one run; a missing or unfinished shard is named and
+    /// fails the exit code.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `bench report merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' run folders (each has the shard.json plan its shard wrote).
+    #[arg(required = true, num_args = 1..)]
+    pub run_dirs: Vec<PathBuf>,
+    /// The merged run folder to write.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: PathBuf,
+    /// Folder of baseline files.
+    #[arg(long, default_value = "baselines", value_name = "DIR")]
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    #[arg(long, env = "BENCH_GPU_HOUR_PRICE", value_name = "PRICE")]
+    pub gpu_hour_price: Option<f64>,
 }
 
 #[derive(Debug, Args)]

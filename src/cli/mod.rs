@@ -34,6 +34,9 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             Some(ReportCommand::Html(h)) => {
                 crate::commands::report::html_command(&resolve::html(h))
             }
+            Some(ReportCommand::Merge(m)) => {
+                crate::commands::merge::merge_command(&resolve::merge(m))
+            }
             None => crate::commands::report::report(&resolve::report(&args)?),
         },
         Command::Env(args) => crate::env::cmd(&resolve::env(&args)),

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use super::args::{
     BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
-    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, PostArgs, Provider, ReportArgs,
-    WorkerArgs,
+    HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, MergeArgs, PostArgs, Provider,
+    ReportArgs, WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
+use crate::commands::merge::MergeSettings;
 use crate::commands::report::{HtmlSettings, PostSettings, ReportSettings};
 use crate::env::EnvSettings;
 use crate::error::CliError;
@@ -84,7 +85,27 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
             setup: args.triage_setup.clone(),
             worker: args.triage_worker.clone(),
         },
+        shard: shard(args)?,
     })
+}
+
+/// `--shard I/N`: malformed, `0/N`, `I>N` and `N=0` are bad input. The shards of one run
+/// share its run id (that is how their cells meet in the history and the merge), so a
+/// shard needs `--run-id` (or `--resume`, whose folder names the run): with a timestamp
+/// each shard would start a run of its own.
+fn shard(args: &MatrixArgs) -> Result<Option<crate::shard::Shard>, CliError> {
+    let Some(text) = &args.shard else {
+        return Ok(None);
+    };
+    let shard: crate::shard::Shard = text
+        .parse()
+        .map_err(|e: String| CliError::bad_input(miette::miette!("{e}")))?;
+    if args.run_id.is_none() && args.resume.is_none() {
+        return Err(CliError::bad_input(miette::miette!(
+            "--shard {shard}: give every shard the same --run-id, so their cells make one run (e.g. --run-id nightly-$CI_PIPELINE_ID)"
+        )));
+    }
+    Ok(Some(shard))
 }
 
 /// The run's own settings: a grace period that is not a finite, non-negative number of
@@ -179,6 +200,18 @@ pub(crate) fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
         commit_status: args.commit_status,
         deadline,
     })
+}
+
+/// `bench report merge`.
+pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
+    MergeSettings {
+        run_dirs: args.run_dirs.clone(),
+        output: args.output.clone(),
+        baselines: args.baselines.clone(),
+        format: args.format,
+        verbose: args.verbose,
+        gpu_hour_price: args.gpu_hour_price,
+    }
 }
 
 /// `bench report html`.
@@ -625,6 +658,12 @@ mod tests {
         assert_eq!(s.config.filters, s.source.filters);
         assert_eq!(s.config.matrix, s.source.file);
         assert_eq!(s.config.run_id.as_deref(), Some("nightly.1"));
+        assert_eq!(s.shard, None);
+        let sharded = matrix(&matrix_args(&["--run-id", "n", "--shard", "2/3"])).unwrap();
+        assert_eq!(
+            sharded.shard,
+            Some(crate::shard::Shard { index: 2, count: 3 })
+        );
         assert!(s.verbose);
         assert!(!matrix(&matrix_args(&[])).unwrap().verbose);
     }
@@ -636,6 +675,15 @@ mod tests {
             (&["--kill-grace", "NaN"][..], "--kill-grace NaN"),
             (&["--jobs", "0"][..], "--jobs 0"),
             (&["--run-id", "../x"][..], "--run-id \"../x\""),
+            (&["--run-id", "r", "--shard", "0/2"][..], "between 1 and 2"),
+            (&["--run-id", "r", "--shard", "3/2"][..], "between 1 and 2"),
+            (&["--run-id", "r", "--shard", "1/0"][..], "at least 1"),
+            (
+                &["--run-id", "r", "--shard", "one/two"][..],
+                "not a whole number",
+            ),
+            (&["--run-id", "r", "--shard", "1-2"][..], "expected I/N"),
+            (&["--shard", "1/2"][..], "same --run-id"),
         ] {
             let msg = bad_input(matrix(&matrix_args(flags)).unwrap_err());
             assert!(msg.contains(says), "{flags:?}: {msg}");

@@ -26,6 +26,20 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::run::check_cells(&expansion)?;
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = open_history(args)?;
+    let mut expansion = expansion;
+    let sharded;
+    let args = match args.shard {
+        Some(shard) => {
+            plan_shard(args, shard, &mut expansion, store.as_mut())?;
+            // The reports say which share of the matrix this folder holds, as they say
+            // which cells a filter selected.
+            let mut a = args.clone();
+            a.config.filters.push(format!("--shard {shard}"));
+            sharded = a;
+            &sharded
+        }
+        None => args,
+    };
     let outcome = match store.as_mut() {
         Some(s) => {
             let branch = crate::history::record::current_branch();
@@ -81,6 +95,78 @@ fn open_history(args: &MatrixSettings) -> Result<Option<History>, CliError> {
         s.claim_run_id(id, &crate::env::hardware_key(&inv))?;
     }
     Ok(Some(s))
+}
+
+/// Plans the run's shards (`--shard I/N`), writes the plan into the run folder and keeps
+/// only this shard's cells; the other shards' cells become dropped cells of this folder
+/// (hidden like a filter's, not reported as missing from the baseline). The store, when there is one, then records this share of the
+/// run without deleting the cells the other shards record under the same run id.
+fn plan_shard(
+    args: &MatrixSettings,
+    shard: crate::shard::Shard,
+    expansion: &mut crate::matrix::Expansion,
+    mut store: Option<&mut History>,
+) -> Result<(), CliError> {
+    // The run folder: `--resume`'s, else `--run-id`'s under the results folder (the CLI
+    // refuses a shard with neither).
+    let (run_id, dir) = match (&args.config.resume, &args.config.run_id) {
+        (Some(r), _) => {
+            let dir = if r.is_dir() {
+                r.clone()
+            } else {
+                r.parent().map(Into::into).unwrap_or_default()
+            };
+            (RunResults::load(r)?.run_id, dir)
+        }
+        (None, Some(id)) => (id.clone(), args.config.results_dir.join(id)),
+        (None, None) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "--shard {shard}: give every shard the same --run-id"
+            )))
+        }
+    };
+    // The GPUs as the run will see them (`run::run_with`): their key names the history's
+    // costs, their name the peak a cost from FLOPs assumes.
+    let inv = match args.config.gpus {
+        Some(0) => crate::env::GpuInventory::default().with_count(0),
+        Some(n) => crate::env::GpuInventory::detect().with_count(n),
+        None => crate::env::GpuInventory::detect(),
+    };
+    let key = crate::env::hardware_key(&inv);
+    let hw = super::shard::Hardware {
+        key: &key,
+        device: inv.gpus.first().map(|g| g.name.as_str()),
+    };
+    if let Some(s) = store.as_deref_mut() {
+        s.record_as_share();
+    }
+    let total = expansion.cells.len();
+    let (plan, others) =
+        super::shard::apply(&mut expansion.cells, shard, &run_id, &dir, store, &hw)?;
+    for cell in others {
+        let other = plan
+            .cells
+            .iter()
+            .find(|p| p.cell.id == cell.id)
+            .map_or(0, |p| p.shard);
+        expansion.dropped.push(crate::matrix::Dropped {
+            cell,
+            by: format!("{} {shard}", crate::results::SHARD_DROP_PREFIX),
+            reason: format!("shard {other}/{} runs it", shard.count),
+        });
+    }
+    let loads: Vec<String> = plan
+        .expected_gpu_s
+        .iter()
+        .map(|g| format!("{g:.0}"))
+        .collect();
+    eprintln!(
+        "shard {shard}: {} of {total} cells (expected GPU-seconds per shard: {}); plan in {}",
+        expansion.cells.len(),
+        loads.join(", "),
+        dir.join(super::shard::FILE).display()
+    );
+    Ok(())
 }
 
 /// Judges the run against the history, re-running the cells its verdicts want confirmed

@@ -13,5 +13,7 @@
 //! docs/architecture.md draws the pipeline.
 
 pub mod matrix;
+pub mod merge;
 pub mod report;
+pub mod shard;
 pub mod triage;

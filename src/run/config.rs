@@ -66,6 +66,8 @@ pub struct MatrixSettings {
     pub confirm_budget_gpu_s: Option<f64>,
     /// `--triage-*`: what overrides the matrix's `triage:` block.
     pub triage: TriageFlags,
+    /// `--shard I/N`: run only this share of the cells (`commands::shard` plans it).
+    pub shard: Option<crate::shard::Shard>,
 }
 
 /// The `--triage-*` flags of `bench matrix`, as given: the command layer lays them over the

@@ -27,6 +27,10 @@ pub struct History {
     backend: Box<dyn Backend>,
     /// The file or URL (password removed), for messages.
     pub location: String,
+    /// Whether this process records one share of a run (`bench matrix --shard`) whose
+    /// other shares other jobs record under the same run id: writing the whole run then
+    /// replaces only this share's cells, never the cells another shard recorded.
+    share: bool,
 }
 
 /// What a `--history` value names.
@@ -148,6 +152,7 @@ fn open_at(location: &str, create: bool, verify: bool) -> Result<History, Histor
         }
     };
     let mut h = History {
+        share: false,
         backend,
         location: shown,
     };
@@ -446,9 +451,22 @@ impl History {
         }
     }
 
-    /// Writes `run` (replacing an earlier copy of the same run id) in one transaction.
+    /// Marks this store as recording one share of a run (`bench matrix --shard`): the
+    /// shards of one run id on one hardware key each record their own cells, so
+    /// [`Self::record_run`] no longer deletes the run's other cells. The claim of the run
+    /// id already accepts a second job of the same hardware key; a shard on other hardware
+    /// is still refused, since one run id names one run of one hardware.
+    pub(crate) fn record_as_share(&mut self) {
+        self.share = true;
+    }
+
+    /// Writes `run` (replacing an earlier copy of the same run id) in one transaction; a
+    /// share of a run ([`Self::record_as_share`]) replaces only its own cells.
     pub(crate) fn record_run(&mut self, run: &RunRecord) -> Result<(), HistoryError> {
         self.claim_run_id(&run.run_id, &run.hardware_key)?;
+        if self.share {
+            return self.transaction(|b| write_cells(b, run, &run.cells));
+        }
         self.transaction(|b| write_run(b, run))
     }
 

@@ -1,0 +1,441 @@
+//! `bench report merge DIR... -o OUT`: the run folders of a sharded run (`bench matrix
+//! --shard I/N`, one folder per shard, each with its `shard.json` plan) turned into one run
+//! folder, judged and reported as one run: one `results.json`, `summary.md`, JUnit,
+//! `report.json`, `report.html` and exit code over all cells, and one triage, so a cause
+//! whose cells ran on different shards is one finding.
+//!
+//! Nothing is dropped in silence. The plan every shard wrote names every cell and its
+//! shard, so a cell that no folder holds (its shard is missing, was killed, or computed
+//! another plan) is put in the merged run as a failed cell whose reason names its shard;
+//! each shard's state is named in the summary (`## Shards`), in `shards.json` and on
+//! stderr, and any shard that did not finish fails the exit code.
+//!
+//! The history's judgement is the one each shard got when it ran (with its confirming
+//! re-runs): the shards' `history.json` files are joined into the merged folder, and the
+//! judge lays them over the baselines of the run's hardware key as `bench report` does.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::shard::Plan;
+use crate::error::CliError;
+use crate::format::Format;
+use crate::history::verdicts::GateReport;
+use crate::results::{CellResult, Outcome, RunResults};
+
+/// Resolved settings of `bench report merge`.
+#[derive(Debug, Clone)]
+pub(crate) struct MergeSettings {
+    /// The shards' run folders.
+    pub run_dirs: Vec<PathBuf>,
+    /// The merged run folder to write.
+    pub output: PathBuf,
+    /// Folder of baseline files.
+    pub baselines: PathBuf,
+    /// Terminal output format.
+    pub format: Format,
+    /// List every dropped cell's id under its rule in the terminal summary.
+    pub verbose: bool,
+    /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
+    pub gpu_hour_price: Option<f64>,
+}
+
+/// One shard's folder as the merge found it.
+struct Folder {
+    dir: PathBuf,
+    plan: Plan,
+    /// `None` when the shard wrote its plan but no results (killed before its first cell).
+    results: Option<RunResults>,
+}
+
+/// What became of one shard, as `shards.json` and the summary say it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ShardState {
+    /// `I/N`.
+    pub shard: String,
+    /// `finished`, `interrupted` (stopped before its last cell: killed, cancelled,
+    /// Ctrl-C), `no results` (its folder has a plan and no results) or `missing` (no
+    /// folder given holds it).
+    pub state: &'static str,
+    /// The folder, when one holds the shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folder: Option<PathBuf>,
+    /// Cells the plan gave the shard.
+    pub planned: usize,
+    /// Of those, cells its folder holds.
+    pub ran: usize,
+}
+
+impl ShardState {
+    fn ok(&self) -> bool {
+        self.state == "finished" && self.ran == self.planned
+    }
+
+    fn line(&self) -> String {
+        let mut s = format!(
+            "shard {}: {}, {} of {} planned cells",
+            self.shard, self.state, self.ran, self.planned
+        );
+        if let Some(f) = &self.folder {
+            s.push_str(&format!(" ({})", f.display()));
+        }
+        s
+    }
+}
+
+/// The merged run of some shard folders, before it is judged.
+pub(crate) struct Merged {
+    pub results: RunResults,
+    pub history: Option<GateReport>,
+    pub shards: Vec<ShardState>,
+    /// Problems beyond one shard's state (plans that disagree), named for the summary.
+    pub notes: Vec<String>,
+}
+
+impl Merged {
+    /// Whether every shard finished with every cell of its plan.
+    pub(crate) fn complete(&self) -> bool {
+        self.notes.is_empty() && self.shards.iter().all(ShardState::ok)
+    }
+}
+
+/// `bench report merge DIR... -o OUT`.
+pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
+    let mut folders = Vec::new();
+    for dir in &args.run_dirs {
+        folders.push(read_folder(dir)?);
+    }
+    let merged = merge(folders)?;
+    let out = &args.output;
+    std::fs::create_dir_all(out)
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
+    copy_logs(&args.run_dirs, &merged.results, out);
+    merged.results.save_atomic(out)?;
+    let internal = |p: &Path, e: &dyn std::fmt::Display| {
+        CliError::internal(miette::miette!("{}: {e}", p.display()))
+    };
+    if let Some(h) = &merged.history {
+        let path = out.join(GateReport::FILE);
+        let text = serde_json::to_string_pretty(h).map_err(|e| internal(&path, &e))?;
+        crate::atomic::write(&path, text.as_bytes()).map_err(|e| internal(&path, &e))?;
+    }
+    let path = out.join("shards.json");
+    let text = serde_json::to_string_pretty(&serde_json::json!({
+        "shards": merged.shards,
+        "notes": merged.notes,
+    }))
+    .map_err(|e| internal(&path, &e))?;
+    crate::atomic::write(&path, text.as_bytes()).map_err(|e| internal(&path, &e))?;
+    for s in &merged.shards {
+        eprintln!("{}", s.line());
+    }
+    for n in &merged.notes {
+        eprintln!("warning: {n}");
+    }
+
+    let verdicts = crate::judge::of_run(&merged.results, &args.baselines, Some(out))?;
+    // One triage over every shard's cells: a cause spanning shards is one finding.
+    let findings = crate::triage::findings(&merged.results, &verdicts);
+    let verdict = crate::report::finish_run(
+        out,
+        &merged.results,
+        &verdicts,
+        &findings,
+        args.format,
+        args.verbose,
+        args.gpu_hour_price,
+    )?;
+    append_shards_section(out, &merged)?;
+    if !merged.complete() {
+        return Ok(verdict.max(crate::exit::bench::FAILED));
+    }
+    Ok(verdict)
+}
+
+/// A shard folder: its plan (required: a folder without one is not a shard, bad input)
+/// and its results when it has any.
+fn read_folder(dir: &Path) -> Result<Folder, CliError> {
+    let Some(plan) = Plan::load(dir)? else {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: no {} here: not the folder of a `bench matrix --shard I/N` run",
+            dir.display(),
+            super::shard::FILE
+        )));
+    };
+    let results = if dir.join(RunResults::FILE).exists() || dir.join(RunResults::JOURNAL).exists() {
+        Some(RunResults::load(dir)?)
+    } else {
+        None
+    };
+    Ok(Folder {
+        dir: dir.to_path_buf(),
+        plan,
+        results,
+    })
+}
+
+/// Joins shard folders into one run: the cells of every plan in the plan's order, each
+/// from its shard's results, else a failed cell naming why it has no result.
+fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
+    let Some(first) = folders.first() else {
+        return Err(CliError::bad_input(miette::miette!(
+            "bench report merge needs at least one shard folder"
+        )));
+    };
+    let (run_id, count) = (first.plan.run_id.clone(), first.plan.shard.count);
+    for f in &folders {
+        if f.plan.run_id != run_id || f.plan.shard.count != count {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: shard {} of run {}, while {} holds shard {} of run {}: merge the shards of one run (one --run-id, one N)",
+                f.dir.display(),
+                f.plan.shard,
+                f.plan.run_id,
+                first.dir.display(),
+                first.plan.shard,
+                run_id
+            )));
+        }
+    }
+    folders.sort_by_key(|f| f.plan.shard.index);
+    for pair in folders.windows(2) {
+        if pair[0].plan.shard == pair[1].plan.shard {
+            return Err(CliError::bad_input(miette::miette!(
+                "{} and {} both hold shard {}: give each shard's folder once",
+                pair[0].dir.display(),
+                pair[1].dir.display(),
+                pair[0].plan.shard
+            )));
+        }
+    }
+    let mut notes = Vec::new();
+    // The plans must agree; when they do not (the history changed between the shards'
+    // starts), the union of their cells is what the merged run must account for.
+    let reference = &folders[0].plan;
+    for f in &folders[1..] {
+        let same = f.plan.cells.len() == reference.cells.len()
+            && f.plan
+                .cells
+                .iter()
+                .zip(&reference.cells)
+                .all(|(a, b)| a.cell.id == b.cell.id && a.shard == b.shard);
+        if !same {
+            notes.push(format!(
+                "shard {} split the cells differently from shard {} (the history changed between their starts); cells no shard ran are failed",
+                f.plan.shard, reference.shard
+            ));
+        }
+    }
+    let mut planned: Vec<&super::shard::Planned> = Vec::new();
+    for f in &folders {
+        for p in &f.plan.cells {
+            if !planned.iter().any(|q| q.cell.id == p.cell.id) {
+                planned.push(p);
+            }
+        }
+    }
+
+    let states: Vec<ShardState> = (1..=count)
+        .map(|index| {
+            let planned_n = reference.cells_of(index).count();
+            match folders.iter().find(|f| f.plan.shard.index == index) {
+                None => ShardState {
+                    shard: format!("{index}/{count}"),
+                    state: "missing",
+                    folder: None,
+                    planned: planned_n,
+                    ran: 0,
+                },
+                Some(f) => {
+                    let planned_n = f.plan.cells_of(index).count();
+                    let (state, ran) = match &f.results {
+                        None => ("no results", 0),
+                        Some(r) => {
+                            let ran = f
+                                .plan
+                                .cells_of(index)
+                                .filter(|p| r.cells.iter().any(|c| c.id == p.cell.id))
+                                .count();
+                            let done = r.finished_at.is_some() && !r.interrupted;
+                            (if done { "finished" } else { "interrupted" }, ran)
+                        }
+                    };
+                    ShardState {
+                        shard: format!("{index}/{count}"),
+                        state,
+                        folder: Some(f.dir.clone()),
+                        planned: planned_n,
+                        ran,
+                    }
+                }
+            }
+        })
+        .collect();
+
+    let with_results: Vec<&RunResults> =
+        folders.iter().filter_map(|f| f.results.as_ref()).collect();
+    let Some(head) = with_results.first() else {
+        return Err(CliError::bad_input(miette::miette!(
+            "no shard of run {run_id} has results: nothing ran ({})",
+            states
+                .iter()
+                .map(ShardState::line)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    };
+    let mut results = RunResults {
+        cells: Vec::new(),
+        dropped: Vec::new(),
+        ..(*head).clone()
+    };
+    results.started_at = with_results
+        .iter()
+        .map(|r| r.started_at.clone())
+        .min()
+        .unwrap_or_default();
+    let all_done = states.iter().all(|s| s.state == "finished");
+    results.finished_at = if all_done {
+        with_results
+            .iter()
+            .filter_map(|r| r.finished_at.clone())
+            .max()
+    } else {
+        None
+    };
+    results.interrupted = !all_done;
+    results
+        .filters
+        .retain(|f| !f.starts_with(crate::results::SHARD_DROP_PREFIX));
+    for p in &planned {
+        let found = with_results
+            .iter()
+            .find_map(|r| r.cells.iter().find(|c| c.id == p.cell.id));
+        results.cells.push(match found {
+            Some(c) => c.clone(),
+            None => not_run(p, &states),
+        });
+    }
+    // Cells of a shard that no plan names (a folder resumed from an older plan): kept.
+    for r in &with_results {
+        for c in &r.cells {
+            if !results.cells.iter().any(|m| m.id == c.id) {
+                results.cells.push(c.clone());
+            }
+        }
+        // Another shard's cells, dropped from this folder, are cells of the merged run.
+        for d in r.dropped.iter().filter(|d| !d.by_shard()) {
+            if !results.dropped.iter().any(|m| m.id == d.id) {
+                results.dropped.push(d.clone());
+            }
+        }
+    }
+
+    Ok(Merged {
+        history: merge_history(&folders),
+        results,
+        shards: states,
+        notes,
+    })
+}
+
+/// A planned cell no shard folder holds: failed, with its shard and what became of it.
+fn not_run(p: &super::shard::Planned, states: &[ShardState]) -> CellResult {
+    let state = states
+        .get(p.shard as usize - 1)
+        .map(|s| s.state)
+        .unwrap_or("missing");
+    let why = match state {
+        "missing" => "no folder given holds that shard",
+        "no results" => "the shard wrote its plan and no results (killed before its first cell?)",
+        "interrupted" => "the shard stopped before this cell (killed, cancelled or interrupted)",
+        _ => "the shards' plans disagree and no shard ran it",
+    };
+    let count = states.len();
+    CellResult {
+        id: p.cell.id.clone(),
+        values: p.cell.values.clone(),
+        params: p.cell.params.clone(),
+        outcome: Outcome::Failed {
+            reason: format!("not run: shard {}/{count} {state}: {why}", p.shard),
+        },
+        flaky: false,
+        attempts: Vec::new(),
+        repeats: Vec::new(),
+        metrics: Default::default(),
+        logs: Vec::new(),
+        duration_s: 0.0,
+        telemetry: None,
+    }
+}
+
+/// The shards' `history.json` joined: the verdicts each shard's cells got against the
+/// history when it ran. `None` when no shard was judged against a history.
+fn merge_history(folders: &[Folder]) -> Option<GateReport> {
+    let mut merged: Option<GateReport> = None;
+    for f in folders {
+        let Some(h) = GateReport::load(&f.dir) else {
+            continue;
+        };
+        match &mut merged {
+            None => merged = Some(h),
+            Some(m) => {
+                m.cells.extend(h.cells);
+                m.over_budget.extend(h.over_budget);
+                if h.confirm_run_id.is_some() {
+                    m.confirm_run_id = h.confirm_run_id;
+                }
+            }
+        }
+    }
+    merged
+}
+
+/// Copies each cell's log files from the shard folder that has them, so the merged
+/// folder's reports link logs that are there. A log that cannot be copied is left out with
+/// a warning: the verdict does not depend on it.
+fn copy_logs(dirs: &[PathBuf], results: &RunResults, out: &Path) {
+    for c in &results.cells {
+        for log in &c.logs {
+            // Only plain relative paths inside the run folder (as the runner writes them).
+            if log.is_absolute()
+                || log
+                    .components()
+                    .any(|p| !matches!(p, std::path::Component::Normal(_)))
+            {
+                continue;
+            }
+            let Some(src) = dirs.iter().map(|d| d.join(log)).find(|p| p.is_file()) else {
+                continue;
+            };
+            let dst = out.join(log);
+            if let Some(parent) = dst.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            if let Err(e) = std::fs::copy(&src, &dst) {
+                eprintln!("warning: {}: {e}", src.display());
+            }
+        }
+    }
+}
+
+/// Appends the shards' states to `summary.md`, so the one summary names a shard that did
+/// not finish (its cells are already failed cells with the shard in their reason).
+fn append_shards_section(out: &Path, merged: &Merged) -> Result<(), CliError> {
+    let path = out.join("summary.md");
+    let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.push_str(&format!(
+        "\n## Shards\n\n{} of {} shards finished every cell.\n\n",
+        merged.shards.iter().filter(|s| s.ok()).count(),
+        merged.shards.len()
+    ));
+    for s in &merged.shards {
+        let mark = if s.ok() { "" } else { "**" };
+        text.push_str(&format!("- {mark}{}{mark}\n", s.line()));
+    }
+    for n in &merged.notes {
+        text.push_str(&format!("- **{n}**\n"));
+    }
+    crate::atomic::write(&path, text.as_bytes())
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))
+}

@@ -1,0 +1,314 @@
+//! A sharded run end to end through the built binary, with the deterministic command
+//! workload of tests/gate_e2e.rs (tests/fixtures/fake_worker.sh reports fixed step times):
+//! shards 1/2 and 2/2 of one run id run at once against one SQLite history, `bench report
+//! merge` joins their folders, and the merged folder holds the same cells with the same
+//! verdicts as one unsharded run of the same matrix, with one finding for a slowdown whose
+//! cells ran on both shards. A shard left out of the merge, and a shard killed halfway, are
+//! named in the merged summary and fail the exit code.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bench_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.args(args)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("GITHUB_STEP_SUMMARY");
+    c
+}
+
+fn bench(args: &[&str]) -> Output {
+    bench_cmd(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Five cells of equal nominal cost (a command workload of no known model).
+fn matrix(dir: &Path, name: &str, step_time: &str) -> String {
+    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
+    let text = format!(
+        "name: shards\naxes:\n  model: [a, b, c, d, e]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 1\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"{step_time}\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
+        worker.display()
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// `bench matrix` arguments of one run into `results` (relative to `dir`).
+fn run_args(dir: &Path, matrix: &str, results: &str, id: &str, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "matrix",
+        matrix,
+        "--results-dir",
+        dir.join(results).to_str().unwrap(),
+        "--run-id",
+        id,
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+        "--no-progress",
+        "--gpus",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn report(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap()
+}
+
+/// Each cell's id and status, sorted by id.
+fn verdicts(r: &serde_json::Value) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = r["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["id"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn shards_run_at_once_and_merge_into_the_unsharded_runs_cells_and_verdicts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fast = matrix(dir, "fast.yaml", "0.5");
+    let slow = matrix(dir, "slow.yaml", "0.6");
+
+    // Baselines from a first run at 0.5 s a step; the runs below are 20% slower.
+    let first = bench(&strs(&run_args(dir, &fast, "results", "base", &[])));
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let update = bench(&[
+        "baseline",
+        "update",
+        dir.join("results/base").to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(update.status.code(), Some(0), "{}", text(&update));
+
+    // The unsharded run, judged against a history of its own.
+    let whole_store = dir.join("whole.sqlite");
+    let whole_history = ["--history", whole_store.to_str().unwrap(), "--no-confirm"];
+    let whole = bench(&strs(&run_args(
+        dir,
+        &slow,
+        "results",
+        "whole",
+        &whole_history,
+    )));
+    assert_eq!(whole.status.code(), Some(1), "{}", text(&whole));
+
+    // Two shards at once, one run id, one store.
+    let store = dir.join("fleet.sqlite");
+    let store_s = store.to_str().unwrap().to_string();
+    let shard = |n: &str, results: &str| {
+        bench_cmd(&strs(&run_args(
+            dir,
+            &slow,
+            results,
+            "nightly",
+            &["--history", &store_s, "--no-confirm", "--shard", n],
+        )))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (one, two) = (shard("1/2", "s1"), shard("2/2", "s2"));
+    let (one, two) = (
+        one.wait_with_output().unwrap(),
+        two.wait_with_output().unwrap(),
+    );
+    assert_eq!(one.status.code(), Some(1), "{}", text(&one));
+    assert_eq!(two.status.code(), Some(1), "{}", text(&two));
+    // Equal costs go round the shards: a, c, e and b, d.
+    assert!(
+        text(&one).contains("shard 1/2: 3 of 5 cells"),
+        "{}",
+        text(&one)
+    );
+    assert!(
+        text(&two).contains("shard 2/2: 2 of 5 cells"),
+        "{}",
+        text(&two)
+    );
+    let s1 = dir.join("s1/nightly");
+    let s2 = dir.join("s2/nightly");
+    // Each folder holds its own cells; the other shard's are dropped like a filter's
+    // (not "missing" from the baseline).
+    let ran = |d: &Path| {
+        verdicts(&report(d))
+            .into_iter()
+            .filter(|(_, s)| s != "dropped")
+            .count()
+    };
+    assert_eq!((ran(&s1), ran(&s2)), (3, 2));
+    assert!(verdicts(&report(&s1)).iter().all(|(_, s)| s != "missing"));
+
+    // Both shards' cells are in the shared store under the one run id: the second
+    // shard's end-of-run write kept the first one's cells.
+    let hw = report(&s1)["hardware_key"].as_str().unwrap().to_string();
+    let mut history = bench::history::open(&store_s).unwrap();
+    for (id, _) in verdicts(&report(&dir.join("results/whole"))) {
+        let trend = history.trend(&id, &hw, "step_time_s").unwrap();
+        assert!(
+            trend.iter().any(|p| p.run_id == "nightly"),
+            "{id} not recorded: {trend:?}"
+        );
+    }
+
+    let merged = dir.join("merged");
+    let out = bench(&[
+        "report",
+        "merge",
+        s1.to_str().unwrap(),
+        s2.to_str().unwrap(),
+        "-o",
+        merged.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    for f in [
+        "results.json",
+        "junit.xml",
+        "summary.md",
+        "report.json",
+        "report.html",
+        "history.json",
+    ] {
+        assert!(merged.join(f).exists(), "missing {f}");
+    }
+    let whole_report = report(&dir.join("results/whole"));
+    let merged_report = report(&merged);
+    assert_eq!(verdicts(&merged_report), verdicts(&whole_report));
+    assert!(verdicts(&merged_report)
+        .iter()
+        .all(|(_, s)| s == "regression"));
+    assert_eq!(merged_report["exit_code"], whole_report["exit_code"]);
+    // One cause, one finding, although its cells ran on two shards.
+    assert_eq!(
+        merged_report["findings"].as_array().unwrap().len(),
+        whole_report["findings"].as_array().unwrap().len(),
+        "{merged_report}"
+    );
+    assert_eq!(merged_report["findings"].as_array().unwrap().len(), 1);
+    let summary = std::fs::read_to_string(merged.join("summary.md")).unwrap();
+    assert!(summary.contains("2 of 2 shards finished"), "{summary}");
+    let junit = std::fs::read_to_string(merged.join("junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testcase").count(), 5, "{junit}");
+
+    // A shard left out is named, and its cells are failed cells that name it.
+    let partial = dir.join("partial");
+    let out = bench(&[
+        "report",
+        "merge",
+        s1.to_str().unwrap(),
+        "-o",
+        partial.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("shard 2/2: missing"), "{}", text(&out));
+    let summary = std::fs::read_to_string(partial.join("summary.md")).unwrap();
+    assert!(summary.contains("shard 2/2: missing"), "{summary}");
+    let r = report(&partial);
+    assert_eq!(verdicts(&r).len(), 5);
+    let failed: Vec<_> = verdicts(&r)
+        .into_iter()
+        .filter(|(_, s)| s == "failed")
+        .collect();
+    assert_eq!(failed.len(), 2, "{r}");
+    assert!(r.to_string().contains("not run: shard 2/2 missing"), "{r}");
+
+    // A shard killed after its first cell: results.json holds what it finished (written
+    // after every cell) and no end time, as SIGKILL leaves it.
+    let killed = dir.join("killed/nightly");
+    std::fs::create_dir_all(&killed).unwrap();
+    std::fs::copy(s2.join("shard.json"), killed.join("shard.json")).unwrap();
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s2.join("results.json")).unwrap()).unwrap();
+    doc["cells"].as_array_mut().unwrap().truncate(1);
+    doc["finished_at"] = serde_json::Value::Null;
+    std::fs::write(killed.join("results.json"), doc.to_string()).unwrap();
+    let out_dir = dir.join("with-killed");
+    let out = bench(&[
+        "report",
+        "merge",
+        s1.to_str().unwrap(),
+        killed.to_str().unwrap(),
+        "-o",
+        out_dir.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("shard 2/2: interrupted, 1 of 2 planned cells"),
+        "{summary}"
+    );
+    assert!(
+        report(&out_dir)
+            .to_string()
+            .contains("not run: shard 2/2 interrupted"),
+        "{}",
+        report(&out_dir)
+    );
+}
+
+#[test]
+fn a_bad_shard_is_bad_input() {
+    for (flags, says) in [
+        (&["--run-id", "r", "--shard", "0/2"][..], "between 1 and 2"),
+        (&["--run-id", "r", "--shard", "3/2"][..], "between 1 and 2"),
+        (&["--run-id", "r", "--shard", "1/0"][..], "at least 1"),
+        (&["--run-id", "r", "--shard", "x"][..], "expected I/N"),
+        (&["--shard", "1/2"][..], "--run-id"),
+    ] {
+        let mut a = vec![
+            "matrix",
+            "matrix/smoke.yaml",
+            "--gpus",
+            "0",
+            "--no-progress",
+        ];
+        a.extend_from_slice(flags);
+        let o = bench(&a);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o));
+        assert!(text(&o).contains(says), "{flags:?}: {}", text(&o));
+    }
+    // A folder that is not a shard's is bad input for the merge too.
+    let tmp = tempfile::tempdir().unwrap();
+    let o = bench(&[
+        "report",
+        "merge",
+        tmp.path().to_str().unwrap(),
+        "-o",
+        tmp.path().join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("shard.json"), "{}", text(&o));
+}
