@@ -40,6 +40,7 @@ pub mod report;
 pub mod results;
 pub mod run;
 pub mod sanitize;
+pub mod site;
 pub mod slurm;
 pub mod telemetry;
 pub mod trend;
