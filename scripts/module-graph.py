@@ -4,7 +4,7 @@
 1. The top-level modules of src/ (src/NAME.rs or src/NAME/) form a directed acyclic graph
    of imports: no cycle between them.
 2. The pipeline's stages import only earlier stages:
-       matrix -> run -> baseline, history -> judge -> report -> ingest, bisect, commands -> cli
+       matrix -> run -> baseline, history -> judge -> report -> ingest, bisect, commands, site -> cli
    (a stage may import any stage of a lower rank, or a module outside the pipeline; an
    import from a stage into one of a higher rank fails).
 3. Inside a module, no file imports a file that imports it back (a cycle between the files
@@ -37,6 +37,7 @@ STAGES = {
     "ingest": 7,
     "bisect": 7,
     "commands": 7,
+    "site": 7,
     "cli": 8,
 }
 

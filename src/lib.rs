@@ -41,6 +41,7 @@ pub mod results;
 pub mod run;
 pub mod sanitize;
 pub mod shard;
+pub mod site;
 pub mod slurm;
 pub mod telemetry;
 pub mod trend;

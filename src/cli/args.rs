@@ -51,6 +51,30 @@ pub enum Command {
     /// Judge a run launched elsewhere from its log (NeMo, Paxml, Megatron, MaxText,
     /// torchtitan, llm.c, DeepSpeed): figures, history, verdict (docs/ingest.md).
     Ingest(Box<IngestArgs>),
+    /// Write a static site over the whole history store (no server: open it from disk or
+    /// publish the folder as a Pages artifact): every cell's trend per hardware key with
+    /// change points, verdicts and accepted shifts, the open regressions, a page per run.
+    Site(SiteArgs),
+}
+
+/// Arguments of `bench site`.
+#[derive(Debug, Args)]
+pub struct SiteArgs {
+    /// The history store (a SQLite file or a postgres:// URL).
+    #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
+    pub history: String,
+    /// The folder to write the site into (index.html, cells/, runs/, assets/).
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: PathBuf,
+    /// Only this branch's runs (default: every branch, each its own series).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// A folder of run folders (DIR/RUN_ID/report.html): each run's page links its report.
+    #[arg(long, value_name = "DIR")]
+    pub runs: Option<PathBuf>,
+    /// The metric to draw.
+    #[arg(long, default_value = "tokens_per_s")]
+    pub metric: String,
 }
 
 #[derive(Debug, Args)]

@@ -48,5 +48,6 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         },
         Command::Bisect(args) => crate::bisect::cmd(&resolve::bisect(&args)?),
         Command::Ingest(args) => crate::ingest::cmd(&resolve::ingest(&args)?),
+        Command::Site(args) => crate::site::command(&resolve::site(&args)?),
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::args::{
     BaselineAcceptArgs, BaselineUpdateArgs, BisectArgs, EnvArgs, HistoryArgs, HistoryImportArgs,
     HistoryStudyArgs, HtmlArgs, IngestArgs, Launcher, MatrixArgs, MergeArgs, PostArgs, Provider,
-    ReportArgs, WorkerArgs,
+    ReportArgs, SiteArgs, WorkerArgs,
 };
 use crate::baseline::cmd::UpdateSettings;
 use crate::bisect::BisectSettings;
@@ -222,6 +222,25 @@ pub(crate) fn html(args: &HtmlArgs) -> HtmlSettings {
         baselines: args.baselines.clone(),
         output: args.output.clone(),
     }
+}
+
+/// `bench site`: an empty branch or metric names nothing (exit 2, naming the flag).
+pub(crate) fn site(args: &SiteArgs) -> Result<crate::site::SiteSettings, CliError> {
+    if args.branch.as_deref().is_some_and(|b| b.trim().is_empty()) {
+        return Err(CliError::bad_input(miette::miette!(
+            "--branch: empty; give a branch name, or leave the flag out for every branch"
+        )));
+    }
+    if args.metric.trim().is_empty() {
+        return Err(CliError::bad_input(miette::miette!("--metric: empty")));
+    }
+    Ok(crate::site::SiteSettings {
+        history: args.history.clone(),
+        output: args.output.clone(),
+        branch: args.branch.clone(),
+        runs: args.runs.clone(),
+        metric: args.metric.clone(),
+    })
 }
 
 /// `bench env`.

@@ -1,0 +1,242 @@
+//! `bench site --history STORE -o DIR`: a static site over the whole history store, for a
+//! fleet's nightly to publish as a GitHub or GitLab Pages artifact or to open from disk (no
+//! server, nothing fetched).
+//!
+//! It owns the site: reading the fleet from the store in three queries
+//! ([`crate::history::History::fleet`], `fleet_runs`, `all_segments`), the series per cell,
+//! hardware key and branch with their change points and open regressions ([`model`],
+//! pure), and the pages ([`pages`]): `index.html` (every series with its last value and
+//! verdict and a sparkline, filters by axis value, hardware key, branch and verdict, the
+//! open regressions first, grouped by the run that opened them with their suspects), one
+//! page per cell (the trend per hardware key and branch with change points, verdict marks
+//! and accepted shifts) and one page per run (its cells' verdicts, and a link to its
+//! `report.html` when `--runs DIR` holds its run folder). [`synthetic`] generates a store of
+//! a fleet's year for the tests and `scripts/site-bench.sh`.
+//!
+//! It is a command-layer module (rank 7 in scripts/module-graph.py): it opens a store and
+//! renders, which a reporter (`report`) never does.
+
+mod model;
+mod pages;
+pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::CliError;
+use crate::exit::bench as exit;
+
+pub use pages::Written;
+
+/// Settings of `bench site`.
+#[derive(Debug, Clone)]
+pub struct SiteSettings {
+    /// The history store (a SQLite file or a postgres:// URL).
+    pub history: String,
+    /// The folder the site is written into.
+    pub output: PathBuf,
+    /// Only this branch's runs.
+    pub branch: Option<String>,
+    /// A folder of run folders (`DIR/RUN_ID/report.html`), to link each run's report.
+    pub runs: Option<PathBuf>,
+    /// The metric the site draws.
+    pub metric: String,
+}
+
+/// What a build wrote, for the command's line and the benchmark script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Built {
+    pub series: usize,
+    pub values: usize,
+    pub findings: usize,
+    pub written: Written,
+}
+
+/// `bench site`: builds the site and prints one line saying what it wrote.
+pub(crate) fn command(settings: &SiteSettings) -> Result<i32, CliError> {
+    let built = build(settings)?;
+    println!(
+        "bench site: {} cells, {} runs, {} series, {} values, {} open findings -> {} ({:.1} MB)",
+        built.written.cells,
+        built.written.runs,
+        built.series,
+        built.values,
+        built.findings,
+        settings.output.join("index.html").display(),
+        built.written.bytes as f64 / 1e6
+    );
+    Ok(exit::OK)
+}
+
+/// Builds the site of `settings.history` into `settings.output`.
+pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
+    let out = &settings.output;
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::bad_input(miette::miette!(
+            "-o {}: not a folder (the site is a folder of pages)",
+            out.display()
+        )));
+    }
+    if let Some(dir) = &settings.runs {
+        if !dir.is_dir() {
+            return Err(CliError::bad_input(miette::miette!(
+                "--runs {}: not a folder of run folders",
+                dir.display()
+            )));
+        }
+    }
+    let mut store = crate::history::open_existing(&settings.history)?;
+    let values = store.fleet(&settings.metric)?;
+    if values.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: the store has no run with {}: nothing to show",
+            store.location,
+            settings.metric
+        )));
+    }
+    let runs = store.fleet_runs()?;
+    let segments = store.all_segments()?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let count = values.len();
+    let fleet = model::build(runs, values, segments, settings.branch.as_deref(), threads);
+    if fleet.series.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "--branch {}: no run of that branch in {}",
+            settings.branch.as_deref().unwrap_or_default(),
+            store.location
+        )));
+    }
+    let suspects = fleet
+        .findings
+        .iter()
+        .map(|f| suspects(&mut store, &fleet, f, &settings.metric))
+        .collect::<Result<Vec<_>, _>>()?;
+    std::fs::create_dir_all(out).map_err(|e| {
+        CliError::bad_input(miette::miette!(
+            "-o {}: cannot create it: {e}",
+            out.display()
+        ))
+    })?;
+    // After the folder exists: the links are made relative to where it really is.
+    let reports = fleet
+        .runs
+        .iter()
+        .map(|r| report_link(settings.runs.as_deref(), out, &r.run_id))
+        .collect();
+    let cx = pages::Context {
+        store: &store.location,
+        metric: &settings.metric,
+        branch: settings.branch.as_deref(),
+        reports,
+        suspects,
+        generated_at: crate::history::store::now(),
+    };
+    let written = pages::write_site(out, &fleet, &cx)
+        .map_err(|m| CliError::internal(miette::miette!("bench site: writing {m}")))?;
+    Ok(Built {
+        series: fleet.series.len(),
+        values: count,
+        findings: fleet.findings.len(),
+        written,
+    })
+}
+
+/// What changed between a finding's last good run and the run that opened it (commits,
+/// switches, versions, host), read from its first cell's full trend: one query per open
+/// finding, not per cell, since the cells of a finding share both runs.
+fn suspects(
+    store: &mut crate::history::History,
+    fleet: &model::Fleet,
+    f: &model::Finding,
+    metric: &str,
+) -> Result<Vec<String>, CliError> {
+    let o = &f.cells[0];
+    let s = &fleet.series[o.series];
+    let Some(good) = o.last_good else {
+        return Ok(Vec::new());
+    };
+    let (good, bad) = (
+        &fleet.runs[s.values[good].run].run_id,
+        &fleet.runs[s.values[o.first_bad].run].run_id,
+    );
+    let trend = store.trend(&s.cell, &s.key, metric)?;
+    let find = |id: &str| trend.iter().find(|p| p.run_id == id);
+    let (Some(g), Some(b)) = (find(good), find(bad)) else {
+        return Ok(Vec::new());
+    };
+    use crate::history::suspects::{changes, Identity};
+    Ok(changes(&Identity::of_point(g), &Identity::of_point(b))
+        .iter()
+        .map(|c| c.render())
+        .collect())
+}
+
+/// The link from a run page (in `OUT/runs/`) to the run's `report.html`, when `runs` holds
+/// `RUN_ID/report.html`: a relative path when the run folders and the site share a root
+/// (a Pages artifact that carries both), else a `file://` URL of the absolute path. A run
+/// id that is not a valid id (`../x`) is never joined to a path.
+fn report_link(runs: Option<&Path>, out: &Path, run_id: &str) -> Option<String> {
+    let runs = runs?;
+    if !crate::ids::is_valid(run_id) {
+        return None;
+    }
+    let report = runs.join(run_id).join("report.html");
+    if !report.is_file() {
+        return None;
+    }
+    let report = std::fs::canonicalize(&report).ok()?;
+    let from = std::fs::canonicalize(out).ok()?.join("runs");
+    let rel = relative(&from, &report);
+    Some(rel.unwrap_or_else(|| format!("file://{}", report.display())))
+}
+
+/// `to` relative to the folder `from` (both absolute), with `/` separators and every
+/// component percent-encoded where a URL needs it.
+fn relative(from: &Path, to: &Path) -> Option<String> {
+    let a: Vec<_> = from.components().collect();
+    let b: Vec<_> = to.components().collect();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    if common == 0 {
+        return None;
+    }
+    let mut parts: Vec<String> = vec!["..".into(); a.len() - common];
+    for c in &b[common..] {
+        let s = c.as_os_str().to_str()?;
+        parts.push(
+            s.bytes()
+                .map(|ch| match ch {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (ch as char).to_string()
+                    }
+                    _ => format!("%{ch:02X}"),
+                })
+                .collect(),
+        );
+    }
+    Some(parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_link_is_relative_to_the_run_pages() {
+        let d = tempfile::tempdir().unwrap();
+        let runs = d.path().join("results");
+        std::fs::create_dir_all(runs.join("night 1")).unwrap();
+        std::fs::create_dir_all(runs.join("n2")).unwrap();
+        std::fs::write(runs.join("n2/report.html"), "x").unwrap();
+        let out = d.path().join("site");
+        std::fs::create_dir_all(&out).unwrap();
+        assert_eq!(
+            report_link(Some(&runs), &out, "n2").as_deref(),
+            Some("../../results/n2/report.html")
+        );
+        assert_eq!(report_link(Some(&runs), &out, "n1"), None);
+        assert_eq!(report_link(Some(&runs), &out, "../results/n2"), None);
+        assert_eq!(
+            relative(Path::new("/a/b"), Path::new("/a/c d/r.html")).as_deref(),
+            Some("../c%20d/r.html")
+        );
+    }
+}

@@ -1,0 +1,514 @@
+//! The site's pages: each page's data model (serialized into the page as JSON, as
+//! report.html embeds its own) and the files: `index.html` (the fleet), `cells/NAME.html`
+//! (one per cell), `runs/NAME.html` (one per run) and `assets/` (the script, the styles and
+//! the vendored uPlot, written once and shared, so 1,400 pages do not each carry 50 KB of
+//! uPlot).
+//!
+//! Every value from the store reaches a page only inside that JSON, with `<` written as
+//! `\u003c` so nothing closes the script element, and the page's script sets it as text,
+//! never as markup. File names are made here from the ids (see [`file_name`]), so no id
+//! names a path outside the site.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::model::{parts, Fleet, Series, SPARK_POINTS};
+
+const PAGE: &str = include_str!("assets/page.html");
+const SITE_JS: &str = include_str!("assets/site.js");
+const SITE_CSS: &str = include_str!("assets/site.css");
+const UPLOT_JS: &str = include_str!("../report/html/vendor/uplot/uPlot.iife.min.js");
+const UPLOT_CSS: &str = include_str!("../report/html/vendor/uplot/uPlot.min.css");
+
+/// A file name for an id from the store: its safe characters (at most 80 of them) and a
+/// hash of the whole id, so two ids never share a page and `../` or `<script>` name
+/// nothing but a file of this folder.
+pub(crate) fn file_name(id: &str) -> String {
+    use sha2::Digest;
+    let safe: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    let safe = safe.trim_start_matches('.');
+    let hash = sha2::Sha256::digest(id.as_bytes());
+    let tag: String = hash[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{safe}-{tag}.html")
+}
+
+#[derive(Serialize)]
+struct IndexData<'a> {
+    page: &'static str,
+    title: String,
+    store: &'a str,
+    metric: &'a str,
+    branch: Option<&'a str>,
+    generated_at: String,
+    runs: usize,
+    rows: Vec<Row<'a>>,
+    findings: Vec<FindingView>,
+    run_list: Vec<RunView<'a>>,
+}
+
+#[derive(Serialize)]
+struct Row<'a> {
+    cell: &'a str,
+    page: String,
+    key: &'a str,
+    branch: &'a str,
+    parts: Vec<&'a str>,
+    last: f64,
+    verdict: Option<&'a str>,
+    last_run: &'a str,
+    last_run_page: String,
+    last_time: &'a str,
+    runs: usize,
+    open: bool,
+    change_points: usize,
+    spark: Vec<f64>,
+    /// Indices into `spark` of the change points it shows.
+    spark_changes: Vec<usize>,
+}
+
+#[derive(Serialize)]
+struct FindingView {
+    key: String,
+    branch: String,
+    cells: Vec<(String, String)>,
+    first_bad_run: String,
+    first_bad_page: String,
+    first_bad_commit: Option<String>,
+    last_good_run: Option<String>,
+    last_good_page: Option<String>,
+    last_good_commit: Option<String>,
+    change: Option<f64>,
+    attribution: Option<String>,
+    suspects: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct RunView<'a> {
+    run_id: &'a str,
+    page: String,
+    time: &'a str,
+    key: &'a str,
+    branch: Option<&'a str>,
+    commit: Option<&'a str>,
+    cells: usize,
+    regressed: usize,
+    report: Option<String>,
+}
+
+#[derive(Serialize)]
+struct CellData<'a> {
+    page: &'static str,
+    title: String,
+    cell: &'a str,
+    parts: Vec<&'a str>,
+    metric: &'a str,
+    series: Vec<SeriesView<'a>>,
+}
+
+#[derive(Serialize)]
+struct SeriesView<'a> {
+    key: &'a str,
+    branch: &'a str,
+    points: Vec<PointView<'a>>,
+    change_points: Vec<ChangeView>,
+    segments: Vec<SegmentView<'a>>,
+}
+
+#[derive(Serialize)]
+struct PointView<'a> {
+    run: &'a str,
+    page: String,
+    time: &'a str,
+    commit: Option<&'a str>,
+    value: f64,
+    verdict: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ChangeView {
+    index: usize,
+    before: f64,
+    after: f64,
+    rel_change: f64,
+    p_value: f64,
+}
+
+#[derive(Serialize)]
+struct SegmentView<'a> {
+    index: Option<usize>,
+    first_run: &'a str,
+    starts_at: &'a str,
+    reason: &'a str,
+    accepted_at: &'a str,
+}
+
+#[derive(Serialize)]
+struct RunData<'a> {
+    page: &'static str,
+    title: String,
+    run_id: &'a str,
+    time: &'a str,
+    key: &'a str,
+    branch: Option<&'a str>,
+    commit: Option<&'a str>,
+    host: &'a str,
+    matrix: &'a str,
+    report: Option<String>,
+    metric: &'a str,
+    cells: Vec<RunCell<'a>>,
+}
+
+#[derive(Serialize)]
+struct RunCell<'a> {
+    cell: &'a str,
+    page: String,
+    value: f64,
+    previous: Option<f64>,
+    verdict: Option<&'a str>,
+}
+
+/// What the pages need beside the fleet.
+pub(crate) struct Context<'a> {
+    pub store: &'a str,
+    pub metric: &'a str,
+    pub branch: Option<&'a str>,
+    /// Per run (index of [`Fleet::runs`]), the link to its report from `runs/`, when known.
+    pub reports: Vec<Option<String>>,
+    /// Per finding, the suspects' lines.
+    pub suspects: Vec<Vec<String>>,
+    pub generated_at: String,
+}
+
+/// How many pages of each kind were written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Written {
+    pub cells: usize,
+    pub runs: usize,
+    pub bytes: u64,
+}
+
+fn page(title: &str, data: &impl Serialize, root: &str) -> Result<String, String> {
+    let json = serde_json::to_string(data).map_err(|e| e.to_string())?;
+    // As report.html does: `<` only occurs inside JSON strings, where `\u003c` means the
+    // same, so no value can close the script element early.
+    let json = json.replace('<', "\\u003c");
+    let title = title
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('{', "&#123;");
+    // Placeholders are filled once each, data last, so nothing in the data is taken for one.
+    Ok(PAGE
+        .replacen("{{TITLE}}", &title, 1)
+        .replace("{{ROOT}}", root)
+        .replacen("{{DATA}}", &json, 1))
+}
+
+fn write(path: &Path, text: &str, bytes: &mut u64) -> Result<(), String> {
+    *bytes += text.len() as u64;
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn cell_page(cell: &str) -> String {
+    format!("cells/{}", file_name(cell))
+}
+
+fn run_page(run: &str) -> String {
+    format!("runs/{}", file_name(run))
+}
+
+/// Writes the whole site into `out` (created when missing).
+pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<Written, String> {
+    let mut bytes = 0u64;
+    for d in ["assets", "cells", "runs"] {
+        let dir: PathBuf = out.join(d);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    write(&out.join("assets/uPlot.iife.min.js"), UPLOT_JS, &mut bytes)?;
+    write(&out.join("assets/uPlot.min.css"), UPLOT_CSS, &mut bytes)?;
+    write(&out.join("assets/site.js"), SITE_JS, &mut bytes)?;
+    write(&out.join("assets/site.css"), SITE_CSS, &mut bytes)?;
+
+    let index = index_data(fleet, cx);
+    write(
+        &out.join("index.html"),
+        &page(&index.title, &index, "")?,
+        &mut bytes,
+    )?;
+
+    // One page per cell, its series on every key and branch together.
+    let mut by_cell: Vec<(&str, Vec<&Series>)> = Vec::new();
+    for s in &fleet.series {
+        match by_cell.last_mut() {
+            Some((c, list)) if *c == s.cell => list.push(s),
+            _ => by_cell.push((&s.cell, vec![s])),
+        }
+    }
+    for (cell, list) in &by_cell {
+        let data = CellData {
+            page: "cell",
+            title: format!("bench site: {cell}"),
+            cell,
+            parts: parts(cell),
+            metric: cx.metric,
+            series: list.iter().map(|s| series_view(fleet, s)).collect(),
+        };
+        write(
+            &out.join(cell_page(cell)),
+            &page(&data.title, &data, "../")?,
+            &mut bytes,
+        )?;
+    }
+
+    // One page per run: the values of its cells, and each one's previous value.
+    let mut per_run: Vec<Vec<RunCell<'_>>> = fleet.runs.iter().map(|_| Vec::new()).collect();
+    for s in &fleet.series {
+        for (i, v) in s.values.iter().enumerate() {
+            per_run[v.run].push(RunCell {
+                cell: &s.cell,
+                page: format!("../{}", cell_page(&s.cell)),
+                value: v.value,
+                previous: i.checked_sub(1).map(|j| s.values[j].value),
+                verdict: v.verdict.as_deref(),
+            });
+        }
+    }
+    let mut runs = 0;
+    for ((r, cells), report) in fleet.runs.iter().zip(per_run).zip(&cx.reports) {
+        if cells.is_empty() {
+            continue;
+        }
+        let data = RunData {
+            page: "run",
+            title: format!("bench site: run {}", r.run_id),
+            run_id: &r.run_id,
+            time: &r.started_at,
+            key: &r.hardware_key,
+            branch: r.branch.as_deref(),
+            commit: r.commit.as_deref(),
+            host: &r.host,
+            matrix: &r.matrix_name,
+            report: report.clone(),
+            metric: cx.metric,
+            cells,
+        };
+        write(
+            &out.join(run_page(&r.run_id)),
+            &page(&data.title, &data, "../")?,
+            &mut bytes,
+        )?;
+        runs += 1;
+    }
+    Ok(Written {
+        cells: by_cell.len(),
+        runs,
+        bytes,
+    })
+}
+
+fn series_view<'a>(fleet: &'a Fleet, s: &'a Series) -> SeriesView<'a> {
+    SeriesView {
+        key: &s.key,
+        branch: &s.branch,
+        points: s
+            .values
+            .iter()
+            .map(|v| {
+                let r = &fleet.runs[v.run];
+                PointView {
+                    run: &r.run_id,
+                    page: format!("../{}", run_page(&r.run_id)),
+                    time: &r.started_at,
+                    commit: r.commit.as_deref(),
+                    value: v.value,
+                    verdict: v.verdict.as_deref(),
+                }
+            })
+            .collect(),
+        change_points: s
+            .change_points
+            .iter()
+            .map(|c| ChangeView {
+                index: c.index,
+                before: c.mean_before,
+                after: c.mean_after,
+                rel_change: c.rel_change(),
+                p_value: c.p_value,
+            })
+            .collect(),
+        segments: s
+            .segments
+            .iter()
+            .map(|(g, i)| SegmentView {
+                index: *i,
+                first_run: &g.first_run_id,
+                starts_at: &g.starts_at,
+                reason: &g.reason,
+                accepted_at: &g.accepted_at,
+            })
+            .collect(),
+    }
+}
+
+fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
+    let rows = fleet
+        .series
+        .iter()
+        .filter(|s| !s.values.is_empty())
+        .map(|s| {
+            let last = s.values.last().expect("a series has values");
+            let r = &fleet.runs[last.run];
+            let from = s.values.len().saturating_sub(SPARK_POINTS);
+            Row {
+                cell: &s.cell,
+                page: cell_page(&s.cell),
+                key: &s.key,
+                branch: &s.branch,
+                parts: parts(&s.cell),
+                last: last.value,
+                verdict: last.verdict.as_deref(),
+                last_run: &r.run_id,
+                last_run_page: run_page(&r.run_id),
+                last_time: &r.started_at,
+                runs: s.values.len(),
+                open: s.open(),
+                change_points: s.change_points.len(),
+                spark: s.values[from..].iter().map(|v| v.value).collect(),
+                spark_changes: s
+                    .change_points
+                    .iter()
+                    .filter(|c| c.index >= from)
+                    .map(|c| c.index - from)
+                    .collect(),
+            }
+        })
+        .collect();
+    let findings = fleet
+        .findings
+        .iter()
+        .zip(&cx.suspects)
+        .map(|(f, suspects)| {
+            let o = &f.cells[0];
+            let s = &fleet.series[o.series];
+            let bad = &fleet.runs[s.values[o.first_bad].run];
+            let good = o.last_good.map(|g| &fleet.runs[s.values[g].run]);
+            FindingView {
+                key: s.key.clone(),
+                branch: s.branch.clone(),
+                cells: f
+                    .cells
+                    .iter()
+                    .map(|o| {
+                        let c = &fleet.series[o.series].cell;
+                        (c.clone(), cell_page(c))
+                    })
+                    .collect(),
+                first_bad_run: bad.run_id.clone(),
+                first_bad_page: run_page(&bad.run_id),
+                first_bad_commit: bad.commit.clone(),
+                last_good_run: good.map(|g| g.run_id.clone()),
+                last_good_page: good.map(|g| run_page(&g.run_id)),
+                last_good_commit: good.and_then(|g| g.commit.clone()),
+                change: o.change,
+                attribution: super::model::attribution(fleet, f),
+                suspects: suspects.clone(),
+            }
+        })
+        .collect();
+    let mut counts = vec![(0usize, 0usize); fleet.runs.len()];
+    for s in &fleet.series {
+        for v in &s.values {
+            counts[v.run].0 += 1;
+            if v.verdict.as_deref() == Some("regressed") {
+                counts[v.run].1 += 1;
+            }
+        }
+    }
+    let run_list = fleet
+        .runs
+        .iter()
+        .zip(&counts)
+        .zip(&cx.reports)
+        .filter(|((_, c), _)| c.0 > 0)
+        .map(|((r, c), report)| RunView {
+            run_id: &r.run_id,
+            page: run_page(&r.run_id),
+            time: &r.started_at,
+            key: &r.hardware_key,
+            branch: r.branch.as_deref(),
+            commit: r.commit.as_deref(),
+            cells: c.0,
+            regressed: c.1,
+            // The index sits one folder above the run pages.
+            report: report.as_ref().map(|l| {
+                l.strip_prefix("../")
+                    .map(str::to_string)
+                    .unwrap_or(l.clone())
+            }),
+        })
+        .collect::<Vec<_>>();
+    IndexData {
+        page: "index",
+        title: "bench site: the fleet's history".into(),
+        store: cx.store,
+        metric: cx.metric,
+        branch: cx.branch,
+        generated_at: cx.generated_at.clone(),
+        runs: run_list.len(),
+        rows,
+        findings,
+        run_list,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_name_names_nothing_outside_its_folder() {
+        for id in [
+            "../../etc/passwd",
+            "<script>alert(1)</script>",
+            ".hidden",
+            "a/b",
+            "",
+        ] {
+            let n = file_name(id);
+            assert!(!n.contains('/') && !n.starts_with('.'), "{n}");
+            assert!(n.ends_with(".html"));
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_+.".contains(c)),
+                "{n}"
+            );
+        }
+        assert_ne!(file_name("a<b"), file_name("a>b"));
+        assert!(file_name("gpt2-125m.bf16.1gpu.single.base")
+            .starts_with("gpt2-125m.bf16.1gpu.single.base-"));
+    }
+
+    #[test]
+    fn data_cannot_close_the_script_element() {
+        let p = page(
+            "<b>{{DATA}}",
+            &serde_json::json!({"cell": "</script><script>alert(1)</script>"}),
+            "",
+        )
+        .unwrap();
+        assert!(!p.contains("</script><script>alert"));
+        assert!(p.contains("&lt;b&gt;&#123;&#123;DATA}}"));
+    }
+}

@@ -1,0 +1,217 @@
+//! A generated history store of a fleet's nightly (cells x nights), written through the
+//! store's own API (one transaction per run, as a nightly records it, and its verdicts in
+//! another), for `bench site`'s tests and for `scripts/site-bench.sh`, which times the
+//! site over 1,000 cells x 365 runs. The figures are made up, and deterministic.
+//!
+//! What it holds, so the site has something of each kind to show: every cell's
+//! tokens/s with 3 repeats and 0.4% noise; a 5% slowdown of every `compile` cell two
+//! thirds of the way in, accepted (`bench baseline accept`) on the gpt2-125m cells; a 4%
+//! regression of every `fp8` cell in the last three runs, still open (verdict
+//! `regressed`, the switch `BENCH_FUSED_ADAMW` changed); an `environment` verdict now and
+//! then; every seventh run on branch `release`; runs spread over `keys` hardware keys; and,
+//! when asked, a cell whose id is markup (`<script>...`), which every page must show as
+//! text.
+
+use indexmap::IndexMap;
+
+use crate::history::record::{CellRecord, MetricRecord, RunRecord, Versions};
+use crate::history::{History, HistoryError};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub cells: usize,
+    pub runs: usize,
+    /// Hardware keys; run `i` is on key `i % keys`.
+    pub keys: usize,
+    /// Replace the first cell's id with one that is markup.
+    pub hostile: bool,
+}
+
+/// The id of the hostile cell ([`Spec::hostile`]).
+pub const HOSTILE_CELL: &str =
+    "<script>window.pwned=1</script><img src=x onerror=alert(1)>.bf16.1gpu.single.base";
+
+/// The generated cell ids, in axis order (model, dtype, GPUs, parallelism, features).
+pub fn cell_ids(spec: &Spec) -> Vec<String> {
+    const MODELS: [&str; 5] = [
+        "gpt2-125m",
+        "gpt2-350m",
+        "gpt2-1.5b",
+        "llama-3.1-8b-proxy",
+        "qwen2.5-7b-proxy",
+    ];
+    const DTYPES: [&str; 3] = ["bf16", "fp8", "fp32"];
+    const GPUS: [&str; 4] = ["1gpu", "2gpu", "4gpu", "8gpu"];
+    const PARALLEL: [&str; 3] = ["single", "ddp", "fsdp"];
+    const FEATURES: [&str; 6] = [
+        "base",
+        "compile",
+        "sac",
+        "compile+sac",
+        "fused",
+        "compile+fused",
+    ];
+    let per = MODELS.len() * DTYPES.len() * GPUS.len() * PARALLEL.len() * FEATURES.len();
+    (0..spec.cells)
+        .map(|i| {
+            if spec.hostile && i == 0 {
+                return HOSTILE_CELL.to_string();
+            }
+            let mut k = i % per;
+            let mut pick = |n: usize| {
+                let v = k % n;
+                k /= n;
+                v
+            };
+            // The dtype varies fastest, so a few dozen cells already hold every dtype.
+            let d = DTYPES[pick(DTYPES.len())];
+            let f = FEATURES[pick(FEATURES.len())];
+            let p = PARALLEL[pick(PARALLEL.len())];
+            let g = GPUS[pick(GPUS.len())];
+            let m = MODELS[pick(MODELS.len())];
+            // Past every combination, a numbered variant of the model keeps ids unique.
+            let m = if i >= per {
+                format!("{m}-v{}", i / per)
+            } else {
+                m.to_string()
+            };
+            format!("{m}.{d}.{g}.{p}.{f}")
+        })
+        .collect()
+}
+
+/// SplitMix64: a small, seeded generator (the figures are the same every time).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+    }
+}
+
+/// Writes the fleet of `spec` into the store at `location` (created when missing).
+pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
+    let mut store = crate::history::open(location)?;
+    let cells = cell_ids(spec);
+    let mut rng = Rng(0x5eed);
+    let keys: Vec<String> = (0..spec.keys.max(1))
+        .map(|k| ["h100-sxm-80gb-x8", "h200-141gb-x8", "mi300x-192gb-x8"][k % 3].to_string())
+        .collect();
+    let shift_at = spec.runs * 2 / 3;
+    let open_from = spec.runs.saturating_sub(3);
+    let start = time::macros::datetime!(2026-01-01 02:00 UTC);
+    for i in 0..spec.runs {
+        let key = &keys[i % keys.len()];
+        let slow_switch = i >= open_from;
+        let mut switches = IndexMap::new();
+        if slow_switch {
+            switches.insert("BENCH_FUSED_ADAMW".to_string(), "0".to_string());
+        }
+        let started = start + time::Duration::days(i as i64);
+        let started_at = started
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("a date formats");
+        let mut verdicts = Vec::with_capacity(cells.len());
+        let records = cells
+            .iter()
+            .enumerate()
+            .map(|(c, id)| {
+                let base = 50_000.0 + 1_000.0 * (c % 97) as f64;
+                let mut v = base;
+                if id.contains(".compile") && i >= shift_at {
+                    v *= 0.95;
+                }
+                let fp8 = id.contains(".fp8.");
+                if fp8 && slow_switch {
+                    v *= 0.96;
+                }
+                let samples: Vec<f64> = (0..3).map(|_| v * (1.0 + 0.004 * rng.unit())).collect();
+                let mut sorted = samples.clone();
+                sorted.sort_by(f64::total_cmp);
+                let verdict = if fp8 && slow_switch {
+                    "regressed"
+                } else if rng.unit() > 0.996 {
+                    "environment"
+                } else if i < 5 {
+                    "insufficient_history"
+                } else {
+                    "unchanged"
+                };
+                verdicts.push((id.clone(), verdict.to_string()));
+                CellRecord {
+                    cell_id: id.clone(),
+                    status: "passed".into(),
+                    metrics: vec![MetricRecord {
+                        name: "tokens_per_s".into(),
+                        value: sorted[1],
+                        rel_spread: (sorted[2] - sorted[0]) / sorted[1] / 2.0,
+                        samples,
+                    }],
+                    loss_curve: Vec::new(),
+                    telemetry: None,
+                    context: IndexMap::new(),
+                }
+            })
+            .collect();
+        let run = RunRecord {
+            run_id: format!("night-{i:04}-{key}"),
+            started_at: started_at.clone(),
+            finished_at: Some(started_at),
+            commit: Some(format!(
+                "{:016x}{:016x}{:08x}",
+                rng.next(),
+                rng.next(),
+                rng.next() as u32
+            )),
+            git_dirty: false,
+            branch: Some(if i % 7 == 6 { "release" } else { "main" }.into()),
+            hardware_key: key.clone(),
+            host: format!("{key}-runner-1"),
+            matrix_name: "nightly".into(),
+            versions: Versions {
+                bench: "0.1.0".into(),
+                ..Versions::default()
+            },
+            switches,
+            telemetry: None,
+            cells: records,
+        };
+        store.record_run(&run)?;
+        store.set_verdicts(&run.run_id, &verdicts)?;
+    }
+    accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)
+}
+
+/// Accepts the `compile` slowdown on the gpt2-125m cells, as a team would after deciding
+/// it was intended.
+fn accept_compile_shift(
+    store: &mut History,
+    cells: &[String],
+    keys: &[String],
+    spec: &Spec,
+    shift_at: usize,
+) -> Result<(), HistoryError> {
+    for (k, key) in keys.iter().enumerate() {
+        // The first run on this key at or after the shift.
+        let Some(first) = (shift_at..spec.runs).find(|i| i % keys.len() == k) else {
+            continue;
+        };
+        let run = format!("night-{first:04}-{key}");
+        for cell in cells
+            .iter()
+            .filter(|c| c.starts_with("gpt2-125m.") && c.contains(".compile"))
+        {
+            store.accept(cell, key, &run, "torch.compile mode changed on purpose")?;
+        }
+    }
+    Ok(())
+}
