@@ -104,12 +104,16 @@ struct Lab {
 
 impl Lab {
     fn new() -> Lab {
+        Lab::with_matrix(MATRIX)
+    }
+
+    fn with_matrix(matrix: &str) -> Lab {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         std::fs::create_dir_all(&repo).unwrap();
         git(&repo, &["init", "-q", "-b", "main"]);
         std::fs::write(repo.join("work.sh"), WORK_SH).unwrap();
-        std::fs::write(repo.join("matrix.yaml"), MATRIX).unwrap();
+        std::fs::write(repo.join("matrix.yaml"), matrix).unwrap();
         for m in ["a", "b", "c"] {
             std::fs::write(repo.join(format!("kernels.{m}.txt")), KERNELS).unwrap();
         }
@@ -386,9 +390,9 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
     assert!(!text(&o).contains("bisect: measuring"), "{}", text(&o));
 
     // A later job over the same range resumes from the probes the history holds: with a
-    // budget of 1 GPU-s it still names both commits, running no round; the traced steps do
+    // budget of 0.001 GPU-s it still names both commits, running no round; the traced steps do
     // not fit, and the finding says so.
-    let o = lab.night("night7", &["--triage-budget", "1"], &[]);
+    let o = lab.night("night7", &["--triage-budget", "0.001"], &[]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     let r = lab.report("night7");
@@ -498,4 +502,66 @@ fn a_bisection_out_of_budget_says_so_and_the_next_job_finishes_it() {
     assert_eq!(b["status"], "found", "{b:#}\n{out}");
     assert_eq!(b["first_bad"]["sha"], culprit.as_str());
     assert_eq!(b["rounds_reused"].as_u64(), Some(rounds), "{b:#}");
+}
+
+#[test]
+fn a_regression_no_bisection_chases_gets_its_kernels_from_the_history() {
+    // Every run keeps its cells' kernels; no budget, so nothing is bisected. A pull request
+    // that slows model a still gets the kernels that moved since its last good run.
+    let matrix = MATRIX.replace(
+        "triage:\n  budget_gpu_s: 600\n",
+        "triage:\n  trace_every_run: true\n",
+    );
+    assert!(matrix.contains("trace_every_run"));
+    let lab = Lab::with_matrix(&matrix);
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let o = lab.night(&format!("night{n}"), &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(lab
+            .results
+            .join(format!("night{n}/kernels/a.bf16.trace.json"))
+            .is_file());
+    }
+    std::fs::write(
+        lab.repo.join("kernels.a.txt"),
+        format!("{KERNELS}elementwise_copy_kernel 320\n"),
+    )
+    .unwrap();
+    commit(&lab.repo, "model a: copy the activations");
+    let o = lab.night("pr1", &[], &[("GITHUB_BASE_REF", "main")]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("pr1");
+    let f = finding(&r, "model=a");
+    assert!(f["bisected"].is_null(), "{f:#}");
+    let k = &f["kernels"];
+    assert!(
+        k["before"]
+            .as_str()
+            .unwrap()
+            .starts_with("last good run night5"),
+        "{k:#}"
+    );
+    assert_eq!(k["after"], "this run");
+    assert_eq!(k["kinds"][0]["name"], "copies", "{k:#}");
+    assert!((k["kinds"][0]["after_ms"].as_f64().unwrap() - 0.32).abs() < 1e-9);
+    assert_eq!(k["kernels"][0]["name"], "elementwise_copy_kernel");
+    let md = lab.file("pr1", "summary.md");
+    assert!(md.contains("(last good run night5 -> this run)"), "{md}");
+    assert!(md.contains("elementwise_copy_kernel new 0.32 ms"), "{md}");
+    // The PR comment, rendered again from the folder, keeps them (triage.json).
+    let again = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["report", "post", "--dry-run"])
+        .arg(lab.results.join("pr1"))
+        .arg("--baselines")
+        .arg(&lab.baselines)
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        body.contains("elementwise_copy_kernel new 0.32 ms"),
+        "{body}"
+    );
 }

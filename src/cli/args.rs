@@ -321,6 +321,12 @@ pub struct MatrixArgs {
     /// Overrides the matrix's `triage.worker`.
     #[arg(long, requires = "history", value_name = "PATH")]
     pub triage_worker: Option<PathBuf>,
+    /// Trace one step of every cell (`BENCH_PROFILE`, into the run folder's `kernels/`) and
+    /// keep its kernel summary in the history, so a regression's kernels can be diffed
+    /// against its last good run without a bisection; as the matrix's
+    /// `triage.trace_every_run`.
+    #[arg(long)]
+    pub trace_kernels: bool,
 }
 
 #[derive(Debug, Args)]

@@ -142,6 +142,7 @@ fn run_config(args: &MatrixArgs) -> Result<RunConfig, CliError> {
         bench_exe: args.worker_exe.clone(),
         launcher: Launch::Local,
         jobs,
+        trace_kernels: args.trace_kernels,
     })
 }
 

@@ -27,19 +27,7 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = open_history(args)?;
     let mut expansion = expansion;
-    let sharded;
-    let args = match args.shard {
-        Some(shard) => {
-            plan_shard(args, shard, &mut expansion, store.as_mut())?;
-            // The reports say which share of the matrix this folder holds, as they say
-            // which cells a filter selected.
-            let mut a = args.clone();
-            a.config.filters.push(format!("--shard {shard}"));
-            sharded = a;
-            &sharded
-        }
-        None => args,
-    };
+    let args = &run_settings(args, &mut expansion, store.as_mut())?;
     let outcome = match store.as_mut() {
         Some(s) => {
             let branch = crate::history::record::current_branch();
@@ -52,6 +40,9 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         "results: {}",
         outcome.run_dir.join(RunResults::FILE).display()
     );
+    if let (Some(s), true) = (store.as_mut(), args.config.trace_kernels) {
+        super::triage::keep_kernels(s, &outcome.results, &outcome.run_dir)?;
+    }
     let mut interrupted = outcome.interrupted;
     if let Some(s) = store.as_mut() {
         interrupted |= judge_against_history(args, s, &outcome)?;
@@ -61,8 +52,11 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     if let (Some(t), false) = (&triage, interrupted) {
         interrupted |=
             super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)?;
-        super::triage::save(&outcome.run_dir, &findings)?;
     }
+    if let (Some(h), true) = (&args.history, args.config.trace_kernels) {
+        super::triage::diff_from_history(h, &outcome.results, &verdicts, &mut findings);
+    }
+    super::triage::save(&outcome.run_dir, &findings)?;
     let verdict = crate::report::finish_run(
         &outcome.run_dir,
         &outcome.results,
@@ -76,6 +70,26 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         return Ok(exit::INTERRUPTED);
     }
     Ok(verdict.max(outcome.exit_code()))
+}
+
+/// The settings the run takes: `args`, with the cells of this shard only (`--shard`, whose
+/// plan needs the history) and every cell's step traced when the matrix asks for it
+/// (`triage.trace_every_run`).
+fn run_settings(
+    args: &MatrixSettings,
+    expansion: &mut crate::matrix::Expansion,
+    store: Option<&mut History>,
+) -> Result<MatrixSettings, CliError> {
+    let mut a = args.clone();
+    if let Some(shard) = args.shard {
+        plan_shard(args, shard, expansion, store)?;
+        // The reports say which share of the matrix this folder holds, as they say which
+        // cells a filter selected.
+        a.config.filters.push(format!("--shard {shard}"));
+    }
+    let spec = expansion.spec.triage.as_ref();
+    a.config.trace_kernels |= spec.and_then(|t| t.trace_every_run).unwrap_or(false);
+    Ok(a)
 }
 
 /// The history store of `--history`, checked before the first cell: a damaged store, one of

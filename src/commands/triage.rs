@@ -20,7 +20,7 @@ use crate::matrix::spec::TriageSpec;
 use crate::results::{Outcome, RunResults};
 use crate::run::{MatrixSettings, TriageFlags};
 use crate::triage::culprit::{BisectStatus, Bisected};
-use crate::triage::kernels::{self, KernelDiff};
+use crate::triage::kernels::{self, KernelDiff, KernelSummary};
 use crate::triage::Finding;
 
 /// The triage settings of a run: the matrix's `triage:` block with the `--triage-*` flags
@@ -99,11 +99,11 @@ struct Saved {
     findings: Vec<Chased>,
 }
 
-/// Writes [`FILE`] (atomically) when a finding was chased.
+/// Writes [`FILE`] (atomically) when a finding was chased (bisected, or its kernels diffed).
 pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<(), CliError> {
     let chased: Vec<Chased> = findings
         .iter()
-        .filter(|f| f.bisected.is_some())
+        .filter(|f| f.bisected.is_some() || f.kernels.is_some() || f.kernels_missing.is_some())
         .map(|f| Chased {
             cells: f.cells.iter().map(|(c, _)| c.clone()).collect(),
             commits: f.commits.clone(),
@@ -158,6 +158,107 @@ pub(crate) fn findings(
         }
     }
     Ok(findings)
+}
+
+/// Keeps in the history the kernel summary of each cell's traced step in the run folder's
+/// `kernels/` (`--trace-kernels`, `triage.trace_every_run`). A cell that wrote no trace (a
+/// CPU cell, a workload that does not trace) or an unreadable one is a warning, not a failed
+/// run: its kernels are simply not known.
+pub(crate) fn keep_kernels(
+    store: &mut crate::history::History,
+    results: &RunResults,
+    run_dir: &Path,
+) -> Result<(), CliError> {
+    for cell in &results.cells {
+        if cell.outcome != Outcome::Passed {
+            continue;
+        }
+        let path = run_dir
+            .join("kernels")
+            .join(format!("{}.trace.json", cell.id.as_str().replace('/', "_")));
+        let files = kernels::rank_files(&path);
+        if files.is_empty() {
+            continue;
+        }
+        let ranks: Result<Vec<_>, _> = files.iter().map(|f| kernels::read_trace(f)).collect();
+        match ranks {
+            Ok(ranks) => {
+                let summary = KernelSummary::of(&ranks);
+                let text = serde_json::to_string(&summary)
+                    .map_err(|e| CliError::internal(miette::miette!("{e}")))?;
+                store.record_kernels(&results.run_id, cell.id.as_str(), &text)?;
+            }
+            Err(e) => eprintln!("warning: {}: kernels not kept: {e}", cell.id),
+        }
+    }
+    Ok(())
+}
+
+/// For each regression whose kernels no bisection diffed, the kernels that moved between
+/// its cheapest cell's last good run and this run, from the summaries the history keeps
+/// ([`keep_kernels`]): what a finding caused by a switch or version change, a pull request
+/// (never bisected) or a bisection that ran out of budget can still say.
+pub(crate) fn diff_from_history(
+    history: &str,
+    results: &RunResults,
+    verdicts: &crate::judge::Verdicts,
+    findings: &mut [Finding],
+) {
+    let Some(judged) = &verdicts.history else {
+        return;
+    };
+    let Ok(mut store) = crate::history::open(history) else {
+        return;
+    };
+    for f in findings.iter_mut() {
+        if f.direction != "regressed" || f.kernels.is_some() {
+            continue;
+        }
+        let Some((cell, _, _)) = cheapest(f, results, &[]) else {
+            continue;
+        };
+        let Some(good) = judged
+            .cells
+            .iter()
+            .find(|c| c.cell_id == cell)
+            .and_then(|c| c.since.as_ref())
+            .and_then(|s| s.last_good_run_id.clone())
+        else {
+            continue;
+        };
+        let summary = |store: &mut crate::history::History, run: &str| {
+            store
+                .kernels(run, &cell)
+                .ok()
+                .flatten()
+                .and_then(|t| serde_json::from_str::<KernelSummary>(&t).ok())
+        };
+        match (
+            summary(&mut store, &good),
+            summary(&mut store, &results.run_id),
+        ) {
+            (Some(before), Some(after)) => {
+                let path = format!("kernels/{}.trace.json", cell.replace('/', "_"));
+                f.kernels = Some(KernelDiff::of(
+                    &cell,
+                    [&format!("last good run {good}"), "this run"],
+                    &[before.step()],
+                    &[after.step()],
+                    vec![path],
+                ));
+                f.kernels_missing = None;
+            }
+            (None, _) => {
+                f.kernels_missing.get_or_insert(format!(
+                    "the history keeps no kernels of {cell} in its last good run {good} (runs keep them with triage.trace_every_run or --trace-kernels)"
+                ));
+            }
+            (_, None) => {
+                f.kernels_missing
+                    .get_or_insert(format!("this run traced no step of {cell}"));
+            }
+        }
+    }
 }
 
 /// The GPUs a cell holds (1 for a CPU cell).
@@ -412,6 +513,7 @@ mod tests {
             setup: Some("make".into()),
             worker: None,
             max_repeats: None,
+            trace_every_run: None,
         };
         let s = settings_of(None, Some(&spec)).unwrap().unwrap();
         assert_eq!(s.budget_gpu_s, 600.0);

@@ -442,6 +442,12 @@ pub struct TriageSpec {
     /// The most repeats of one commit before it is called undecidable (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_repeats: Option<usize>,
+    /// Every run traces one step of each cell (`BENCH_PROFILE`; the built-in workload traces
+    /// its last warm-up step) and keeps the step's kernel summary in the history, so that a
+    /// regression with no bisection (a switch or version change, a pull request) gets the
+    /// kernels that moved since its last good run. As `--trace-kernels`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_every_run: Option<bool>,
 }
 
 /// The JSON Schema of matrix files, pretty-printed with a trailing newline.

@@ -101,6 +101,10 @@ pub struct RunConfig {
     /// `--jobs N`: at most N cells in flight; `None`: as many as fit the GPU slots
     /// locally, [`crate::run::slurm::DEFAULT_JOBS`] under Slurm.
     pub jobs: Option<usize>,
+    /// Every cell traces one step into the run folder's `kernels/` (`BENCH_PROFILE`), for
+    /// the history's kernel summaries (`triage.trace_every_run`, `--trace-kernels`); cells
+    /// under Slurm do not.
+    pub trace_kernels: bool,
 }
 
 /// A run id names one folder directly under `--results-dir`: letters, digits, `.`, `_`

@@ -41,6 +41,9 @@ pub struct AttemptCtx {
     pub run_dir: PathBuf,
     /// The rendezvous port of a multi-rank cell (`MASTER_PORT`).
     pub master_port: u16,
+    /// Where the workload traces one step (`BENCH_PROFILE`), when the run keeps each cell's
+    /// kernels (`triage.trace_every_run`).
+    pub profile: Option<PathBuf>,
 }
 
 /// A cell whose workload cannot be turned into a command line. Bad input: exit 2.
@@ -188,6 +191,9 @@ fn runner_env(cell: &Cell, ctx: &AttemptCtx) -> Vec<(String, String)> {
     ];
     if let Some((var, ids)) = &ctx.visible_devices {
         env.push((var.clone(), ids.clone()));
+    }
+    if let Some(p) = &ctx.profile {
+        env.push(("BENCH_PROFILE".to_string(), p.display().to_string()));
     }
     env
 }

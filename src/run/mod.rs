@@ -114,7 +114,10 @@ pub fn run_with(
         }
     };
     let launcher: Arc<dyn Launcher> = match &config.launcher {
-        Launch::Local => Arc::new(Local::new(bench_exe, &inv)),
+        Launch::Local => Arc::new(Local {
+            trace_kernels: config.trace_kernels,
+            ..Local::new(bench_exe, &inv)
+        }),
         Launch::Slurm(sl) => Arc::new(Slurm::new(sl.clone(), bench_exe)),
     };
     // Telemetry is read on this host, so only cells that run here have it.

@@ -178,6 +178,66 @@ impl StepTrace {
     }
 }
 
+/// Kernels a [`KernelSummary`] keeps by name; the rest are summed per kind.
+const SUMMARY_KERNELS: usize = 200;
+
+/// One traced step of a cell as the history keeps it (`crate::history`'s `bench_kernels`):
+/// the largest kernels by name and the rest summed per kind, averaged over the ranks, so a
+/// later run's triage can diff against it without a rebuild or a trace file. A few KiB per
+/// cell and run, where the trace is MiBs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    pub ranks: usize,
+    /// `(name, microseconds, calls)`, largest first.
+    pub kernels: Vec<(String, f64, u64)>,
+    pub exposed_collective_us: f64,
+}
+
+impl KernelSummary {
+    /// The summary of one step traced on `ranks` (one trace each).
+    pub fn of(ranks: &[StepTrace]) -> KernelSummary {
+        let mean = StepTrace::mean(ranks);
+        let mut all: Vec<(String, f64, u64)> = mean
+            .kernels
+            .iter()
+            .map(|(n, (d, c))| (n.clone(), *d, *c))
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let rest = all.split_off(all.len().min(SUMMARY_KERNELS));
+        // The rest, one entry per kind, named so that `kind_of` gives the kind back.
+        let mut buckets: IndexMap<&'static str, (f64, u64)> = IndexMap::new();
+        for (n, d, c) in rest {
+            let e = buckets.entry(kind_of(&n)).or_default();
+            e.0 += d;
+            e.1 += c;
+        }
+        for (kind, (d, c)) in buckets {
+            let name = match KINDS.iter().find(|(k, _)| *k == kind) {
+                Some((_, pats)) => format!("(other kernels: {})", pats[0]),
+                None => "(other kernels)".to_string(),
+            };
+            all.push((name, d, c));
+        }
+        KernelSummary {
+            ranks: ranks.len(),
+            kernels: all,
+            exposed_collective_us: mean.exposed_collective_us,
+        }
+    }
+
+    /// The summary as a step trace a [`KernelDiff`] takes.
+    pub fn step(&self) -> StepTrace {
+        StepTrace {
+            kernels: self
+                .kernels
+                .iter()
+                .map(|(n, d, c)| (n.clone(), (*d, *c)))
+                .collect(),
+            exposed_collective_us: self.exposed_collective_us,
+        }
+    }
+}
+
 /// A device event as the reader keeps it.
 #[derive(Deserialize)]
 struct Event {
@@ -823,6 +883,29 @@ mod tests {
                 "{name}: {kinds:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_summary_keeps_the_largest_kernels_and_the_rest_per_kind() {
+        let mut events: Vec<String> = (0..SUMMARY_KERNELS + 10)
+            .map(|i| kernel(&format!("gemm_{i:04}"), i as f64 * 1000.0, 500.0 - i as f64))
+            .collect();
+        events.push(kernel("ncclDevKernel_AllReduce", 0.0, 7.0));
+        let t = parse_trace(&trace(&events), "t").unwrap();
+        let s = KernelSummary::of(std::slice::from_ref(&t));
+        assert_eq!(
+            s.kernels.len(),
+            SUMMARY_KERNELS + 2,
+            "{:?}",
+            &s.kernels[SUMMARY_KERNELS..]
+        );
+        assert_eq!(s.kernels[0].0, "gemm_0000");
+        let back = s.step();
+        // Nothing is lost in the sums: the total and every kind are the trace's.
+        assert!((back.total_us() - t.total_us()).abs() < 1e-6);
+        assert_eq!(back.by_kind(), t.by_kind());
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<KernelSummary>(&text).unwrap(), s);
     }
 
     #[test]

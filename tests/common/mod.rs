@@ -82,6 +82,7 @@ pub fn config(results: &Path) -> RunConfig {
         bench_exe: None,
         launcher: bench::run::Launch::Local,
         jobs: None,
+        trace_kernels: false,
     }
 }
 

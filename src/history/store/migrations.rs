@@ -71,6 +71,16 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         ALTER TABLE bench_cells ADD COLUMN verdict TEXT;
         CREATE INDEX bench_runs_branch ON bench_runs (branch, started_at);",
     ),
+    (
+        4,
+        "per-cell kernel summary of one traced step",
+        "CREATE TABLE bench_kernels (
+            run_id TEXT NOT NULL,
+            cell_id TEXT NOT NULL,
+            summary TEXT NOT NULL,
+            PRIMARY KEY (run_id, cell_id)
+        );",
+    ),
 ];
 
 /// The newest schema version this bench writes.

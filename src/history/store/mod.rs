@@ -191,6 +191,7 @@ const TABLES: &[(&str, &str)] = &[
         "bench_segments",
         "cell_id, hardware_key, starts_at, first_run_id, reason, accepted_at",
     ),
+    ("bench_kernels", "run_id, cell_id, summary"),
 ];
 
 impl History {
@@ -502,6 +503,45 @@ impl History {
         })
     }
 
+    /// Keeps the kernel summary of one traced step of `cell` in run `run_id` (JSON, written
+    /// by `crate::triage::kernels::KernelSummary`), replacing one recorded before.
+    pub(crate) fn record_kernels(
+        &mut self,
+        run_id: &str,
+        cell: &str,
+        summary: &str,
+    ) -> Result<(), HistoryError> {
+        self.transaction(|b| {
+            let key = [Sql::Text(run_id.into()), Sql::Text(cell.into())];
+            b.execute(
+                "DELETE FROM bench_kernels WHERE run_id = ? AND cell_id = ?",
+                &key,
+            )?;
+            b.execute(
+                "INSERT INTO bench_kernels (run_id, cell_id, summary) VALUES (?, ?, ?)",
+                &[key[0].clone(), key[1].clone(), Sql::Text(summary.into())],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The kernel summary recorded for `cell` in run `run_id`, if one was.
+    pub(crate) fn kernels(
+        &mut self,
+        run_id: &str,
+        cell: &str,
+    ) -> Result<Option<String>, HistoryError> {
+        let rows = self.query(
+            "SELECT summary FROM bench_kernels WHERE run_id = ? AND cell_id = ?",
+            &[Sql::Text(run_id.into()), Sql::Text(cell.into())],
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|v| v.text())
+            .map(str::to_string))
+    }
+
     /// Every run, oldest first.
     pub fn runs(&mut self) -> Result<Vec<RunRow>, HistoryError> {
         let rows = self.query(
@@ -721,6 +761,7 @@ impl History {
     pub fn clear(&mut self) -> Result<(), HistoryError> {
         self.transaction(|b| {
             for t in [
+                "bench_kernels",
                 "bench_segments",
                 "bench_metrics",
                 "bench_cells",

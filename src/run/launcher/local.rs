@@ -24,6 +24,8 @@ pub(crate) struct Local {
     pub ids: Vec<String>,
     /// The visible-devices variable of this host's GPUs; `None` on a host without GPU tools.
     pub devices_var: Option<String>,
+    /// Every attempt traces one step into the run folder's `kernels/` (`BENCH_PROFILE`).
+    pub trace_kernels: bool,
 }
 
 impl Local {
@@ -32,8 +34,18 @@ impl Local {
             bench_exe,
             ids: inv.ids.clone(),
             devices_var: inv.vendor.map(|v| v.visible_devices_var().to_string()),
+            trace_kernels: false,
         }
     }
+}
+
+/// Where a cell's traced step goes in its run folder when every run keeps its kernels
+/// (rank r of a multi-rank cell writes `.rank<r>` before the extension beside it). Each
+/// repeat and retry writes it again; the last one's is what stays.
+pub(crate) fn kernel_trace_path(run_dir: &std::path::Path, cell: &Cell) -> PathBuf {
+    run_dir
+        .join("kernels")
+        .join(format!("{}.trace.json", cell.id.as_str().replace('/', "_")))
 }
 
 /// Why a cell cannot run on a host of `gpu_slots` GPUs at all, if it cannot.
@@ -103,7 +115,13 @@ impl Launcher for Local {
                 attempt: a.attempt,
                 run_dir: a.run_dir.to_path_buf(),
                 master_port,
+                profile: self
+                    .trace_kernels
+                    .then(|| kernel_trace_path(a.run_dir, a.cell)),
             };
+            if let Some(dir) = ctx.profile.as_deref().and_then(std::path::Path::parent) {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
             let plan = launch::plan(a.cell, &ctx, &self.bench_exe).map_err(|e| e.to_string())?;
             let out = executor::execute(
                 AttemptSpec {

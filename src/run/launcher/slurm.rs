@@ -159,6 +159,7 @@ impl Launcher for Slurm {
                 attempt: a.attempt,
                 run_dir: a.run_dir.to_path_buf(),
                 master_port: 0,
+                profile: None,
             };
             let job_dir = a.run_dir.join("slurm").join(a.stem);
             let plan = plan(a.cell, &ctx, &self.bench_exe, &self.launch, &job_dir)
@@ -263,6 +264,7 @@ mod tests {
             attempt: 2,
             run_dir: "/shared/results/r".into(),
             master_port: 0,
+            profile: None,
         };
         match program(&c, &ctx, Path::new("/bin/bench")).unwrap() {
             Program::Command { argv, env } => {
