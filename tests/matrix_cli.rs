@@ -392,3 +392,38 @@ fn dry_run_counts_dropped_cells_per_rule_and_lists_ids_only_with_verbose() {
         );
     }
 }
+
+#[test]
+fn a_bad_triage_block_fails_the_dry_run_as_it_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    for (block, key, want) in [
+        (
+            "budget_gpu_s: -1",
+            "triage.budget_gpu_s",
+            "not a number of GPU-seconds",
+        ),
+        (
+            "budget_gpu_s: 1e300",
+            "triage.budget_gpu_s",
+            "not a number of GPU-seconds",
+        ),
+        ("max_repeats: 1", "triage.max_repeats", "at least 2 repeats"),
+    ] {
+        let m = write(
+            &dir,
+            "m.yaml",
+            &format!("name: t\naxes:\n  model: [gpt2-tiny]\ntriage:\n  {block}\n"),
+        );
+        let out = bench()
+            .args(["matrix", m.to_str().unwrap(), "--dry-run"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{block}: {err}");
+        assert!(
+            err.contains("m.yaml:5:"),
+            "{block}: the line is named: {err}"
+        );
+        assert!(err.contains(key) && err.contains(want), "{block}: {err}");
+    }
+}

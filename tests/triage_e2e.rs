@@ -565,3 +565,53 @@ fn a_regression_no_bisection_chases_gets_its_kernels_from_the_history() {
         "{body}"
     );
 }
+
+#[test]
+fn a_setup_that_hangs_is_stopped_when_the_budget_runs_out_and_the_reports_stay() {
+    let lab = Lab::new();
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let o = lab.night(&format!("night{n}"), &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    for i in 1..=3 {
+        if i == 2 {
+            std::fs::write(
+                lab.repo.join("kernels.a.txt"),
+                format!("{KERNELS}elementwise_copy_kernel 320\n"),
+            )
+            .unwrap();
+        } else {
+            std::fs::write(lab.repo.join("NOTES"), format!("change {i}\n")).unwrap();
+        }
+        commit(&lab.repo, &format!("change {i}"));
+    }
+    let started = std::time::Instant::now();
+    let o = lab.night(
+        "night6",
+        &["--triage-setup", "sleep 600", "--triage-budget", "3"],
+        &[],
+    );
+    let out = text(&o);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "the hung setup held the nightly: {out}"
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let r = lab.report("night6");
+    let b = &finding(&r, "model=a")["bisected"];
+    assert_eq!(b["status"], "out_of_budget", "{b:#}");
+    let why = b["evidence"].as_str().unwrap();
+    assert!(
+        why.contains("the setup at") && why.contains("was stopped after"),
+        "{why}"
+    );
+    assert!(
+        b["command"]
+            .as_str()
+            .unwrap()
+            .contains("--setup 'sleep 600'"),
+        "{b:#}"
+    );
+}

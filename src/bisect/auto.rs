@@ -129,7 +129,10 @@ pub(crate) fn run(dir: &Path, req: &Request) -> Result<Answer, CliError> {
     let (repo, good, bad, range) = match located {
         Ok(x) => x,
         Err(e) => {
-            bisected.evidence = format!("the commit range cannot be walked here: {e}");
+            bisected.evidence = format!(
+                "the commit range cannot be walked here: {e} (a shallow clone lacks it: `git fetch --unshallow`; a force-push removed it)"
+            );
+            bisected.command = String::new();
             return Ok(answer(bisected));
         }
     };
@@ -255,7 +258,7 @@ pub(crate) fn run(dir: &Path, req: &Request) -> Result<Answer, CliError> {
     let mut traces = None;
     let mut traces_missing = None;
     if let Some((first_bad, last_good)) = ends.filter(|_| !interrupted) {
-        let pair = [
+        let mut pair = [
             (
                 format!("last good {}", b.commit_at(last_good).short()),
                 b.commit_at(last_good).clone(),
@@ -265,17 +268,36 @@ pub(crate) fn run(dir: &Path, req: &Request) -> Result<Answer, CliError> {
                 b.commit_at(first_bad).clone(),
             ),
         ];
+        // The commit the worktree holds a build of is traced first: one setup fewer.
+        let built_second = prober.ready() == Some(pair[1].1.sha.as_str());
+        if built_second {
+            pair.swap(0, 1);
+        }
         match trace_pair(&mut prober, &pair, &req.trace_dir) {
-            Ok(t) => traces = Some(t),
-            Err(Halt::Interrupted) => interrupted = true,
+            Ok(mut t) => {
+                if built_second {
+                    t.swap(0, 1);
+                }
+                traces = Some(t);
+            }
+            Err(Halt::Interrupted) => {
+                interrupted = true;
+                traces_missing = Some("stopped by a signal while tracing".into());
+            }
             Err(Halt::Error(e)) => return Err(e),
             Err(Halt::Failed(m)) | Err(Halt::OutOfBudget(m)) => traces_missing = Some(m),
         }
     }
     bisected.gpu_s = prober.spent_gpu_s();
-    if bisected.status != BisectStatus::Found && bisected.command.is_empty() {
-        bisected.command = command(s);
-    }
+    // The command finishes what more measuring can finish; after "the same" it would only
+    // measure the same again.
+    bisected.command = match bisected.status {
+        BisectStatus::OutOfBudget
+        | BisectStatus::Undecided
+        | BisectStatus::Interrupted
+        | BisectStatus::Failed => command(s),
+        _ => String::new(),
+    };
     Ok(Answer {
         bisected,
         traces,

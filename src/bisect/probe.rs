@@ -133,12 +133,22 @@ const MARK: &str = "BENCH_BISECT_PID";
 /// matrix` at once, as on a terminal); from the second on, SIGTERM too, and SIGKILL to the
 /// group once [`STOP_GRACE`] has passed. When it has exited, what it left in its group (a
 /// setup's background jobs) is killed, and so is what it left outside it.
-fn wait_forwarding(child: &mut Watched) -> std::io::Result<ExitStatus> {
+fn wait_forwarding(
+    child: &mut Watched,
+    deadline: Option<Instant>,
+) -> std::io::Result<(ExitStatus, bool)> {
     use nix::sys::signal::Signal;
     let mut forwarded = 0;
     let mut kill_at: Option<Instant> = None;
+    let mut out_of_time = false;
     let status = loop {
         if child.exited()? {
+            break child.kill()?;
+        }
+        // The budget's end: the child (a setup that hangs, a probe that never ends) and its
+        // whole group are killed, so a stuck build cannot hold the nightly past its budget.
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            out_of_time = true;
             break child.kill()?;
         }
         let seen = SIGNALS.load(Ordering::SeqCst) + crate::history::interrupt::deferred();
@@ -156,7 +166,7 @@ fn wait_forwarding(child: &mut Watched) -> std::io::Result<ExitStatus> {
         std::thread::sleep(Duration::from_millis(20));
     };
     crate::proc::reap_orphans(&format!("{MARK}={}", std::process::id()));
-    Ok(status)
+    Ok((status, out_of_time))
 }
 
 /// The last `n` lines of the file at `path` (for a failure's message).
@@ -323,6 +333,11 @@ impl<'a> Prober<'a> {
         &self.store.location
     }
 
+    /// The commit whose build the worktree holds (its setup ran last), if any.
+    pub(crate) fn ready(&self) -> Option<&str> {
+        self.ready.as_deref()
+    }
+
     pub(crate) fn runs_dir(&self) -> PathBuf {
         self.work_dir.join("runs")
     }
@@ -368,7 +383,7 @@ impl<'a> Prober<'a> {
             .join(format!("setup-{}.log", commit.short()));
         eprintln!("bisect: setup at {} ({cmd})", commit.short());
         let started = Instant::now();
-        let status = self.spawn_logged(
+        let (status, out_of_time) = self.spawn_logged(
             crate::proc::command("sh")
                 .args(["-c", cmd])
                 .env("BENCH_BISECT_COMMIT", &commit.sha),
@@ -381,6 +396,9 @@ impl<'a> Prober<'a> {
         }
         if interrupted() {
             return Err(Halt::Interrupted);
+        }
+        if out_of_time {
+            return Err(self.stopped("the setup", commit, started));
         }
         if !status.success() {
             return Err(Halt::Failed(format!(
@@ -402,7 +420,7 @@ impl<'a> Prober<'a> {
         cmd: &mut Command,
         program: &str,
         log: &Path,
-    ) -> Result<ExitStatus, Halt> {
+    ) -> Result<(ExitStatus, bool), Halt> {
         let io = |e: std::io::Error| {
             Halt::Error(CliError::internal(miette::miette!(
                 "{}: {e}",
@@ -423,7 +441,25 @@ impl<'a> Prober<'a> {
                 "cannot start {program:?}: {e}"
             )))
         })?;
-        wait_forwarding(&mut child).map_err(io)
+        wait_forwarding(&mut child, self.deadline()).map_err(io)
+    }
+
+    /// When the budget's GPU-seconds left run out at the cell's GPUs, from now.
+    fn deadline(&self) -> Option<Instant> {
+        let b = self.budget.as_ref()?;
+        let left = ((b.limit_gpu_s - b.spent_gpu_s) / b.gpus.max(1.0)).clamp(0.0, 1e9);
+        Some(Instant::now() + Duration::from_secs_f64(left))
+    }
+
+    /// The halt of a child the budget's end stopped.
+    fn stopped(&self, what: &str, commit: &Commit, started: Instant) -> Halt {
+        let limit = self.budget.as_ref().map_or(0.0, |b| b.limit_gpu_s);
+        Halt::OutOfBudget(format!(
+            "{what} at {} ({}) was stopped after {:.0} s, when the {limit:.0} GPU-s budget ran out",
+            commit.short(),
+            commit.subject,
+            started.elapsed().as_secs_f64()
+        ))
     }
 
     /// Checks out `commit` and runs its setup, unless the worktree already holds its build;
@@ -557,13 +593,17 @@ impl<'a> Prober<'a> {
             cmd.arg("--worker-exe").arg(path);
         }
         let started = Instant::now();
-        let status = self.spawn_logged(&mut cmd, &exe.display().to_string(), &log)?;
+        let (status, out_of_time) =
+            self.spawn_logged(&mut cmd, &exe.display().to_string(), &log)?;
         let cost = self.spend(started.elapsed().as_secs_f64());
         if let Some(b) = &mut self.budget {
             b.round_gpu_s = cost;
         }
         if interrupted() || status.code() == Some(crate::exit::bench::INTERRUPTED) {
             return Err(Halt::Interrupted);
+        }
+        if out_of_time {
+            return Err(self.stopped("the run of the cell", commit, started));
         }
         let failed = |why: String| {
             Halt::Failed(format!(

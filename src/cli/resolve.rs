@@ -75,9 +75,13 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
         },
         triage: crate::run::TriageFlags {
             budget_gpu_s: match args.triage_budget {
-                Some(b) if !(b.is_finite() && b >= 0.0) => {
+                Some(b)
+                    if !(b.is_finite()
+                        && (0.0..=crate::matrix::MAX_TRIAGE_BUDGET_GPU_S).contains(&b)) =>
+                {
                     return Err(CliError::bad_input(miette::miette!(
-                        "--triage-budget: {b} is not a number of GPU-seconds (0 or more)"
+                        "--triage-budget: {b} is not a number of GPU-seconds from 0 to {:e}",
+                        crate::matrix::MAX_TRIAGE_BUDGET_GPU_S
                     )))
                 }
                 b => b,

@@ -50,6 +50,15 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
     let mut findings = crate::triage::findings(&outcome.results, &verdicts);
     if let (Some(t), false) = (&triage, interrupted) {
+        // The bisections can take long: the run's reports are on disk before they start.
+        let o = &outcome;
+        crate::report::write_files(
+            &o.run_dir,
+            &o.results,
+            &verdicts,
+            &findings,
+            args.gpu_hour_price,
+        )?;
         interrupted |=
             super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)?;
     }

@@ -315,6 +315,12 @@ pub(crate) fn chase(
             evidence: why,
             command: String::new(),
         };
+        if results.environment.git_dirty {
+            f.bisected = Some(skipped(
+                "the run's checkout has uncommitted changes, which may be the cause: a commit range is bisected only from a clean checkout".into(),
+            ));
+            continue;
+        }
         if let Some(base) = crate::history::gate::pull_request_base() {
             f.bisected = Some(skipped(format!(
                 "a pull request's run (into {base}): the change is the pull request's own; bisection runs on branch runs"

@@ -68,6 +68,7 @@ pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
     };
     let (spec, src) = super::parse::parse_file(&args.source.file)?;
     super::check_workloads(&spec, &src)?;
+    super::check_triage(&spec, &src)?;
     let plan = Plan::new(
         &spec,
         &src,

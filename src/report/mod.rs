@@ -100,6 +100,22 @@ pub(crate) fn append_step_summary(markdown: &str) -> Result<Option<PathBuf>, Rep
     Ok(Some(path))
 }
 
+/// Writes every report file of the run, and nothing else (no terminal summary, no job
+/// summary): what the command layer writes before a long step after the judge (triage's
+/// bisections), so that a job killed during it still leaves the finished run's reports;
+/// [`finish_run`] writes them again after it.
+pub(crate) fn write_files(
+    run_dir: &Path,
+    results: &RunResults,
+    verdicts: &Verdicts,
+    findings: &[crate::triage::Finding],
+    gpu_hour_price: Option<f64>,
+) -> Result<(), CliError> {
+    let input = ReportInput::new(results, verdicts, findings);
+    write_reports(run_dir, &input, gpu_hour_price)?;
+    Ok(())
+}
+
 /// Everything after the judge: writes `junit.xml`, `summary.md`, `report.json`,
 /// `report.html` (and `frameworks.md` for framework cells) atomically into `run_dir`,
 /// appends the summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or,

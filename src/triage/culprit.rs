@@ -90,7 +90,7 @@ impl Bisected {
     pub fn line(&self) -> String {
         match (&self.status, &self.first_bad) {
             (BisectStatus::Found, Some(c)) => format!(
-                "first bad commit {} (bisected on {}: {}; {} of {} commits measured, {:.0} GPU-s)",
+                "first bad commit {} (bisected on {}: {}; {} commits measured of the {} in the range and its good end, {:.0} GPU-s)",
                 c.render(),
                 self.cell,
                 self.evidence,

@@ -163,7 +163,7 @@ fn bisected_line(b: &crate::triage::culprit::Bisected) -> String {
     use crate::triage::culprit::BisectStatus;
     match (&b.status, &b.first_bad) {
         (BisectStatus::Found, Some(c)) => format!(
-            "  - **first bad commit** {} {} ({}): {}; bisected on {}, {} of {} commits measured ({} rounds run, {} from the history), {:.0} GPU-s of {:.0}\n",
+            "  - **first bad commit** {} {} ({}): {}; bisected on {}, {} commits measured of the {} in the range and its good end ({} rounds run, {} from the history), {:.0} GPU-s of {:.0}\n",
             code(&c.sha[..c.sha.len().min(12)]),
             text(&c.subject),
             text(&c.author),
