@@ -90,22 +90,14 @@ fn quote(x: &str) -> String {
 /// Runs the automatic bisection of `req` in the repository `dir` is in.
 pub(crate) fn run(dir: &Path, req: &Request) -> Result<Answer, CliError> {
     let s = &req.settings;
-    let mut bisected = Bisected {
-        status: BisectStatus::Failed,
-        cell: s.cell.clone(),
-        good: s.good.clone(),
-        bad: s.bad.clone(),
-        commits: 0,
-        first_bad: None,
-        last_good: None,
-        measured: 0,
-        rounds_run: 0,
-        rounds_reused: 0,
-        gpu_s: 0.0,
-        budget_gpu_s: req.budget_gpu_s,
-        evidence: String::new(),
-        command: command(s),
-    };
+    let mut bisected = Bisected::new(
+        BisectStatus::Failed,
+        &s.cell,
+        [&s.good, &s.bad],
+        req.budget_gpu_s,
+        String::new(),
+    );
+    bisected.command = command(s);
     let answer = |bisected: Bisected| Answer {
         bisected,
         traces: None,

@@ -178,19 +178,21 @@ pub(crate) fn post_with_env(
     let verdicts = crate::judge::of_run(&results, &args.baselines, Some(&args.run_dir))?;
     let comparison = &verdicts.comparison;
     let verdict = verdicts.exit_code();
-    if args.dry_run {
-        // The body as a pull request would show it, with the artifacts link `--artifacts-url`
-        // gives; nothing is resolved that only posting needs (token, repository, number).
-        let artifacts = args.target.artifacts_url.clone();
-        let body = crate::report::markdown::render_comment(
+    let findings = super::triage::findings(&results, &verdicts, &args.run_dir)?;
+    let body = |artifacts_url: Option<&str>| {
+        crate::report::markdown::render_comment(
             &results,
             comparison,
             verdicts.trends.as_ref(),
             verdicts.history.as_ref(),
-            &super::triage::findings(&results, &verdicts, &args.run_dir)?,
-            artifacts.as_deref(),
-        );
-        print!("{body}");
+            &findings,
+            artifacts_url,
+        )
+    };
+    if args.dry_run {
+        // The body as a pull request would show it, with the artifacts link `--artifacts-url`
+        // gives; nothing is resolved that only posting needs (token, repository, number).
+        print!("{}", body(args.target.artifacts_url.as_deref()));
         return Ok(verdict);
     }
     let target = match publish::resolve_target(&args.target, env) {
@@ -200,14 +202,7 @@ pub(crate) fn post_with_env(
             return Ok(verdict);
         }
     };
-    let body = crate::report::markdown::render_comment(
-        &results,
-        comparison,
-        verdicts.trends.as_ref(),
-        verdicts.history.as_ref(),
-        &super::triage::findings(&results, &verdicts, &args.run_dir)?,
-        target.artifacts_url.as_deref(),
-    );
+    let body = body(target.artifacts_url.as_deref());
     let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
     let counts = comparison.counts();
     let commit_status = args.commit_status.then(|| CommitStatus {

@@ -40,26 +40,18 @@ pub(crate) fn settings(
     matrix: &Path,
     spec: Option<&TriageSpec>,
 ) -> Result<Option<Settings>, CliError> {
-    let file = matrix.display();
-    let budget = match (flags.budget_gpu_s, spec.and_then(|s| s.budget_gpu_s)) {
-        (Some(b), _) => b,
-        (None, Some(b)) if !(b.is_finite() && b >= 0.0) => {
-            return Err(CliError::bad_input(miette::miette!(
-                "{file}: triage.budget_gpu_s: {b} is not a number of GPU-seconds (0 or more)"
-            )))
-        }
-        (None, Some(b)) => b,
-        (None, None) => return Ok(None),
+    if let Some((key, message)) = spec.and_then(TriageSpec::fault) {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: {key}: {message}",
+            matrix.display()
+        )));
+    }
+    let Some(budget) = flags.budget_gpu_s.or(spec.and_then(|s| s.budget_gpu_s)) else {
+        return Ok(None);
     };
-    let max_repeats = match spec.and_then(|s| s.max_repeats) {
-        Some(0 | 1) => {
-            return Err(CliError::bad_input(miette::miette!(
-            "{file}: triage.max_repeats: at least 2 repeats are needed to tell two commits apart"
-        )))
-        }
-        Some(n) => n,
-        None => DEFAULT_MAX_REPEATS,
-    };
+    let max_repeats = spec
+        .and_then(|s| s.max_repeats)
+        .unwrap_or(DEFAULT_MAX_REPEATS);
     if budget == 0.0 {
         return Ok(None);
     }
@@ -173,9 +165,7 @@ pub(crate) fn keep_kernels(
         if cell.outcome != Outcome::Passed {
             continue;
         }
-        let path = run_dir
-            .join("kernels")
-            .join(format!("{}.trace.json", cell.id.as_str().replace('/', "_")));
+        let path = crate::run::kernel_trace_path(run_dir, cell.id.as_str());
         let files = kernels::rank_files(&path);
         if files.is_empty() {
             continue;
@@ -238,13 +228,13 @@ pub(crate) fn diff_from_history(
             summary(&mut store, &results.run_id),
         ) {
             (Some(before), Some(after)) => {
-                let path = format!("kernels/{}.trace.json", cell.replace('/', "_"));
+                let path = crate::run::kernel_trace_path(Path::new(""), &cell);
                 f.kernels = Some(KernelDiff::of(
                     &cell,
                     [&format!("last good run {good}"), "this run"],
                     &[before.step()],
                     &[after.step()],
-                    vec![path],
+                    vec![path.display().to_string()],
                 ));
                 f.kernels_missing = None;
             }
@@ -299,22 +289,8 @@ pub(crate) fn chase(
         let Some((cell, gpus, round_s)) = cheapest(f, results, &resumable) else {
             continue;
         };
-        let skipped = |why: String| Bisected {
-            status: BisectStatus::Skipped,
-            cell: cell.clone(),
-            good: good.clone(),
-            bad: bad.clone(),
-            commits: 0,
-            first_bad: None,
-            last_good: None,
-            measured: 0,
-            rounds_run: 0,
-            rounds_reused: 0,
-            gpu_s: 0.0,
-            budget_gpu_s: left,
-            evidence: why,
-            command: String::new(),
-        };
+        let skipped =
+            |why: String| Bisected::new(BisectStatus::Skipped, &cell, [&good, &bad], left, why);
         if results.environment.git_dirty {
             f.bisected = Some(skipped(
                 "the run's checkout has uncommitted changes, which may be the cause: a commit range is bisected only from a clean checkout".into(),

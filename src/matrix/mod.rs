@@ -127,34 +127,18 @@ fn check_workloads(spec: &spec::MatrixSpec, src: &parse::Source) -> Result<(), M
     Ok(())
 }
 
-/// The largest triage budget a matrix or `--triage-budget` may set: about 31 GPU-years.
-/// More is a typo, and it would print as a number hundreds of digits long.
-pub const MAX_TRIAGE_BUDGET_GPU_S: f64 = 1e9;
+pub use spec::MAX_TRIAGE_BUDGET_GPU_S;
 
 /// The `triage:` block's numbers, refused at load so that `--dry-run` refuses what the run
-/// would (the parser has already checked their types).
+/// would.
 pub(crate) fn check_triage(
     spec: &spec::MatrixSpec,
     src: &parse::Source,
 ) -> Result<(), MatrixError> {
-    let Some(t) = &spec.triage else {
-        return Ok(());
-    };
-    if let Some(b) = t.budget_gpu_s {
-        if !(b.is_finite() && (0.0..=MAX_TRIAGE_BUDGET_GPU_S).contains(&b)) {
-            return Err(src.error_at(
-                "triage.budget_gpu_s",
-                format!("{b} is not a number of GPU-seconds from 0 to {MAX_TRIAGE_BUDGET_GPU_S:e}"),
-            ));
-        }
+    match spec.triage.as_ref().and_then(spec::TriageSpec::fault) {
+        Some((key, message)) => Err(src.error_at(key, message)),
+        None => Ok(()),
     }
-    if t.max_repeats.is_some_and(|n| n < 2) {
-        return Err(src.error_at(
-            "triage.max_repeats",
-            "at least 2 repeats are needed to tell two commits apart".to_string(),
-        ));
-    }
-    Ok(())
 }
 
 /// [`load`] within `budget`.

@@ -450,6 +450,35 @@ pub struct TriageSpec {
     pub trace_every_run: Option<bool>,
 }
 
+/// The largest triage budget a matrix or `--triage-budget` may set: about 31 GPU-years.
+/// More is a typo, and it would print as a number hundreds of digits long.
+pub const MAX_TRIAGE_BUDGET_GPU_S: f64 = 1e9;
+
+impl TriageSpec {
+    /// What is wrong with the block's numbers (their types the parser has checked), as the
+    /// key path and the message: the one check the matrix's load and the triage settings
+    /// both apply.
+    pub(crate) fn fault(&self) -> Option<(&'static str, String)> {
+        if let Some(b) = self.budget_gpu_s {
+            if !(b.is_finite() && (0.0..=MAX_TRIAGE_BUDGET_GPU_S).contains(&b)) {
+                return Some((
+                    "triage.budget_gpu_s",
+                    format!(
+                        "{b} is not a number of GPU-seconds from 0 to {MAX_TRIAGE_BUDGET_GPU_S:e}"
+                    ),
+                ));
+            }
+        }
+        if self.max_repeats.is_some_and(|n| n < 2) {
+            return Some((
+                "triage.max_repeats",
+                "at least 2 repeats are needed to tell two commits apart".to_string(),
+            ));
+        }
+        None
+    }
+}
+
 /// The JSON Schema of matrix files, pretty-printed with a trailing newline.
 pub(crate) fn schema_json() -> String {
     let schema = schemars::schema_for!(MatrixSpec);

@@ -32,6 +32,7 @@ pub use config::{
     TriageFlags, DEFAULT_GRACE,
 };
 pub use error::RunError;
+pub(crate) use launcher::kernel_trace_path;
 
 use crate::env::GpuInventory;
 use crate::error::CliError;

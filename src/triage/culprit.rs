@@ -86,6 +86,34 @@ pub struct Bisected {
 }
 
 impl Bisected {
+    /// A bisection of `cell` over `good..bad` with `budget_gpu_s` to spend, that has
+    /// measured nothing yet: what the driver fills in, or reports as it is when it stops
+    /// before the first round.
+    pub fn new(
+        status: BisectStatus,
+        cell: &str,
+        [good, bad]: [&str; 2],
+        budget_gpu_s: f64,
+        evidence: String,
+    ) -> Bisected {
+        Bisected {
+            status,
+            cell: cell.to_string(),
+            good: good.to_string(),
+            bad: bad.to_string(),
+            commits: 0,
+            first_bad: None,
+            last_good: None,
+            measured: 0,
+            rounds_run: 0,
+            rounds_reused: 0,
+            gpu_s: 0.0,
+            budget_gpu_s,
+            evidence,
+            command: String::new(),
+        }
+    }
+
     /// One line for a finding: the first bad commit and its evidence, or what happened.
     pub fn line(&self) -> String {
         match (&self.status, &self.first_bad) {

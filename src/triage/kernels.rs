@@ -551,15 +551,8 @@ impl KernelDiff {
     ) -> KernelDiff {
         let (b, a) = (StepTrace::mean(before), StepTrace::mean(after));
         let (bk, ak) = (b.by_kind(), a.by_kind());
-        let mut kinds: Vec<Delta> = bk
-            .keys()
-            .chain(ak.keys())
-            .fold(Vec::<&str>::new(), |mut v, k| {
-                if !v.contains(k) {
-                    v.push(k);
-                }
-                v
-            })
+        let names: indexmap::IndexSet<&str> = bk.keys().chain(ak.keys()).copied().collect();
+        let mut kinds: Vec<Delta> = names
             .into_iter()
             .map(|k| Delta {
                 name: k.to_string(),

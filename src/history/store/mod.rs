@@ -682,17 +682,7 @@ impl History {
              FROM bench_segments WHERE cell_id = ? AND hardware_key = ? ORDER BY starts_at",
             &[Sql::Text(cell.into()), Sql::Text(hardware_key.into())],
         )?;
-        Ok(rows
-            .iter()
-            .map(|r| Segment {
-                cell_id: text(&r[0]),
-                hardware_key: text(&r[1]),
-                starts_at: text(&r[2]),
-                first_run_id: text(&r[3]),
-                reason: text(&r[4]),
-                accepted_at: text(&r[5]),
-            })
-            .collect())
+        Ok(rows.iter().map(|r| segment_of(r)).collect())
     }
 
     /// Records an intended shift: a new segment of `cell` on `hardware_key` starting with
@@ -852,17 +842,20 @@ impl History {
              FROM bench_segments ORDER BY cell_id, hardware_key, starts_at",
             &[],
         )?;
-        Ok(rows
-            .iter()
-            .map(|r| Segment {
-                cell_id: text(&r[0]),
-                hardware_key: text(&r[1]),
-                starts_at: text(&r[2]),
-                first_run_id: text(&r[3]),
-                reason: text(&r[4]),
-                accepted_at: text(&r[5]),
-            })
-            .collect())
+        Ok(rows.iter().map(|r| segment_of(r)).collect())
+    }
+}
+
+/// A row of `bench_segments` as the segment queries select it: cell_id, hardware_key,
+/// starts_at, first_run_id, reason, accepted_at.
+fn segment_of(r: &[Sql]) -> Segment {
+    Segment {
+        cell_id: text(&r[0]),
+        hardware_key: text(&r[1]),
+        starts_at: text(&r[2]),
+        first_run_id: text(&r[3]),
+        reason: text(&r[4]),
+        accepted_at: text(&r[5]),
     }
 }
 

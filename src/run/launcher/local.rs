@@ -42,10 +42,10 @@ impl Local {
 /// Where a cell's traced step goes in its run folder when every run keeps its kernels
 /// (rank r of a multi-rank cell writes `.rank<r>` before the extension beside it). Each
 /// repeat and retry writes it again; the last one's is what stays.
-pub(crate) fn kernel_trace_path(run_dir: &std::path::Path, cell: &Cell) -> PathBuf {
+pub(crate) fn kernel_trace_path(run_dir: &std::path::Path, cell: &str) -> PathBuf {
     run_dir
         .join("kernels")
-        .join(format!("{}.trace.json", cell.id.as_str().replace('/', "_")))
+        .join(format!("{}.trace.json", cell.replace('/', "_")))
 }
 
 /// Why a cell cannot run on a host of `gpu_slots` GPUs at all, if it cannot.
@@ -117,7 +117,7 @@ impl Launcher for Local {
                 master_port,
                 profile: self
                     .trace_kernels
-                    .then(|| kernel_trace_path(a.run_dir, a.cell)),
+                    .then(|| kernel_trace_path(a.run_dir, a.cell.id.as_str())),
             };
             if let Some(dir) = ctx.profile.as_deref().and_then(std::path::Path::parent) {
                 std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -18,7 +18,7 @@ mod local;
 mod seam;
 mod slurm;
 
-pub(crate) use local::Local;
+pub(crate) use local::{kernel_trace_path, Local};
 pub(crate) use seam::{AttemptIn, Launcher, News};
 pub(crate) use slurm::Slurm;
 
