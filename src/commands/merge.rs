@@ -135,8 +135,11 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     }
 
     let verdicts = crate::judge::of_run(&merged.results, &args.baselines, Some(out))?;
-    // One triage over every shard's cells: a cause spanning shards is one finding.
-    let findings = crate::triage::findings(&merged.results, &verdicts);
+    // One triage over every shard's cells: a cause spanning shards is one finding, and
+    // what a shard's own triage found (its bisection, its kernels) is laid on it and kept.
+    let mut findings = crate::triage::findings(&merged.results, &verdicts);
+    super::triage::carry(&args.run_dirs, &mut findings)?;
+    super::triage::save(out, &findings)?;
     let verdict = crate::report::finish_run(
         out,
         &merged.results,

@@ -116,40 +116,108 @@ pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<(), CliError>
 
 /// The findings of a finished run: the triage stage's grouping of its verdicts, with what
 /// the run's own triage found (its [`FILE`]) laid on the findings of the same cells and
-/// commit range. A finding the verdicts no longer give (other baselines) has no chase.
+/// commit range.
 pub(crate) fn findings(
     results: &RunResults,
     verdicts: &crate::judge::Verdicts,
     run_dir: &Path,
 ) -> Result<Vec<Finding>, CliError> {
     let mut findings = crate::triage::findings(results, verdicts);
+    if let Some(saved) = load(run_dir)? {
+        for f in &mut findings {
+            let cells: Vec<String> = f.cells.iter().map(|(c, _)| c.clone()).collect();
+            if let Some(c) = saved
+                .findings
+                .iter()
+                .find(|c| c.cells == cells && c.commits == f.commits)
+            {
+                c.lay_on(f);
+            }
+        }
+    }
+    Ok(findings)
+}
+
+/// A run folder's [`FILE`], or `None` when it has none. A file that is there and does not
+/// read is bad input naming it, line and column: it holds GPU time that a silent skip
+/// would lose.
+fn load(run_dir: &Path) -> Result<Option<Saved>, CliError> {
     let path = run_dir.join(FILE);
     if !path.exists() {
-        return Ok(findings);
+        return Ok(None);
     }
     let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
         .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-    let saved: Saved = serde_json::from_str(&text).map_err(|e| {
+    serde_json::from_str(&text).map(Some).map_err(|e| {
         CliError::bad_input(miette::miette!(
             "{}: line {} column {}: {e}",
             path.display(),
             e.line(),
             e.column()
         ))
-    })?;
-    for f in &mut findings {
-        let cells: Vec<String> = f.cells.iter().map(|(c, _)| c.clone()).collect();
-        if let Some(c) = saved
-            .findings
-            .iter()
-            .find(|c| c.cells == cells && c.commits == f.commits)
-        {
-            f.bisected = c.bisected.clone();
-            f.kernels = c.kernels.clone();
-            f.kernels_missing = c.kernels_missing.clone();
+    })
+}
+
+impl Chased {
+    fn lay_on(&self, f: &mut Finding) {
+        f.bisected = self.bisected.clone();
+        f.kernels = self.kernels.clone();
+        f.kernels_missing = self.kernels_missing.clone();
+    }
+
+    /// How far the chase got, to choose among shards that chased one cause: a named first
+    /// bad commit first, then the most commits measured, then a kernel diff.
+    fn progress(&self) -> (bool, usize, bool) {
+        let b = self.bisected.as_ref();
+        (
+            b.is_some_and(|b| b.first_bad.is_some()),
+            b.map_or(0, |b| b.measured),
+            self.kernels.is_some(),
+        )
+    }
+}
+
+/// Lays the chases the shards of a sharded run kept (each shard folder's [`FILE`]) on the
+/// merged run's findings, so that the one merged report names the first bad commit a shard
+/// found. A shard's finding holds only that shard's cells: it belongs to the merged finding
+/// of the same commit range that holds all of its cells. When several shards chased one
+/// cause (each bisects with its own budget), the furthest chase is kept and the others are
+/// named in its evidence.
+pub(crate) fn carry(shard_dirs: &[PathBuf], findings: &mut [Finding]) -> Result<(), CliError> {
+    let mut chases: Vec<(usize, &Path, Chased)> = Vec::new();
+    for dir in shard_dirs {
+        for c in load(dir)?.map(|s| s.findings).unwrap_or_default() {
+            let home = findings.iter().position(|f| {
+                f.commits == c.commits && c.cells.iter().all(|id| f.has(id)) && !c.cells.is_empty()
+            });
+            if let Some(i) = home {
+                chases.push((i, dir.as_path(), c));
+            }
         }
     }
-    Ok(findings)
+    for (i, f) in findings.iter_mut().enumerate() {
+        let mine: Vec<&(usize, &Path, Chased)> = chases.iter().filter(|(j, ..)| *j == i).collect();
+        let Some(best) = mine.iter().max_by_key(|(_, _, c)| c.progress()) else {
+            continue;
+        };
+        best.2.lay_on(f);
+        let others: Vec<String> = mine
+            .iter()
+            .filter(|(_, d, _)| *d != best.1)
+            .filter_map(|(_, d, c)| {
+                let b = c.bisected.as_ref()?;
+                let said = match &b.first_bad {
+                    Some(cr) => format!("first bad commit {}", cr.render()),
+                    None => format!("{} of {} commits measured", b.measured, b.commits),
+                };
+                Some(format!("{} also bisected {} ({said})", d.display(), b.cell))
+            })
+            .collect();
+        if let (Some(b), false) = (f.bisected.as_mut(), others.is_empty()) {
+            b.evidence = format!("{} ({})", b.evidence, others.join("; "));
+        }
+    }
+    Ok(())
 }
 
 /// Keeps in the history the kernel summary of each cell's traced step in the run folder's
@@ -519,5 +587,92 @@ mod tests {
             ..spec
         };
         assert!(settings_of(None, Some(&one)).is_err());
+    }
+
+    fn a_finding(cells: &[&str], commits: [&str; 2]) -> Finding {
+        Finding {
+            id: "F1".into(),
+            direction: "regressed",
+            metric: None,
+            cause: "commits".into(),
+            cells: cells.iter().map(|c| (c.to_string(), -0.1)).collect(),
+            shift: [-0.1; 3],
+            separates: Vec::new(),
+            against: Vec::new(),
+            commits: Some(commits.map(String::from)),
+            bisected: None,
+            kernels: None,
+            kernels_missing: None,
+        }
+    }
+
+    /// A shard folder whose triage chased `cells` over `good..bad`: found `first_bad`, or
+    /// measured `measured` commits without finding it.
+    fn shard_dir(cells: &[&str], first_bad: Option<&str>, measured: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = a_finding(cells, ["good", "bad"]);
+        let status = if first_bad.is_some() {
+            BisectStatus::Found
+        } else {
+            BisectStatus::OutOfBudget
+        };
+        let mut b = Bisected::new(status, cells[0], ["good", "bad"], 60.0, "ran".into());
+        b.commits = 8;
+        b.measured = measured;
+        b.first_bad = first_bad.map(|sha| crate::triage::culprit::CommitRef {
+            sha: sha.into(),
+            subject: "slow down".into(),
+            author: "A".into(),
+        });
+        f.bisected = Some(b);
+        save(dir.path(), &[f]).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_shards_chase_is_laid_on_the_merged_finding_that_holds_its_cells() {
+        // Two shards chased one cause on their own cells; the one that found the commit
+        // wins and the other is named in its evidence.
+        let one = shard_dir(&["a", "c"], None, 3);
+        let two = shard_dir(&["b"], Some("1234567890abcdef"), 4);
+        let dirs = vec![one.path().to_path_buf(), two.path().to_path_buf()];
+        let mut findings = vec![
+            a_finding(&["x"], ["good", "bad"]),
+            a_finding(&["a", "b", "c"], ["good", "bad"]),
+        ];
+        carry(&dirs, &mut findings).unwrap();
+        assert!(findings[0].bisected.is_none(), "{:?}", findings[0]);
+        let b = findings[1].bisected.as_ref().expect("carried");
+        assert_eq!(b.first_bad.as_ref().unwrap().sha, "1234567890abcdef");
+        assert!(
+            b.evidence
+                .contains("also bisected a (3 of 8 commits measured)"),
+            "{}",
+            b.evidence
+        );
+
+        // Kept in the merged folder, it is found again by the merged run's findings.
+        let out = tempfile::tempdir().unwrap();
+        save(out.path(), &findings).unwrap();
+        let saved = load(out.path()).unwrap().unwrap();
+        assert_eq!(saved.findings.len(), 1);
+        assert_eq!(saved.findings[0].cells, vec!["a", "b", "c"]);
+
+        // Another commit range, or cells the merged finding does not hold: not laid on it.
+        let mut other = vec![a_finding(&["a", "b", "c"], ["good", "other"])];
+        carry(&dirs, &mut other).unwrap();
+        assert!(other[0].bisected.is_none());
+        let mut smaller = vec![a_finding(&["a"], ["good", "bad"])];
+        carry(&dirs[..1], &mut smaller).unwrap();
+        assert!(smaller[0].bisected.is_none());
+    }
+
+    #[test]
+    fn a_broken_triage_file_in_a_shard_is_bad_input_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), "{\"findings\": [1]}").unwrap();
+        let e = carry(&[dir.path().to_path_buf()], &mut []).unwrap_err();
+        let text = format!("{e:?}");
+        assert!(text.contains("triage.json: line 1"), "{text}");
     }
 }
