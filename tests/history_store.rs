@@ -206,6 +206,31 @@ fn migrations_are_versioned_and_a_newer_store_is_refused(backend: &str) {
     }
 }
 
+/// The shards of a fleet open a new store at once (their first night, or the first after an
+/// upgrade that adds a migration): every one succeeds and the schema is migrated once.
+fn connections_opening_a_new_store_at_once_all_succeed(backend: &str) {
+    for round in 0..4 {
+        let s = store(backend, &format!("{backend}_at_once_{round}"));
+        let n = 6;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                let (barrier, location) = (barrier.clone(), s.location.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    open(&location).map(|mut h| h.schema_version().unwrap())
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join().unwrap() {
+                Ok(v) => assert_eq!(v, bench::history::store::schema_version_known()),
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        }
+    }
+}
+
 fn runs_round_trip_in_time_order_and_reimport_replaces(backend: &str) {
     let s = store(backend, &format!("{backend}_roundtrip"));
     let mut h = open(&s.location).unwrap();
@@ -343,6 +368,7 @@ macro_rules! suite {
 
 suite!(
     migrations_are_versioned_and_a_newer_store_is_refused,
+    connections_opening_a_new_store_at_once_all_succeed,
     runs_round_trip_in_time_order_and_reimport_replaces,
     accept_starts_a_new_segment,
     a_slow_night_is_suspect_then_confirmed_with_its_first_run_named,

@@ -1,7 +1,8 @@
 //! A sharded run end to end through the built binary, with the deterministic command
 //! workload of tests/gate_e2e.rs (tests/fixtures/fake_worker.sh reports fixed step times):
-//! shards 1/2 and 2/2 of one run id run at once against one SQLite history, `bench report
-//! merge` joins their folders, and the merged folder holds the same cells with the same
+//! shards 1/2 and 2/2 of one run id run at once against one history (a SQLite file, and a
+//! real PostgreSQL server with `BENCH_PG_TESTS=1`, as a fleet's runners share one), `bench
+//! report merge` joins their folders, and the merged folder holds the same cells with the same
 //! verdicts as one unsharded run of the same matrix, with one finding for a slowdown whose
 //! cells ran on both shards. A shard left out of the merge, and a shard killed halfway, are
 //! named in the merged summary and fail the exit code.
@@ -88,10 +89,54 @@ fn verdicts(r: &serde_json::Value) -> Vec<(String, String)> {
     v
 }
 
+/// The PostgreSQL server of `BENCH_PG_URL` when `BENCH_PG_TESTS=1`; CI sets both (a run
+/// with `CI` set and no server fails rather than skip).
+fn pg_url() -> Option<String> {
+    if std::env::var("BENCH_PG_TESTS").is_ok_and(|v| v == "1") {
+        return Some(std::env::var("BENCH_PG_URL").expect("BENCH_PG_TESTS=1 needs BENCH_PG_URL"));
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run the PostgreSQL shard test (BENCH_PG_TESTS=1, scripts/postgres-ci-setup.sh)"
+    );
+    eprintln!("BENCH_PG_TESTS is not 1: the PostgreSQL shard test is not run");
+    None
+}
+
+/// A fresh schema `name` of the test database, as a store URL whose tables live there.
+fn pg_store(url: &str, name: &str) -> String {
+    let mut admin = postgres::Client::connect(url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("BENCH_PG_TESTS=1 but {url} does not answer: {e}"));
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name};"
+        ))
+        .unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{name}")
+}
+
 #[test]
 fn shards_run_at_once_and_merge_into_the_unsharded_runs_cells_and_verdicts() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    let store = tmp.path().join("fleet.sqlite");
+    sharded_run(tmp.path(), store.to_str().unwrap());
+}
+
+#[test]
+fn shards_sharing_one_postgresql_store_merge_into_the_unsharded_run() {
+    let Some(url) = pg_url() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    sharded_run(tmp.path(), &pg_store(&url, "t_shard_merge"));
+}
+
+/// Two shards of one run at once against the history `store_s`, merged, against one
+/// unsharded run (judged against a SQLite history of its own); then a shard left out and a
+/// shard killed halfway.
+fn sharded_run(dir: &Path, store_s: &str) {
+    let store_s = store_s.to_string();
     let fast = matrix(dir, "fast.yaml", "0.5");
     let slow = matrix(dir, "slow.yaml", "0.6");
 
@@ -120,8 +165,6 @@ fn shards_run_at_once_and_merge_into_the_unsharded_runs_cells_and_verdicts() {
     assert_eq!(whole.status.code(), Some(1), "{}", text(&whole));
 
     // Two shards at once, one run id, one store.
-    let store = dir.join("fleet.sqlite");
-    let store_s = store.to_str().unwrap().to_string();
     let shard = |n: &str, results: &str| {
         bench_cmd(&strs(&run_args(
             dir,

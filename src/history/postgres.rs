@@ -364,6 +364,25 @@ impl Backend for PgBackend {
         "postgresql"
     }
 
+    fn lock_schema(&mut self) -> Result<(), String> {
+        // Without it, two connections migrating at once both see a migration as not yet
+        // applied (READ COMMITTED shows neither's uncommitted row), and the second's ALTER
+        // fails on the first's column once that commits; two concurrent `CREATE TABLE IF NOT
+        // EXISTS` can fail too. A transaction-scoped advisory lock queues them: the second
+        // then sees the first's row and skips. The key is bench's own ("bench" in ASCII).
+        self.batch("SELECT pg_advisory_xact_lock(422608528232)")
+    }
+
+    fn has_table(&mut self, name: &str) -> Result<bool, String> {
+        // The schema the connection's search_path names first, where bench creates its
+        // tables.
+        let rows = self.query(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?",
+            &[Sql::Text(name.into())],
+        )?;
+        Ok(!rows.is_empty())
+    }
+
     fn batch(&mut self, sql: &str) -> Result<(), String> {
         let sql = sql.to_string();
         self.call(move |c| c.client.batch_execute(&sql))

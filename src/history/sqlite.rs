@@ -142,6 +142,14 @@ impl Backend for SqliteBackend {
         "BEGIN IMMEDIATE"
     }
 
+    fn has_table(&mut self, name: &str) -> Result<bool, String> {
+        let rows = self.query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+            &[Sql::Text(name.into())],
+        )?;
+        Ok(!rows.is_empty())
+    }
+
     fn damage(&mut self) -> Result<Option<String>, String> {
         self.quick_check()
     }

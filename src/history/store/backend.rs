@@ -53,6 +53,16 @@ pub(crate) trait Backend: Send {
     fn begin(&self) -> &'static str {
         "BEGIN"
     }
+    /// Within a transaction, waits until no other connection is changing the schema, and
+    /// holds that until the transaction ends: what lets the shards of a fleet open a new
+    /// store (or one this bench upgrades) at once. SQLite's `BEGIN IMMEDIATE` already
+    /// queues every writer; a server needs a lock of its own.
+    fn lock_schema(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether the table `name` exists, asked of the catalog: a query of a missing table
+    /// would abort a server's transaction, not just fail.
+    fn has_table(&mut self, name: &str) -> Result<bool, String>;
     /// What the database's own check of its files finds wrong, `None` when nothing (SQLite:
     /// `PRAGMA quick_check`; a server keeps its files itself).
     fn damage(&mut self) -> Result<Option<String>, String> {

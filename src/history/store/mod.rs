@@ -365,25 +365,27 @@ impl History {
         // writer's lock: as a statement of its own it starts as a read, and a writer that
         // creates the table meanwhile makes SQLite refuse the upgrade at once ("database is
         // locked", no busy wait), which two commands opening a new store together met.
-        self.transaction(|b| {
+        // The version and the check below are read under the schema lock, in the same
+        // transaction: read apart, another process's migration committed between them would
+        // look like a store whose record of its migrations was lost.
+        let (found, lost) = self.transaction(|b| {
+            b.lock_schema()?;
             b.batch(
                 "CREATE TABLE IF NOT EXISTS bench_schema_migrations (
                     version BIGINT PRIMARY KEY,
                     description TEXT NOT NULL,
                     applied_at TEXT NOT NULL
                 )",
-            )
+            )?;
+            let rows = b.query("SELECT MAX(version) FROM bench_schema_migrations", &[])?;
+            let found = rows.first().and_then(|r| r[0].int()).unwrap_or(0);
+            // No migration recorded, yet bench's tables are there: the record was lost (a
+            // table dropped by hand, a partial restore). Migrating would fail half-way;
+            // refusing names what is wrong.
+            let lost = found == 0 && b.has_table("bench_runs")?;
+            Ok((found, lost))
         })?;
-        let found = self.schema_version()?;
-        // No migration recorded, yet bench's tables are there: the record was lost (a
-        // table dropped by hand, a partial restore). Migrating would fail half-way;
-        // refusing names what is wrong.
-        if found == 0
-            && self
-                .backend
-                .query("SELECT 1 FROM bench_runs LIMIT 0", &[])
-                .is_ok()
-        {
+        if lost {
             return Err(HistoryError::Input {
                 path: self.location.clone(),
                 message: "the store has bench's tables but no record of its schema migrations (bench_schema_migrations is empty or was dropped); restore it from a backup or move it aside".into(),
@@ -398,6 +400,7 @@ impl History {
         }
         for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > found) {
             self.transaction(|b| {
+                b.lock_schema()?;
                 // Another process may have applied it since we looked.
                 let done = b.query(
                     "SELECT 1 FROM bench_schema_migrations WHERE version = ?",
