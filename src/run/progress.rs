@@ -215,9 +215,10 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
             } => Some(format!(
                 "SUBMIT  {id} repeat {repeat} attempt {attempt}: Slurm job {job_id}"
             )),
-            RunEvent::JobRunning { id, job_id, nodes } => {
-                Some(format!("RUNNING {id}: Slurm job {job_id} on {nodes}"))
-            }
+            RunEvent::JobRunning { id, job_id, nodes } => Some(format!(
+                "RUNNING {id}: Slurm job {job_id} on {}",
+                crate::slurm::hostlist::shown(nodes)
+            )),
             RunEvent::AttemptStarted { .. }
             | RunEvent::Step { .. }
             | RunEvent::CellSaved { .. } => None,
@@ -321,7 +322,10 @@ impl Reporter for BarReporter {
             }
             RunEvent::JobRunning { id, job_id, nodes } => {
                 if let Some(bar) = self.running.get(id) {
-                    bar.set_message(format!("Slurm job {job_id} running on {nodes}"));
+                    bar.set_message(format!(
+                        "Slurm job {job_id} running on {}",
+                        crate::slurm::hostlist::shown(nodes)
+                    ));
                 }
             }
             RunEvent::AttemptFailed {
