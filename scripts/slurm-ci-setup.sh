@@ -247,6 +247,7 @@ for n in "${MULTI_NODES[@]}"; do
     # in which its hosts file covers /etc/hosts; the daemon, its step daemons and the ranks
     # they start all stay in them. (Not `ip netns exec`: it mounts a fresh /sys without the
     # cgroup file system, and slurmd refuses to start without one.)
+    # shellcheck disable=SC2016 # the inner shell expands its own positional parameters
     nsenter --net="/run/netns/$(ns_of "$n")" unshare --uts --mount /bin/sh -c \
       'mount --bind "$3" /etc/hosts && hostname "$1" && exec slurmd -f "$2" -N "$1"' \
       node-start "$n" "$SLURM_CONF" "/etc/netns/$(ns_of "$n")/hosts" \

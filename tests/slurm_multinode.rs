@@ -38,7 +38,10 @@ fn python() -> String {
     let py = std::env::var("BENCH_PYTHON")
         .unwrap_or_else(|_| panic!("BENCH_SLURM_TESTS=1 needs BENCH_PYTHON (a python with torch)"));
     let ok = Command::new(&py)
-        .args(["-c", "import torch.distributed as d; assert d.is_gloo_available()"])
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(ok, "BENCH_PYTHON={py} cannot import torch with gloo");
@@ -232,13 +235,11 @@ fn a_two_node_cell_trains_over_gloo_and_names_both_nodes() {
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let dir = tmp.path().join("results/pass");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stderr}\n{}",
-        all_logs(&dir)
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{}", all_logs(&dir));
+    eprintln!(
+        "two-node cell: bench matrix took {:.1}s",
+        took.as_secs_f64()
     );
-    eprintln!("two-node cell: bench matrix took {:.1}s", took.as_secs_f64());
     // The progress names both nodes where it names the job.
     assert!(stderr.contains("on node1, node2"), "{stderr}");
 
@@ -260,18 +261,24 @@ fn a_two_node_cell_trains_over_gloo_and_names_both_nodes() {
     slowest.sort_by(f64::total_cmp);
     let median = (slowest[4] + slowest[5]) / 2.0;
     let st = c.metrics["step_time_s"].value;
-    assert!((st - median).abs() < 1e-9, "step time {st}, slowest-rank median {median}");
+    assert!(
+        (st - median).abs() < 1e-9,
+        "step time {st}, slowest-rank median {median}"
+    );
     assert_eq!(c.repeats[0].summary.peak_mem_bytes.len(), 2);
     assert_eq!(c.repeats[0].summary.world_size, Some(2));
     for (rank, node) in NODES.iter().enumerate() {
-        let log = std::fs::read_to_string(dir.join(format!("logs/{}.r0.rank{rank}.log", c.id)))
-            .unwrap();
+        let log =
+            std::fs::read_to_string(dir.join(format!("logs/{}.r0.rank{rank}.log", c.id))).unwrap();
         assert!(
             log.contains(&format!("rank {rank}: of 2 on node {node} (host {node}")),
             "rank {rank}: {log}"
         );
         assert!(log.contains("master node1:"), "rank {rank}: {log}");
-        assert!(log.contains(&format!("job {job} runs on node1, node2")), "{log}");
+        assert!(
+            log.contains(&format!("job {job} runs on node1, node2")),
+            "{log}"
+        );
     }
 }
 
@@ -311,7 +318,10 @@ fn a_lost_node_fails_the_attempt_naming_it_and_the_retry_passes_on_both_nodes() 
                 break (a, b);
             }
         }
-        assert!(Instant::now() < deadline, "no steps from both ranks: {seen:#?}");
+        assert!(
+            Instant::now() < deadline,
+            "no steps from both ranks: {seen:#?}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let training_at = started.elapsed();
@@ -365,7 +375,10 @@ fn a_lost_node_fails_the_attempt_naming_it_and_the_retry_passes_on_both_nodes() 
     let r = RunResults::load(&dir).unwrap();
     let c = only_cell(&r);
     assert_eq!(c.outcome, Outcome::Passed, "{c:#?}");
-    assert!(c.flaky, "a pass after a retried infrastructure failure is flaky");
+    assert!(
+        c.flaky,
+        "a pass after a retried infrastructure failure is flaky"
+    );
     assert_eq!(c.attempts.len(), 2, "{:#?}", c.attempts);
     let (first, second) = (&c.attempts[0], &c.attempts[1]);
     let why = first.error.as_deref().unwrap_or("");

@@ -121,7 +121,7 @@ mod tests {
             assert_eq!(expand(bad), None, "{bad}");
         }
         // Many small ranges that add up past the cap.
-        let many = format!("n[{}]", vec!["0-9999"; 10].join(","));
+        let many = format!("n[{}]", ["0-9999"; 10].join(","));
         assert_eq!(expand(&many), None);
     }
 

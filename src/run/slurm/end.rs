@@ -261,23 +261,46 @@ mod tests {
     #[test]
     fn a_lost_node_is_named_and_outranks_the_ranks_own_statuses() {
         let node2 = [lost("node2", "Not responding")];
-        let m = node_loss(&finished("NODE_FAIL", Some(0)), &node2, "42", Some("node[1-2]"));
+        let m = node_loss(
+            &finished("NODE_FAIL", Some(0)),
+            &node2,
+            "42",
+            Some("node[1-2]"),
+        );
         assert_eq!(
             m.as_deref(),
             Some("node node2 was lost (Not responding): Slurm ended job 42 NODE_FAIL, which is the cluster's doing, not the cell's")
         );
         // A job that failed (rank 0 saw its peer vanish) while its node is down.
-        let m = node_loss(&finished("FAILED", Some(6)), &node2, "42", Some("node[1-2]")).unwrap();
-        assert!(m.starts_with("node node2 was lost (Not responding): Slurm ended job 42 FAILED"), "{m}");
+        let m = node_loss(
+            &finished("FAILED", Some(6)),
+            &node2,
+            "42",
+            Some("node[1-2]"),
+        )
+        .unwrap();
+        assert!(
+            m.starts_with("node node2 was lost (Not responding): Slurm ended job 42 FAILED"),
+            "{m}"
+        );
         // NODE_FAIL with the node back already: the job's node list.
         let m = node_loss(&finished("NODE_FAIL", None), &[], "42", Some("node[1-2]")).unwrap();
         assert!(m.starts_with("a node of the job (node[1-2]) failed"), "{m}");
         let two = [lost("n1", ""), lost("n2", "power")];
         let m = node_loss(&finished("NODE_FAIL", None), &two, "7", None).unwrap();
-        assert!(m.starts_with("nodes n1 (not responding), n2 (power) were lost"), "{m}");
+        assert!(
+            m.starts_with("nodes n1 (not responding), n2 (power) were lost"),
+            "{m}"
+        );
         // A completed job, or a failure with every node well, is judged as before.
-        assert_eq!(node_loss(&finished("COMPLETED", Some(0)), &node2, "42", None), None);
-        assert_eq!(node_loss(&finished("FAILED", Some(6)), &[], "42", None), None);
+        assert_eq!(
+            node_loss(&finished("COMPLETED", Some(0)), &node2, "42", None),
+            None
+        );
+        assert_eq!(
+            node_loss(&finished("FAILED", Some(6)), &[], "42", None),
+            None
+        );
         assert_eq!(node_loss(&JobState::Unknown, &node2, "42", None), None);
 
         // Through the record: the loss, not rank 0's exit 6, ends the attempt.

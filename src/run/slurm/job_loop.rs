@@ -400,7 +400,11 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             JobState::Finished { state, .. } => state != "COMPLETED",
             _ => false,
         };
-        let Some(nodes) = self.nodes.clone().filter(|_| failed && self.stop.by.is_none()) else {
+        let Some(nodes) = self
+            .nodes
+            .clone()
+            .filter(|_| failed && self.stop.by.is_none())
+        else {
             return vec![];
         };
         match blocking(move || job::lost_nodes(&nodes)).await {
@@ -420,9 +424,9 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
                 lost
             }
             Err(e) => {
-                self.reader
-                    .logs
-                    .all(&format!("bench: cannot ask Slurm which nodes are lost: {e}"));
+                self.reader.logs.all(&format!(
+                    "bench: cannot ask Slurm which nodes are lost: {e}"
+                ));
                 vec![]
             }
         }
