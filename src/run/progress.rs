@@ -472,6 +472,12 @@ mod slurm_tests {
                 job_id: "4242".into(),
                 nodes: "gpu[01-02]".into(),
             });
+            // Past eight nodes, Slurm's list with the count.
+            r.on_event(&RunEvent::JobRunning {
+                id: CellId("b".into()),
+                job_id: "4243".into(),
+                nodes: "gpu[001-128]".into(),
+            });
         }
         let text = String::from_utf8(buf).unwrap();
         assert_eq!(
@@ -479,7 +485,8 @@ mod slurm_tests {
             vec![
                 "run r1 (results/r1): 1 cell(s), Slurm: partition gpu, up to 32 job(s) at once",
                 "SUBMIT  a repeat 0 attempt 1: Slurm job 4242",
-                "RUNNING a: Slurm job 4242 on gpu[01-02]",
+                "RUNNING a: Slurm job 4242 on gpu01, gpu02",
+                "RUNNING b: Slurm job 4243 on gpu[001-128] (128 nodes)",
             ]
         );
     }
