@@ -96,6 +96,11 @@ pub struct Attempt {
     /// The nodes Slurm ran the job on, as Slurm writes a node list (e.g. `gpu[01-02]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_nodes: Option<String>,
+    /// The same nodes by name, in Slurm's order (`["gpu01", "gpu02"]`), so that a reader
+    /// finds every node a multi-node cell ran on without expanding Slurm's list syntax.
+    /// Absent for local attempts and in results written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slurm_node_names: Vec<String>,
     /// The hardware key of the node the job ran on (its first node), as the job script's
     /// `bench env` saw it; absent for local attempts and for jobs that never reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]

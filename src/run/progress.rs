@@ -215,9 +215,10 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
             } => Some(format!(
                 "SUBMIT  {id} repeat {repeat} attempt {attempt}: Slurm job {job_id}"
             )),
-            RunEvent::JobRunning { id, job_id, nodes } => {
-                Some(format!("RUNNING {id}: Slurm job {job_id} on {nodes}"))
-            }
+            RunEvent::JobRunning { id, job_id, nodes } => Some(format!(
+                "RUNNING {id}: Slurm job {job_id} on {}",
+                crate::slurm::hostlist::shown(nodes)
+            )),
             RunEvent::AttemptStarted { .. }
             | RunEvent::Step { .. }
             | RunEvent::CellSaved { .. } => None,
@@ -321,7 +322,10 @@ impl Reporter for BarReporter {
             }
             RunEvent::JobRunning { id, job_id, nodes } => {
                 if let Some(bar) = self.running.get(id) {
-                    bar.set_message(format!("Slurm job {job_id} running on {nodes}"));
+                    bar.set_message(format!(
+                        "Slurm job {job_id} running on {}",
+                        crate::slurm::hostlist::shown(nodes)
+                    ));
                 }
             }
             RunEvent::AttemptFailed {
@@ -468,6 +472,12 @@ mod slurm_tests {
                 job_id: "4242".into(),
                 nodes: "gpu[01-02]".into(),
             });
+            // Past eight nodes, Slurm's list with the count.
+            r.on_event(&RunEvent::JobRunning {
+                id: CellId("b".into()),
+                job_id: "4243".into(),
+                nodes: "gpu[001-128]".into(),
+            });
         }
         let text = String::from_utf8(buf).unwrap();
         assert_eq!(
@@ -475,7 +485,8 @@ mod slurm_tests {
             vec![
                 "run r1 (results/r1): 1 cell(s), Slurm: partition gpu, up to 32 job(s) at once",
                 "SUBMIT  a repeat 0 attempt 1: Slurm job 4242",
-                "RUNNING a: Slurm job 4242 on gpu[01-02]",
+                "RUNNING a: Slurm job 4242 on gpu01, gpu02",
+                "RUNNING b: Slurm job 4243 on gpu[001-128] (128 nodes)",
             ]
         );
     }

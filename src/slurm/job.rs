@@ -302,6 +302,83 @@ impl SlurmJob {
     }
 }
 
+/// A node that Slurm holds lost: DOWN, FAIL, or not responding to the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LostNode {
+    pub name: String,
+    /// Slurm's state as `sinfo %T` writes it, e.g. `down*` (the `*`: not responding).
+    pub state: String,
+    /// Why, as Slurm records it (`Not responding`, an administrator's reason); empty when
+    /// Slurm gives none.
+    pub reason: String,
+}
+
+impl LostNode {
+    /// Why the node is lost: Slurm's reason, or its state in words when it gave none.
+    pub(crate) fn why(&self) -> String {
+        if !self.reason.is_empty() {
+            self.reason.clone()
+        } else if self.state.ends_with('*') {
+            "not responding".to_string()
+        } else {
+            self.state.to_uppercase()
+        }
+    }
+}
+
+impl std::fmt::Display for LostNode {
+    /// `node2 (Not responding)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.why())
+    }
+}
+
+/// The lost nodes in `sinfo -h -N -o %N|%T|%E` output, each once (a node in two partitions
+/// is listed twice).
+pub(crate) fn parse_lost(text: &str) -> Vec<LostNode> {
+    let mut lost: Vec<LostNode> = Vec::new();
+    for line in text.lines() {
+        let mut it = line.trim().splitn(3, '|');
+        let (Some(name), Some(state)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let (name, state) = (name.trim(), state.trim());
+        let base = state.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+        // `*` after any state means the node does not answer the controller; DOWN and FAIL
+        // are the states Slurm (or an administrator) puts a lost node in. A drained node
+        // still runs its jobs, so it is not lost.
+        let is_lost = state.ends_with('*') || base == "down" || base.starts_with("fail");
+        if name.is_empty() || !is_lost || lost.iter().any(|l| l.name == name) {
+            continue;
+        }
+        let reason = it.next().unwrap_or("").trim();
+        lost.push(LostNode {
+            name: name.to_string(),
+            state: state.to_string(),
+            reason: if reason == "none" || reason == "(null)" {
+                String::new()
+            } else {
+                reason.to_string()
+            },
+        });
+    }
+    lost
+}
+
+/// Which nodes of `nodes` (a Slurm node list, e.g. a job's `node[1-2]`) Slurm holds lost
+/// now: asked of `sinfo` when a job that ran on them failed, to tell a lost node from a
+/// failure of the cell.
+pub(crate) fn lost_nodes(nodes: &str) -> Result<Vec<LostNode>, SlurmError> {
+    let out = run("sinfo", &["-h", "-N", "-n", nodes, "-o", "%N|%T|%E"])?;
+    if !out.status.success() {
+        return Err(SlurmError::Query {
+            cmd: format!("sinfo -h -N -n {nodes} -o %N|%T|%E"),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(parse_lost(&String::from_utf8_lossy(&out.stdout)))
+}
+
 /// Whether a Slurm job state (as squeue or scontrol write it) means "not finished yet".
 pub(crate) fn is_active(state: &str) -> bool {
     const ACTIVE: [&str; 8] = [
@@ -465,6 +542,33 @@ mod tests {
             node_list("JobId=5 JobState=CANCELLED NodeList=(null)"),
             None
         );
+    }
+
+    #[test]
+    fn lost_nodes_are_the_down_and_not_responding_ones() {
+        let text = concat!(
+            "node1|allocated|none\n",
+            "node2|down*|Not responding\n",
+            "node2|down*|Not responding\n",
+            "node3|idle*|none\n",
+            "node4|drained|maintenance | by admin\n",
+            "node5|down|hardware: bad DIMM\n",
+            "node6|failing|(null)\n",
+            "\n",
+        );
+        let lost = parse_lost(text);
+        let shown: Vec<String> = lost.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "node2 (Not responding)",
+                "node3 (not responding)",
+                "node5 (hardware: bad DIMM)",
+                "node6 (FAILING)"
+            ]
+        );
+        assert_eq!(lost[0].state, "down*");
+        assert!(parse_lost("node1|idle|none\nnode2|mixed|none\n").is_empty());
     }
 
     #[test]

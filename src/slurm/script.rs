@@ -175,6 +175,11 @@ pub(crate) fn plan_with_env_probe(
         format!("--nodes={nodes}"),
         format!("--ntasks-per-node={tasks_per_node}"),
         format!("--output={}", output_pattern.display()),
+        // bench owns retries (a cell's `retries`, each attempt a new job with its own logs
+        // and record). Slurm would otherwise requeue a batch job whose node failed
+        // (JobRequeue=1 is its default), and the attempt would wait in the queue as a job
+        // that had already run and failed instead of ending NODE_FAIL.
+        "--no-requeue".to_string(),
     ];
     // Bench's own timeout must fire first and cancel cleanly; Slurm's limit is a backstop
     // a minute later. A cell without a timeout (0) takes the partition's default limit.
@@ -453,6 +458,7 @@ mod tests {
             "--time=0-00:11:00",
             "--exclusive",
             "--output=/shared/run 1/%%x/slurm-%j.out",
+            "--no-requeue",
         ] {
             assert!(
                 p.sbatch_args.iter().any(|a| a == want),

@@ -187,6 +187,7 @@ pub(crate) async fn run_cell(cell: Cell, devices: Vec<String>, shared: Arc<Share
                 error: error.clone(),
                 slurm_job_id: report.placement.job_id.clone(),
                 slurm_nodes: report.placement.nodes.clone(),
+                slurm_node_names: report.placement.node_names.clone(),
                 node_hardware_key: report.placement.node_hardware_key.clone(),
             });
             let retry = matches!(verdict, Verdict::Infra(_)) && attempt < p.retries;

@@ -318,6 +318,7 @@ mod tests {
             error: error.map(String::from),
             slurm_job_id: Some(format!("{}", 10 + repeat)),
             slurm_nodes: Some("gpu03".into()),
+            slurm_node_names: vec!["gpu03".into()],
             node_hardware_key: key.map(String::from),
         }
     }

@@ -56,7 +56,10 @@ pub(crate) struct AttemptIn<'a> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Placement {
     pub job_id: Option<String>,
+    /// The nodes as Slurm writes a node list (`node[1-2]`).
     pub nodes: Option<String>,
+    /// The same nodes by name.
+    pub node_names: Vec<String>,
     /// The hardware key of the node the attempt ran on, when it reported one.
     pub node_hardware_key: Option<String>,
 }

@@ -189,6 +189,7 @@ impl Launcher for Slurm {
                 placement: Placement {
                     job_id: res.job_id,
                     nodes: res.nodes,
+                    node_names: res.node_names,
                     node_hardware_key: res.node_env.map(|e| e.hardware_key),
                 },
             })

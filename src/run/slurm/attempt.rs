@@ -25,7 +25,10 @@ pub(crate) struct JobSpec<'a> {
 pub(crate) struct JobAttempt {
     pub out: AttemptOutput,
     pub job_id: Option<String>,
+    /// The job's nodes as Slurm writes a node list (`node[1-2]`).
     pub nodes: Option<String>,
+    /// The same nodes by name (`node1`, `node2`), in Slurm's order.
+    pub node_names: Vec<String>,
     /// The environment the job script captured on the job's first node, when it did.
     pub node_env: Option<Environment>,
 }
@@ -38,6 +41,7 @@ impl JobAttempt {
             out,
             job_id: None,
             nodes: None,
+            node_names: vec![],
             node_env: None,
         }
     }

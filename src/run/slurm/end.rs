@@ -1,13 +1,50 @@
 //! How a finished Slurm job becomes the attempt's record: Slurm's final state and the
 //! ranks' own exit statuses as a [`Termination`] the dispatcher judges as it would a local
-//! attempt's, and the failure message taken from the rank that failed first.
+//! attempt's, and the failure message taken from the rank that failed first, or, when a
+//! node of the job was lost, a message naming that node.
 
 use std::collections::HashMap;
 
 use crate::events::ErrorKind;
 use crate::exit::worker as exit;
 use crate::run::executor::{AttemptOutput, Collector, Termination};
+use crate::slurm::job::LostNode;
 use crate::slurm::JobState;
+
+/// Why a job failed because of its nodes, when it did: Slurm ended it `NODE_FAIL`, or it
+/// failed while Slurm holds one of its nodes lost. `None` for every other end. The message
+/// names the lost nodes (`node node2 was lost (Not responding)`), or, when Slurm no longer
+/// holds any lost (the node came back before it was asked), the job's node list.
+fn node_loss(
+    state: &JobState,
+    lost: &[LostNode],
+    job_id: &str,
+    nodes: Option<&str>,
+) -> Option<String> {
+    let JobState::Finished { state, .. } = state else {
+        return None;
+    };
+    if state == "COMPLETED" || (state != "NODE_FAIL" && lost.is_empty()) {
+        return None;
+    }
+    let which = match lost {
+        [] => format!(
+            "a node of the job ({}) failed",
+            nodes.unwrap_or("its nodes unknown")
+        ),
+        [one] => format!("node {} was lost ({})", one.name, one.why()),
+        many => format!(
+            "nodes {} were lost",
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Some(format!(
+        "{which}: Slurm ended job {job_id} {state}, which is the cluster's doing, not the cell's"
+    ))
+}
 
 /// How a finished job ended, as a [`Termination`], plus an error to record when the
 /// workers said nothing themselves. `first_failure` is the first rank that exited
@@ -95,6 +132,11 @@ pub(super) struct JobEnd {
     pub stopped_by: Option<Termination>,
     /// The runner's stop withdrew the job while it was still queued.
     pub withdrawn: bool,
+    /// The job's nodes that Slurm held lost when it failed.
+    pub lost: Vec<LostNode>,
+    pub job_id: String,
+    /// The job's node list, when it ran.
+    pub nodes: Option<String>,
 }
 
 impl JobEnd {
@@ -109,8 +151,17 @@ impl JobEnd {
             refused,
             stopped_by,
             withdrawn,
+            lost,
+            job_id,
+            nodes,
         } = self;
-        let (term, error) = termination(&final_state, first_failure);
+        // A lost node explains whatever its job's ranks said afterwards (a peer gone from
+        // a collective, a task killed by Slurm): it is the attempt's termination, judged as
+        // the cluster's failure, so the cell's retries apply.
+        let (term, error) = match node_loss(&final_state, &lost, &job_id, nodes.as_deref()) {
+            Some(why) => (Termination::Lost(why), None),
+            None => termination(&final_state, first_failure),
+        };
         collector.fill(out);
         // The failure message quotes the rank that failed first, not the ranks srun killed
         // after it; Slurm's own words (a cancellation, a step that could not start) come
@@ -197,5 +248,81 @@ mod tests {
             termination(&JobState::Unknown, None).0,
             Termination::Lost(_)
         ));
+    }
+
+    fn lost(name: &str, reason: &str) -> LostNode {
+        LostNode {
+            name: name.into(),
+            state: "down*".into(),
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_lost_node_is_named_and_outranks_the_ranks_own_statuses() {
+        let node2 = [lost("node2", "Not responding")];
+        let m = node_loss(
+            &finished("NODE_FAIL", Some(0)),
+            &node2,
+            "42",
+            Some("node[1-2]"),
+        );
+        assert_eq!(
+            m.as_deref(),
+            Some("node node2 was lost (Not responding): Slurm ended job 42 NODE_FAIL, which is the cluster's doing, not the cell's")
+        );
+        // A job that failed (rank 0 saw its peer vanish) while its node is down.
+        let m = node_loss(
+            &finished("FAILED", Some(6)),
+            &node2,
+            "42",
+            Some("node[1-2]"),
+        )
+        .unwrap();
+        assert!(
+            m.starts_with("node node2 was lost (Not responding): Slurm ended job 42 FAILED"),
+            "{m}"
+        );
+        // NODE_FAIL with the node back already: the job's node list.
+        let m = node_loss(&finished("NODE_FAIL", None), &[], "42", Some("node[1-2]")).unwrap();
+        assert!(m.starts_with("a node of the job (node[1-2]) failed"), "{m}");
+        let two = [lost("n1", ""), lost("n2", "power")];
+        let m = node_loss(&finished("NODE_FAIL", None), &two, "7", None).unwrap();
+        assert!(
+            m.starts_with("nodes n1 (not responding), n2 (power) were lost"),
+            "{m}"
+        );
+        // A completed job, or a failure with every node well, is judged as before.
+        assert_eq!(
+            node_loss(&finished("COMPLETED", Some(0)), &node2, "42", None),
+            None
+        );
+        assert_eq!(
+            node_loss(&finished("FAILED", Some(6)), &[], "42", None),
+            None
+        );
+        assert_eq!(node_loss(&JobState::Unknown, &node2, "42", None), None);
+
+        // Through the record: the loss, not rank 0's exit 6, ends the attempt.
+        let end = JobEnd {
+            final_state: finished("NODE_FAIL", Some(0)),
+            first_failure: Some((0, 6)),
+            collector: Collector::default(),
+            tails: HashMap::new(),
+            job_lines: vec![],
+            refused: None,
+            stopped_by: None,
+            withdrawn: false,
+            lost: node2.to_vec(),
+            job_id: "42".into(),
+            nodes: Some("node[1-2]".into()),
+        };
+        let mut out = AttemptOutput::before_start();
+        end.record(&mut out);
+        assert!(
+            matches!(&out.termination, Termination::Lost(m) if m.starts_with("node node2 was lost (Not responding)")),
+            "{:?}",
+            out.termination
+        );
     }
 }

@@ -194,9 +194,11 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
         }
         if !self.pending && self.nodes.is_none() && !l.nodes.is_empty() {
             self.deadline = Some(tokio::time::Instant::now() + self.timeout);
-            self.reader
-                .logs
-                .all(&format!("bench: job {} runs on {}", self.job.id, l.nodes));
+            self.reader.logs.all(&format!(
+                "bench: job {} runs on {}",
+                self.job.id,
+                crate::slurm::hostlist::shown(&l.nodes)
+            ));
             (self.reader.news)(JobNews::Running {
                 job_id: &self.job.id,
                 nodes: &l.nodes,
@@ -351,6 +353,7 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             self.job.id,
             end::describe(&final_state)
         ));
+        let lost = self.lost_nodes(&final_state).await;
         let Reader {
             collector,
             tails,
@@ -367,14 +370,65 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             refused: self.refused,
             stopped_by: self.stop.by,
             withdrawn: self.stop.withdrawn,
+            lost,
+            job_id: self.job.id.clone(),
+            nodes: self.nodes.clone(),
         }
         .record(&mut self.out);
         self.out.duration = self.started.elapsed();
+        let node_names = self
+            .nodes
+            .as_deref()
+            .and_then(crate::slurm::hostlist::expand)
+            .unwrap_or_default();
         JobAttempt {
             out: self.out,
             job_id: Some(self.job.id),
             nodes: self.nodes,
+            node_names,
             node_env: self.probe.env,
+        }
+    }
+
+    /// The job's nodes that Slurm holds lost (DOWN or not responding), asked only when the
+    /// job failed on its own (not when the runner stopped it, nor when it completed): a
+    /// node lost mid-job fails every multi-node job on it, and its ranks' own exit
+    /// statuses then tell of the loss (a peer gone, a task killed) rather than of the cell.
+    /// A failed question is said in the logs and counts as no node lost.
+    async fn lost_nodes(&mut self, final_state: &JobState) -> Vec<job::LostNode> {
+        let failed = match final_state {
+            JobState::Finished { state, .. } => state != "COMPLETED",
+            _ => false,
+        };
+        let Some(nodes) = self
+            .nodes
+            .clone()
+            .filter(|_| failed && self.stop.by.is_none())
+        else {
+            return vec![];
+        };
+        match blocking(move || job::lost_nodes(&nodes)).await {
+            Ok(lost) => {
+                for l in &lost {
+                    self.reader.logs.all(&format!(
+                        "bench: Slurm holds node {} lost: state {}{}",
+                        l.name,
+                        l.state,
+                        if l.reason.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", reason: {}", l.reason)
+                        }
+                    ));
+                }
+                lost
+            }
+            Err(e) => {
+                self.reader.logs.all(&format!(
+                    "bench: cannot ask Slurm which nodes are lost: {e}"
+                ));
+                vec![]
+            }
         }
     }
 }
