@@ -268,3 +268,49 @@ fn summaries_with_energy() {
     });
     insta::assert_snapshot!("summary_md_with_energy", md);
 }
+
+/// A fleet of two runs on different hardware (the H100 fixture and a CPU run), each judged
+/// against its own key: the fleet's summary, JUnit, HTML and PR comment.
+#[test]
+fn fleet_reports() {
+    use bench::report::fleet::{self, FleetPart};
+    let (mixed, mixed_cmp) = load("mixed");
+    let (cpu, cpu_cmp) = load("cpu-ok");
+    let part = |folder: &str, results, comparison, exit| FleetPart {
+        folder: folder.into(),
+        input: ReportInput {
+            results,
+            comparison,
+            trends: None,
+            history: None,
+            findings: &[],
+        },
+        exit,
+        shards: if folder == "cpu-x86_64" {
+            vec!["shard 1/2: finished, 2 of 2 planned cells".into()]
+        } else {
+            Vec::new()
+        },
+    };
+    let parts = vec![
+        part("h100-sxm-80gb", &mixed, &mixed_cmp, 1),
+        part("cpu-x86_64", &cpu, &cpu_cmp, 0),
+    ];
+    assert_eq!(fleet::exit_code(&parts), 1);
+    let summaries = vec![
+        MarkdownExporter.render(&parts[0].input).unwrap(),
+        MarkdownExporter.render(&parts[1].input).unwrap(),
+    ];
+    insta::assert_snapshot!(
+        "fleet_summary_md",
+        fleet::render_summary(&parts, &summaries)
+    );
+    insta::assert_snapshot!("fleet_comment_md", fleet::render_comment(&parts, None));
+    insta::assert_snapshot!("fleet_report_html", fleet::render_html(&parts));
+    insta::with_settings!({filters => vec![
+        (r#"time="[0-9.e-]+""#, r#"time="[duration]""#),
+        (r#"timestamp="[^"]+""#, r#"timestamp="[date]""#),
+    ]}, {
+        insta::assert_snapshot!("fleet_junit_xml", fleet::render_junit(&parts).unwrap());
+    });
+}

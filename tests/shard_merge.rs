@@ -355,3 +355,191 @@ fn a_bad_shard_is_bad_input() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("shard.json"), "{}", text(&o));
 }
+
+/// `bench matrix` of `matrix` as run id `id` into `results`, on a host whose `nvidia-smi`
+/// (tests/fixtures/fake_nvidia_smi.sh, on PATH) reports one H100: the run's hardware key is
+/// then the H100's, as on a fleet's GPU pool.
+fn on_h100(dir: &Path, matrix: &str, results: &str, id: &str) -> Output {
+    let bin = dir.join("bin");
+    if !bin.exists() {
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(
+            std::fs::canonicalize("tests/fixtures/fake_nvidia_smi.sh").unwrap(),
+            bin.join("nvidia-smi"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.join("smi")).unwrap();
+        std::fs::write(
+            dir.join("smi/gpu"),
+            "0, GPU-fake-0000, 1755, 1980, 300.00, 700.00, 62, 100, 0x0000000000000000\n",
+        )
+        .unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut a = run_args(dir, matrix, results, id, &[]);
+    // The stand-in's GPU is the cell's.
+    let gpus = a.iter().position(|s| s == "--gpus").unwrap();
+    a.drain(gpus..gpus + 2);
+    bench_cmd(&strs(&a))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env("PATH", path)
+        .env("FAKE_SMI", dir.join("smi"))
+        .output()
+        .unwrap()
+}
+
+/// A fleet's night: the CPU pool's run in two shards and the H100 pool's run whole, merged
+/// in one command into one fleet folder. Each run is judged against its own hardware key's
+/// baselines (the CPU run regressed, the H100 run did not), and the fleet has one summary,
+/// one JUnit with a suite per run, one report.json, one report.html, one PR comment and
+/// the worst run's exit code.
+#[test]
+fn runs_of_two_hardware_kinds_merge_into_one_fleet_each_judged_against_its_own_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fast = matrix(dir, "fast.yaml", "0.5");
+    let slow = matrix(dir, "slow.yaml", "0.6");
+    let baselines = dir.join("baselines");
+    let update = |run: &str| {
+        let o = bench(&[
+            "baseline",
+            "update",
+            dir.join(run).to_str().unwrap(),
+            "--baselines",
+            baselines.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    };
+    // Baselines of both keys at 0.5 s a step.
+    let o = bench(&strs(&run_args(dir, &fast, "results", "base-cpu", &[])));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    update("results/base-cpu");
+    let o = on_h100(dir, &fast, "results", "base-h100");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    update("results/base-h100");
+    let cpu_key = report(&dir.join("results/base-cpu"))["hardware_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let gpu_key = report(&dir.join("results/base-h100"))["hardware_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(gpu_key, "h100-sxm-80gb");
+    assert_ne!(cpu_key, gpu_key);
+
+    // The night: the CPU pool 20% slower in two shards, the H100 pool unchanged and whole.
+    for n in ["1/2", "2/2"] {
+        let o = bench(&strs(&run_args(
+            dir,
+            &slow,
+            &format!("s{}", &n[..1]),
+            "night-cpu",
+            &["--shard", n],
+        )));
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    }
+    let o = on_h100(dir, &fast, "h", "night-h100");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    let out = dir.join("fleet");
+    let o = bench(&[
+        "report",
+        "merge",
+        dir.join("s1/night-cpu").to_str().unwrap(),
+        dir.join("h/night-h100").to_str().unwrap(),
+        dir.join("s2/night-cpu").to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--baselines",
+        baselines.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+
+    // Each run in its own folder, judged against its own key.
+    let cpu = report(&out.join(&cpu_key));
+    assert_eq!(cpu["hardware_key"], cpu_key.as_str());
+    assert!(
+        verdicts(&cpu).iter().all(|(_, s)| s == "regression"),
+        "{cpu}"
+    );
+    assert_eq!(verdicts(&cpu).len(), 5);
+    let gpu = report(&out.join(&gpu_key));
+    assert_eq!(gpu["hardware_key"], "h100-sxm-80gb");
+    assert!(
+        verdicts(&gpu).iter().all(|(_, s)| s == "unchanged"),
+        "{gpu}"
+    );
+    assert_eq!(gpu["exit_code"], 0);
+
+    // One of each for the fleet.
+    let fleet: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(fleet["fleet"], true);
+    assert_eq!(fleet["exit_code"], 1);
+    let runs = fleet["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{fleet}");
+    // In the order the command line first named each run.
+    assert_eq!(runs[0]["hardware_key"], cpu_key.as_str());
+    assert_eq!(runs[0]["exit_code"], 1);
+    assert_eq!(runs[1]["hardware_key"], "h100-sxm-80gb");
+    assert_eq!(runs[1]["exit_code"], 0);
+    assert_eq!(runs[0]["report"]["findings"].as_array().unwrap().len(), 1);
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("2 hardware kinds, 1 of 2 runs failed"),
+        "{summary}"
+    );
+    assert!(summary.contains("shard 2/2: finished"), "{summary}");
+    assert!(summary.contains("`h100-sxm-80gb`"), "{summary}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert_eq!(junit.matches("<testsuite ").count(), 2, "{junit}");
+    assert_eq!(junit.matches("<testcase").count(), 10, "{junit}");
+    assert!(junit.contains("shards on h100-sxm-80gb"), "{junit}");
+    assert_eq!(junit.matches("<failure").count(), 5, "{junit}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("h100-sxm-80gb/report.html"), "{html}");
+    assert!(out.join(&gpu_key).join("report.html").exists());
+
+    // One PR comment for the fleet.
+    let o = bench(&[
+        "report",
+        "post",
+        out.to_str().unwrap(),
+        "--dry-run",
+        "--baselines",
+        baselines.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let body = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        body.starts_with("### bench fleet: 2 hardware kinds"),
+        "{body}"
+    );
+    assert!(body.contains(&format!("`{cpu_key}`")), "{body}");
+    assert!(body.contains("5 regressions"), "{body}");
+
+    // `bench report` of the fleet folder says what it is.
+    let o = bench(&["report", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("the folder of a fleet"), "{}", text(&o));
+
+    if let Some(chromium) = std::env::var_os("BENCH_CHROMIUM") {
+        let o = Command::new("node")
+            .arg("tests/browser/check-fleet.mjs")
+            .arg(&out)
+            .env("BENCH_CHROMIUM", chromium)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "BENCH_CHROMIUM must name Debian's chromium when CI is set"
+        );
+    }
+}

@@ -359,17 +359,20 @@ pub enum ReportCommand {
     Html(HtmlArgs),
     /// Merge the run folders of a sharded run (`bench matrix --shard I/N`) into one run
     /// folder, judged and reported as one run; a missing or unfinished shard is named and
-    /// fails the exit code.
+    /// fails the exit code. Folders of several runs (an H100 nightly and an MI300X one,
+    /// sharded or not) make a fleet folder: each run merged and judged against its own
+    /// hardware key in a folder of its own, under one summary, JUnit, report and exit code.
     Merge(MergeArgs),
 }
 
 /// Arguments of `bench report merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
-    /// The shards' run folders (each has the shard.json plan its shard wrote).
+    /// The shards' run folders (each has the shard.json plan its shard wrote), or whole
+    /// runs' folders; the folders of several runs make a fleet.
     #[arg(required = true, num_args = 1..)]
     pub run_dirs: Vec<PathBuf>,
-    /// The merged run folder to write.
+    /// The merged run folder (or fleet folder) to write.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
     /// Folder of baseline files.

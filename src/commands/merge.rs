@@ -42,7 +42,7 @@ pub(crate) struct MergeSettings {
 }
 
 /// One shard's folder as the merge found it.
-struct Folder {
+pub(crate) struct Folder {
     dir: PathBuf,
     plan: Plan,
     /// `None` when the shard wrote its plan but no results (killed before its first cell).
@@ -72,7 +72,7 @@ impl ShardState {
         self.state == "finished" && self.ran == self.planned
     }
 
-    fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut s = format!(
             "shard {}: {}, {} of {} planned cells",
             self.shard, self.state, self.ran, self.planned
@@ -100,17 +100,75 @@ impl Merged {
     }
 }
 
-/// `bench report merge DIR... -o OUT`.
+/// `bench report merge DIR... -o OUT`: the folders of one run become one run folder; the
+/// folders of several runs (an H100 nightly and an MI300X nightly, each sharded or not)
+/// become a fleet folder ([`super::fleet`]): each run merged into a folder of its own,
+/// judged against its own hardware key, under one summary, JUnit, report and exit code.
 pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     let mut folders = Vec::new();
     for dir in &args.run_dirs {
         folders.push(read_folder(dir)?);
     }
+    let mut runs = by_run(folders);
+    if runs.len() == 1 {
+        let folders = runs.remove(0);
+        return Ok(merge_run(folders, &args.output, args)?.exit);
+    }
+    super::fleet::merge_fleet(runs, args)
+}
+
+/// The folders grouped by run id, in the order the command line first names each run.
+fn by_run(folders: Vec<Folder>) -> Vec<Vec<Folder>> {
+    let mut runs: Vec<Vec<Folder>> = Vec::new();
+    for f in folders {
+        match runs.iter_mut().find(|r| r[0].plan.run_id == f.plan.run_id) {
+            Some(r) => r.push(f),
+            None => runs.push(vec![f]),
+        }
+    }
+    runs
+}
+
+/// One run merged, judged and reported in its folder, as the fleet's summary needs it.
+pub(crate) struct MergedRun {
+    pub results: RunResults,
+    pub verdicts: crate::judge::Verdicts,
+    pub findings: Vec<crate::triage::Finding>,
+    pub shards: Vec<ShardState>,
+    /// Whether every shard finished every cell of its plan.
+    pub complete: bool,
+    /// The exit code of the run alone.
+    pub exit: i32,
+}
+
+/// The hardware key the run of `folders` was measured on: its results' (the nodes' key
+/// for a Slurm run), else the plan's (a run none of whose shards has results).
+pub(crate) fn hardware_key(folders: &[Folder]) -> String {
+    folders
+        .iter()
+        .find_map(|f| f.results.as_ref())
+        .map(|r| r.environment.hardware_key.clone())
+        .unwrap_or_else(|| folders[0].plan.hardware_key.clone())
+}
+
+/// The run id of `folders` (one run's).
+pub(crate) fn run_id(folders: &[Folder]) -> &str {
+    &folders[0].plan.run_id
+}
+
+/// Merges the folders of one run into `out`, judges it against the baselines of its own
+/// hardware key and the shards' history verdicts, writes every report there and prints its
+/// summary.
+pub(crate) fn merge_run(
+    folders: Vec<Folder>,
+    out: &Path,
+    args: &MergeSettings,
+) -> Result<MergedRun, CliError> {
+    let dirs: Vec<PathBuf> = folders.iter().map(|f| f.dir.clone()).collect();
     let merged = merge(folders)?;
-    let out = &args.output;
     std::fs::create_dir_all(out)
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
-    copy_logs(&args.run_dirs, &merged.results, out);
+    copy_logs(&dirs, &merged.results, out);
     merged.results.save_atomic(out)?;
     let internal = |p: &Path, e: &dyn std::fmt::Display| {
         CliError::internal(miette::miette!("{}: {e}", p.display()))
@@ -138,7 +196,7 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     // One triage over every shard's cells: a cause spanning shards is one finding, and
     // what a shard's own triage found (its bisection, its kernels) is laid on it and kept.
     let mut findings = crate::triage::findings(&merged.results, &verdicts);
-    super::triage::carry(&args.run_dirs, &mut findings)?;
+    super::triage::carry(&dirs, &mut findings)?;
     super::triage::save(out, &findings)?;
     let verdict = crate::report::finish_run(
         out,
@@ -150,26 +208,43 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
         args.gpu_hour_price,
     )?;
     append_shards_section(out, &merged)?;
-    if !merged.complete() {
-        return Ok(verdict.max(crate::exit::bench::FAILED));
-    }
-    Ok(verdict)
+    let complete = merged.complete();
+    let exit = if complete {
+        verdict
+    } else {
+        verdict.max(crate::exit::bench::FAILED)
+    };
+    Ok(MergedRun {
+        results: merged.results,
+        verdicts,
+        findings,
+        shards: merged.shards,
+        complete,
+        exit,
+    })
 }
 
-/// A shard folder: its plan (required: a folder without one is not a shard, bad input)
-/// and its results when it has any.
+/// A run folder: a shard's, with its plan, or a whole run's (`bench matrix` without
+/// `--shard`), which is its own one shard of a plan of the cells it holds. A folder with
+/// neither a plan nor results is bad input.
 fn read_folder(dir: &Path) -> Result<Folder, CliError> {
-    let Some(plan) = Plan::load(dir)? else {
-        return Err(CliError::bad_input(miette::miette!(
-            "{}: no {} here: not the folder of a `bench matrix --shard I/N` run",
-            dir.display(),
-            super::shard::FILE
-        )));
-    };
-    let results = if dir.join(RunResults::FILE).exists() || dir.join(RunResults::JOURNAL).exists() {
+    let has_results = dir.join(RunResults::FILE).exists() || dir.join(RunResults::JOURNAL).exists();
+    let results = if has_results {
         Some(RunResults::load(dir)?)
     } else {
         None
+    };
+    let plan = match (Plan::load(dir)?, &results) {
+        (Some(plan), _) => plan,
+        (None, Some(r)) => Plan::whole(r),
+        (None, None) => {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: neither {} nor {}: not the folder of a `bench matrix` run",
+                dir.display(),
+                super::shard::FILE,
+                RunResults::FILE
+            )))
+        }
     };
     Ok(Folder {
         dir: dir.to_path_buf(),

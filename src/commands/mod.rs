@@ -12,6 +12,7 @@
 //! ([`crate::history::gate::Confirmation`]), never the judge calling the runner.
 //! docs/architecture.md draws the pipeline.
 
+pub mod fleet;
 pub mod matrix;
 pub mod merge;
 pub mod report;

@@ -37,6 +37,14 @@ pub(crate) struct ReportSettings {
 /// a finished run again from its `results.json`, against the baselines as they are now.
 pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
     let run_dir = &settings.run_dir;
+    if let Some(runs) = super::fleet::runs_of(run_dir)? {
+        let names: Vec<String> = runs.iter().map(|(d, _)| d.display().to_string()).collect();
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: the folder of a fleet (`bench report merge` of several runs): report one of its runs ({}), or merge the runs again",
+            run_dir.display(),
+            names.join(", ")
+        )));
+    }
     let results = RunResults::load(run_dir)?;
     let dir = if run_dir.is_dir() {
         run_dir.clone()
@@ -173,6 +181,9 @@ pub(crate) fn post_with_env(
     args: &PostSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<i32, CliError> {
+    if let Some(runs) = super::fleet::runs_of(&args.run_dir)? {
+        return post_fleet(args, env, &runs);
+    }
     let results = RunResults::load(&args.run_dir)?;
     // The history's verdicts, when the run was judged against one, are the run's verdicts.
     let verdicts = crate::judge::of_run(&results, &args.baselines, Some(&args.run_dir))?;
@@ -189,6 +200,61 @@ pub(crate) fn post_with_env(
             artifacts_url,
         )
     };
+    let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
+    deliver(args, env, &body, &marker, &[comparison], verdict)
+}
+
+/// `bench report post` of a fleet folder: one comment for all its runs, each judged as its
+/// own folder holds it, and one commit status with the worst run's verdict.
+fn post_fleet(
+    args: &PostSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+    runs: &[(PathBuf, i32)],
+) -> Result<i32, CliError> {
+    let mut loaded = Vec::new();
+    for (dir, exit) in runs {
+        let results = RunResults::load(dir)?;
+        let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
+        let findings = super::triage::findings(&results, &verdicts, dir)?;
+        // The fleet's index keeps each run's exit code (a shard that did not finish fails
+        // a run whose cells all passed); the verdicts alone cannot be worse than it.
+        let exit = (*exit).max(verdicts.exit_code());
+        loaded.push((dir, results, verdicts, findings, exit));
+    }
+    let parts: Vec<crate::report::fleet::FleetPart<'_>> = loaded
+        .iter()
+        .map(
+            |(dir, results, verdicts, findings, exit)| crate::report::fleet::FleetPart {
+                folder: dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                input: crate::report::ReportInput::new(results, verdicts, findings),
+                exit: *exit,
+                shards: Vec::new(),
+            },
+        )
+        .collect();
+    let verdict = crate::report::fleet::exit_code(&parts);
+    let body =
+        |artifacts_url: Option<&str>| crate::report::fleet::render_comment(&parts, artifacts_url);
+    let matrices: Vec<&str> = loaded.iter().map(|l| l.1.matrix_name.as_str()).collect();
+    let marker = Marker::new(&matrices.join("+"), "fleet");
+    let comparisons: Vec<&Comparison> = loaded.iter().map(|l| &l.2.comparison).collect();
+    deliver(args, env, &body, &marker, &comparisons, verdict)
+}
+
+/// Prints the comment (`--dry-run`) or posts it, with the commit status when asked, and
+/// returns `verdict`: posting never changes the exit code, and a failure to post is a
+/// warning.
+fn deliver(
+    args: &PostSettings,
+    env: &dyn Fn(&str) -> Option<String>,
+    body: &dyn Fn(Option<&str>) -> String,
+    marker: &Marker,
+    comparisons: &[&Comparison],
+    verdict: i32,
+) -> Result<i32, CliError> {
     if args.dry_run {
         // The body as a pull request would show it, with the artifacts link `--artifacts-url`
         // gives; nothing is resolved that only posting needs (token, repository, number).
@@ -203,8 +269,14 @@ pub(crate) fn post_with_env(
         }
     };
     let body = body(target.artifacts_url.as_deref());
-    let marker = Marker::new(&results.matrix_name, &results.environment.hardware_key);
-    let counts = comparison.counts();
+    let (mut regressed, mut improved, mut failed, mut cells) = (0, 0, 0, 0);
+    for c in comparisons {
+        let n = c.counts();
+        regressed += n.regression;
+        improved += n.improvement;
+        failed += n.failed + n.timed_out;
+        cells += n.cells;
+    }
     let commit_status = args.commit_status.then(|| CommitStatus {
         state: if verdict == crate::exit::bench::OK {
             StatusState::Success
@@ -212,11 +284,7 @@ pub(crate) fn post_with_env(
             StatusState::Failure
         },
         description: format!(
-            "{} regressed, {} improved, {} failed of {} cells",
-            counts.regression,
-            counts.improvement,
-            counts.failed + counts.timed_out,
-            counts.cells
+            "{regressed} regressed, {improved} improved, {failed} failed of {cells} cells"
         ),
     });
     let opts = PostOptions {
@@ -225,7 +293,8 @@ pub(crate) fn post_with_env(
         deadline: args.deadline,
         ..PostOptions::default()
     };
-    match publish::post(&target, &body, &marker, comparison.has_changes(), &opts) {
+    let changes = comparisons.iter().any(|c| c.has_changes());
+    match publish::post(&target, &body, marker, changes, &opts) {
         Ok(outcome) => println!("bench report post: {outcome}"),
         Err(e) => eprintln!("warning: posting the report failed: {e}"),
     }

@@ -73,6 +73,32 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The plan of a run that was not sharded: one shard holding every cell it ran, so
+    /// that `bench report merge` takes a whole run's folder beside other runs' shards.
+    pub(crate) fn whole(results: &crate::results::RunResults) -> Plan {
+        let cells: Vec<Planned> = results
+            .cells
+            .iter()
+            .map(|c| Planned {
+                shard: 1,
+                expected_gpu_s: c.duration_s,
+                source: CostSource::Nominal,
+                cell: Cell {
+                    id: c.id.clone(),
+                    values: c.values.clone(),
+                    params: c.params.clone(),
+                },
+            })
+            .collect();
+        Plan {
+            run_id: results.run_id.clone(),
+            shard: Shard { index: 1, count: 1 },
+            hardware_key: results.environment.hardware_key.clone(),
+            expected_gpu_s: vec![cells.iter().map(|c| c.expected_gpu_s).sum()],
+            cells,
+        }
+    }
+
     /// The cells of `shard` (from 1), in expansion order.
     pub(crate) fn cells_of(&self, shard: u32) -> impl Iterator<Item = &Planned> {
         self.cells.iter().filter(move |p| p.shard == shard)

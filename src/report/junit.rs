@@ -145,6 +145,22 @@ impl Exporter for JunitExporter {
     }
 
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
+        let mut report = Report::new(input.results.matrix_name.as_str());
+        report.add_test_suite(suite(input)?);
+        let mut out = report.to_string().map_err(render_err)?;
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        // Worker text is sanitized where it is read; this guards results from elsewhere
+        // (an older bench, a hand-edited file): XML cannot hold NUL or ESC in any form.
+        Ok(crate::sanitize::xml_chars(&out).into_owned())
+    }
+}
+
+/// The run's testsuite: a testcase per cell meant to run, the run's provenance as the
+/// suite's properties. A fleet's JUnit holds one per run.
+pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
+    {
         let r = input.results;
         let env = &r.environment;
         let mut suite = TestSuite::new(r.matrix_name.as_str());
@@ -226,14 +242,6 @@ impl Exporter for JunitExporter {
             ));
         }
         suite.add_properties(props.into_iter().map(|(k, v)| Property::new(k, v)));
-        let mut report = Report::new(r.matrix_name.as_str());
-        report.add_test_suite(suite);
-        let mut out = report.to_string().map_err(render_err)?;
-        if !out.ends_with('\n') {
-            out.push('\n');
-        }
-        // Worker text is sanitized where it is read; this guards results from elsewhere
-        // (an older bench, a hand-edited file): XML cannot hold NUL or ESC in any form.
-        Ok(crate::sanitize::xml_chars(&out).into_owned())
+        Ok(suite)
     }
 }

@@ -11,6 +11,7 @@
 //! of earlier runs' values that the Markdown and HTML reports draw when a history is given.
 
 mod escape;
+pub mod fleet;
 pub mod frameworks;
 pub mod history;
 pub mod html;

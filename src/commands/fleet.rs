@@ -1,0 +1,204 @@
+//! `bench report merge` over the folders of several runs: a fleet's night, e.g. an H100
+//! pool's nightly and an MI300X pool's, each sharded or not. Each run is merged into a
+//! folder of its own under the output (named for its hardware key) and judged there against
+//! its own key's baselines and the history verdicts its shards got, exactly as a merge of
+//! that run alone; then the fleet's files join them: `summary.md`, `junit.xml`,
+//! `report.json`, `report.html` ([`crate::report::fleet`]) and [`FILE`], which `bench report
+//! post` reads to post one comment for the fleet. The exit code is the worst run's.
+
+use std::path::{Path, PathBuf};
+
+use super::merge::{self, Folder, MergeSettings, MergedRun};
+use crate::error::CliError;
+use crate::report::fleet::{self, FleetPart};
+use crate::report::ReportInput;
+
+/// The fleet's index in its folder: each run's folder, key, matrix and exit code.
+pub(crate) const FILE: &str = "fleet.json";
+
+/// A run's folder name under the fleet's: its hardware key, with the run id after it when
+/// two runs share a key; only letters, digits and `-_.`, so a key from a results file never
+/// names a path outside the fleet's folder.
+fn folder_name(key: &str, run_id: &str, taken: &[String]) -> String {
+    let clean = |s: &str| -> String {
+        let c: String = s
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(100)
+            .collect();
+        // A name of dots alone would be this folder or its parent, and one that begins
+        // with a dot is hidden.
+        if c.is_empty() || c.starts_with('.') {
+            format!("run{c}")
+        } else {
+            c
+        }
+    };
+    let mut name = clean(key);
+    if taken.contains(&name) {
+        name = format!("{name}.{}", clean(run_id));
+    }
+    let mut n = 2;
+    let base = name.clone();
+    while taken.contains(&name) {
+        name = format!("{base}.{n}");
+        n += 1;
+    }
+    name
+}
+
+/// Merges each run of `runs` into its folder under `args.output` and writes the fleet's
+/// files; returns the worst run's exit code.
+pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Result<i32, CliError> {
+    let out = &args.output;
+    std::fs::create_dir_all(out)
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
+    let mut merged: Vec<(String, MergedRun)> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for folders in runs {
+        let key = merge::hardware_key(&folders);
+        let name = folder_name(&key, merge::run_id(&folders), &names);
+        names.push(name.clone());
+        eprintln!(
+            "== run {} on {key}: merged into {} ==",
+            merge::run_id(&folders),
+            out.join(&name).display()
+        );
+        let run = merge::merge_run(folders, &out.join(&name), args)?;
+        merged.push((name, run));
+    }
+    let parts: Vec<FleetPart<'_>> = merged
+        .iter()
+        .map(|(name, m)| FleetPart {
+            folder: name.clone(),
+            input: ReportInput::new(&m.results, &m.verdicts, &m.findings),
+            exit: m.exit,
+            shards: if m.shards.len() > 1 || !m.complete {
+                m.shards.iter().map(|s| s.line()).collect()
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    let summaries: Vec<String> = merged
+        .iter()
+        .map(|(name, _)| {
+            std::fs::read_to_string(out.join(name).join("summary.md")).unwrap_or_default()
+        })
+        .collect();
+    let write = |file: &str, text: &str| -> Result<PathBuf, CliError> {
+        let path = out.join(file);
+        crate::atomic::write(&path, text.as_bytes())
+            .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
+        Ok(path)
+    };
+    let index: Vec<fleet::PartJson> = parts.iter().map(|p| fleet::part_json(p, None)).collect();
+    let exit = fleet::exit_code(&parts);
+    let json = |v: serde_json::Value| {
+        serde_json::to_string_pretty(&v).map_err(|e| CliError::internal(miette::miette!("{e}")))
+    };
+    write(
+        FILE,
+        &json(serde_json::json!({ "runs": index, "exit_code": exit }))?,
+    )?;
+    let summary = fleet::render_summary(&parts, &summaries);
+    write("summary.md", &summary)?;
+    write("junit.xml", &fleet::render_junit(&parts)?)?;
+    write("report.json", &fleet::render_json(&parts)?)?;
+    write("report.html", &fleet::render_html(&parts))?;
+    // The fleet's summary replaces the runs' own in the job's page: each run's was
+    // appended when it was merged, which a reader then sees in full below the fleet's.
+    if let Err(e) = crate::report::append_step_summary(&summary) {
+        eprintln!("warning: {e}");
+    }
+    eprintln!(
+        "fleet: {} runs merged into {}; exit {exit}",
+        parts.len(),
+        out.display()
+    );
+    for p in &parts {
+        eprintln!(
+            "  {} ({}): exit {}",
+            p.folder, p.input.results.run_id, p.exit
+        );
+    }
+    Ok(exit)
+}
+
+/// The runs of a fleet folder with each one's exit code, for `bench report post`: `None`
+/// when `dir` is one run's.
+pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliError> {
+    let path = dir.join(FILE);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
+        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
+    #[derive(serde::Deserialize)]
+    struct Run {
+        folder: String,
+        exit_code: i32,
+    }
+    #[derive(serde::Deserialize)]
+    struct Index {
+        runs: Vec<Run>,
+    }
+    let index: Index = serde_json::from_str(&text).map_err(|e| {
+        CliError::bad_input(miette::miette!(
+            "{}: line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let mut dirs = Vec::new();
+    for r in index.runs {
+        // Only a plain folder name inside the fleet's folder, as the merge writes it.
+        let plain = !r.folder.is_empty()
+            && Path::new(&r.folder)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            && !r.folder.contains('/');
+        if !plain {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: run folder {:?} is not a folder name inside the fleet's folder",
+                path.display(),
+                r.folder
+            )));
+        }
+        dirs.push((dir.join(r.folder), r.exit_code));
+    }
+    if dirs.is_empty() {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: no runs",
+            path.display()
+        )));
+    }
+    Ok(Some(dirs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_folders_are_plain_names_and_never_collide() {
+        assert_eq!(folder_name("h100-sxm-80gb", "n1", &[]), "h100-sxm-80gb");
+        let taken = vec!["h100-sxm-80gb".to_string()];
+        assert_eq!(
+            folder_name("h100-sxm-80gb", "n/2", &taken),
+            "h100-sxm-80gb.n_2"
+        );
+        assert_eq!(folder_name("../..", "x", &[]), "run.._..");
+        assert_eq!(folder_name("..", "x", &[]), "run..");
+        assert_eq!(folder_name("a/b<c>", "x", &[]), "a_b_c_");
+        let taken = vec!["k".to_string(), "k.r".to_string()];
+        assert_eq!(folder_name("k", "r", &taken), "k.r.2");
+    }
+}
