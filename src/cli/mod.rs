@@ -35,7 +35,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
                 crate::commands::report::html_command(&resolve::html(h))
             }
             Some(ReportCommand::Merge(m)) => {
-                crate::commands::merge::merge_command(&resolve::merge(m))
+                crate::commands::fleet::merge_command(&resolve::merge(m))
             }
             None => crate::commands::report::report(&resolve::report(&args)?),
         },

@@ -5,6 +5,9 @@
 //! that run alone; then the fleet's files join them: `summary.md`, `junit.xml`,
 //! `report.json`, `report.html` ([`crate::report::fleet`]) and [`FILE`], which `bench report
 //! post` reads to post one comment for the fleet. The exit code is the worst run's.
+//!
+//! It also owns the command's entry ([`merge_command`]): the folders of one run go to
+//! [`super::merge`] alone, so that module never imports this one.
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +54,23 @@ fn folder_name(key: &str, run_id: &str, taken: &[String]) -> String {
         n += 1;
     }
     name
+}
+
+/// `bench report merge DIR... -o OUT`: the folders of one run become one run folder; the
+/// folders of several runs (an H100 nightly and an MI300X nightly, each sharded or not)
+/// become a fleet folder: each run merged into a folder of its own,
+/// judged against its own hardware key, under one summary, JUnit, report and exit code.
+pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
+    let mut folders = Vec::new();
+    for dir in &args.run_dirs {
+        folders.push(merge::read_folder(dir)?);
+    }
+    let mut runs = merge::by_run(folders);
+    if runs.len() == 1 {
+        let folders = runs.remove(0);
+        return Ok(merge::merge_run(folders, &args.output, args)?.exit);
+    }
+    merge_fleet(runs, args)
 }
 
 /// Merges each run of `runs` into its folder under `args.output` and writes the fleet's

@@ -100,25 +100,8 @@ impl Merged {
     }
 }
 
-/// `bench report merge DIR... -o OUT`: the folders of one run become one run folder; the
-/// folders of several runs (an H100 nightly and an MI300X nightly, each sharded or not)
-/// become a fleet folder ([`super::fleet`]): each run merged into a folder of its own,
-/// judged against its own hardware key, under one summary, JUnit, report and exit code.
-pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
-    let mut folders = Vec::new();
-    for dir in &args.run_dirs {
-        folders.push(read_folder(dir)?);
-    }
-    let mut runs = by_run(folders);
-    if runs.len() == 1 {
-        let folders = runs.remove(0);
-        return Ok(merge_run(folders, &args.output, args)?.exit);
-    }
-    super::fleet::merge_fleet(runs, args)
-}
-
 /// The folders grouped by run id, in the order the command line first names each run.
-fn by_run(folders: Vec<Folder>) -> Vec<Vec<Folder>> {
+pub(crate) fn by_run(folders: Vec<Folder>) -> Vec<Vec<Folder>> {
     let mut runs: Vec<Vec<Folder>> = Vec::new();
     for f in folders {
         match runs.iter_mut().find(|r| r[0].plan.run_id == f.plan.run_id) {
@@ -227,7 +210,7 @@ pub(crate) fn merge_run(
 /// A run folder: a shard's, with its plan, or a whole run's (`bench matrix` without
 /// `--shard`), which is its own one shard of a plan of the cells it holds. A folder with
 /// neither a plan nor results is bad input.
-fn read_folder(dir: &Path) -> Result<Folder, CliError> {
+pub(crate) fn read_folder(dir: &Path) -> Result<Folder, CliError> {
     let has_results = dir.join(RunResults::FILE).exists() || dir.join(RunResults::JOURNAL).exists();
     let results = if has_results {
         Some(RunResults::load(dir)?)
