@@ -207,8 +207,18 @@ if [ ! -f "$CONF_DIR/slurm.conf" ] || [ "$(cat "$CONF_DIR/slurm.conf")" != "$con
 fi
 export SLURM_CONF="$CONF_DIR/slurm.conf"
 
-# A daemon counts as running when the pid in its pid file is alive.
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A daemon counts as running when the pid in its pid file is alive. A daemon killed a
+# moment ago (a test losing a node) may not have been reaped yet, and `kill -0` succeeds on
+# a zombie, so a zombie counts as stopped (its state is the field after the command name
+# in /proc/PID/stat).
+alive() {
+  local pid state
+  [ -f "$1" ] || return 1
+  pid="$(cat "$1")"
+  kill -0 "$pid" 2>/dev/null || return 1
+  state="$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)"
+  [ "$state" != Z ]
+}
 stop() {
   if alive "$1"; then
     kill "$(cat "$1")" 2>/dev/null || true

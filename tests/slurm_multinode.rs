@@ -6,17 +6,22 @@
 //! gloo on CPU) whose two ranks rendezvous at the allocation's first node.
 //!
 //! One test runs the cell to its end: both nodes named in the results, both ranks' step
-//! events, the slowest rank's step time. The other loses a node mid-job (SIGKILL to
-//! node2's slurmd only), checks that the attempt fails naming the node, restarts the
-//! slurmd, and checks that the retry runs on both nodes and passes (the cell is flaky).
-//! Whatever happens, a guard runs the set-up script again, so the cluster is left with
-//! every node up for the tests after it.
+//! events, the slowest rank's step time. The other loses node2 twice, each time with every
+//! process of its network namespace (its slurmd, the job's slurmstepd and the rank) killed
+//! with SIGKILL, as a host that dies takes them: once all at once (Slurm ends the job
+//! `NODE_FAIL`), once rank first, as a host in trouble loses a process before it stops
+//! answering (the job ends `FAILED` before Slurm declares the node lost, and the runner
+//! waits for that). Both attempts fail naming node2; the set-up script brings node2 back
+//! after each, and the third attempt passes on both nodes (the cell is flaky). Whatever
+//! happens, a guard runs the set-up script again, so the cluster is left with every node
+//! up for the tests after it.
 //!
 //! Like every Slurm test, these run only with `BENCH_SLURM_TESTS=1` (then fail loudly if
 //! Slurm or `BENCH_PYTHON`'s torch does not work) and take turns through
 //! `common::slurm_turn()`.
 
 use std::io::BufRead;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc::Receiver;
@@ -28,6 +33,9 @@ mod common;
 
 /// The nodes of partition `multi`, as scripts/slurm-ci-setup.sh names them.
 const NODES: [&str; 2] = ["node1", "node2"];
+/// The network namespace scripts/slurm-ci-setup.sh runs node2's slurmd in: every process
+/// of that node (its slurmd, a job's slurmstepd, the ranks they start) lives in it.
+const NODE2_NETNS: &str = "bench-node2";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -171,22 +179,42 @@ impl Drop for ClusterGuard {
     }
 }
 
-/// The pid file of `node`'s slurmd, from the controller's configuration (`SlurmdPidFile`,
-/// where `%n` stands for the node's name).
-fn slurmd_pid_file(node: &str) -> PathBuf {
-    let o = Command::new("scontrol")
-        .args(["show", "config"])
+/// The processes of node2 (its network namespace), with their command lines.
+fn node2_processes() -> Vec<(i32, String)> {
+    let o = Command::new("ip")
+        .args(["netns", "pids", NODE2_NETNS])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    let pattern = text
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == "SlurmdPidFile").then(|| v.trim().to_string())
+    assert!(
+        o.status.success(),
+        "ip netns pids {NODE2_NETNS}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .map(|pid: i32| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (pid, String::from_utf8_lossy(&cmd).replace('\0', " "))
         })
-        .expect("SlurmdPidFile in scontrol show config");
-    PathBuf::from(pattern.replace("%n", node))
+        .collect()
+}
+
+/// SIGKILL to node2's processes whose command line `which` picks; returns what was
+/// killed, for the failure messages.
+fn kill_on_node2(which: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut killed = Vec::new();
+    for (pid, cmd) in node2_processes() {
+        if which(&cmd) {
+            // A process that ended meanwhile is no failure: it is gone either way.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            killed.push(format!("{pid} {cmd}"));
+        }
+    }
+    killed
 }
 
 /// Whether a rank's log holds at least one step event.
@@ -282,94 +310,144 @@ fn a_two_node_cell_trains_over_gloo_and_names_both_nodes() {
     }
 }
 
+/// Waits until both ranks of the attempt whose logs end in `.{suffix}rank0.log` and
+/// `.{suffix}rank1.log` have printed a step, keeping bench's lines in `seen`.
+fn wait_training(logs: &Path, suffix: &str, lines: &Receiver<String>, seen: &mut Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        seen.extend(lines.try_iter());
+        let found: Vec<PathBuf> = std::fs::read_dir(logs)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        let training = |r: u32| {
+            let end = format!(".{suffix}rank{r}.log");
+            found
+                .iter()
+                .any(|p| p.to_string_lossy().ends_with(&end) && has_step(p))
+        };
+        if training(0) && training(1) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no steps from both ranks ({suffix}): {seen:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Slurm job of attempt `attempt`, from bench's SUBMIT line.
+fn job_of(seen: &[String], attempt: u32) -> String {
+    let head = format!("attempt {attempt}: Slurm job ");
+    seen.iter()
+        .find_map(|l| Some(l.split_once(&head)?.1.trim().to_string()))
+        .unwrap_or_else(|| panic!("no SUBMIT line for attempt {attempt}: {seen:#?}"))
+}
+
 #[test]
-fn a_lost_node_fails_the_attempt_naming_it_and_the_retry_passes_on_both_nodes() {
+fn a_node_lost_with_its_rank_fails_the_attempt_naming_it_and_the_retry_passes() {
     if !common::slurm_enabled() {
         return;
     }
     let _turn = common::slurm_turn();
     set_up_cluster();
     let tmp = tempfile::tempdir().unwrap();
-    // Each attempt trains for 40 s: the first must still run when the controller declares
-    // node2 lost (SlurmdTimeout 4 s and one failed ping: about 16 s here).
-    let m = write_matrix(tmp.path(), 100_000, 40.0, 1);
+    // Each attempt trains for 10 s: long enough to be killed mid-training on a loaded
+    // machine, and all the passing attempt costs. The ranks a lost node leaves behind fail
+    // at once (gloo's connection to the lost rank is reset), so no attempt need outlive
+    // Slurm's detection of the loss.
+    let m = write_matrix(tmp.path(), 100_000, 10.0, 2);
     let dir = tmp.path().join("results/lost");
+    let logs = dir.join("logs");
     let started = Instant::now();
     let (mut child, lines) = common::spawn_bench(&mut bench(tmp.path(), &m, "lost"));
     let mut seen = Vec::new();
     let guard = ClusterGuard;
+    let at = |t: Instant| (t - started).as_secs_f64();
 
-    // Both ranks are training (each has printed a step) before the node is lost.
-    let logs = dir.join("logs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let rank_logs = loop {
-        seen.extend(lines.try_iter());
-        let found: Vec<PathBuf> = std::fs::read_dir(&logs)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        let rank = |r: u32| {
-            found
-                .iter()
-                .find(|p| p.to_string_lossy().ends_with(&format!(".r0.rank{r}.log")))
-                .cloned()
-        };
-        if let (Some(a), Some(b)) = (rank(0), rank(1)) {
-            if has_step(&a) && has_step(&b) {
-                break (a, b);
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no steps from both ranks: {seen:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let training_at = started.elapsed();
-
-    // Lose node2: SIGKILL to its slurmd, and only to it (its ranks live on, as they do on a
-    // node whose daemon died; the controller must notice that the node stopped answering).
-    let pid_file = slurmd_pid_file("node2");
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
-        .trim()
-        .parse()
-        .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let killed_at = started.elapsed();
-
-    // The first attempt fails naming the node, and is retried.
+    // 1. node2 dies at once, while both ranks train: SIGKILL to every process of its
+    // namespace. srun waits for the lost node's task until the controller declares the
+    // node DOWN (SlurmdTimeout 4 s: about 15 s here) and Slurm ends the job NODE_FAIL.
+    wait_training(&logs, "r0.", &lines, &mut seen);
+    let killed = kill_on_node2(|_| true);
+    let killed_at = Instant::now();
+    assert!(
+        killed.iter().any(|p| p.contains("gloo_ddp_trainer.py")),
+        "node2 runs no rank: {killed:#?}"
+    );
     wait_for_line(
         &lines,
         &mut seen,
         "node node2 was lost",
         Duration::from_secs(120),
     );
-    let failed_at = started.elapsed();
+    let failed_at = Instant::now();
     let retry = seen.last().unwrap().clone();
     assert!(retry.starts_with("RETRY"), "{retry}");
     assert_eq!(node_state("node2"), "down*");
-
     // node2 comes back (its slurmd restarted; ReturnToService brings the node back to
-    // service), and the retry's job, pending until then, runs on both nodes.
+    // service), and the retry's job, pending until then, starts on both nodes.
     set_up_cluster();
-    let back_at = started.elapsed();
+
+    // 2. node2 dies rank first, as a host in trouble loses a process (the OOM killer, a
+    // GPU fault) before it stops answering: the rank gets SIGKILL, srun ends the job on
+    // it (FAILED, node2 still up), and only then does the rest of node2 get SIGKILL. The
+    // runner, seeing a rank killed, asks Slurm about the job's nodes until node2 is
+    // declared lost.
+    wait_training(&logs, "r0.a1.", &lines, &mut seen);
+    let job = job_of(&seen, 1);
+    // The rank's own process, not the task wrapper's shell that runs it (whose command line
+    // names the trainer too): the wrapper lives on to report the rank's death.
+    let py = python();
+    let rank = kill_on_node2(|cmd| cmd.starts_with(&py) && cmd.contains("gloo_ddp_trainer.py"));
+    assert_eq!(rank.len(), 1, "node2's rank: {rank:#?}");
+    let rank_killed_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while common::squeue_lists(&job) {
+        assert!(Instant::now() < deadline, "job {job} still queued");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let job_ended_at = Instant::now();
+    assert_eq!(common::job_state(&job), "FAILED", "job {job}");
+    let rest = kill_on_node2(|_| true);
+    let node_killed_at = Instant::now();
+    assert!(
+        rest.iter().any(|p| p.contains("slurmd")),
+        "node2's slurmd: {rest:#?}"
+    );
+    wait_for_line(
+        &lines,
+        &mut seen,
+        "node node2 was lost",
+        Duration::from_secs(120),
+    );
+    let failed2_at = Instant::now();
+    let retry = seen.last().unwrap().clone();
+    assert!(retry.starts_with("RETRY"), "{retry}");
+    // The runner said that it waited, and why.
+    assert!(
+        seen.iter().any(|l| l.starts_with("WAIT")
+            && l.contains(&format!(
+                "Slurm job {job} failed as a lost node makes jobs fail"
+            ))),
+        "{seen:#?}"
+    );
+    set_up_cluster();
+
+    // 3. The third attempt runs on both nodes and passes.
     let status = child.wait().unwrap();
     seen.extend(lines.try_iter());
-    let done_at = started.elapsed();
+    let done_at = Instant::now();
     assert_eq!(status.code(), Some(0), "{seen:#?}\n{}", all_logs(&dir));
     drop(guard);
     eprintln!(
-        "lost node: both ranks training at {:.1}s, node2's slurmd killed at {:.1}s, attempt failed at {:.1}s ({:.1}s after the kill), node2 back at {:.1}s, run done at {:.1}s",
-        training_at.as_secs_f64(),
-        killed_at.as_secs_f64(),
-        failed_at.as_secs_f64(),
+        "lost node: all of node2 killed at {:.1}s, attempt failed {:.1}s later; node2's rank killed at {:.1}s, job ended {:.1}s later, the rest of node2 killed then, attempt failed {:.1}s after that; run done at {:.1}s",
+        at(killed_at),
         (failed_at - killed_at).as_secs_f64(),
-        back_at.as_secs_f64(),
-        done_at.as_secs_f64()
+        at(rank_killed_at),
+        (job_ended_at - rank_killed_at).as_secs_f64(),
+        (failed2_at - node_killed_at).as_secs_f64(),
+        at(done_at)
     );
 
     let r = RunResults::load(&dir).unwrap();
@@ -377,35 +455,98 @@ fn a_lost_node_fails_the_attempt_naming_it_and_the_retry_passes_on_both_nodes() 
     assert_eq!(c.outcome, Outcome::Passed, "{c:#?}");
     assert!(
         c.flaky,
-        "a pass after a retried infrastructure failure is flaky"
+        "a pass after retried infrastructure failures is flaky"
     );
-    assert_eq!(c.attempts.len(), 2, "{:#?}", c.attempts);
-    let (first, second) = (&c.attempts[0], &c.attempts[1]);
-    let why = first.error.as_deref().unwrap_or("");
+    assert_eq!(c.attempts.len(), 3, "{:#?}", c.attempts);
+    let why = |i: usize| c.attempts[i].error.clone().unwrap_or_default();
     assert!(
-        why.starts_with("node node2 was lost (Not responding): Slurm ended job")
-            && why.contains("NODE_FAIL"),
-        "{why}"
+        why(0).starts_with("node node2 was lost (Not responding): Slurm ended job")
+            && why(0).contains("NODE_FAIL"),
+        "{}",
+        why(0)
     );
-    assert_eq!(first.slurm_node_names, NODES);
-    assert_eq!(second.error, None);
-    assert_eq!(second.slurm_node_names, NODES, "{second:#?}");
-    assert_ne!(first.slurm_job_id, second.slurm_job_id);
+    // The sign is rank 1's death by SIGKILL, or rank 0's distributed failure when its word
+    // reached srun first; the node is `not responding` (`idle*`), or already DOWN on a
+    // slow controller.
+    assert!(
+        why(1).starts_with("node node2 was lost (")
+            && why(1).contains(&format!(
+                "Slurm job {job} FAILED as a lost peer makes jobs fail ("
+            ))
+            && why(1).contains("and Slurm declared the loss"),
+        "{}",
+        why(1)
+    );
+    assert_eq!(c.attempts[2].error, None);
+    for a in &c.attempts {
+        assert_eq!(a.slurm_node_names, NODES, "{a:#?}");
+    }
     // Slurm did not requeue the lost job (bench retries, in a job of its own).
     assert_eq!(
-        common::job_state(first.slurm_job_id.as_deref().unwrap()),
+        common::job_state(c.attempts[0].slurm_job_id.as_deref().unwrap()),
         "NODE_FAIL"
     );
     // The retry's measurements are the cell's: both ranks' steps.
     assert!(!steps_of(c, 0, 0).is_empty() && !steps_of(c, 0, 1).is_empty());
-    // The first attempt's logs say which node was lost.
-    let job_log = std::fs::read_to_string(rank_logs.0.with_extension("").with_extension("job.log"));
-    let job_log = job_log.unwrap_or_default();
+    // The attempts' logs say which node was lost, and the second how long bench waited.
+    let job_log = |stem: &str| {
+        std::fs::read_to_string(logs.join(format!("{}.{stem}.job.log", c.id))).unwrap_or_default()
+    };
+    let first = job_log("r0");
     assert!(
-        job_log.contains("Slurm holds node node2 lost: state down*, reason: Not responding"),
-        "{job_log}"
+        first.contains("Slurm holds node node2 lost: state down*, reason: Not responding"),
+        "{first}"
+    );
+    let second = job_log("r0.a1");
+    assert!(
+        second.contains("asking Slurm every 2s for up to 24s (SlurmdTimeout 4s + 2 x MessageTimeout 5s + 10s, from scontrol show config)")
+            && second.contains("Slurm holds node node2 lost: state "),
+        "{second}"
     );
     for n in NODES {
         assert_eq!(node_state(n), "idle", "{n} after the test");
     }
+}
+
+#[test]
+fn ctrl_c_ends_the_wait_for_a_lost_node() {
+    if !common::slurm_enabled() {
+        return;
+    }
+    let _turn = common::slurm_turn();
+    set_up_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = write_matrix(tmp.path(), 100_000, 10.0, 1);
+    let dir = tmp.path().join("results/wait");
+    let mut cmd = bench(tmp.path(), &m, "wait");
+    // Its own process group, as a terminal's foreground job: the test's SIGINT is for it.
+    cmd.process_group(0);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
+    let mut seen = Vec::new();
+    let _guard = ClusterGuard;
+
+    // node2's rank dies, the node stays up: the runner waits for Slurm's word on the job's
+    // nodes (24 s on this cluster), and Ctrl-C ends the wait at once.
+    wait_training(&dir.join("logs"), "r0.", &lines, &mut seen);
+    let py = python();
+    let rank = kill_on_node2(|cmd| cmd.starts_with(&py) && cmd.contains("gloo_ddp_trainer.py"));
+    assert_eq!(rank.len(), 1, "node2's rank: {rank:#?}");
+    wait_for_line(&lines, &mut seen, "WAIT", Duration::from_secs(60));
+    let asked = Instant::now();
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}: {seen:#?}");
+    eprintln!(
+        "Ctrl-C during the lost-node wait: bench exited {:.1}s later",
+        took.as_secs_f64()
+    );
+    let r = RunResults::load(&dir).unwrap();
+    let c = only_cell(&r);
+    assert!(matches!(c.outcome, Outcome::Skipped { .. }), "{c:#?}");
+    let job_log =
+        std::fs::read_to_string(dir.join(format!("logs/{}.r0.job.log", c.id))).unwrap_or_default();
+    assert!(
+        job_log.contains("interrupted while asking Slurm whether one of job"),
+        "{job_log}"
+    );
 }

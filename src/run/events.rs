@@ -56,6 +56,16 @@ pub enum RunEvent {
         job_id: String,
         nodes: String,
     },
+    /// A job failed as a lost peer makes jobs fail (`sign`): the runner asks Slurm about
+    /// its `nodes` for up to `limit_s` seconds before judging the attempt, so that a node
+    /// Slurm declares lost meanwhile makes it the cluster's failure.
+    JobAwaitingNodes {
+        id: CellId,
+        job_id: String,
+        nodes: String,
+        sign: String,
+        limit_s: u64,
+    },
     Step {
         id: CellId,
         repeat: u32,

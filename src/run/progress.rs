@@ -118,6 +118,19 @@ fn summary_line(passed: usize, failed: usize, skipped: usize, interrupted: bool,
 }
 
 /// The line saying whose environment the run records.
+/// A job's nodes for a question about them: `node1 or node2`; past eight nodes, the list
+/// as Slurm wrote it with the count (`one of gpu[001-128] (128 nodes)`).
+fn nodes_or(list: &str) -> String {
+    match crate::slurm::hostlist::expand(list) {
+        Some(names) if names.len() == 1 => format!("node {}", names[0]),
+        Some(names) if (2..=8).contains(&names.len()) => {
+            let (last, rest) = names.split_last().unwrap_or((&names[0], &[]));
+            format!("node {} or {last}", rest.join(", "))
+        }
+        _ => format!("one of {}", crate::slurm::hostlist::shown(list)),
+    }
+}
+
 fn environment_line(hardware_key: &str, host: &str, job_id: &str) -> String {
     format!("ENV     hardware key {hardware_key}, from node {host} (Slurm job {job_id})")
 }
@@ -218,6 +231,16 @@ impl<W: Write + Send> Reporter for LineReporter<W> {
             RunEvent::JobRunning { id, job_id, nodes } => Some(format!(
                 "RUNNING {id}: Slurm job {job_id} on {}",
                 crate::slurm::hostlist::shown(nodes)
+            )),
+            RunEvent::JobAwaitingNodes {
+                id,
+                job_id,
+                nodes,
+                sign,
+                limit_s,
+            } => Some(format!(
+                "WAIT    {id}: Slurm job {job_id} failed as a lost node makes jobs fail ({sign}); asking Slurm for up to {limit_s}s whether {} was lost",
+                nodes_or(nodes)
             )),
             RunEvent::AttemptStarted { .. }
             | RunEvent::Step { .. }
@@ -325,6 +348,20 @@ impl Reporter for BarReporter {
                     bar.set_message(format!(
                         "Slurm job {job_id} running on {}",
                         crate::slurm::hostlist::shown(nodes)
+                    ));
+                }
+            }
+            RunEvent::JobAwaitingNodes {
+                id,
+                job_id,
+                nodes,
+                limit_s,
+                ..
+            } => {
+                if let Some(bar) = self.running.get(id) {
+                    bar.set_message(format!(
+                        "Slurm job {job_id} failed; asking Slurm for up to {limit_s}s whether {} was lost",
+                        nodes_or(nodes)
                     ));
                 }
             }
@@ -478,6 +515,20 @@ mod slurm_tests {
                 job_id: "4243".into(),
                 nodes: "gpu[001-128]".into(),
             });
+            r.on_event(&RunEvent::JobAwaitingNodes {
+                id: CellId("a".into()),
+                job_id: "4242".into(),
+                nodes: "gpu[01-02]".into(),
+                sign: "srun: error: gpu02: task 1: Killed".into(),
+                limit_s: 24,
+            });
+            r.on_event(&RunEvent::JobAwaitingNodes {
+                id: CellId("b".into()),
+                job_id: "4243".into(),
+                nodes: "gpu[001-128]".into(),
+                sign: "rank 3 exited with status 6, a distributed failure".into(),
+                limit_s: 300,
+            });
         }
         let text = String::from_utf8(buf).unwrap();
         assert_eq!(
@@ -487,6 +538,8 @@ mod slurm_tests {
                 "SUBMIT  a repeat 0 attempt 1: Slurm job 4242",
                 "RUNNING a: Slurm job 4242 on gpu01, gpu02",
                 "RUNNING b: Slurm job 4243 on gpu[001-128] (128 nodes)",
+                "WAIT    a: Slurm job 4242 failed as a lost node makes jobs fail (srun: error: gpu02: task 1: Killed); asking Slurm for up to 24s whether node gpu01 or gpu02 was lost",
+                "WAIT    b: Slurm job 4243 failed as a lost node makes jobs fail (rank 3 exited with status 6, a distributed failure); asking Slurm for up to 300s whether one of gpu[001-128] (128 nodes) was lost",
             ]
         );
     }

@@ -8,6 +8,7 @@
 //! `sacct` where accounting is configured. Every Slurm command is run directly (no shell).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::error::SlurmError;
 use super::script::JobPlan;
@@ -365,18 +366,72 @@ pub(crate) fn parse_lost(text: &str) -> Vec<LostNode> {
     lost
 }
 
-/// Which nodes of `nodes` (a Slurm node list, e.g. a job's `node[1-2]`) Slurm holds lost
-/// now: asked of `sinfo` when a job that ran on them failed, to tell a lost node from a
-/// failure of the cell.
-pub(crate) fn lost_nodes(nodes: &str) -> Result<Vec<LostNode>, SlurmError> {
-    let out = run("sinfo", &["-h", "-N", "-n", nodes, "-o", "%N|%T|%E"])?;
+/// The nodes Slurm holds lost now (DOWN, FAIL, or not responding): of the whole cluster
+/// when `nodes` is `None`, else of that node list (e.g. a job's `node[1-2]`). Asked when a
+/// job that ran failed, to tell a lost node from a failure of the cell. `sinfo` is asked
+/// for those states only, so the answer stays a few lines on a cluster of thousands of
+/// nodes, and one call can answer for every job in flight.
+pub(crate) fn lost_nodes(nodes: Option<&str>) -> Result<Vec<LostNode>, SlurmError> {
+    let mut args = vec!["-h", "-N", "-t", "down,fail,no_respond", "-o", "%N|%T|%E"];
+    if let Some(n) = nodes {
+        args.extend(["-n", n]);
+    }
+    let out = run("sinfo", &args)?;
     if !out.status.success() {
         return Err(SlurmError::Query {
-            cmd: format!("sinfo -h -N -n {nodes} -o %N|%T|%E"),
+            cmd: format!("sinfo {}", args.join(" ")),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
     }
     Ok(parse_lost(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// How long the controller takes to declare a silent node lost, from its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeTimeouts {
+    /// `SlurmdTimeout`: how long a node may stay silent before the controller sets it
+    /// DOWN; `None` when it is 0, with which Slurm never does.
+    pub slurmd: Option<Duration>,
+    /// `MessageTimeout`: how long one of the controller's messages (a ping) may take.
+    pub message: Duration,
+}
+
+/// Slurm's default `MessageTimeout`, for a configuration that does not show one.
+const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The node timeouts in `scontrol show config` output (`SlurmdTimeout = 300 sec`);
+/// `None` when it shows no `SlurmdTimeout`.
+pub(crate) fn parse_node_timeouts(text: &str) -> Option<NodeTimeouts> {
+    let secs = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.split_whitespace().next()?.parse::<u64>().ok())?
+        })
+    };
+    let slurmd = secs("SlurmdTimeout")?;
+    Some(NodeTimeouts {
+        slurmd: (slurmd > 0).then(|| Duration::from_secs(slurmd)),
+        message: secs("MessageTimeout")
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_MESSAGE_TIMEOUT),
+    })
+}
+
+/// The controller's node timeouts, asked of `scontrol show config`.
+pub(crate) fn node_timeouts() -> Result<NodeTimeouts, SlurmError> {
+    let out = run("scontrol", &["show", "config"])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    match parse_node_timeouts(&text) {
+        Some(t) if out.status.success() => Ok(t),
+        _ => Err(SlurmError::Query {
+            cmd: "scontrol show config".into(),
+            stderr: if out.status.success() {
+                "no SlurmdTimeout in its output".into()
+            } else {
+                String::from_utf8_lossy(&out.stderr).trim().to_string()
+            },
+        }),
+    }
 }
 
 /// Whether a Slurm job state (as squeue or scontrol write it) means "not finished yet".
@@ -569,6 +624,23 @@ mod tests {
         );
         assert_eq!(lost[0].state, "down*");
         assert!(parse_lost("node1|idle|none\nnode2|mixed|none\n").is_empty());
+    }
+
+    #[test]
+    fn node_timeouts_parse_from_the_controllers_config() {
+        let text = "Configuration data as of 2026-11-28T00:10:00\nMessageTimeout          = 5 sec\nSlurmdTimeout           = 4 sec\nSlurmdUser              = root(0)\n";
+        assert_eq!(
+            parse_node_timeouts(text),
+            Some(NodeTimeouts {
+                slurmd: Some(Duration::from_secs(4)),
+                message: Duration::from_secs(5),
+            })
+        );
+        // 0 turns the timeout off; a missing MessageTimeout is Slurm's default.
+        let t = parse_node_timeouts("SlurmdTimeout = 0 sec\n").unwrap();
+        assert_eq!((t.slurmd, t.message), (None, Duration::from_secs(10)));
+        assert_eq!(parse_node_timeouts("MessageTimeout = 5 sec\n"), None);
+        assert_eq!(parse_node_timeouts("SlurmdTimeout = soon\n"), None);
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! flags; [`script::plan`] renders the job of a cell; [`job::submit`] submits it, and the
 //! returned [`job::SlurmJob`] is asked for its state, cancelled or killed; [`job::list`]
 //! lists many jobs in one `squeue` call, and [`job::JobOutput`] splits the output file's
-//! lines by rank; [`job::lost_nodes`] says which nodes of a failed job Slurm holds lost, and
-//! [`hostlist`] expands a node list into names. The runner (`run::slurm`) drives these calls: its job loop decides when,
-//! with the timeout and Ctrl-C; this module never decides what a result means.
+//! lines by rank; [`job::lost_nodes`] says which nodes Slurm holds lost, and
+//! [`job::node_timeouts`] how long its controller takes to declare a silent node lost;
+//! [`hostlist`] expands a node list into names. The runner (`run::slurm`) drives these
+//! calls: its job loop decides when, with the timeout and Ctrl-C; this module never
+//! decides what a result means.
 //!
 //! This file is the facade: [`Settings`] lives in `settings` and [`SlurmError`] in `error`,
 //! apart from the script and the job calls that use them, and both are re-exported here.

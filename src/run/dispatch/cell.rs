@@ -88,6 +88,20 @@ fn on_news(shared: &Shared, cell: &CellId, repeat: u32, attempt: u32, steps: u32
                 nodes: nodes.to_string(),
             });
         }
+        News::AwaitingNodes {
+            job_id,
+            nodes,
+            sign,
+            limit,
+        } => {
+            let _ = shared.events.send(RunEvent::JobAwaitingNodes {
+                id: cell.clone(),
+                job_id: job_id.to_string(),
+                nodes: nodes.to_string(),
+                sign: sign.to_string(),
+                limit_s: limit.as_secs(),
+            });
+        }
         News::NodeEnv { job_id, env } => {
             let _ = shared.node_envs.send(NodeReport {
                 cell: cell.clone(),

@@ -29,6 +29,14 @@ pub(crate) enum News<'a> {
         job_id: &'a str,
         env: &'a Environment,
     },
+    /// The job failed as a lost peer makes jobs fail (`sign`); the runner asks the batch
+    /// system about its `nodes` for up to `limit` before judging the attempt.
+    AwaitingNodes {
+        job_id: &'a str,
+        nodes: &'a str,
+        sign: &'a str,
+        limit: std::time::Duration,
+    },
 }
 
 /// One attempt to run: the cell and its place in the run.

@@ -180,6 +180,17 @@ impl Launcher for Slurm {
                         JobNews::Running { job_id, nodes } => News::Running { job_id, nodes },
                         JobNews::Event(ev) => News::Event(ev),
                         JobNews::NodeEnv { job_id, env } => News::NodeEnv { job_id, env },
+                        JobNews::AwaitingNodes {
+                            job_id,
+                            nodes,
+                            sign,
+                            limit,
+                        } => News::AwaitingNodes {
+                            job_id,
+                            nodes,
+                            sign,
+                            limit,
+                        },
                     })
                 },
             )

@@ -60,4 +60,12 @@ pub(crate) enum JobNews<'a> {
         job_id: &'a str,
         env: &'a Environment,
     },
+    /// The job failed as a lost peer makes jobs fail (`sign`), and the runner asks Slurm
+    /// about its nodes for up to `limit` before judging it.
+    AwaitingNodes {
+        job_id: &'a str,
+        nodes: &'a str,
+        sign: &'a str,
+        limit: Duration,
+    },
 }

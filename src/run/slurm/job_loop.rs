@@ -31,6 +31,10 @@ const GONE_LIMIT: Duration = Duration::from_secs(30);
 /// How long a finished job's output file may lag behind its state (a shared file system
 /// shows the compute node's last writes a little later).
 const OUTPUT_LAG: Duration = Duration::from_secs(5);
+/// The least time between two questions about a failed job's nodes (the queue's poll
+/// interval when that is longer): one `sinfo` per few seconds keeps the controller's load
+/// from a wait of minutes negligible.
+const LOST_NODE_POLL_MIN: Duration = Duration::from_secs(2);
 
 /// What one poll of the queue said about the job.
 enum Polled {
@@ -353,7 +357,7 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             self.job.id,
             end::describe(&final_state)
         ));
-        let lost = self.lost_nodes(&final_state).await;
+        let (lost, lost_later) = self.lost_nodes(&final_state).await;
         let Reader {
             collector,
             tails,
@@ -371,6 +375,7 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
             stopped_by: self.stop.by,
             withdrawn: self.stop.withdrawn,
             lost,
+            lost_later,
             job_id: self.job.id.clone(),
             nodes: self.nodes.clone(),
         }
@@ -390,24 +395,135 @@ impl<'q, 'n, F: FnMut(JobNews<'_>)> JobLoop<'q, 'n, F> {
         }
     }
 
-    /// The job's nodes that Slurm holds lost (DOWN or not responding), asked only when the
-    /// job failed on its own (not when the runner stopped it, nor when it completed): a
-    /// node lost mid-job fails every multi-node job on it, and its ranks' own exit
-    /// statuses then tell of the loss (a peer gone, a task killed) rather than of the cell.
-    /// A failed question is said in the logs and counts as no node lost.
-    async fn lost_nodes(&mut self, final_state: &JobState) -> Vec<job::LostNode> {
-        let failed = match final_state {
-            JobState::Finished { state, .. } => state != "COMPLETED",
-            _ => false,
+    /// The job's nodes that Slurm holds lost (DOWN, FAIL or not responding), asked only
+    /// when the job failed on its own (not when the runner stopped it, nor when it
+    /// completed): a node lost mid-job fails every multi-node job on it, and its ranks' own
+    /// exit statuses then tell of the loss (a peer gone, a task killed) rather than of the
+    /// cell.
+    ///
+    /// Slurm declares a silent node lost only after `SlurmdTimeout` (seconds in CI,
+    /// minutes on real clusters), and the ranks a lost node leaves behind may fail sooner
+    /// and end the job `FAILED` first. So when none is lost yet but the failure looks like a
+    /// lost peer's doing ([`end::lost_peer_sign`]), the runner asks again, one shared
+    /// `sinfo` per interval, for up to the cluster's lost-node wait
+    /// ([`Queue::lost_node_wait`]); a node declared lost then is the attempt's cause
+    /// (`Some` second value). A Ctrl-C ends the wait, and the attempt counts as
+    /// interrupted. A failed question is said in the logs and counts as no node lost.
+    async fn lost_nodes(
+        &mut self,
+        final_state: &JobState,
+    ) -> (Vec<job::LostNode>, Option<end::LostLater>) {
+        let failed_state = match final_state {
+            JobState::Finished { state, .. } if state != "COMPLETED" => state.clone(),
+            _ => return (vec![], None),
         };
-        let Some(nodes) = self
-            .nodes
-            .clone()
-            .filter(|_| failed && self.stop.by.is_none())
-        else {
-            return vec![];
+        let Some(nodes) = self.nodes.clone().filter(|_| self.stop.by.is_none()) else {
+            return (vec![], None);
         };
-        match blocking(move || job::lost_nodes(&nodes)).await {
+        let names = crate::slurm::hostlist::expand(&nodes);
+        let lost = self
+            .ask_lost(&nodes, names.as_deref(), Duration::ZERO)
+            .await;
+        // Only a job whose ranks decided its end (FAILED) may have hidden a loss: Slurm's
+        // other ends (NODE_FAIL, TIMEOUT, CANCELLED...) are judged by Slurm's word.
+        if !lost.is_empty() || failed_state != "FAILED" {
+            return (lost, None);
+        }
+        let multi_node = names.as_ref().is_none_or(|n| n.len() > 1);
+        let Some(sign) = end::lost_peer_sign(
+            self.reader.first_failure,
+            &self.reader.job_lines,
+            self.reader.distributed_error,
+            multi_node,
+        ) else {
+            return (lost, None);
+        };
+        let wait = self.queue.lost_node_wait().await;
+        if wait.window.is_zero() {
+            self.reader.logs.all(&format!(
+                "bench: job {} failed as a lost peer makes jobs fail ({sign}), but bench does not wait for Slurm to declare a node lost: {}",
+                self.job.id, wait.why
+            ));
+            return (lost, None);
+        }
+        let every = self.queue.poll.max(LOST_NODE_POLL_MIN);
+        self.reader.logs.all(&format!(
+            "bench: job {} failed as a lost peer makes jobs fail ({sign}); asking Slurm every {}s for up to {}s ({}) whether one of its nodes is lost",
+            self.job.id,
+            every.as_secs_f64(),
+            wait.window.as_secs(),
+            wait.why
+        ));
+        (self.reader.news)(JobNews::AwaitingNodes {
+            job_id: &self.job.id,
+            nodes: &nodes,
+            sign: &sign,
+            limit: wait.window,
+        });
+        let began = Instant::now();
+        let deadline = began + wait.window;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.reader.logs.all(&format!(
+                    "bench: Slurm declared none of job {}'s nodes lost within {}s: the failure is the cell's",
+                    self.job.id,
+                    wait.window.as_secs()
+                ));
+                return (lost, None);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every.min(left)) => {}
+                changed = self.cancel.changed() => {
+                    // The sender gone (the run ending) is no Ctrl-C: sleep out the interval.
+                    if changed.is_err() {
+                        tokio::time::sleep(every.min(left)).await;
+                    }
+                }
+            }
+            if *self.cancel.borrow() != Cancel::None {
+                self.reader.logs.all(&format!(
+                    "bench: interrupted while asking Slurm whether one of job {}'s nodes was lost",
+                    self.job.id
+                ));
+                self.stop.by = Some(Termination::Cancelled);
+                return (lost, None);
+            }
+            let lost = self.ask_lost(&nodes, names.as_deref(), every / 2).await;
+            if !lost.is_empty() {
+                return (
+                    lost,
+                    Some(end::LostLater {
+                        sign,
+                        after: began.elapsed(),
+                    }),
+                );
+            }
+        }
+    }
+
+    /// Which of the job's nodes Slurm holds lost now, from the queue's shared `sinfo` call
+    /// (at most `max_age` old), or, for a node list that does not expand into names, from
+    /// a call about that list; each said in the job's logs. A failed call is said too and
+    /// counts as none lost.
+    async fn ask_lost(
+        &mut self,
+        nodes: &str,
+        names: Option<&[String]>,
+        max_age: Duration,
+    ) -> Vec<job::LostNode> {
+        let answer = match names {
+            Some(names) => self.queue.lost_nodes(max_age).await.map(|all| {
+                all.into_iter()
+                    .filter(|l| names.contains(&l.name))
+                    .collect::<Vec<_>>()
+            }),
+            None => {
+                let list = nodes.to_string();
+                blocking(move || job::lost_nodes(Some(&list))).await
+            }
+        };
+        match answer {
             Ok(lost) => {
                 for l in &lost {
                     self.reader.logs.all(&format!(

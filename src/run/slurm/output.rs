@@ -10,6 +10,7 @@ use std::io::{LineWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::attempt::JobNews;
+use crate::events::{ErrorKind, Event};
 use crate::results::Environment;
 use crate::run::executor::Collector;
 use crate::slurm::job;
@@ -162,6 +163,9 @@ pub(super) struct Reader<'a, F: FnMut(JobNews<'_>)> {
     pub(super) srun_done: bool,
     /// The first rank that exited nonzero, and its status, in output order.
     pub(super) first_failure: Option<(u32, i32)>,
+    /// The first rank that printed an error event of kind `distributed` (a peer gone from
+    /// a collective): one sign that the job lost a node.
+    pub(super) distributed_error: Option<u32>,
     pub(super) news: &'a mut F,
     /// Each rank's line that srun cut at [`SRUN_LINE_BYTES`] and whose rest is still to come.
     pending: HashMap<u32, String>,
@@ -185,6 +189,7 @@ impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
             job_lines: vec![],
             srun_done: false,
             first_failure: None,
+            distributed_error: None,
             news,
             pending: HashMap::new(),
         }
@@ -246,6 +251,13 @@ impl<'a, F: FnMut(JobNews<'_>)> Reader<'a, F> {
         }
         self.tails.entry(rank).or_default().line(rank, &text);
         if let Some(ev) = self.collector.line(rank, &text) {
+            if let Event::Error {
+                kind: ErrorKind::Distributed,
+                ..
+            } = ev
+            {
+                self.distributed_error.get_or_insert(rank);
+            }
             (self.news)(JobNews::Event(&ev));
         }
     }
@@ -319,7 +331,6 @@ impl NodeEnvProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Event;
 
     #[test]
     fn the_output_is_read_in_whole_lines_as_it_grows() {
