@@ -275,3 +275,273 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// The workload of the real triage below (tests/triage_e2e.rs's, shortened): a step is the
+/// sum of the kernels `kernels.$1.txt` lists, written as a Chrome trace of one step when
+/// bench sets `BENCH_PROFILE`; 6 steps (1 warm-up), +-0.2% jitter per run.
+const WORK_SH: &str = r#"#!/bin/sh
+set -eu
+us=0
+while read -r name dur; do us=$((us + dur)); done < "kernels.$1.txt"
+if [ -n "${BENCH_PROFILE:-}" ]; then
+  {
+    printf '{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"step","ts":0,"dur":%d}' "$us"
+    ts=0
+    while read -r name dur; do
+      printf ',{"ph":"X","cat":"kernel","name":"%s","pid":0,"tid":7,"ts":%d,"dur":%d}' "$name" "$ts" "$dur"
+      ts=$((ts + dur))
+    done < "kernels.$1.txt"
+    printf ']}\n'
+  } > "$BENCH_PROFILE"
+fi
+seed=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+t=$(( us * (100000 + seed % 401 - 200) / 100000 ))
+printf '{"event":"start","model":"%s","world_size":1}\n' "$1"
+i=0
+while [ $i -lt 6 ]; do
+  w=false; [ $i -eq 0 ] && w=true
+  printf '{"event":"step","step":%d,"step_time_s":0.%06d,"tokens":1024,"loss":2.5,"warmup":%s}\n' $i $t $w
+  i=$((i + 1))
+done
+printf '{"event":"summary","peak_mem_bytes":[1000]}\n'
+"#;
+
+const MATRIX: &str = "name: nightly-toy
+axes:
+  model: [a, c]
+defaults:
+  steps: 6
+  warmup: 1
+  repeats: 5
+  timeout: 60s
+  retries: 0
+  workload:
+    kind: command
+    argv: [sh, work.sh, '{model}']
+triage:
+  budget_gpu_s: 600
+  trace_every_run: true
+";
+
+const KERNELS: &str = "gemm_main_kernel 3000\nflash_attention_kernel 1000\n";
+
+/// The subject of the commit that slows model `a`: markup, which the site shows as text.
+const CULPRIT: &str = "model a: <img src=x onerror=alert(3)> copy the activations";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Nightly Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+        .env("GIT_COMMITTER_NAME", "Nightly Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn commit(dir: &Path, subject: &str) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", subject]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// `bench matrix matrix.yaml --history` in `repo`, as the nightly template runs it.
+fn night(root: &Path, id: &str) -> std::process::Output {
+    let mut cmd = bench();
+    cmd.current_dir(root.join("repo"))
+        .args(["matrix", "matrix.yaml", "--no-progress", "--run-id", id])
+        .arg("--results-dir")
+        .arg(root.join("results"))
+        .arg("--baselines")
+        .arg(root.join("baselines"))
+        .arg("--history")
+        .arg(root.join("history.sqlite"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env("TMPDIR", root.join("tmp"))
+        .env("GITHUB_REF_NAME", "main");
+    for k in [
+        "GITHUB_BASE_REF",
+        "CI_MERGE_REQUEST_TARGET_BRANCH_NAME",
+        "GITHUB_STEP_SUMMARY",
+        "BENCH_PROFILE",
+        "BENCH_HISTORY",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd.output().unwrap()
+}
+
+/// The first finding of a site's index, with its triage.
+fn triage_of(site: &Path) -> serde_json::Value {
+    let index = embedded(&site.join("index.html"));
+    let findings = index["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:#?}");
+    findings[0]["triage"].clone()
+}
+
+/// A triage as `bench matrix --history` makes it (a generated nightly repository whose
+/// commit range holds the cause, bisected by bench alone): the site shows it from the
+/// history (`bench_triage`), else from the run folders' triage.json under `--runs`, else
+/// what the history's kernels and bisection rounds still say; a damaged triage.json is
+/// refused naming it; every page opened in chromium.
+#[test]
+fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("site-triage");
+    let _ = std::fs::remove_dir_all(&root);
+    let repo = root.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("work.sh"), WORK_SH).unwrap();
+    std::fs::write(repo.join("matrix.yaml"), MATRIX).unwrap();
+    for m in ["a", "c"] {
+        std::fs::write(repo.join(format!("kernels.{m}.txt")), KERNELS).unwrap();
+    }
+    commit(&repo, "initial");
+    for n in 1..=5 {
+        std::fs::write(repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&repo, &format!("docs: night {n}"));
+        let o = night(&root, &format!("night{n}"));
+        assert_eq!(o.status.code(), Some(0), "night{n}: {o:?}");
+    }
+    std::fs::write(repo.join("NOTES"), "refactor\n").unwrap();
+    commit(&repo, "refactor: rename a helper");
+    std::fs::write(
+        repo.join("kernels.a.txt"),
+        format!("{KERNELS}elementwise_copy_kernel 320\n"),
+    )
+    .unwrap();
+    let culprit = commit(&repo, CULPRIT);
+    std::fs::write(repo.join("NOTES"), "fmt\n").unwrap();
+    commit(&repo, "style: fmt");
+    let o = night(&root, "night6");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(root.join("results/night6/triage.json").is_file());
+
+    let store = root.join("history.sqlite");
+    let build = |out: &str, runs: bool| {
+        let dir = root.join(out);
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--history".as_ref(),
+            store.as_os_str(),
+            "-o".as_ref(),
+            dir.as_os_str(),
+        ];
+        let results = root.join("results");
+        if runs {
+            args.extend(["--runs".as_ref(), results.as_os_str()]);
+        }
+        let o = site(&args);
+        (dir, o)
+    };
+    let (dir, o) = build("site", false);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // From the history: the bisection's answer, its kernels and the rounds it measured.
+    let t = triage_of(&dir);
+    assert_eq!(t["source"], "history", "{t:#}");
+    assert_eq!(t["run"], "night6");
+    assert_eq!(t["status"], "found", "{t:#}");
+    let b = &t["bisected"];
+    assert_eq!(b["first_bad"]["sha"], culprit.as_str(), "{t:#}");
+    assert_eq!(b["first_bad"]["subject"], CULPRIT);
+    assert_eq!(b["first_bad"]["author"], "Nightly Dev <dev@example.com>");
+    assert_eq!(b["command"], "", "a found bisection needs no command");
+    assert_eq!(t["kernels"]["kinds"][0]["name"], "copies", "{t:#}");
+    assert_eq!(
+        t["kernels"]["kernels"][0]["name"],
+        "elementwise_copy_kernel"
+    );
+    let probes = t["probes"].as_array().unwrap();
+    assert!(!probes.is_empty(), "{t:#}");
+    assert!(probes.iter().all(|p| p["cell"] == b["cell"]), "{t:#}");
+    assert!(
+        probes
+            .iter()
+            .any(|p| p["role"] == "first bad" && p["commit"] == culprit.as_str()),
+        "{t:#}"
+    );
+    // The probes are no series of their own (branch `bisect` is the search's, not a trend).
+    let index = embedded(&dir.join("index.html"));
+    assert!(index["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["branch"] == "main"));
+    // The markup of the subject is never markup in a page.
+    let text = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(!text.contains("<img"), "the subject as data only");
+
+    // A store from before the history kept triage: the run folders' triage.json gives it.
+    let db = rusqlite::Connection::open(&store).unwrap();
+    db.execute("DELETE FROM bench_triage", []).unwrap();
+    drop(db);
+    let (folders, o) = build("site-folders", true);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let t = triage_of(&folders);
+    assert!(
+        t["source"].as_str().unwrap().ends_with("night6/triage.json"),
+        "{t:#}"
+    );
+    assert_eq!(t["bisected"]["first_bad"]["sha"], culprit.as_str());
+    // Without them: the history's kernels (trace_every_run) and bisection rounds still say
+    // what moved and what was measured.
+    let (bare, o) = build("site-bare", false);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let t = triage_of(&bare);
+    assert!(t["bisected"].is_null(), "{t:#}");
+    assert!(
+        t["kernels_source"]
+            .as_str()
+            .unwrap()
+            .contains("history's kernels"),
+        "{t:#}"
+    );
+    assert_eq!(t["kernels"]["kinds"][0]["name"], "copies", "{t:#}");
+    assert!(!t["probes"].as_array().unwrap().is_empty(), "{t:#}");
+
+    // A damaged triage.json is refused, naming it.
+    let kept = std::fs::read(root.join("results/night6/triage.json")).unwrap();
+    std::fs::write(root.join("results/night6/triage.json"), "{\"findings\": [").unwrap();
+    let (_, o) = build("site-damaged", true);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("night6/triage.json") && err.contains("line 1"), "{err}");
+    std::fs::write(root.join("results/night6/triage.json"), kept).unwrap();
+
+    // An empty store (created, no run) is refused: nothing to show.
+    let empty = root.join("empty.sqlite");
+    bench::history::open(empty.to_str().unwrap()).unwrap();
+    let out = root.join("site-empty");
+    let o = site(&[
+        "--history".as_ref(),
+        empty.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("nothing to show"), "{err}");
+
+    if std::env::var_os("BENCH_CHROMIUM").is_none() {
+        eprintln!("BENCH_CHROMIUM not set: browser checks not run");
+        return;
+    }
+    for d in [&dir, &folders, &bare] {
+        let o = Command::new("node")
+            .arg("tests/browser/check-site.mjs")
+            .arg("--all")
+            .arg(d)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

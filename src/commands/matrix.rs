@@ -65,7 +65,13 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     if let (Some(h), true) = (&args.history, args.config.trace_kernels) {
         super::triage::diff_from_history(h, &outcome.results, &verdicts, &mut findings);
     }
-    super::triage::save(&outcome.run_dir, &findings)?;
+    if let Some(text) = super::triage::save(&outcome.run_dir, &findings)? {
+        // The store outlives the run folder (a CI job's artifacts expire): the site shows the
+        // open findings' triage from it.
+        if let Some(s) = store.as_mut() {
+            s.record_triage(&outcome.results.run_id, &text)?;
+        }
+    }
     let verdict = crate::report::finish_run(
         &outcome.run_dir,
         &outcome.results,

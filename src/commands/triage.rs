@@ -74,25 +74,28 @@ pub(crate) fn settings(
 /// and `report post` render them again rather than losing them.
 pub(crate) const FILE: &str = "triage.json";
 
-/// A finding's chase as [`FILE`] keeps it, keyed by the finding's cells and commit range.
+/// A finding's chase as [`FILE`] (and the history's `bench_triage`) keeps it, keyed by the
+/// finding's cells and commit range.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Chased {
-    cells: Vec<String>,
-    commits: Option<[String; 2]>,
-    bisected: Option<Bisected>,
+pub(crate) struct Chased {
+    pub cells: Vec<String>,
+    pub commits: Option<[String; 2]>,
+    pub bisected: Option<Bisected>,
     #[serde(default)]
-    kernels: Option<KernelDiff>,
+    pub kernels: Option<KernelDiff>,
     #[serde(default)]
-    kernels_missing: Option<String>,
+    pub kernels_missing: Option<String>,
 }
 
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Saved {
-    findings: Vec<Chased>,
+/// The whole of [`FILE`]: every chased finding of one run.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Saved {
+    pub findings: Vec<Chased>,
 }
 
-/// Writes [`FILE`] (atomically) when a finding was chased (bisected, or its kernels diffed).
-pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<(), CliError> {
+/// Writes [`FILE`] (atomically) when a finding was chased (bisected, or its kernels diffed),
+/// and returns its text, which the history keeps too (`bench site` reads it from there).
+pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<Option<String>, CliError> {
     let chased: Vec<Chased> = findings
         .iter()
         .filter(|f| f.bisected.is_some() || f.kernels.is_some() || f.kernels_missing.is_some())
@@ -105,13 +108,14 @@ pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<(), CliError>
         })
         .collect();
     if chased.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let path = run_dir.join(FILE);
     let text = serde_json::to_string_pretty(&Saved { findings: chased })
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
     crate::atomic::write(&path, text.as_bytes())
-        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))
+        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
+    Ok(Some(text))
 }
 
 /// The findings of a finished run: the triage stage's grouping of its verdicts, with what

@@ -19,6 +19,7 @@
 mod model;
 mod pages;
 pub mod synthetic;
+mod triage;
 
 use std::path::{Path, PathBuf};
 
@@ -110,6 +111,12 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
         .iter()
         .map(|f| suspects(&mut store, &fleet, f, &settings.metric))
         .collect::<Result<Vec<_>, _>>()?;
+    let kept = triage::Kept::of(store.all_triage()?, &store.location)?;
+    let triage = fleet
+        .findings
+        .iter()
+        .map(|f| triage::of(&mut store, &fleet, f, &kept, settings.runs.as_deref()))
+        .collect::<Result<Vec<_>, _>>()?;
     std::fs::create_dir_all(out).map_err(|e| {
         CliError::bad_input(miette::miette!(
             "-o {}: cannot create it: {e}",
@@ -128,6 +135,7 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
         branch: settings.branch.as_deref(),
         reports,
         suspects,
+        triage,
         generated_at: crate::history::store::now(),
     };
     let written = pages::write_site(out, &fleet, &cx)

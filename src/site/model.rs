@@ -68,11 +68,25 @@ pub(crate) struct Finding {
     pub cells: Vec<Opened>,
 }
 
+/// One round of an automatic bisection or of `bench bisect` (a run on the history's branch
+/// `bisect`, at the probed commit): not a night of the cell's trend, since the rounds come
+/// in the search's order of commits, not history's, but what a finding's triage measured.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Probe {
+    pub cell: String,
+    pub key: String,
+    /// An index into [`Fleet::runs`] (the run holds the probed commit).
+    pub run: usize,
+    pub value: f64,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
     pub runs: Vec<FleetRun>,
     pub series: Vec<Series>,
     pub findings: Vec<Finding>,
+    /// The bisections' rounds, in the store's order (cell, key, run start).
+    pub probes: Vec<Probe>,
 }
 
 /// Verdicts a clean run gets: the last one of them before a regression is its last good run.
@@ -100,6 +114,7 @@ pub(crate) fn build(
     let branch_of = |r: &FleetRun| r.branch.clone().unwrap_or_default();
     let mut series: Vec<Series> = Vec::new();
     let mut at: HashMap<(String, String, String), usize> = HashMap::new();
+    let mut probes = Vec::new();
     for v in values {
         let Some(&run) = index.get(v.run_id.as_str()) else {
             continue;
@@ -108,6 +123,15 @@ pub(crate) fn build(
             continue;
         }
         let b = branch_of(&runs[run]);
+        if b == crate::bisect::probe::BRANCH {
+            probes.push(Probe {
+                cell: v.cell_id,
+                key: v.hardware_key,
+                run,
+                value: v.value,
+            });
+            continue;
+        }
         if branch.is_some_and(|want| want != b) {
             continue;
         }
@@ -151,6 +175,7 @@ pub(crate) fn build(
         runs,
         series,
         findings,
+        probes,
     }
 }
 

@@ -91,6 +91,7 @@ struct FindingView {
     change: Option<f64>,
     attribution: Option<String>,
     suspects: Vec<String>,
+    triage: Option<super::triage::Triage>,
 }
 
 #[derive(Serialize)]
@@ -187,6 +188,8 @@ pub(crate) struct Context<'a> {
     pub reports: Vec<Option<String>>,
     /// Per finding, the suspects' lines.
     pub suspects: Vec<Vec<String>>,
+    /// Per finding, its triage where it was kept.
+    pub triage: Vec<Option<super::triage::Triage>>,
     pub generated_at: String,
 }
 
@@ -225,7 +228,7 @@ fn cell_page(cell: &str) -> String {
     format!("cells/{}", file_name(cell))
 }
 
-fn run_page(run: &str) -> String {
+pub(crate) fn run_page(run: &str) -> String {
     format!("runs/{}", file_name(run))
 }
 
@@ -399,7 +402,8 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
         .findings
         .iter()
         .zip(&cx.suspects)
-        .map(|(f, suspects)| {
+        .zip(&cx.triage)
+        .map(|((f, suspects), triage)| {
             let o = &f.cells[0];
             let s = &fleet.series[o.series];
             let bad = &fleet.runs[s.values[o.first_bad].run];
@@ -424,6 +428,7 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
                 change: o.change,
                 attribution: super::model::attribution(fleet, f),
                 suspects: suspects.clone(),
+                triage: triage.clone(),
             }
         })
         .collect();

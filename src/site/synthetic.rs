@@ -11,11 +11,19 @@
 //! then; every seventh run on branch `release`; runs spread over `keys` hardware keys; and,
 //! when asked, a cell whose id is markup (`<script>...`), which every page must show as
 //! text.
+//!
+//! And the open fp8 regression's triage, as `bench matrix --history` keeps it (see
+//! [`triage`]): on `main`, each regressed run's bisection (out of budget, the newest found,
+//! with a first bad commit whose subject and author hold markup), its kernel diff and the
+//! rounds it measured (runs on branch `bisect`); on `release`, a bisection skipped for a
+//! pull request's run, whose kernels come from the history's `bench_kernels`.
 
 use indexmap::IndexMap;
 
 use crate::history::record::{CellRecord, MetricRecord, RunRecord, Versions};
 use crate::history::{History, HistoryError};
+use crate::triage::culprit::{BisectStatus, Bisected, CommitRef};
+use crate::triage::kernels::{KernelDiff, KernelSummary, StepTrace};
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -109,6 +117,7 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
     let shift_at = spec.runs * 2 / 3;
     let open_from = spec.runs.saturating_sub(3);
     let start = time::macros::datetime!(2026-01-01 02:00 UTC);
+    let mut recorded: Vec<Night> = Vec::with_capacity(spec.runs);
     for i in 0..spec.runs {
         let key = &keys[i % keys.len()];
         let slow_switch = i >= open_from;
@@ -187,8 +196,193 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
         };
         store.record_run(&run)?;
         store.set_verdicts(&run.run_id, &verdicts)?;
+        recorded.push(Night {
+            run_id: run.run_id.clone(),
+            started_at: run.started_at.clone(),
+            commit: run.commit.clone().unwrap_or_default(),
+            key: key.clone(),
+            branch: run.branch.clone().unwrap_or_default(),
+        });
     }
-    accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)
+    accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)?;
+    triage(&mut store, &cells, &recorded, open_from)
+}
+
+/// What [`triage`] needs of a generated run.
+struct Night {
+    run_id: String,
+    started_at: String,
+    commit: String,
+    key: String,
+    branch: String,
+}
+
+/// The subject of the generated first bad commit: markup, which every page must show as
+/// text.
+pub const HOSTILE_SUBJECT: &str = "optimizer: <img src=x onerror=alert(2)> fuse AdamW & drop the master weights";
+
+/// A step of one traced kernel set: the master-weight AdamW kernel before, libtorch's fused
+/// one and more copies after (the change the GPU triage of issue 30 found).
+fn step(after: bool) -> KernelSummary {
+    let mut k = StepTrace::default();
+    k.kernels.insert("ampere_bf16_s16816gemm_bf16_128x128".into(), (21_000.0, 96));
+    k.kernels.insert("flash_fwd_kernel".into(), (3_100.0, 12));
+    if after {
+        k.kernels.insert("multi_tensor_apply_kernel".into(), (1_330.0, 4));
+        k.kernels.insert("elementwise_copy_kernel".into(), (1_480.0, 40));
+    } else {
+        k.kernels.insert("master_adamw".into(), (1_200.0, 1));
+        k.kernels.insert("elementwise_copy_kernel".into(), (740.0, 20));
+    }
+    KernelSummary::of(&[k])
+}
+
+/// Keeps the fp8 regression's triage through the store's own API, as the nightly does
+/// (`bench_triage`, `bench_kernels`, bisection rounds on branch `bisect`).
+fn triage(
+    store: &mut History,
+    cells: &[String],
+    nights: &[Night],
+    open_from: usize,
+) -> Result<(), HistoryError> {
+    let fp8: Vec<String> = cells.iter().filter(|c| c.contains(".fp8.")).cloned().collect();
+    let Some(cell) = fp8.first() else {
+        return Ok(());
+    };
+    // The first bad commit: a commit of the range that no night ran at.
+    let bad = |n: &Night| format!("{}f1a5bad0c0ffee0000000000000000", &n.commit[..8]);
+    for (i, night) in nights.iter().enumerate().skip(open_from) {
+        // The last good run: the newest before the regression on the same key and branch.
+        let Some(good) = nights[..open_from]
+            .iter()
+            .rev()
+            .find(|n| n.key == night.key && n.branch == night.branch)
+        else {
+            continue;
+        };
+        let newest = !nights[i + 1..]
+            .iter()
+            .any(|n| n.key == night.key && n.branch == night.branch);
+        let range = [good.commit.as_str(), night.commit.as_str()];
+        let mut b = Bisected::new(BisectStatus::OutOfBudget, cell, range, 600.0, String::new());
+        b.commits = 12;
+        b.measured = 3;
+        b.rounds_run = 6;
+        b.gpu_s = 598.0;
+        let mut kernels = None;
+        if night.branch != "main" {
+            b.status = BisectStatus::Skipped;
+            b.evidence = "a pull request's run (into main): the change is the pull request's own; bisection runs on branch runs".into();
+            b.measured = 0;
+            b.rounds_run = 0;
+            b.gpu_s = 0.0;
+            // Its kernels are diffed from the history's, as trace_every_run keeps them.
+            store.record_kernels(&good.run_id, cell, &to_json(&step(false)))?;
+            store.record_kernels(&night.run_id, cell, &to_json(&step(true)))?;
+        } else if newest {
+            b.status = BisectStatus::Found;
+            b.measured = 5;
+            b.rounds_run = 4;
+            b.rounds_reused = 6;
+            b.gpu_s = 410.0;
+            b.first_bad = Some(CommitRef {
+                sha: bad(night),
+                subject: HOSTILE_SUBJECT.into(),
+                author: "Nightly Dev <dev@example.com>".into(),
+            });
+            b.last_good = Some(CommitRef {
+                sha: good.commit.clone(),
+                subject: "docs: night notes".into(),
+                author: "Nightly Dev <dev@example.com>".into(),
+            });
+            b.evidence = "tokens_per_s -4.0% against the good end, p=0.0079, 5 vs 5 repeats".into();
+            kernels = Some(KernelDiff::of(
+                cell,
+                ["last good", "first bad"],
+                &[step(false).step()],
+                &[step(true).step()],
+                vec!["triage/F1/last-good.trace.json".into(), "triage/F1/first-bad.trace.json".into()],
+            ));
+        } else {
+            b.evidence = "the budget's 600 GPU-s ran out after 3 commits".into();
+            b.command = format!(
+                "bench bisect '{cell}' --good {} --bad {} --matrix matrix/nightly.yaml --history history.sqlite",
+                good.commit, night.commit
+            );
+        }
+        let chased = serde_json::json!({"findings": [{
+            "cells": fp8,
+            "commits": range,
+            "bisected": b,
+            "kernels": kernels,
+        }]});
+        store.record_triage(&night.run_id, &chased.to_string())?;
+        // The rounds the bisection measured, after the night: two at each end and one at
+        // each of three probes, on branch `bisect` (the found bisection's only).
+        if b.status == BisectStatus::Found {
+            let mut n = 0;
+            for (c, rounds) in [(good.commit.clone(), 2), (night.commit.clone(), 2), (bad(night), 2)] {
+                for _ in 0..rounds {
+                    n += 1;
+                    probe(store, cell, night, &c, n)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn to_json(s: &KernelSummary) -> String {
+    serde_json::to_string(s).expect("a kernel summary serializes")
+}
+
+/// One bisection round of `cell` at `commit`, recorded as `bench bisect` records it.
+fn probe(
+    store: &mut History,
+    cell: &str,
+    night: &Night,
+    commit: &str,
+    n: usize,
+) -> Result<(), HistoryError> {
+    let value = if n <= 2 { 50_000.0 } else { 48_000.0 };
+    let rfc = time::format_description::well_known::Rfc3339;
+    let started = time::OffsetDateTime::parse(&night.started_at, &rfc)
+        .map_or(night.started_at.clone(), |t| {
+            (t + time::Duration::minutes(30 + n as i64))
+                .format(&rfc)
+                .expect("a date formats")
+        });
+    let run = RunRecord {
+        run_id: format!("bisect-{}-{}-{n}", &commit[..12], night.key),
+        started_at: started,
+        finished_at: None,
+        commit: Some(commit.to_string()),
+        git_dirty: false,
+        branch: Some("bisect".into()),
+        hardware_key: night.key.clone(),
+        host: format!("{}-runner-1", night.key),
+        matrix_name: "nightly".into(),
+        versions: Versions {
+            bench: "0.1.0".into(),
+            ..Versions::default()
+        },
+        switches: IndexMap::new(),
+        telemetry: None,
+        cells: vec![CellRecord {
+            cell_id: cell.to_string(),
+            status: "passed".into(),
+            metrics: vec![MetricRecord {
+                name: "tokens_per_s".into(),
+                value,
+                rel_spread: 0.002,
+                samples: vec![value; 3],
+            }],
+            loss_curve: Vec::new(),
+            telemetry: None,
+            context: IndexMap::new(),
+        }],
+    };
+    store.record_run(&run)
 }
 
 /// Accepts the `compile` slowdown on the gpt2-125m cells, as a team would after deciding

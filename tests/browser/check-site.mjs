@@ -4,7 +4,9 @@
 //
 // The index: a row and a sparkline per series, a finding per open regression group, the
 // filters by axis value, hardware key, branch and verdict each showing exactly the rows the
-// data says; no script but the page's own three. Cell pages: one trend chart per series,
+// data says; each finding's triage (bisection status, first bad commit, the command that
+// finishes it, the kernels that moved, the probed commits) as its data holds it; no script
+// but the page's own three. Cell pages: one trend chart per series,
 // with as many change points, accepted shifts and verdict marks drawn as the data holds.
 // Run pages: a row per cell. Every page is checked with --all; else the cell pages of the
 // findings, of a hostile id and the first few, and the first and last run pages.
@@ -59,6 +61,34 @@ async function checkIndex(context, problems) {
   expect(await count("#fleet svg.spark line.cp") === cps, "a sparkline tick per change point shown", problems);
   expect(await count("#findings .finding") === data.findings.length, "a finding per open group", problems);
   expect(await count("#runs tr.run-row") === data.run_list.length, "a row per run", problems);
+  // Each finding's triage as its data holds it: the first bad commit's subject as text, the
+  // command that finishes an unfinished bisection, a row per kind and kernel that moved and
+  // per probed commit.
+  const drawn = await page.$$eval("#findings .finding", (boxes) => boxes.map((b) => {
+    const q = (sel) => b.querySelector(sel);
+    return {
+      triage: !!q(".triage"), status: q(".triage .bisect-status strong")?.textContent ?? null,
+      subject: q(".triage .first-bad .subject")?.textContent ?? null, author: q(".triage .first-bad .author")?.textContent ?? null,
+      command: q(".triage code.command")?.textContent ?? null,
+      kernelRows: b.querySelectorAll(".triage table.kernels tr.kind-row, .triage table.kernels tr.kernel-row").length,
+      probes: b.querySelectorAll(".triage tr.probe-row").length, missing: !!q(".triage .kernels-missing"),
+    };
+  }));
+  data.findings.forEach((f, i) => {
+    const t = f.triage, d = drawn[i] || {};
+    const what = `finding ${i + 1}'s triage`;
+    expect(d.triage === !!t, `${what}: drawn ${d.triage}, in the data ${!!t}`, problems);
+    if (!t) return;
+    const b = t.bisected;
+    expect(d.status === (b ? "bisection " + t.status : null), `${what}: status ${d.status}`, problems);
+    expect(d.subject === (b && b.first_bad ? b.first_bad.subject : null), `${what}: first bad commit's subject ${JSON.stringify(d.subject)}`, problems);
+    if (b && b.first_bad) expect(d.author === `(${b.first_bad.author})`, `${what}: author ${d.author}`, problems);
+    expect(d.command === (b && b.command ? b.command : null), `${what}: the finish-it command ${JSON.stringify(d.command)}`, problems);
+    const rows = t.kernels ? t.kernels.kinds.length + t.kernels.kernels.length : 0;
+    expect(d.kernelRows === rows, `${what}: ${d.kernelRows} kernel rows, ${rows} in the data`, problems);
+    expect(d.probes === t.probes.length, `${what}: ${d.probes} probed commits, ${t.probes.length} in the data`, problems);
+    expect(d.missing === (!t.kernels && !!t.kernels_missing), `${what}: why no kernels`, problems);
+  });
   // Open regressions come first.
   const firstOpen = await page.locator("#fleet tr.row").first().getAttribute("class");
   if (data.rows.some((r) => r.open)) expect(firstOpen.includes("open"), "open regressions first", problems);

@@ -81,6 +81,14 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             PRIMARY KEY (run_id, cell_id)
         );",
     ),
+    (
+        5,
+        "per-run triage: the findings' bisections and kernel diffs",
+        "CREATE TABLE bench_triage (
+            run_id TEXT PRIMARY KEY,
+            findings TEXT NOT NULL
+        );",
+    ),
 ];
 
 /// The newest schema version this bench writes.

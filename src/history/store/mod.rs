@@ -192,6 +192,7 @@ const TABLES: &[(&str, &str)] = &[
         "cell_id, hardware_key, starts_at, first_run_id, reason, accepted_at",
     ),
     ("bench_kernels", "run_id, cell_id, summary"),
+    ("bench_triage", "run_id, findings"),
 ];
 
 impl History {
@@ -545,6 +546,31 @@ impl History {
             .map(str::to_string))
     }
 
+    /// Keeps what a run's triage found beyond the grouping (the findings' bisections and
+    /// kernel diffs, as the run folder's `triage.json` holds them), replacing what was kept
+    /// for the run before: the store outlives the run folders (a CI job's artifacts expire),
+    /// and `bench site` shows the open findings' triage from it.
+    pub(crate) fn record_triage(&mut self, run_id: &str, findings: &str) -> Result<(), HistoryError> {
+        self.transaction(|b| {
+            let key = Sql::Text(run_id.into());
+            b.execute("DELETE FROM bench_triage WHERE run_id = ?", &[key.clone()])?;
+            b.execute(
+                "INSERT INTO bench_triage (run_id, findings) VALUES (?, ?)",
+                &[key, Sql::Text(findings.into())],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Every run's kept triage ([`Self::record_triage`]): run id and its JSON.
+    pub(crate) fn all_triage(&mut self) -> Result<Vec<(String, String)>, HistoryError> {
+        let rows = self.query(
+            "SELECT run_id, findings FROM bench_triage ORDER BY run_id",
+            &[],
+        )?;
+        Ok(rows.iter().map(|r| (text(&r[0]), text(&r[1]))).collect())
+    }
+
     /// Every run, oldest first.
     pub fn runs(&mut self) -> Result<Vec<RunRow>, HistoryError> {
         let rows = self.query(
@@ -754,6 +780,7 @@ impl History {
     pub fn clear(&mut self) -> Result<(), HistoryError> {
         self.transaction(|b| {
             for t in [
+                "bench_triage",
                 "bench_kernels",
                 "bench_segments",
                 "bench_metrics",

@@ -81,6 +81,50 @@
     return s;
   }
 
+  // A number the data may hold as null (serde writes a NaN as null).
+  const fixed = (v, d) => (typeof v === "number" && isFinite(v) ? v.toFixed(d) : "–");
+  const commitLine = (label, c, cls) => el("div", { class: cls }, label + " ", el("code", { class: "sha", text: c.sha.slice(0, 12) }), " ",
+    el("span", { class: "subject", text: c.subject }), " ", el("span", { class: "author", text: "(" + c.author + ")" }));
+
+  // A finding's triage (src/site/triage.rs): the bisection's answer or why there is none
+  // with the command that finishes it, the commits it measured, the kernels that moved.
+  function triageBox(t) {
+    const box = el("div", { class: "triage" });
+    const b = t.bisected;
+    if (b) {
+      box.append(el("div", { class: "bisect-status s-" + b.status }, el("strong", { text: "bisection " + t.status }), ` on ${b.cell}, ${short(b.good)}..${short(b.bad)}`));
+      if (b.first_bad) box.append(commitLine("first bad commit", b.first_bad, "first-bad"));
+      if (b.last_good) box.append(commitLine("last good commit", b.last_good, "last-good"));
+      if (b.evidence) box.append(el("div", { class: "evidence", text: (b.status === "found" ? "evidence: " : "why: ") + b.evidence }));
+      box.append(el("div", { class: "note measured", text: `${b.measured} commit${b.measured === 1 ? "" : "s"} measured of the ${b.commits} in the range (${b.rounds_run} rounds run, ${b.rounds_reused} taken from the history); ${fixed(b.gpu_s, 0)} of ${fixed(b.budget_gpu_s, 0)} GPU-s` }));
+      if (b.command) box.append(el("div", { class: "finish" }, "finish it with ", el("code", { class: "command", text: b.command })));
+    }
+    if (t.probes.length) {
+      const p = el("table", { class: "probes" });
+      p.append(el("tr", {}, ...["commit", "cell", "rounds", "median " + data.metric, ""].map((x) => el("th", { text: x }))));
+      for (const r of t.probes) p.append(el("tr", { class: "probe-row" }, el("td", { class: "sha", text: short(r.commit) }), el("td", { class: "id", text: r.cell }),
+        el("td", { class: "num", text: String(r.rounds) }), el("td", { class: "num", text: si(r.median) }), el("td", { text: r.role || "" })));
+      box.append(el("div", { class: "note", text: "Commits the history's bisection rounds measured (branch bisect):" }), el("div", { class: "table-box" }, p));
+    }
+    const k = t.kernels;
+    if (k) {
+      box.append(el("div", { class: "kernels-line" }, el("strong", { text: `kernels of ${k.cell} (${k.before} -> ${k.after})` }), ": " + t.kernels_summary));
+      const table = el("table", { class: "kernels" });
+      table.append(el("tr", {}, ...["kind / kernel", "kind", "calls", "before ms", "after ms", "change ms"].map((x) => el("th", { text: x }))));
+      const rows = [...k.kinds.map((d) => [d, true]), ...k.kernels.map((d) => [d, false])];
+      for (const [d, isKind] of rows) {
+        const change = typeof d.before_ms === "number" && typeof d.after_ms === "number" ? d.after_ms - d.before_ms : NaN;
+        table.append(el("tr", { class: isKind ? "kind-row" : "kernel-row" }, el("td", { class: "id", text: d.name }), el("td", { text: isKind ? "" : d.kind }),
+          el("td", { class: "num", text: isKind ? "" : `${d.before_calls} -> ${d.after_calls}` }), el("td", { class: "num", text: fixed(d.before_ms, 3) }),
+          el("td", { class: "num", text: fixed(d.after_ms, 3) }), el("td", { class: "num", text: (change >= 0 ? "+" : "") + fixed(change, 3) })));
+      }
+      box.append(el("div", { class: "table-box" }, table));
+      if (t.kernels_source) box.append(el("div", { class: "note", text: "from " + t.kernels_source }));
+    } else if (t.kernels_missing) box.append(el("div", { class: "note kernels-missing", text: "no kernel diff: " + t.kernels_missing }));
+    if (t.run) box.append(el("div", { class: "note" }, "triage of run ", link(t.run_page, t.run), t.source === "history" ? ", kept in the history" : ", from " + t.source));
+    return box;
+  }
+
   // ---- index: the fleet -----------------------------------------------------------------
   function index() {
     head.append(el("h1", { text: data.title }),
@@ -100,6 +144,7 @@
         for (const s of f.suspects) ul.append(el("li", { text: s }));
         box.append(el("div", { text: "changed since the last good run:" }), ul);
       }
+      if (f.triage) box.append(triageBox(f.triage));
       const cells = el("div", { class: "finding-cells" });
       f.cells.slice(0, 50).forEach(([c, page], i) => { if (i) cells.append(", "); cells.append(link(page, c)); });
       if (f.cells.length > 50) cells.append(` and ${f.cells.length - 50} more`);

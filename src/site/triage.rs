@@ -1,0 +1,326 @@
+//! The triage of each open finding, as the site shows it: the automatic bisection's first
+//! bad commit (or why there is none, with the `bench bisect` command that finishes it),
+//! the commits it measured, and the kernels that moved.
+//!
+//! It is read where it was kept, the history first, since the site is built from the store
+//! and a CI job's run folders expire:
+//!
+//! - the history's `bench_triage` (schema 5): what `bench matrix --history` found when it
+//!   chased the finding's regression, kept per run as the run folder's `triage.json`;
+//! - else `DIR/RUN_ID/triage.json` under `--runs DIR` (a run recorded before the store
+//!   kept triage);
+//! - the kernels, when no chase diffed them, from the history's `bench_kernels` at the
+//!   finding's last good and first bad runs (`triage.trace_every_run`), as the nightly's
+//!   own triage diffs them;
+//! - the bisection's rounds (runs on the history's branch `bisect`) of the finding's cells
+//!   since the run that opened it: the commits measured, with their rounds and median.
+//!
+//! The run whose triage is shown is one of the runs the finding stayed open through: the
+//! newest that found the first bad commit and diffed its kernels, else the newest that
+//! found it, else the newest that tried (a later night that resumed a bisection from the
+//! history's rounds knows more than the first one).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::commands::triage::{Chased, Saved, FILE};
+use crate::error::CliError;
+use crate::triage::culprit::{BisectStatus, Bisected};
+use crate::triage::kernels::{KernelDiff, KernelSummary};
+
+use super::model::{Finding, Fleet};
+
+/// At most this many of a finding's cells are asked for their kernels in the history (two
+/// queries each): the first of them with both summaries is diffed.
+const KERNEL_CELLS: usize = 20;
+
+/// At most this many probed commits are listed per finding.
+const PROBES: usize = 50;
+
+/// A finding's triage, serialized into the index page's data.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Triage {
+    /// Where the chase was read: `history` or the `triage.json` of a run folder.
+    pub source: Option<String>,
+    /// The run whose chase this is, and its page.
+    pub run: Option<String>,
+    pub run_page: Option<String>,
+    pub bisected: Option<Bisected>,
+    /// The status in words (`found`, `out of budget`, `skipped`, ...).
+    pub status: Option<&'static str>,
+    /// [`Bisected::line`]: the bisection in one line, as the run's own reports put it.
+    pub line: Option<String>,
+    pub kernels: Option<KernelDiff>,
+    /// Where the kernel diff came from: the chase's traced steps, or the history's kernels.
+    pub kernels_source: Option<String>,
+    /// [`KernelDiff::summary`].
+    pub kernels_summary: Option<String>,
+    pub kernels_missing: Option<String>,
+    /// The commits the history's bisection rounds measured, in the order first measured.
+    pub probes: Vec<ProbeView>,
+}
+
+/// A probed commit: how many rounds the history holds for it, and their median.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ProbeView {
+    pub commit: Option<String>,
+    pub cell: String,
+    pub rounds: usize,
+    pub median: Option<f64>,
+    /// `first bad`, `last good` or nothing, from the bisection's answer.
+    pub role: Option<&'static str>,
+}
+
+/// The chases kept per run: the history's rows, parsed once.
+pub(crate) struct Kept {
+    history: HashMap<String, Saved>,
+}
+
+impl Kept {
+    /// Parses the history's `bench_triage` rows; a row that is not the JSON bench wrote is
+    /// refused with the store and run named.
+    pub(crate) fn of(rows: Vec<(String, String)>, location: &str) -> Result<Kept, CliError> {
+        let mut history = HashMap::new();
+        for (run, text) in rows {
+            let saved: Saved = serde_json::from_str(&text).map_err(|e| {
+                CliError::bad_input(miette::miette!(
+                    "{location}: bench_triage, run {run}: line {} column {}: {e}",
+                    e.line(),
+                    e.column()
+                ))
+            })?;
+            history.insert(run, saved);
+        }
+        Ok(Kept { history })
+    }
+}
+
+/// A run folder's `triage.json`, when `runs` holds one for `run_id`; a file that is not
+/// the JSON bench wrote is refused with its path and position.
+fn from_folder(runs: &Path, run_id: &str) -> Result<Option<(String, Saved)>, CliError> {
+    if !crate::ids::is_valid(run_id) {
+        return Ok(None);
+    }
+    let path = runs.join(run_id).join(FILE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
+        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
+    let saved: Saved = serde_json::from_str(&text).map_err(|e| {
+        CliError::bad_input(miette::miette!(
+            "{}: line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    Ok(Some((path.display().to_string(), saved)))
+}
+
+/// The chase of `saved` that is about this finding: one of its cells, over a range that
+/// starts at the finding's last good commit (when both are known).
+fn matching<'a>(saved: &'a Saved, cells: &[&str], good: Option<&str>) -> Option<&'a Chased> {
+    saved.findings.iter().find(|c| {
+        c.cells.iter().any(|x| cells.contains(&x.as_str()))
+            && match (&c.commits, good) {
+                (Some([g, _]), Some(want)) => g == want,
+                _ => true,
+            }
+    })
+}
+
+/// The triage of `f`, or `None` when nothing of it was kept anywhere.
+pub(crate) fn of(
+    store: &mut crate::history::History,
+    fleet: &Fleet,
+    f: &Finding,
+    kept: &Kept,
+    runs_dir: Option<&Path>,
+) -> Result<Option<Triage>, CliError> {
+    let o = &f.cells[0];
+    let s = &fleet.series[o.series];
+    let cells: Vec<&str> = f
+        .cells
+        .iter()
+        .map(|c| fleet.series[c.series].cell.as_str())
+        .collect();
+    let good_run = o.last_good.map(|g| &fleet.runs[s.values[g].run]);
+    let bad_run = &fleet.runs[s.values[o.first_bad].run];
+    let good_commit = good_run.and_then(|r| r.commit.as_deref());
+
+    // The runs the finding stayed open through, newest first, and the chase each kept.
+    let mut best: Option<(usize, String, Chased)> = None;
+    for v in s.values[o.first_bad..].iter().rev() {
+        let run = &fleet.runs[v.run];
+        let found = match kept.history.get(&run.run_id) {
+            Some(saved) => Some(("history".to_string(), saved.clone())),
+            None => match runs_dir {
+                Some(dir) => from_folder(dir, &run.run_id)?,
+                None => None,
+            },
+        };
+        let Some((source, saved)) = found else {
+            continue;
+        };
+        let Some(chase) = matching(&saved, &cells, good_commit) else {
+            continue;
+        };
+        // A found first bad commit first, then one with its kernels diffed (a later night
+        // that resumed from the history's rounds may have had no budget left to trace).
+        let score = |c: &Chased| {
+            let found = c
+                .bisected
+                .as_ref()
+                .is_some_and(|b| b.status == BisectStatus::Found);
+            (found, c.kernels.is_some())
+        };
+        if best.as_ref().is_none_or(|(_, _, b)| score(chase) > score(b)) {
+            best = Some((v.run, source, chase.clone()));
+        }
+        if best.as_ref().is_some_and(|(_, _, b)| score(b) == (true, true)) {
+            break;
+        }
+    }
+
+    let mut t = Triage {
+        source: None,
+        run: None,
+        run_page: None,
+        bisected: None,
+        status: None,
+        line: None,
+        kernels: None,
+        kernels_source: None,
+        kernels_summary: None,
+        kernels_missing: None,
+        probes: Vec::new(),
+    };
+    if let Some((run, source, chase)) = best {
+        let id = &fleet.runs[run].run_id;
+        t.source = Some(source);
+        t.run = Some(id.clone());
+        t.run_page = Some(super::pages::run_page(id));
+        t.status = chase.bisected.as_ref().map(|b| b.status.as_str());
+        t.line = chase.bisected.as_ref().map(Bisected::line);
+        if let Some(k) = chase.kernels {
+            t.kernels_source = Some(format!("the triage of run {id}"));
+            t.kernels = Some(k);
+        }
+        t.kernels_missing = chase.kernels_missing;
+        t.bisected = chase.bisected;
+    }
+    if t.kernels.is_none() {
+        if let Some(good) = good_run {
+            if let Some(k) = kernels_from_history(store, &cells, &good.run_id, &bad_run.run_id)? {
+                t.kernels_source = Some(format!(
+                    "the history's kernels of runs {} and {}",
+                    good.run_id, bad_run.run_id
+                ));
+                t.kernels_missing = None;
+                t.kernels = Some(k);
+            }
+        }
+    }
+    t.kernels_summary = t.kernels.as_ref().map(KernelDiff::summary);
+    // A bisection measures one cell: its rounds, when it is known which.
+    let probed: Vec<&str> = match &t.bisected {
+        Some(b) => vec![b.cell.as_str()],
+        None => cells.clone(),
+    };
+    t.probes = probes(fleet, f, &probed, t.bisected.as_ref());
+    let empty = t.bisected.is_none()
+        && t.kernels.is_none()
+        && t.kernels_missing.is_none()
+        && t.probes.is_empty();
+    Ok((!empty).then_some(t))
+}
+
+/// The kernels that moved in the first of `cells` whose kernels the history keeps at both
+/// runs (`bench_kernels`, written when runs trace a step of each cell).
+fn kernels_from_history(
+    store: &mut crate::history::History,
+    cells: &[&str],
+    good: &str,
+    bad: &str,
+) -> Result<Option<KernelDiff>, CliError> {
+    for cell in cells.iter().take(KERNEL_CELLS) {
+        let summary = |store: &mut crate::history::History, run: &str| {
+            store.kernels(run, cell).map(|t| {
+                t.and_then(|t| serde_json::from_str::<KernelSummary>(&t).ok())
+            })
+        };
+        let Some(before) = summary(store, good)? else {
+            continue;
+        };
+        let Some(after) = summary(store, bad)? else {
+            continue;
+        };
+        let path = crate::run::kernel_trace_path(Path::new(""), cell);
+        return Ok(Some(KernelDiff::of(
+            cell,
+            [&format!("last good run {good}"), &format!("first bad run {bad}")],
+            &[before.step()],
+            &[after.step()],
+            vec![path.display().to_string()],
+        )));
+    }
+    Ok(None)
+}
+
+/// The commits the bisection rounds of the finding's cells measured on its hardware key
+/// since the run that opened it, each with its rounds and their median.
+fn probes(fleet: &Fleet, f: &Finding, cells: &[&str], b: Option<&Bisected>) -> Vec<ProbeView> {
+    let o = &f.cells[0];
+    let s = &fleet.series[o.series];
+    let since = &fleet.runs[s.values[o.first_bad].run].started_at;
+    let mut out: Vec<(ProbeView, Vec<f64>)> = Vec::new();
+    for p in &fleet.probes {
+        let run = &fleet.runs[p.run];
+        if p.key != s.key || !cells.contains(&p.cell.as_str()) || run.started_at < *since {
+            continue;
+        }
+        let at = out
+            .iter()
+            .position(|(v, _)| v.cell == p.cell && v.commit == run.commit);
+        let i = match at {
+            Some(i) => i,
+            None if out.len() < PROBES => {
+                let role = b.and_then(|b| {
+                    let is = |c: &Option<crate::triage::culprit::CommitRef>| {
+                        c.as_ref().map(|c| c.sha.as_str()) == run.commit.as_deref()
+                    };
+                    if is(&b.first_bad) {
+                        Some("first bad")
+                    } else if is(&b.last_good) {
+                        Some("last good")
+                    } else {
+                        None
+                    }
+                });
+                out.push((
+                    ProbeView {
+                        commit: run.commit.clone(),
+                        cell: p.cell.clone(),
+                        rounds: 0,
+                        median: None,
+                        role,
+                    },
+                    Vec::new(),
+                ));
+                out.len() - 1
+            }
+            None => continue,
+        };
+        out[i].0.rounds += 1;
+        out[i].1.push(p.value);
+    }
+    out.into_iter()
+        .map(|(mut v, xs)| {
+            v.median = crate::metrics::stats::median(&xs);
+            v
+        })
+        .collect()
+}
