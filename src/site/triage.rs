@@ -324,3 +324,95 @@ fn probes(fleet: &Fleet, f: &Finding, cells: &[&str], b: Option<&Bisected>) -> V
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::site::synthetic::{generate, Spec, HOSTILE_SUBJECT};
+
+    fn chased(cells: &[&str], good: &str) -> Chased {
+        Chased {
+            cells: cells.iter().map(|c| c.to_string()).collect(),
+            commits: Some([good.into(), "bad".into()]),
+            bisected: None,
+            kernels: None,
+            kernels_missing: Some("no trace".into()),
+        }
+    }
+
+    #[test]
+    fn a_chase_is_the_findings_when_it_shares_a_cell_and_the_last_good_commit() {
+        let saved = Saved {
+            findings: vec![chased(&["x.bf16"], "g1"), chased(&["a.fp8", "b.fp8"], "g2")],
+        };
+        let hit = |cells: &[&str], good| matching(&saved, cells, good).map(|c| c.cells[0].clone());
+        assert_eq!(hit(&["b.fp8"], Some("g2")).as_deref(), Some("a.fp8"));
+        assert_eq!(hit(&["b.fp8"], Some("g1")), None, "another range");
+        assert_eq!(hit(&["c.fp8"], Some("g2")), None, "another cause");
+        assert_eq!(hit(&["x.bf16"], None).as_deref(), Some("x.bf16"));
+    }
+
+    /// The generated store's fp8 regression: on main, the newest run's found bisection
+    /// (over the older run's out-of-budget one) with its kernels and rounds; on release, a
+    /// skipped bisection whose kernels come from the history's `bench_kernels`.
+    #[test]
+    fn each_finding_gets_the_best_kept_triage_and_the_history_fills_in_the_kernels() {
+        let d = tempfile::tempdir().unwrap();
+        let location = d.path().join("h.sqlite").display().to_string();
+        let spec = Spec {
+            cells: 12,
+            runs: 21,
+            keys: 1,
+            hostile: false,
+        };
+        generate(&location, &spec).unwrap();
+        let mut store = crate::history::open_existing(&location).unwrap();
+        let fleet = crate::site::model::build(
+            store.fleet_runs().unwrap(),
+            store.fleet("tokens_per_s").unwrap(),
+            store.all_segments().unwrap(),
+            None,
+            1,
+        );
+        assert!(
+            fleet.series.iter().all(|s| s.branch != "bisect"),
+            "the bisection's rounds are no series"
+        );
+        assert_eq!(fleet.probes.len(), 6);
+        let kept = Kept::of(store.all_triage().unwrap(), &location).unwrap();
+        let mut seen = Vec::new();
+        for f in &fleet.findings {
+            let s = &fleet.series[f.cells[0].series];
+            let t = of(&mut store, &fleet, f, &kept, None).unwrap().unwrap();
+            seen.push(s.branch.clone());
+            let b = t.bisected.as_ref().unwrap();
+            if s.branch == "main" {
+                assert_eq!(t.status, Some("found"));
+                assert_eq!(t.run.as_deref(), Some("night-0019-h100-sxm-80gb-x8"));
+                assert_eq!(b.first_bad.as_ref().unwrap().subject, HOSTILE_SUBJECT);
+                assert!(t.kernels_source.as_deref().unwrap().contains("triage of run"));
+                let roles: Vec<_> = t.probes.iter().map(|p| p.role).collect();
+                assert_eq!(roles, [Some("last good"), None, Some("first bad")], "{t:?}");
+                assert_eq!(t.probes[0].rounds, 2);
+            } else {
+                assert_eq!(t.status, Some("skipped"));
+                assert!(b.evidence.contains("pull request"));
+                let k = t.kernels.as_ref().unwrap();
+                assert!(t.kernels_source.as_deref().unwrap().contains("history's kernels"));
+                assert!(k.kernels.iter().any(|d| d.name == "master_adamw" && d.after_ms == 0.0));
+                assert!(t.probes.is_empty());
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, ["main", "release"]);
+    }
+
+    #[test]
+    fn a_damaged_row_of_the_history_is_refused_naming_the_run() {
+        let e = Kept::of(vec![("night-1".into(), "{".into())], "h.sqlite")
+            .err()
+            .unwrap();
+        let text = format!("{:?}", e.report());
+        assert!(text.contains("bench_triage, run night-1"), "{text}");
+    }
+}
