@@ -58,3 +58,7 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked --no-fail-fast
 fi
+# The site's benchmark (issue 33): `bench site` over 1,000 cells x 365 runs in a release
+# build, failing over 10 s, then opened in chromium. Its release build is its own (see
+# docs/history.md, "The fleet's site", for what it takes on the CI machine).
+scripts/site-bench.sh

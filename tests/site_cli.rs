@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use assert_cmd::cargo::CommandCargoExt;
-use bench::site::synthetic::{generate, Spec, HOSTILE_CELL};
+use bench::site::synthetic::{generate, Spec, HOSTILE_CELL, HOSTILE_SUBJECT};
 
 fn bench() -> Command {
     Command::cargo_bin("bench").unwrap()
@@ -75,7 +75,8 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
     let count = |d: &str| std::fs::read_dir(dir.join(d)).unwrap().count();
     assert_eq!(count("cells"), 60);
     assert_eq!(count("runs"), 40);
-    assert_eq!(count("assets"), 4);
+    // uPlot's script and styles, the site's, and the tables of runs and cells the pages share.
+    assert_eq!(count("assets"), 6);
     let index = embedded(&dir.join("index.html"));
     // Two keys, each with its main and release runs: four series per cell.
     let rows = index["rows"].as_array().unwrap();
@@ -103,6 +104,23 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
         "{f}"
     );
     assert!(f["attribution"].as_str().unwrap().contains("fp8"), "{f}");
+    // Their triage, as the generated store keeps it (bench::site::synthetic): on each key,
+    // the newest run's bisection found the first bad commit, whose subject is markup.
+    for f in findings {
+        let t = &f["triage"];
+        assert_eq!(t["status"], "found", "{f}");
+        assert_eq!(t["source"], "history");
+        assert_eq!(t["bisected"]["first_bad"]["subject"], HOSTILE_SUBJECT);
+        assert!(
+            t["kernels"]["kernels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["name"] == "master_adamw" && k["after_ms"] == 0.0),
+            "{t:#}"
+        );
+        assert_eq!(t["probes"].as_array().unwrap().len(), 3, "{t:#}");
+    }
     // Open regressions lead the index's rows' order in the page; the data keeps the store's.
     assert!(
         rows.iter()
@@ -149,10 +167,12 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
     assert_eq!(run_page["cells"].as_array().unwrap().len(), 60);
 
     // The markup cell id is data, never markup, in every page that names it.
-    for d in ["", "cells", "runs"] {
+    for d in ["", "cells", "runs", "assets"] {
         for e in std::fs::read_dir(dir.join(d)).unwrap() {
             let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "html") {
+            if p.extension().is_some_and(|x| x == "html")
+                || ["runs.js", "cells.js"].iter().any(|n| p.ends_with(n))
+            {
                 let text = std::fs::read_to_string(&p).unwrap();
                 assert!(
                     !text.contains("<script>window.pwned") && !text.contains("<img"),

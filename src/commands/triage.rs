@@ -145,7 +145,7 @@ pub(crate) fn findings(
 /// A run folder's [`FILE`], or `None` when it has none. A file that is there and does not
 /// read is bad input naming it, line and column: it holds GPU time that a silent skip
 /// would lose.
-fn load(run_dir: &Path) -> Result<Option<Saved>, CliError> {
+pub(crate) fn load(run_dir: &Path) -> Result<Option<Saved>, CliError> {
     let path = run_dir.join(FILE);
     if !path.exists() {
         return Ok(None);

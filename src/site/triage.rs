@@ -97,27 +97,15 @@ impl Kept {
     }
 }
 
-/// A run folder's `triage.json`, when `runs` holds one for `run_id`; a file that is not
-/// the JSON bench wrote is refused with its path and position.
+/// A run folder's `triage.json`, when `runs` holds one for `run_id`, with its path; a file
+/// that is not the JSON bench wrote is refused with its path and position, as `bench
+/// report` refuses it.
 fn from_folder(runs: &Path, run_id: &str) -> Result<Option<(String, Saved)>, CliError> {
     if !crate::ids::is_valid(run_id) {
         return Ok(None);
     }
-    let path = runs.join(run_id).join(FILE);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
-        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-    let saved: Saved = serde_json::from_str(&text).map_err(|e| {
-        CliError::bad_input(miette::miette!(
-            "{}: line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
-    Ok(Some((path.display().to_string(), saved)))
+    let dir = runs.join(run_id);
+    Ok(crate::commands::triage::load(&dir)?.map(|s| (dir.join(FILE).display().to_string(), s)))
 }
 
 /// The chase of `saved` that is about this finding: one of its cells, over a range that

@@ -41,11 +41,12 @@ async function open(context, file) {
   return { page, errors, data };
 }
 
-// Markup from the data never became an element: the page's three scripts and nothing the
+// Markup from the data never became an element: the page's own scripts (the data, uPlot,
+// site.js, and on a cell or run page the shared table of runs or cells) and nothing the
 // hostile id's `<script>` or `<img onerror>` would have made.
-async function noInjection(page, file, problems) {
+async function noInjection(page, file, problems, want = 4) {
   const [scripts, imgs, pwned] = await page.evaluate(() => [document.scripts.length, document.images.length, window.pwned]);
-  expect(scripts === 3, `${file}: ${scripts} script elements, 3 expected`, problems);
+  expect(scripts === want, `${file}: ${scripts} script elements, ${want} expected`, problems);
   expect(imgs === 0, `${file}: ${imgs} img elements`, problems);
   expect(pwned === undefined, `${file}: a script from the data ran`, problems);
 }
@@ -126,7 +127,7 @@ async function checkIndex(context, problems) {
     const text = await page.locator(`#fleet tr.row td.id a`).evaluateAll((as, id) => as.some((a) => a.textContent === id), hostile.cell);
     expect(text, "the markup cell id shown as text", problems);
   }
-  await noInjection(page, "index.html", problems);
+  await noInjection(page, "index.html", problems, 3);
   await page.screenshot({ path: shot || path.join(site, "index.png") });
   for (const e of errors) problems.push("index.html: " + e);
   await page.close();
@@ -139,10 +140,13 @@ async function checkCell(context, rel, problems) {
     canvas: !!b.querySelector("canvas"), points: Number(b.dataset.points), cps: Number(b.dataset.changePoints),
     shifts: Number(b.dataset.shifts), marks: Number(b.dataset.marks) })));
   expect(boxes.length === data.series.length, `${rel}: ${boxes.length} charts, ${data.series.length} series`, problems);
+  // A point is [run, value, verdict] (the run an index into assets/runs.js).
+  const runs = await page.evaluate(() => JSON.parse(window.benchRuns).length);
   data.series.forEach((s, i) => {
     const b = boxes[i];
     if (!b) return;
-    const marks = s.points.filter((p) => ["regressed", "improved", "environment", "suspect", "unknown"].includes(p.verdict)).length;
+    expect(s.points.every(([r]) => Number.isInteger(r) && r >= 0 && r < runs), `${rel}: series ${i} names a run the table lacks`, problems);
+    const marks = s.points.filter((p) => ["regressed", "improved", "environment", "suspect", "unknown"].includes(p[2])).length;
     const shifts = s.segments.filter((g) => g.index !== null).length;
     expect(b.canvas && b.points === s.points.length && b.cps === s.change_points.length && b.shifts === shifts && b.marks === marks,
       `${rel}: series ${i} drawn ${JSON.stringify(b)}, data has ${s.points.length} points, ${s.change_points.length} change points, ${shifts} shifts, ${marks} marks`, problems);
@@ -157,6 +161,10 @@ async function checkRun(context, rel, problems) {
   const { page, errors, data } = await open(context, path.join(site, rel));
   const rows = await page.locator("#run-cells tr.row").count();
   expect(rows === data.cells.length, `${rel}: ${rows} rows, ${data.cells.length} cells`, problems);
+  // A cell is [cell, value, previous, verdict] (the cell an index into assets/cells.js):
+  // each row names its cell and links its page.
+  const named = await page.$$eval("#run-cells tr.row td.id a", (as) => as.length);
+  expect(named === data.cells.length, `${rel}: ${named} cell links, ${data.cells.length} cells`, problems);
   if (data.report) {
     const href = await page.locator("#report a").getAttribute("href");
     expect(href === data.report, `${rel}: the report link`, problems);

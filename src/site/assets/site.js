@@ -8,6 +8,9 @@
   // or `constructor` must find only what the data holds.
   const bare = (v) => (v && typeof v === "object" && !Array.isArray(v) ? Object.assign(Object.create(null), v) : v);
   const data = JSON.parse(document.getElementById("bench-data").textContent, (k, v) => bare(v));
+  // The tables the pages of a kind share (assets/runs.js, assets/cells.js): JSON text in a
+  // global, parsed as the page's own data is.
+  const shared = (name) => JSON.parse(typeof window[name] === "string" ? window[name] : "[]", (k, v) => bare(v));
   const head = document.getElementById("head");
   const main = document.getElementById("main");
 
@@ -259,6 +262,9 @@
   }
 
   function cell() {
+    // A point is [run, value, verdict], the run an index into the shared table of runs.
+    const runs = shared("benchRuns");
+    for (const s of data.series) s.points = s.points.map(([r, value, verdict]) => Object.assign(Object.create(null), runs[r], { value, verdict }));
     head.append(el("p", {}, link("../index.html", "← the fleet")), el("h1", { text: data.cell }),
       el("p", { class: "note", text: `${data.metric} on every hardware key and branch the store holds. Red dashes: change points; purple lines: accepted shifts (bench baseline accept); dots: verdicts other than unchanged (red regressed, green improved, amber environment or suspect).` }));
     for (const s of data.series) {
@@ -296,6 +302,9 @@
 
   // ---- run: its cells' verdicts ----------------------------------------------------------
   function run() {
+    // A cell is [cell, value, previous, verdict], the cell an index into the shared table.
+    const cells = shared("benchCells");
+    data.cells = data.cells.map(([c, value, previous, verdict]) => Object.assign(Object.create(null), cells[c], { value, previous, verdict }));
     head.append(el("p", {}, link("../index.html", "← the fleet")), el("h1", { text: "Run " + data.run_id }),
       el("p", { class: "note", text: `Started ${data.time} on ${data.key}, branch ${data.branch || "unknown"}, commit ${data.commit || "unknown"}, host ${data.host}, matrix ${data.matrix}.` }));
     head.append(el("p", { id: "report" }, data.report ? link(data.report, "This run's report.html") : el("span", { class: "note", text: "No report folder was given for this run (bench site --runs DIR)." })));
