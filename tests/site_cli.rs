@@ -503,7 +503,10 @@ fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     let t = triage_of(&folders);
     assert!(
-        t["source"].as_str().unwrap().ends_with("night6/triage.json"),
+        t["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("night6/triage.json"),
         "{t:#}"
     );
     assert_eq!(t["bisected"]["first_bad"]["sha"], culprit.as_str());
@@ -529,7 +532,10 @@ fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
     let (_, o) = build("site-damaged", true);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("night6/triage.json") && err.contains("line 1"), "{err}");
+    assert!(
+        err.contains("night6/triage.json") && err.contains("line 1"),
+        "{err}"
+    );
     std::fs::write(root.join("results/night6/triage.json"), kept).unwrap();
 
     // An empty store (created, no run) is refused: nothing to show.

@@ -2,12 +2,14 @@
 //! fleet's nightly to publish as a GitHub or GitLab Pages artifact or to open from disk (no
 //! server, nothing fetched).
 //!
-//! It owns the site: reading the fleet from the store in three queries
-//! ([`crate::history::History::fleet`], `fleet_runs`, `all_segments`), the series per cell,
-//! hardware key and branch with their change points and open regressions ([`model`],
-//! pure), and the pages ([`pages`]): `index.html` (every series with its last value and
-//! verdict and a sparkline, filters by axis value, hardware key, branch and verdict, the
-//! open regressions first, grouped by the run that opened them with their suspects), one
+//! It owns the site: reading the fleet from the store in four queries
+//! ([`crate::history::History::fleet`], `fleet_runs`, `all_segments`, `all_triage`), the
+//! series per cell, hardware key and branch with their change points and open regressions
+//! ([`model`], pure), each open finding's triage ([`triage`]: its bisection, kernels and
+//! probed commits, from the history or the run folders), and the pages ([`pages`]):
+//! `index.html` (every series with its last value and verdict and a sparkline, filters by
+//! axis value, hardware key, branch and verdict, the open regressions first, grouped by the
+//! run that opened them with their suspects and triage), one
 //! page per cell (the trend per hardware key and branch with change points, verdict marks
 //! and accepted shifts) and one page per run (its cells' verdicts, and a link to its
 //! `report.html` when `--runs DIR` holds its run folder). [`synthetic`] generates a store of

@@ -219,20 +219,25 @@ struct Night {
 
 /// The subject of the generated first bad commit: markup, which every page must show as
 /// text.
-pub const HOSTILE_SUBJECT: &str = "optimizer: <img src=x onerror=alert(2)> fuse AdamW & drop the master weights";
+pub const HOSTILE_SUBJECT: &str =
+    "optimizer: <img src=x onerror=alert(2)> fuse AdamW & drop the master weights";
 
 /// A step of one traced kernel set: the master-weight AdamW kernel before, libtorch's fused
 /// one and more copies after (the change the GPU triage of issue 30 found).
 fn step(after: bool) -> KernelSummary {
     let mut k = StepTrace::default();
-    k.kernels.insert("ampere_bf16_s16816gemm_bf16_128x128".into(), (21_000.0, 96));
+    k.kernels
+        .insert("ampere_bf16_s16816gemm_bf16_128x128".into(), (21_000.0, 96));
     k.kernels.insert("flash_fwd_kernel".into(), (3_100.0, 12));
     if after {
-        k.kernels.insert("multi_tensor_apply_kernel".into(), (1_330.0, 4));
-        k.kernels.insert("elementwise_copy_kernel".into(), (1_480.0, 40));
+        k.kernels
+            .insert("multi_tensor_apply_kernel".into(), (1_330.0, 4));
+        k.kernels
+            .insert("elementwise_copy_kernel".into(), (1_480.0, 40));
     } else {
         k.kernels.insert("master_adamw".into(), (1_200.0, 1));
-        k.kernels.insert("elementwise_copy_kernel".into(), (740.0, 20));
+        k.kernels
+            .insert("elementwise_copy_kernel".into(), (740.0, 20));
     }
     KernelSummary::of(&[k])
 }
@@ -245,7 +250,11 @@ fn triage(
     nights: &[Night],
     open_from: usize,
 ) -> Result<(), HistoryError> {
-    let fp8: Vec<String> = cells.iter().filter(|c| c.contains(".fp8.")).cloned().collect();
+    let fp8: Vec<String> = cells
+        .iter()
+        .filter(|c| c.contains(".fp8."))
+        .cloned()
+        .collect();
     let Some(cell) = fp8.first() else {
         return Ok(());
     };
@@ -301,7 +310,10 @@ fn triage(
                 ["last good", "first bad"],
                 &[step(false).step()],
                 &[step(true).step()],
-                vec!["triage/F1/last-good.trace.json".into(), "triage/F1/first-bad.trace.json".into()],
+                vec![
+                    "triage/F1/last-good.trace.json".into(),
+                    "triage/F1/first-bad.trace.json".into(),
+                ],
             ));
         } else {
             b.evidence = "the budget's 600 GPU-s ran out after 3 commits".into();
@@ -321,7 +333,11 @@ fn triage(
         // each of three probes, on branch `bisect` (the found bisection's only).
         if b.status == BisectStatus::Found {
             let mut n = 0;
-            for (c, rounds) in [(good.commit.clone(), 2), (night.commit.clone(), 2), (bad(night), 2)] {
+            for (c, rounds) in [
+                (good.commit.clone(), 2),
+                (night.commit.clone(), 2),
+                (bad(night), 2),
+            ] {
                 for _ in 0..rounds {
                     n += 1;
                     probe(store, cell, night, &c, n)?;
@@ -346,12 +362,14 @@ fn probe(
 ) -> Result<(), HistoryError> {
     let value = if n <= 2 { 50_000.0 } else { 48_000.0 };
     let rfc = time::format_description::well_known::Rfc3339;
-    let started = time::OffsetDateTime::parse(&night.started_at, &rfc)
-        .map_or(night.started_at.clone(), |t| {
+    let started = time::OffsetDateTime::parse(&night.started_at, &rfc).map_or(
+        night.started_at.clone(),
+        |t| {
             (t + time::Duration::minutes(30 + n as i64))
                 .format(&rfc)
                 .expect("a date formats")
-        });
+        },
+    );
     let run = RunRecord {
         run_id: format!("bisect-{}-{}-{n}", &commit[..12], night.key),
         started_at: started,

@@ -165,10 +165,16 @@ pub(crate) fn of(
                 .is_some_and(|b| b.status == BisectStatus::Found);
             (found, c.kernels.is_some())
         };
-        if best.as_ref().is_none_or(|(_, _, b)| score(chase) > score(b)) {
+        if best
+            .as_ref()
+            .is_none_or(|(_, _, b)| score(chase) > score(b))
+        {
             best = Some((v.run, source, chase.clone()));
         }
-        if best.as_ref().is_some_and(|(_, _, b)| score(b) == (true, true)) {
+        if best
+            .as_ref()
+            .is_some_and(|(_, _, b)| score(b) == (true, true))
+        {
             break;
         }
     }
@@ -236,9 +242,9 @@ fn kernels_from_history(
 ) -> Result<Option<KernelDiff>, CliError> {
     for cell in cells.iter().take(KERNEL_CELLS) {
         let summary = |store: &mut crate::history::History, run: &str| {
-            store.kernels(run, cell).map(|t| {
-                t.and_then(|t| serde_json::from_str::<KernelSummary>(&t).ok())
-            })
+            store
+                .kernels(run, cell)
+                .map(|t| t.and_then(|t| serde_json::from_str::<KernelSummary>(&t).ok()))
         };
         let Some(before) = summary(store, good)? else {
             continue;
@@ -249,7 +255,10 @@ fn kernels_from_history(
         let path = crate::run::kernel_trace_path(Path::new(""), cell);
         return Ok(Some(KernelDiff::of(
             cell,
-            [&format!("last good run {good}"), &format!("first bad run {bad}")],
+            [
+                &format!("last good run {good}"),
+                &format!("first bad run {bad}"),
+            ],
             &[before.step()],
             &[after.step()],
             vec![path.display().to_string()],
@@ -378,7 +387,11 @@ mod tests {
                 assert_eq!(t.status, Some("found"));
                 assert_eq!(t.run.as_deref(), Some("night-0019-h100-sxm-80gb-x8"));
                 assert_eq!(b.first_bad.as_ref().unwrap().subject, HOSTILE_SUBJECT);
-                assert!(t.kernels_source.as_deref().unwrap().contains("triage of run"));
+                assert!(t
+                    .kernels_source
+                    .as_deref()
+                    .unwrap()
+                    .contains("triage of run"));
                 let roles: Vec<_> = t.probes.iter().map(|p| p.role).collect();
                 assert_eq!(roles, [Some("last good"), None, Some("first bad")], "{t:?}");
                 assert_eq!(t.probes[0].rounds, 2);
@@ -386,8 +399,15 @@ mod tests {
                 assert_eq!(t.status, Some("skipped"));
                 assert!(b.evidence.contains("pull request"));
                 let k = t.kernels.as_ref().unwrap();
-                assert!(t.kernels_source.as_deref().unwrap().contains("history's kernels"));
-                assert!(k.kernels.iter().any(|d| d.name == "master_adamw" && d.after_ms == 0.0));
+                assert!(t
+                    .kernels_source
+                    .as_deref()
+                    .unwrap()
+                    .contains("history's kernels"));
+                assert!(k
+                    .kernels
+                    .iter()
+                    .any(|d| d.name == "master_adamw" && d.after_ms == 0.0));
                 assert!(t.probes.is_empty());
             }
         }

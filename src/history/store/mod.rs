@@ -550,7 +550,11 @@ impl History {
     /// kernel diffs, as the run folder's `triage.json` holds them), replacing what was kept
     /// for the run before: the store outlives the run folders (a CI job's artifacts expire),
     /// and `bench site` shows the open findings' triage from it.
-    pub(crate) fn record_triage(&mut self, run_id: &str, findings: &str) -> Result<(), HistoryError> {
+    pub(crate) fn record_triage(
+        &mut self,
+        run_id: &str,
+        findings: &str,
+    ) -> Result<(), HistoryError> {
         self.transaction(|b| {
             let key = Sql::Text(run_id.into());
             b.execute("DELETE FROM bench_triage WHERE run_id = ?", &[key.clone()])?;
