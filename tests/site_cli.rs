@@ -538,6 +538,34 @@ fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
     );
     std::fs::write(root.join("results/night6/triage.json"), kept).unwrap();
 
+    // A store of a bisection's rounds alone (branch `bisect`) has no nightly's trend.
+    let rounds = root.join("rounds.sqlite");
+    std::fs::copy(&store, &rounds).unwrap();
+    let db = rusqlite::Connection::open(&rounds).unwrap();
+    for t in [
+        "bench_metrics",
+        "bench_cells",
+        "bench_kernels",
+        "bench_runs",
+    ] {
+        db.execute(
+            &format!("DELETE FROM {t} WHERE run_id NOT IN (SELECT run_id FROM bench_runs WHERE branch = 'bisect')"),
+            [],
+        )
+        .unwrap();
+    }
+    drop(db);
+    let out = root.join("site-rounds");
+    let o = site(&[
+        "--history".as_ref(),
+        rounds.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("only bisection rounds"), "{err}");
+
     // An empty store (created, no run) is refused: nothing to show.
     let empty = root.join("empty.sqlite");
     bench::history::open(empty.to_str().unwrap()).unwrap();

@@ -102,11 +102,15 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
     let count = values.len();
     let fleet = model::build(runs, values, segments, settings.branch.as_deref(), threads);
     if fleet.series.is_empty() {
-        return Err(CliError::bad_input(miette::miette!(
-            "--branch {}: no run of that branch in {}",
-            settings.branch.as_deref().unwrap_or_default(),
-            store.location
-        )));
+        // Every value was a bisection's round or a confirming re-run, or of another branch.
+        return Err(CliError::bad_input(match settings.branch.as_deref() {
+            Some(b) => miette::miette!("--branch {b}: no run of that branch in {}", store.location),
+            None => miette::miette!(
+                "{}: the store holds only bisection rounds and confirming re-runs of {}: no nightly's trend to show",
+                store.location,
+                settings.metric
+            ),
+        }));
     }
     let suspects = fleet
         .findings

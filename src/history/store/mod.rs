@@ -557,7 +557,10 @@ impl History {
     ) -> Result<(), HistoryError> {
         self.transaction(|b| {
             let key = Sql::Text(run_id.into());
-            b.execute("DELETE FROM bench_triage WHERE run_id = ?", &[key.clone()])?;
+            b.execute(
+                "DELETE FROM bench_triage WHERE run_id = ?",
+                std::slice::from_ref(&key),
+            )?;
             b.execute(
                 "INSERT INTO bench_triage (run_id, findings) VALUES (?, ?)",
                 &[key, Sql::Text(findings.into())],
