@@ -117,7 +117,7 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
         .iter()
         .map(|f| suspects(&mut store, &fleet, f, &settings.metric))
         .collect::<Result<Vec<_>, _>>()?;
-    let kept = triage::Kept::of(store.all_triage()?, &store.location)?;
+    let kept = triage::Kept::of(store.all_triage()?, &store.location);
     let triage = fleet
         .findings
         .iter()

@@ -73,27 +73,36 @@ pub(crate) struct ProbeView {
     pub role: Option<&'static str>,
 }
 
-/// The chases kept per run: the history's rows, parsed once.
+/// The chases the history keeps per run (`bench_triage`), as text: a row is parsed only
+/// when an open finding asks for its run, so one damaged row of a closed regression does
+/// not keep the fleet's site from being built.
 pub(crate) struct Kept {
-    history: HashMap<String, Saved>,
+    history: HashMap<String, String>,
+    location: String,
 }
 
 impl Kept {
-    /// Parses the history's `bench_triage` rows; a row that is not the JSON bench wrote is
-    /// refused with the store and run named.
-    pub(crate) fn of(rows: Vec<(String, String)>, location: &str) -> Result<Kept, CliError> {
-        let mut history = HashMap::new();
-        for (run, text) in rows {
-            let saved: Saved = serde_json::from_str(&text).map_err(|e| {
-                CliError::bad_input(miette::miette!(
-                    "{location}: bench_triage, run {run}: line {} column {}: {e}",
-                    e.line(),
-                    e.column()
-                ))
-            })?;
-            history.insert(run, saved);
+    pub(crate) fn of(rows: Vec<(String, String)>, location: &str) -> Kept {
+        Kept {
+            history: rows.into_iter().collect(),
+            location: location.to_string(),
         }
-        Ok(Kept { history })
+    }
+
+    /// The chase kept for `run`; a row that is not the JSON bench wrote is refused with the
+    /// store and run named.
+    fn get(&self, run: &str) -> Result<Option<Saved>, CliError> {
+        let Some(text) = self.history.get(run) else {
+            return Ok(None);
+        };
+        serde_json::from_str(text).map(Some).map_err(|e| {
+            CliError::bad_input(miette::miette!(
+                "{}: bench_triage, run {run}: line {} column {}: {e}",
+                self.location,
+                e.line(),
+                e.column()
+            ))
+        })
     }
 }
 
@@ -143,8 +152,8 @@ pub(crate) fn of(
     let mut best: Option<(usize, String, Chased)> = None;
     for v in s.values[o.first_bad..].iter().rev() {
         let run = &fleet.runs[v.run];
-        let found = match kept.history.get(&run.run_id) {
-            Some(saved) => Some(("history".to_string(), saved.clone())),
+        let found = match kept.get(&run.run_id)? {
+            Some(saved) => Some(("history".to_string(), saved)),
             None => match runs_dir {
                 Some(dir) => from_folder(dir, &run.run_id)?,
                 None => None,
@@ -376,7 +385,7 @@ mod tests {
             "the bisection's rounds are no series"
         );
         assert_eq!(fleet.probes.len(), 6);
-        let kept = Kept::of(store.all_triage().unwrap(), &location).unwrap();
+        let kept = Kept::of(store.all_triage().unwrap(), &location);
         let mut seen = Vec::new();
         for f in &fleet.findings {
             let s = &fleet.series[f.cells[0].series];
@@ -417,9 +426,9 @@ mod tests {
 
     #[test]
     fn a_damaged_row_of_the_history_is_refused_naming_the_run() {
-        let e = Kept::of(vec![("night-1".into(), "{".into())], "h.sqlite")
-            .err()
-            .unwrap();
+        let kept = Kept::of(vec![("night-1".into(), "{".into())], "h.sqlite");
+        assert!(kept.get("night-2").unwrap().is_none());
+        let e = kept.get("night-1").err().unwrap();
         let text = format!("{:?}", e.report());
         assert!(text.contains("bench_triage, run night-1"), "{text}");
     }
