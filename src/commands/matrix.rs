@@ -69,7 +69,13 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         // The store outlives the run folder (a CI job's artifacts expire): the site shows the
         // open findings' triage from it.
         if let Some(s) = store.as_mut() {
-            s.record_triage(&outcome.results.run_id, &text)?;
+            let run_id = &outcome.results.run_id;
+            // The shards of one run each keep their own chases under the one run id.
+            let text = match (args.shard, s.triage(run_id)?) {
+                (Some(_), Some(kept)) => super::triage::join(&kept, &text),
+                _ => text,
+            };
+            s.record_triage(run_id, &text)?;
         }
     }
     let verdict = crate::report::finish_run(

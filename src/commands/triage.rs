@@ -118,6 +118,28 @@ pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<Option<String
     Ok(Some(text))
 }
 
+/// `ours` (a [`FILE`]'s text) with the chases of `kept` (another shard's, kept in the
+/// history under the same run id) that are not of the same cells and commit range. Text
+/// that does not read as a [`FILE`] is replaced by ours: the chase of this job is known good.
+pub(crate) fn join(kept: &str, ours: &str) -> String {
+    let (Ok(kept), Ok(mut joined)) = (
+        serde_json::from_str::<Saved>(kept),
+        serde_json::from_str::<Saved>(ours),
+    ) else {
+        return ours.to_string();
+    };
+    for c in kept.findings {
+        if !joined
+            .findings
+            .iter()
+            .any(|o| o.cells == c.cells && o.commits == c.commits)
+        {
+            joined.findings.push(c);
+        }
+    }
+    serde_json::to_string_pretty(&joined).unwrap_or_else(|_| ours.to_string())
+}
+
 /// The findings of a finished run: the triage stage's grouping of its verdicts, with what
 /// the run's own triage found (its [`FILE`]) laid on the findings of the same cells and
 /// commit range.
@@ -591,6 +613,29 @@ mod tests {
             ..spec
         };
         assert!(settings_of(None, Some(&one)).is_err());
+    }
+
+    #[test]
+    fn a_shards_chases_join_the_ones_kept_for_the_run() {
+        let saved = |cells: &[&str], good: &str| {
+            serde_json::json!({"findings": [{
+                "cells": cells, "commits": [good, "bad"], "bisected": null,
+                "kernels": null, "kernels_missing": "no trace"}]})
+            .to_string()
+        };
+        let joined: Saved =
+            serde_json::from_str(&join(&saved(&["a"], "g1"), &saved(&["b"], "g1"))).unwrap();
+        let cells: Vec<&str> = joined
+            .findings
+            .iter()
+            .map(|c| c.cells[0].as_str())
+            .collect();
+        assert_eq!(cells, ["b", "a"]);
+        // The same chase again is not doubled; a damaged kept row gives way to ours.
+        let same: Saved =
+            serde_json::from_str(&join(&saved(&["b"], "g1"), &saved(&["b"], "g1"))).unwrap();
+        assert_eq!(same.findings.len(), 1);
+        assert_eq!(join("{", &saved(&["b"], "g1")), saved(&["b"], "g1"));
     }
 
     fn a_finding(cells: &[&str], commits: [&str; 2]) -> Finding {

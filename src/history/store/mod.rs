@@ -569,6 +569,19 @@ impl History {
         })
     }
 
+    /// The triage kept for run `run_id` ([`Self::record_triage`]), if any.
+    pub(crate) fn triage(&mut self, run_id: &str) -> Result<Option<String>, HistoryError> {
+        let rows = self.query(
+            "SELECT findings FROM bench_triage WHERE run_id = ?",
+            &[Sql::Text(run_id.into())],
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(|v| v.text())
+            .map(str::to_string))
+    }
+
     /// Every run's kept triage ([`Self::record_triage`]): run id and its JSON.
     pub(crate) fn all_triage(&mut self) -> Result<Vec<(String, String)>, HistoryError> {
         let rows = self.query(
