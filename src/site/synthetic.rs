@@ -259,7 +259,7 @@ fn triage(
         return Ok(());
     };
     // The first bad commit: a commit of the range that no night ran at.
-    let bad = |n: &Night| format!("{}f1a5bad0c0ffee000000000000000000", &n.commit[..8]);
+    let bad = |n: &Night| format!("{}f1a5bad0c0ffee000000000000000000", &n.commit[32..]);
     for (i, night) in nights.iter().enumerate().skip(open_from) {
         // The last good run: the newest before the regression on the same key and branch.
         let Some(good) = nights[..open_from]
