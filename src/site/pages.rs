@@ -256,7 +256,7 @@ fn cell_page(cell: &str) -> String {
     format!("cells/{}", file_name(cell))
 }
 
-pub(crate) fn run_page(run: &str) -> String {
+fn run_page(run: &str) -> String {
     format!("runs/{}", file_name(run))
 }
 
@@ -487,7 +487,10 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
                 change: o.change,
                 attribution: super::model::attribution(fleet, f),
                 suspects: suspects.clone(),
-                triage: triage.clone(),
+                triage: triage.clone().map(|mut t| {
+                    t.run_page = t.run.as_deref().map(run_page);
+                    t
+                }),
             }
         })
         .collect();

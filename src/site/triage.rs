@@ -44,7 +44,7 @@ const PROBES: usize = 50;
 pub(crate) struct Triage {
     /// Where the chase was read: `history` or the `triage.json` of a run folder.
     pub source: Option<String>,
-    /// The run whose chase this is, and its page.
+    /// The run whose chase this is, and its page (the pages fill it in: they name files).
     pub run: Option<String>,
     pub run_page: Option<String>,
     pub bisected: Option<Bisected>,
@@ -205,7 +205,6 @@ pub(crate) fn of(
         let id = &fleet.runs[run].run_id;
         t.source = Some(source);
         t.run = Some(id.clone());
-        t.run_page = Some(super::pages::run_page(id));
         t.status = chase.bisected.as_ref().map(|b| b.status.as_str());
         t.line = chase.bisected.as_ref().map(Bisected::line);
         if let Some(k) = chase.kernels {
