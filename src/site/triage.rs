@@ -20,7 +20,7 @@
 //! found it, else the newest that tried (a later night that resumed a bisection from the
 //! history's rounds knows more than the first one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -119,9 +119,9 @@ fn from_folder(runs: &Path, run_id: &str) -> Result<Option<(String, Saved)>, Cli
 
 /// The chase of `saved` that is about this finding: one of its cells, over a range that
 /// starts at the finding's last good commit (when both are known).
-fn matching<'a>(saved: &'a Saved, cells: &[&str], good: Option<&str>) -> Option<&'a Chased> {
+fn matching<'a>(saved: &'a Saved, cells: &HashSet<&str>, good: Option<&str>) -> Option<&'a Chased> {
     saved.findings.iter().find(|c| {
-        c.cells.iter().any(|x| cells.contains(&x.as_str()))
+        c.cells.iter().any(|x| cells.contains(x.as_str()))
             && match (&c.commits, good) {
                 (Some([g, _]), Some(want)) => g == want,
                 _ => true,
@@ -147,6 +147,9 @@ pub(crate) fn of(
     let good_run = o.last_good.map(|g| &fleet.runs[s.values[g].run]);
     let bad_run = &fleet.runs[s.values[o.first_bad].run];
     let good_commit = good_run.and_then(|r| r.commit.as_deref());
+    // A set: a finding of every cell of a large fleet, open for months, is matched against
+    // each night's chase of as many cells.
+    let wanted: HashSet<&str> = cells.iter().copied().collect();
 
     // The runs the finding stayed open through, newest first, and the chase each kept.
     let mut best: Option<(usize, String, Chased)> = None;
@@ -162,7 +165,7 @@ pub(crate) fn of(
         let Some((source, saved)) = found else {
             continue;
         };
-        let Some(chase) = matching(&saved, &cells, good_commit) else {
+        let Some(chase) = matching(&saved, &wanted, good_commit) else {
             continue;
         };
         // A found first bad commit first, then one with its kernels diffed (a later night
@@ -281,6 +284,7 @@ fn probes(fleet: &Fleet, f: &Finding, cells: &[&str], b: Option<&Bisected>) -> V
     let o = &f.cells[0];
     let s = &fleet.series[o.series];
     let since = &fleet.runs[s.values[o.first_bad].run].started_at;
+    let cells: HashSet<&str> = cells.iter().copied().collect();
     let mut out: Vec<(ProbeView, Vec<f64>)> = Vec::new();
     for p in &fleet.probes {
         let run = &fleet.runs[p.run];
@@ -350,7 +354,10 @@ mod tests {
         let saved = Saved {
             findings: vec![chased(&["x.bf16"], "g1"), chased(&["a.fp8", "b.fp8"], "g2")],
         };
-        let hit = |cells: &[&str], good| matching(&saved, cells, good).map(|c| c.cells[0].clone());
+        let hit = |cells: &[&str], good| {
+            let cells: HashSet<&str> = cells.iter().copied().collect();
+            matching(&saved, &cells, good).map(|c| c.cells[0].clone())
+        };
         assert_eq!(hit(&["b.fp8"], Some("g2")).as_deref(), Some("a.fp8"));
         assert_eq!(hit(&["b.fp8"], Some("g1")), None, "another range");
         assert_eq!(hit(&["c.fp8"], Some("g2")), None, "another cause");
