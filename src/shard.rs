@@ -58,6 +58,11 @@ impl FromStr for Shard {
         if count == 0 {
             return Err(bad("the shard count must be at least 1"));
         }
+        if count > MAX_SHARDS {
+            return Err(bad(&format!(
+                "at most {MAX_SHARDS} shards (a runner per shard; more would only be empty shares)"
+            )));
+        }
         if index == 0 || index > count {
             return Err(bad(&format!(
                 "the shard must be between 1 and {count} (shards count from 1)"
@@ -66,6 +71,11 @@ impl FromStr for Shard {
         Ok(Shard { index, count })
     }
 }
+
+/// The most shards a run may be split into: every shard keeps its expected load in the
+/// plan, so the count bounds the plan's size and the split's time, and no fleet has more
+/// runners than this for one nightly.
+pub const MAX_SHARDS: u32 = 4096;
 
 /// Splits items of the given expected costs into `count` shards by greedy
 /// longest-processing-time: returns, for each item, the index of its shard (from 0).

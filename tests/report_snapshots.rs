@@ -314,3 +314,38 @@ fn fleet_reports() {
         insta::assert_snapshot!("fleet_junit_xml", fleet::render_junit(&parts).unwrap());
     });
 }
+
+/// A fleet of many runs whose comments are long still posts one comment within the size a
+/// pull request takes, every failing run's row first in its table.
+#[test]
+fn a_fleet_comment_of_many_runs_stays_within_its_size() {
+    use bench::report::fleet::{self, FleetPart};
+    let (mixed, cmp) = load("mixed");
+    for n in [2, 8, 40, 200] {
+        let parts: Vec<FleetPart<'_>> = (0..n)
+            .map(|i| FleetPart {
+                folder: format!("{}-{i}", "k".repeat(120)),
+                input: ReportInput {
+                    results: &mixed,
+                    comparison: &cmp,
+                    trends: None,
+                    history: None,
+                    findings: &[],
+                },
+                exit: 1,
+                shards: Vec::new(),
+            })
+            .collect();
+        let body = fleet::render_comment(&parts, Some("https://ci.example/artifacts"));
+        assert!(
+            body.len() <= bench::report::markdown::MAX_BYTES,
+            "{n} runs: {} bytes",
+            body.len()
+        );
+        assert!(body.starts_with("### bench fleet"), "{body}");
+        if n == 2 {
+            // Two runs fit whole: each keeps its regressions.
+            assert_eq!(body.matches("Regressions").count(), 2, "{body}");
+        }
+    }
+}

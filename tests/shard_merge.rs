@@ -543,3 +543,156 @@ fn runs_of_two_hardware_kinds_merge_into_one_fleet_each_judged_against_its_own_k
         );
     }
 }
+
+/// What a hostile or careless merge meets: refused with exit 2 and the file or field named,
+/// before anything is written, or, for a run that never started, named as failed cells.
+#[test]
+fn a_careless_or_hostile_merge_is_refused_or_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fast = matrix(dir, "fast.yaml", "0.5");
+    for n in ["1/2", "2/2"] {
+        let o = bench(&strs(&run_args(
+            dir,
+            &fast,
+            &format!("s{}", &n[..1]),
+            "night",
+            &["--shard", n],
+        )));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let (s1, s2) = (dir.join("s1/night"), dir.join("s2/night"));
+    let merge = |inputs: &[&Path], out: &Path| {
+        let mut a: Vec<String> = vec!["report".into(), "merge".into()];
+        a.extend(inputs.iter().map(|p| p.display().to_string()));
+        a.extend([
+            "-o".into(),
+            out.display().to_string(),
+            "--baselines".into(),
+            dir.join("baselines").display().to_string(),
+        ]);
+        bench(&strs(&a))
+    };
+    let refused = |o: &Output, says: &str| {
+        assert_eq!(o.status.code(), Some(2), "{}", text(o));
+        assert!(text(o).contains(says), "{says:?} not in {}", text(o));
+    };
+
+    // The output is one of the inputs (or holds one): refused, the shard's logs intact.
+    let log = std::fs::read_dir(s1.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .expect("a cell's log in the shard's folder");
+    let before = std::fs::read(&log).unwrap();
+    assert!(!before.is_empty());
+    refused(
+        &merge(&[&s1, &s2], &s1),
+        "one folder or one holds the other",
+    );
+    refused(
+        &merge(&[&s1, &s2], dir),
+        "one folder or one holds the other",
+    );
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        before,
+        "{} changed",
+        log.display()
+    );
+    // An output that is a file.
+    std::fs::write(dir.join("a-file"), "x").unwrap();
+    refused(&merge(&[&s1, &s2], &dir.join("a-file")), "not a folder");
+
+    // A damaged plan: a cell in shard 0, a count beyond the limit.
+    let edit = |name: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let d = dir.join(name).join("night");
+        std::fs::create_dir_all(&d).unwrap();
+        for file in ["results.json", "shard.json"] {
+            std::fs::copy(s2.join(file), d.join(file)).unwrap();
+        }
+        let mut plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("shard.json")).unwrap()).unwrap();
+        f(&mut plan);
+        std::fs::write(d.join("shard.json"), plan.to_string()).unwrap();
+        d
+    };
+    let zero = edit("zero", &|p| p["cells"][0]["shard"] = 0.into());
+    refused(&merge(&[&s1, &zero], &dir.join("o")), "cells[0].shard 0");
+    let huge = edit("huge", &|p| p["shard"]["count"] = 4_000_000_000u64.into());
+    refused(&merge(&[&huge], &dir.join("o")), "shard.count 4000000000");
+    // A history.json that does not read is not skipped in silence.
+    let hist = edit("hist", &|_| {});
+    std::fs::write(
+        hist.join("history.json"),
+        "{\"run_id\":\"night\",\"cells\":[",
+    )
+    .unwrap();
+    refused(
+        &merge(&[&s1, &hist], &dir.join("o")),
+        "history.json: line 1",
+    );
+    // Shards of one run measured on two hardware kinds.
+    let other = edit("other", &|_| {});
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(other.join("results.json")).unwrap())
+            .unwrap();
+    r["environment"]["hardware_key"] = "h100-sxm-80gb".into();
+    std::fs::write(other.join("results.json"), r.to_string()).unwrap();
+    refused(
+        &merge(&[&s1, &other], &dir.join("o")),
+        "must run on one hardware kind",
+    );
+    assert!(!dir.join("o").exists(), "a refused merge wrote its output");
+    // A shard count beyond the limit is refused when the run starts.
+    let o = bench(&strs(&run_args(
+        dir,
+        &fast,
+        "sx",
+        "sx",
+        &["--shard", "1/100000000"],
+    )));
+    refused(&o, "at most 4096 shards");
+
+    // A run of the fleet none of whose shards wrote results: its cells are failed cells
+    // naming their shards, and the fleet is written with exit 1.
+    let dead = dir.join("dead");
+    std::fs::create_dir_all(&dead).unwrap();
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s1.join("shard.json")).unwrap()).unwrap();
+    plan["run_id"] = "dead".into();
+    plan["hardware_key"] = "mi300x-192gb".into();
+    std::fs::write(dead.join("shard.json"), plan.to_string()).unwrap();
+    let fleet = dir.join("fleet");
+    let o = merge(&[&s1, &s2, &dead], &fleet);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fleet.join("fleet.json")).unwrap()).unwrap();
+    assert_eq!(index["runs"][1]["hardware_key"], "mi300x-192gb", "{index}");
+    assert_eq!(index["runs"][1]["exit_code"], 1, "{index}");
+    let dead_report = report(&fleet.join("mi300x-192gb"));
+    assert!(
+        verdicts(&dead_report).iter().all(|(_, s)| s == "failed"),
+        "{dead_report}"
+    );
+    assert!(
+        dead_report
+            .to_string()
+            .contains("not run: shard 1/2 no results"),
+        "{dead_report}"
+    );
+    // Merging one run into the same folder afterwards leaves no fleet behind.
+    let o = merge(&[&s1, &s2], &fleet);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!fleet.join("fleet.json").exists());
+    let o = bench(&[
+        "report",
+        "post",
+        fleet.to_str().unwrap(),
+        "--dry-run",
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("bench fleet"));
+}

@@ -19,6 +19,22 @@ use crate::report::ReportInput;
 /// The fleet's index in its folder: each run's folder, key, matrix and exit code.
 pub(crate) const FILE: &str = "fleet.json";
 
+/// The files a fleet's folder holds, which no run's folder may be named.
+const RESERVED: &[&str] = &[
+    FILE,
+    "summary.md",
+    "junit.xml",
+    "report.json",
+    "report.html",
+    "report.png",
+    "results.json",
+    "results.journal",
+    "history.json",
+    "shards.json",
+    "triage.json",
+    "shard.json",
+];
+
 /// A run's folder name under the fleet's: its hardware key, with the run id after it when
 /// two runs share a key; only letters, digits and `-_.`, so a key from a results file never
 /// names a path outside the fleet's folder.
@@ -43,13 +59,15 @@ fn folder_name(key: &str, run_id: &str, taken: &[String]) -> String {
             c
         }
     };
+    // The fleet's own files are never a run's folder.
+    let busy = |n: &String| taken.contains(n) || RESERVED.contains(&n.as_str());
     let mut name = clean(key);
-    if taken.contains(&name) {
+    if busy(&name) {
         name = format!("{name}.{}", clean(run_id));
     }
     let mut n = 2;
     let base = name.clone();
-    while taken.contains(&name) {
+    while busy(&name) {
         name = format!("{base}.{n}");
         n += 1;
     }
@@ -65,12 +83,90 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     for dir in &args.run_dirs {
         folders.push(merge::read_folder(dir)?);
     }
+    check_output(&args.output, &args.run_dirs)?;
     let mut runs = merge::by_run(folders);
     if runs.len() == 1 {
+        // A fleet merged here before would otherwise still be what `report post` finds.
+        remove_stale(&args.output, &[FILE])?;
         let folders = runs.remove(0);
         return Ok(merge::merge_run(folders, &args.output, args)?.exit);
     }
+    // And a single run merged here before would still read as this folder's run.
+    remove_stale(
+        &args.output,
+        &[
+            crate::results::RunResults::FILE,
+            crate::results::RunResults::JOURNAL,
+            crate::history::verdicts::GateReport::FILE,
+            "shards.json",
+            super::triage::FILE,
+            super::shard::FILE,
+        ],
+    )?;
     merge_fleet(runs, args)
+}
+
+/// `path` absolute, with the links of its existing part resolved, so that two spellings of
+/// one folder compare equal.
+fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = abs.clone();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            _ => return abs,
+        }
+    }
+    let mut out = std::fs::canonicalize(&existing).unwrap_or(existing);
+    for name in rest.into_iter().rev() {
+        out.push(name);
+    }
+    out
+}
+
+/// The output must be a folder apart from every input: written over an input it would
+/// truncate that shard's logs while copying them onto themselves and replace its results.
+fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<(), CliError> {
+    if out.exists() && !out.is_dir() {
+        return Err(CliError::bad_input(miette::miette!(
+            "-o {}: not a folder",
+            out.display()
+        )));
+    }
+    let o = resolved(out);
+    for input in inputs {
+        let i = resolved(input);
+        if o == i || o.starts_with(&i) || i.starts_with(&o) {
+            return Err(CliError::bad_input(miette::miette!(
+                "-o {} and the input {} are one folder or one holds the other: write the merge to a folder of its own",
+                out.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Removes the files of the other kind of merge that an earlier `bench report merge` left
+/// in `out`.
+fn remove_stale(out: &Path, names: &[&str]) -> Result<(), CliError> {
+    for name in names {
+        let path = out.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(CliError::internal(miette::miette!(
+                    "{}: {e}",
+                    path.display()
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Merges each run of `runs` into its folder under `args.output` and writes the fleet's
@@ -177,8 +273,16 @@ pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliErro
             e.column()
         ))
     })?;
-    let mut dirs = Vec::new();
+    let mut dirs: Vec<(PathBuf, i32)> = Vec::new();
     for r in index.runs {
+        if !(0..=255).contains(&r.exit_code) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: run {:?} has exit_code {}, not an exit status (0-255)",
+                path.display(),
+                r.folder,
+                r.exit_code
+            )));
+        }
         // Only a plain folder name inside the fleet's folder, as the merge writes it.
         let plain = !r.folder.is_empty()
             && Path::new(&r.folder)
@@ -192,7 +296,21 @@ pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliErro
                 r.folder
             )));
         }
-        dirs.push((dir.join(r.folder), r.exit_code));
+        let run = dir.join(&r.folder);
+        if dirs.iter().any(|(d, _)| *d == run) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: run folder {:?} is listed twice",
+                path.display(),
+                r.folder
+            )));
+        }
+        if std::fs::symlink_metadata(&run).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: a link, not a run folder the merge wrote",
+                run.display()
+            )));
+        }
+        dirs.push((run, r.exit_code));
     }
     if dirs.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
@@ -220,5 +338,15 @@ mod tests {
         assert_eq!(folder_name("a/b<c>", "x", &[]), "a_b_c_");
         let taken = vec!["k".to_string(), "k.r".to_string()];
         assert_eq!(folder_name("k", "r", &taken), "k.r.2");
+        // The fleet's own files are never a run's folder.
+        assert_eq!(folder_name("report.html", "r1", &[]), "report.html.r1");
+        assert_eq!(
+            folder_name("report", "html", &["report".into()]),
+            "report.html.2"
+        );
+        assert_eq!(
+            folder_name("fleet.json", "fleet.json", &[]),
+            "fleet.json.fleet.json"
+        );
     }
 }

@@ -190,11 +190,17 @@ fn plan_shard(
             reason: format!("shard {other}/{} runs it", shard.count),
         });
     }
-    let loads: Vec<String> = plan
+    // The loads of every shard, up to a screenful: with hundreds of shards the line would be
+    // the plan itself, which shard.json holds.
+    let mut loads: Vec<String> = plan
         .expected_gpu_s
         .iter()
+        .take(16)
         .map(|g| format!("{g:.0}"))
         .collect();
+    if plan.expected_gpu_s.len() > 16 {
+        loads.push(format!("... ({} shards)", plan.expected_gpu_s.len()));
+    }
     eprintln!(
         "shard {shard}: {} of {total} cells (expected GPU-seconds per shard: {}); plan in {}",
         expansion.cells.len(),

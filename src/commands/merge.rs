@@ -14,6 +14,7 @@
 //! re-runs): the shards' `history.json` files are joined into the merged folder, and the
 //! judge lays them over the baselines of the run's hardware key as `bench report` does.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -148,6 +149,7 @@ pub(crate) fn merge_run(
     args: &MergeSettings,
 ) -> Result<MergedRun, CliError> {
     let dirs: Vec<PathBuf> = folders.iter().map(|f| f.dir.clone()).collect();
+    super::triage::check(&dirs)?;
     let merged = merge(folders)?;
     std::fs::create_dir_all(out)
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
@@ -211,6 +213,16 @@ pub(crate) fn merge_run(
 /// `--shard`), which is its own one shard of a plan of the cells it holds. A folder with
 /// neither a plan nor results is bad input.
 pub(crate) fn read_folder(dir: &Path) -> Result<Folder, CliError> {
+    // A link that leads nowhere is a damaged folder, not one without results.
+    for name in [RunResults::FILE, RunResults::JOURNAL, super::shard::FILE] {
+        let path = dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok() && !path.exists() {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: a link that leads nowhere",
+                path.display()
+            )));
+        }
+    }
     let has_results = dir.join(RunResults::FILE).exists() || dir.join(RunResults::JOURNAL).exists();
     let results = if has_results {
         Some(RunResults::load(dir)?)
@@ -229,6 +241,22 @@ pub(crate) fn read_folder(dir: &Path) -> Result<Folder, CliError> {
             )))
         }
     };
+    if let Some(r) = &results {
+        if r.run_id != plan.run_id {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: results of run {:?} beside the plan of run {:?}: not one run's folder",
+                dir.display(),
+                r.run_id,
+                plan.run_id
+            )));
+        }
+        if r.environment.hardware_key.trim().is_empty() {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: environment.hardware_key is empty: the run cannot be judged against any baselines",
+                dir.join(RunResults::FILE).display()
+            )));
+        }
+    }
     Ok(Folder {
         dir: dir.to_path_buf(),
         plan,
@@ -255,6 +283,24 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
                 first.dir.display(),
                 first.plan.shard,
                 run_id
+            )));
+        }
+    }
+    // The shards of one run are measured on one hardware key, and are judged against its
+    // baselines: a shard measured elsewhere would be compared with another GPU's numbers.
+    let keyed: Vec<&Folder> = folders.iter().filter(|f| f.results.is_some()).collect();
+    if let Some(k) = keyed.first() {
+        let key = &k.results.as_ref().unwrap().environment.hardware_key;
+        if let Some(other) = keyed
+            .iter()
+            .find(|f| &f.results.as_ref().unwrap().environment.hardware_key != key)
+        {
+            return Err(CliError::bad_input(miette::miette!(
+                "{} was measured on {}, {} on {}: the shards of run {run_id} must run on one hardware kind (give each kind its own --run-id and merge the runs as a fleet)",
+                k.dir.display(),
+                key,
+                other.dir.display(),
+                other.results.as_ref().unwrap().environment.hardware_key
             )));
         }
     }
@@ -287,38 +333,55 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
             ));
         }
     }
+    // Indexed by cell id: a fleet's nightly holds thousands of cells, and nested scans
+    // made the merge quadratic (40,000 cells took minutes).
     let mut planned: Vec<&super::shard::Planned> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for f in &folders {
         for p in &f.plan.cells {
-            if !planned.iter().any(|q| q.cell.id == p.cell.id) {
+            if seen.insert(p.cell.id.as_str()) {
                 planned.push(p);
             }
         }
     }
+    // Every shard's results, by cell id (the first folder that holds a cell gives it).
+    let mut ran: HashMap<&str, &crate::results::CellResult> = HashMap::new();
+    for f in &folders {
+        if let Some(r) = &f.results {
+            for c in &r.cells {
+                ran.entry(c.id.as_str()).or_insert(c);
+            }
+        }
+    }
+    let mut planned_per_shard: HashMap<u32, usize> = HashMap::new();
+    for p in &reference.cells {
+        *planned_per_shard.entry(p.shard).or_default() += 1;
+    }
 
     let states: Vec<ShardState> = (1..=count)
-        .map(|index| {
-            let planned_n = reference.cells_of(index).count();
-            match folders.iter().find(|f| f.plan.shard.index == index) {
+        .map(
+            |index| match folders.iter().find(|f| f.plan.shard.index == index) {
                 None => ShardState {
                     shard: format!("{index}/{count}"),
                     state: "missing",
                     folder: None,
-                    planned: planned_n,
+                    planned: planned_per_shard.get(&index).copied().unwrap_or(0),
                     ran: 0,
                 },
                 Some(f) => {
-                    let planned_n = f.plan.cells_of(index).count();
-                    let (state, ran) = match &f.results {
-                        None => ("no results", 0),
+                    let mine = f.plan.cells_of(index);
+                    let (state, planned_n, ran_n) = match &f.results {
+                        None => ("no results", mine.count(), 0),
                         Some(r) => {
-                            let ran = f
-                                .plan
-                                .cells_of(index)
-                                .filter(|p| r.cells.iter().any(|c| c.id == p.cell.id))
-                                .count();
+                            let held: HashSet<&str> =
+                                r.cells.iter().map(|c| c.id.as_str()).collect();
+                            let (mut n, mut done_n) = (0, 0);
+                            for p in mine {
+                                n += 1;
+                                done_n += usize::from(held.contains(p.cell.id.as_str()));
+                            }
                             let done = r.finished_at.is_some() && !r.interrupted;
-                            (if done { "finished" } else { "interrupted" }, ran)
+                            (if done { "finished" } else { "interrupted" }, n, done_n)
                         }
                     };
                     ShardState {
@@ -326,29 +389,51 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
                         state,
                         folder: Some(f.dir.clone()),
                         planned: planned_n,
-                        ran,
+                        ran: ran_n,
                     }
                 }
-            }
-        })
+            },
+        )
         .collect();
 
     let with_results: Vec<&RunResults> =
         folders.iter().filter_map(|f| f.results.as_ref()).collect();
-    let Some(head) = with_results.first() else {
-        return Err(CliError::bad_input(miette::miette!(
-            "no shard of run {run_id} has results: nothing ran ({})",
-            states
-                .iter()
-                .map(ShardState::line)
-                .collect::<Vec<_>>()
-                .join("; ")
-        )));
+    // A run none of whose shards wrote results (all killed before their first cell) is
+    // still a run of the fleet: every planned cell failed, naming its shard, on the
+    // hardware its plan was computed for.
+    let nothing_ran;
+    let head = match with_results.first() {
+        Some(h) => *h,
+        None => {
+            nothing_ran = RunResults {
+                schema_version: crate::results::SCHEMA_VERSION,
+                run_id: run_id.clone(),
+                matrix: PathBuf::new(),
+                matrix_name: format!("run {run_id}"),
+                matrix_sha256: None,
+                filters: Vec::new(),
+                started_at: String::new(),
+                finished_at: None,
+                interrupted: true,
+                environment: crate::results::Environment {
+                    hardware_key: reference.hardware_key.clone(),
+                    ..Default::default()
+                },
+                environment_source: None,
+                launcher: None,
+                cells: Vec::new(),
+                dropped: Vec::new(),
+            };
+            notes.push(format!(
+                "no shard of run {run_id} wrote results: every planned cell is failed"
+            ));
+            &nothing_ran
+        }
     };
     let mut results = RunResults {
         cells: Vec::new(),
         dropped: Vec::new(),
-        ..(*head).clone()
+        ..head.clone()
     };
     results.started_at = with_results
         .iter()
@@ -368,32 +453,32 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
     results
         .filters
         .retain(|f| !f.starts_with(crate::results::SHARD_DROP_PREFIX));
+    let mut merged_ids: HashSet<String> = HashSet::new();
     for p in &planned {
-        let found = with_results
-            .iter()
-            .find_map(|r| r.cells.iter().find(|c| c.id == p.cell.id));
-        results.cells.push(match found {
-            Some(c) => c.clone(),
+        merged_ids.insert(p.cell.id.to_string());
+        results.cells.push(match ran.get(p.cell.id.as_str()) {
+            Some(c) => (*c).clone(),
             None => not_run(p, &states),
         });
     }
     // Cells of a shard that no plan names (a folder resumed from an older plan): kept.
+    let mut dropped_ids: HashSet<String> = HashSet::new();
     for r in &with_results {
         for c in &r.cells {
-            if !results.cells.iter().any(|m| m.id == c.id) {
+            if merged_ids.insert(c.id.to_string()) {
                 results.cells.push(c.clone());
             }
         }
         // Another shard's cells, dropped from this folder, are cells of the merged run.
         for d in r.dropped.iter().filter(|d| !d.by_shard()) {
-            if !results.dropped.iter().any(|m| m.id == d.id) {
+            if dropped_ids.insert(d.id.to_string()) {
                 results.dropped.push(d.clone());
             }
         }
     }
 
     Ok(Merged {
-        history: merge_history(&folders),
+        history: merge_history(&folders)?,
         results,
         shards: states,
         notes,
@@ -432,10 +517,10 @@ fn not_run(p: &super::shard::Planned, states: &[ShardState]) -> CellResult {
 
 /// The shards' `history.json` joined: the verdicts each shard's cells got against the
 /// history when it ran. `None` when no shard was judged against a history.
-fn merge_history(folders: &[Folder]) -> Option<GateReport> {
+fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
     let mut merged: Option<GateReport> = None;
     for f in folders {
-        let Some(h) = GateReport::load(&f.dir) else {
+        let Some(h) = load_history(&f.dir)? else {
             continue;
         };
         match &mut merged {
@@ -449,7 +534,27 @@ fn merge_history(folders: &[Folder]) -> Option<GateReport> {
             }
         }
     }
-    merged
+    Ok(merged)
+}
+
+/// A shard's `history.json`, or `None` when it was not judged against a history. One that
+/// is there and does not read is bad input naming it: skipping it would judge that shard's
+/// cells against the baselines instead, and change the verdict without a word.
+fn load_history(dir: &Path) -> Result<Option<GateReport>, CliError> {
+    let path = dir.join(GateReport::FILE);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return Ok(None);
+    }
+    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
+        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        CliError::bad_input(miette::miette!(
+            "{}: line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })
 }
 
 /// Copies each cell's log files from the shard folder that has them, so the merged

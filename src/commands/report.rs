@@ -238,7 +238,10 @@ fn post_fleet(
     let verdict = crate::report::fleet::exit_code(&parts);
     let body =
         |artifacts_url: Option<&str>| crate::report::fleet::render_comment(&parts, artifacts_url);
-    let matrices: Vec<&str> = loaded.iter().map(|l| l.1.matrix_name.as_str()).collect();
+    // Sorted and once each: the same fleet merged in another order updates its comment.
+    let mut matrices: Vec<&str> = loaded.iter().map(|l| l.1.matrix_name.as_str()).collect();
+    matrices.sort_unstable();
+    matrices.dedup();
     let marker = Marker::new(&matrices.join("+"), "fleet");
     let comparisons: Vec<&Comparison> = loaded.iter().map(|l| &l.2.comparison).collect();
     deliver(args, env, &body, &marker, &comparisons, verdict)

@@ -112,9 +112,58 @@ impl Plan {
         }
         let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
             .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+            CliError::bad_input(miette::miette!(
+                "{}: line {} column {}: {e}",
+                path.display(),
+                e.line(),
+                e.column()
+            ))
+        })?;
+        plan.check()
+            .map_err(|why| CliError::bad_input(miette::miette!("{}: {why}", path.display())))?;
+        Ok(Some(plan))
+    }
+
+    /// What a plan must hold to be merged: a shard count within
+    /// [`crate::shard::MAX_SHARDS`], its own shard and every cell's within it, one expected
+    /// load per shard, a run id and a hardware key. A hand-edited or damaged plan is
+    /// refused naming the field, rather than read into a panic or a huge allocation.
+    fn check(&self) -> Result<(), String> {
+        let n = self.shard.count;
+        if n == 0 || n > crate::shard::MAX_SHARDS {
+            return Err(format!(
+                "shard.count {n} is not between 1 and {}",
+                crate::shard::MAX_SHARDS
+            ));
+        }
+        if self.shard.index == 0 || self.shard.index > n {
+            return Err(format!(
+                "shard.index {} is not between 1 and shard.count {n}",
+                self.shard.index
+            ));
+        }
+        if let Some((i, p)) = self
+            .cells
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.shard == 0 || p.shard > n)
+        {
+            return Err(format!(
+                "cells[{i}].shard {} ({}) is not between 1 and shard.count {n}",
+                p.shard, p.cell.id
+            ));
+        }
+        if self.expected_gpu_s.len() != n as usize {
+            return Err(format!(
+                "expected_gpu_s holds {} loads for {n} shards",
+                self.expected_gpu_s.len()
+            ));
+        }
+        if self.run_id.is_empty() || self.hardware_key.is_empty() {
+            return Err("run_id and hardware_key must not be empty".into());
+        }
+        Ok(())
     }
 
     fn save(&self, dir: &Path) -> Result<(), CliError> {

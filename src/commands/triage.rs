@@ -203,6 +203,15 @@ impl Chased {
     }
 }
 
+/// Reads every shard's [`FILE`] without using it: what the merge checks before it writes
+/// anything, so a damaged one is refused with the output untouched.
+pub(crate) fn check(shard_dirs: &[PathBuf]) -> Result<(), CliError> {
+    for dir in shard_dirs {
+        load(dir)?;
+    }
+    Ok(())
+}
+
 /// Lays the chases the shards of a sharded run kept (each shard folder's [`FILE`]) on the
 /// merged run's findings, so that the one merged report names the first bad commit a shard
 /// found. A shard's finding holds only that shard's cells: it belongs to the merged finding
@@ -227,6 +236,17 @@ pub(crate) fn carry(shard_dirs: &[PathBuf], findings: &mut [Finding]) -> Result<
             continue;
         };
         best.2.lay_on(f);
+        // The furthest bisection may have no kernel diff where another shard's chase has
+        // one (it traced the same cause): keep it rather than lose it.
+        if f.kernels.is_none() {
+            if let Some((_, d, c)) = mine.iter().find(|(_, _, c)| c.kernels.is_some()) {
+                f.kernels = c.kernels.clone();
+                f.kernels_missing = None;
+                if let Some(b) = f.bisected.as_mut() {
+                    b.evidence = format!("{}; kernels traced by {}", b.evidence, d.display());
+                }
+            }
+        }
         let others: Vec<String> = mine
             .iter()
             .filter(|(_, d, _)| *d != best.1)

@@ -135,27 +135,94 @@ pub fn render_summary(parts: &[FleetPart<'_>], summaries: &[String]) -> String {
     out
 }
 
-/// The PR comment of the fleet: the table, then each run's comment, each cut at a section
-/// boundary to its share of the comment's size so that every run keeps its heading, its
-/// findings and its regressions first; a cut names the run's report.
+/// The PR comment of the fleet: the table, then each run's comment, within
+/// [`MAX_BYTES`] whatever the number of runs. The table keeps the failing runs' rows first
+/// and takes at most half; the runs' comments share the rest, each cut at a section
+/// boundary, a run that needs less leaving its share to the others (water-filling); when
+/// even that leaves a run too little for its heading, the comments give way to one line
+/// that points to report.html.
 pub fn render_comment(parts: &[FleetPart<'_>], artifacts_url: Option<&str>) -> String {
     let mut out = head(parts);
-    out.push_str(&table(parts, false));
-    let share = MAX_BYTES.saturating_sub(out.len()) / parts.len().max(1);
-    for p in parts {
-        let i = &p.input;
-        let body = crate::report::markdown::render_comment(
-            i.results,
-            i.comparison,
-            i.trends,
-            i.history,
-            i.findings,
-            artifacts_url,
-        );
+    out.push_str(&table_within(parts, MAX_BYTES / 2));
+    let bodies: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            let i = &p.input;
+            demote(&crate::report::markdown::render_comment(
+                i.results,
+                i.comparison,
+                i.trends,
+                i.history,
+                i.findings,
+                artifacts_url,
+            ))
+        })
+        .collect();
+    // Room for the line a cut adds, per run.
+    let left = MAX_BYTES.saturating_sub(out.len() + 200);
+    let shares = water_fill(&bodies.iter().map(String::len).collect::<Vec<_>>(), left);
+    let mut rest = String::new();
+    for ((p, body), share) in parts.iter().zip(&bodies).zip(&shares) {
         // Each run's comment opens with its own heading (matrix, hardware key, verdict).
-        out.push('\n');
-        out.push_str(&cut(&demote(&body), share, &p.folder));
+        rest.push('\n');
+        rest.push_str(&cut(body, *share, &p.folder));
     }
+    if out.len() + rest.len() <= MAX_BYTES {
+        out.push_str(&rest);
+    } else {
+        out.push_str(
+            "\n_Each run's own report (findings, regressions, charts) is in its folder's `report.html`, linked from the fleet's `report.html`._\n",
+        );
+    }
+    out
+}
+
+/// Shares of `budget` for texts of `lengths`: each gets its length when the texts fit, and
+/// otherwise the unused part of a short text's equal share goes to the longer ones.
+fn water_fill(lengths: &[usize], budget: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut shares = vec![0; lengths.len()];
+    let mut left = budget;
+    for (k, &i) in order.iter().enumerate() {
+        let equal = left / (lengths.len() - k);
+        shares[i] = lengths[i].min(equal);
+        left -= shares[i];
+    }
+    shares
+}
+
+/// [`table`] within `budget` bytes: the failing runs' rows first, then the passing ones,
+/// and a line counting the rows left out.
+fn table_within(parts: &[FleetPart<'_>], budget: usize) -> String {
+    let full = table(parts, false);
+    if full.len() <= budget {
+        return full;
+    }
+    let mut lines = full.lines();
+    let mut out = String::new();
+    for _ in 0..2 {
+        out.push_str(lines.next().unwrap_or(""));
+        out.push('\n');
+    }
+    let rows: Vec<&str> = lines.collect();
+    let (failing, passing): (Vec<_>, Vec<_>) = parts
+        .iter()
+        .zip(&rows)
+        .partition(|(p, _)| p.exit != crate::exit::bench::OK);
+    let mut shown = 0;
+    for (_, row) in failing.iter().chain(&passing) {
+        if out.len() + row.len() + 120 > budget {
+            break;
+        }
+        out.push_str(row);
+        out.push('\n');
+        shown += 1;
+    }
+    out.push_str(&format!(
+        "\n_{} more runs are in the fleet's `report.html`._\n",
+        parts.len() - shown
+    ));
     out
 }
 
@@ -410,6 +477,14 @@ mod tests {
         assert!(!c.contains("#### two"), "{c}");
         assert!(c.contains("`h100/report.html`"), "{c}");
         assert_eq!(cut(&text, 10_000, "h100"), text);
+    }
+
+    #[test]
+    fn shares_fill_short_texts_and_pass_the_rest_on() {
+        assert_eq!(water_fill(&[100, 200], 1000), vec![100, 200]);
+        assert_eq!(water_fill(&[100, 5000], 1000), vec![100, 900]);
+        assert_eq!(water_fill(&[600, 5000, 700], 1500), vec![500, 500, 500]);
+        assert_eq!(water_fill(&[], 1000), Vec::<usize>::new());
     }
 
     #[test]
