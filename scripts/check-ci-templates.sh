@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Validates the CI templates and runner images with real linters, failing on any finding:
-#   - ci/github/bench.yml: actionlint (with ci/actionlint.yaml for the GPU runner labels,
+#   - ci/github/bench.yml, ci/github/bench-fleet.yml: actionlint (with ci/actionlint.yaml for the GPU runner labels,
 #     and shellcheck on its `run:` scripts) and check-jsonschema's vendored GitHub-workflow
 #     schema;
 #   - ci/gitlab/bench.gitlab-ci.yml: check-jsonschema's vendored GitLab-CI schema;
@@ -39,7 +39,19 @@ check() {
 }
 
 check actionlint -config-file ci/actionlint.yaml ci/github/bench.yml
-check check-jsonschema --builtin-schema vendor.github-workflows ci/github/bench.yml
+check check-jsonschema --builtin-schema vendor.github-workflows ci/github/bench.yml ci/github/bench-fleet.yml
+# The fleet workflow calls bench.yml as ./.github/workflows/bench.yml, where a repository
+# keeps it: actionlint reads the called workflow's inputs there, so it checks a copy of both
+# laid out that way.
+lint_dir="$(mktemp -d)"
+trap 'rm -rf "$lint_dir"' EXIT
+mkdir -p "$lint_dir/.github/workflows"
+cp ci/github/bench.yml ci/github/bench-fleet.yml "$lint_dir/.github/workflows/"
+cp ci/actionlint.yaml "$lint_dir/.github/actionlint.yaml"
+lint_fleet() (
+    cd "$lint_dir" && git init -q . && actionlint .github/workflows/bench-fleet.yml
+)
+check lint_fleet
 check check-jsonschema --builtin-schema vendor.gitlab-ci ci/gitlab/bench.gitlab-ci.yml
 check hadolint --failure-threshold info docker/Dockerfile.cuda docker/Dockerfile.rocm
 check shellcheck -x scripts/*.sh benches/*.sh .ci/run
