@@ -71,11 +71,11 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         if let Some(s) = store.as_mut() {
             let run_id = &outcome.results.run_id;
             // The shards of one run each keep their own chases under the one run id.
-            let text = match (args.shard, s.triage(run_id)?) {
-                (Some(_), Some(kept)) => super::triage::join(&kept, &text),
-                _ => text,
-            };
-            s.record_triage(run_id, &text)?;
+            let sharded = args.shard.is_some();
+            s.record_triage_with(run_id, &text, |kept, ours| match (sharded, kept) {
+                (true, Some(kept)) => super::triage::join(kept, ours),
+                _ => ours.to_string(),
+            })?;
         }
     }
     let verdict = crate::report::finish_run(

@@ -219,4 +219,36 @@ mod tests {
             }
         }
     }
+
+    /// Shards of one run finishing at once each add their chases to the run's kept triage:
+    /// the read and the write are one transaction, so none is lost.
+    #[test]
+    fn shards_keeping_their_triage_at_once_lose_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.sqlite");
+        drop(crate::history::open(path.to_str().unwrap()).unwrap());
+        let n = 6;
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, path) = (barrier.clone(), path.clone());
+                std::thread::spawn(move || {
+                    let mut h = crate::history::open(path.to_str().unwrap()).unwrap();
+                    barrier.wait();
+                    h.record_triage_with("night", &format!("[{i}]"), |kept, ours| match kept {
+                        Some(k) => format!("{k}{ours}"),
+                        None => ours.to_string(),
+                    })
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let mut h = crate::history::open(path.to_str().unwrap()).unwrap();
+        let kept = h.triage("night").unwrap().unwrap();
+        for i in 0..n {
+            assert!(kept.contains(&format!("[{i}]")), "{kept}");
+        }
+    }
 }

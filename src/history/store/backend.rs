@@ -53,9 +53,10 @@ pub(crate) trait Backend: Send {
     fn begin(&self) -> &'static str {
         "BEGIN"
     }
-    /// Within a transaction, waits until no other connection is changing the schema, and
-    /// holds that until the transaction ends: what lets the shards of a fleet open a new
-    /// store (or one this bench upgrades) at once. SQLite's `BEGIN IMMEDIATE` already
+    /// Within a transaction, waits until no other connection is changing the schema (or
+    /// the run's kept triage, which is read and rewritten), and holds that until the
+    /// transaction ends: what lets the shards of a fleet open a new store (or one this bench
+    /// upgrades) at once. SQLite's `BEGIN IMMEDIATE` already
     /// queues every writer; a server needs a lock of its own.
     fn lock_schema(&mut self) -> Result<(), String> {
         Ok(())

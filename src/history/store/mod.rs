@@ -555,8 +555,30 @@ impl History {
         run_id: &str,
         findings: &str,
     ) -> Result<(), HistoryError> {
+        self.record_triage_with(run_id, findings, |_, ours| ours.to_string())
+    }
+
+    /// [`Self::record_triage`] with what is kept for the run already joined to `findings` by
+    /// `join(kept, findings)`, read and written in one transaction that writers of the store
+    /// take in turn: the shards of one run finishing at once each add their chases, and
+    /// neither's is lost to the other's read-then-write.
+    pub(crate) fn record_triage_with(
+        &mut self,
+        run_id: &str,
+        findings: &str,
+        join: impl FnOnce(Option<&str>, &str) -> String,
+    ) -> Result<(), HistoryError> {
         self.transaction(|b| {
+            // SQLite's write transaction already queues writers; a server's needs the lock.
+            b.lock_schema()?;
             let key = Sql::Text(run_id.into());
+            let kept = b.query(
+                "SELECT findings FROM bench_triage WHERE run_id = ?",
+                std::slice::from_ref(&key),
+            )?;
+            let kept = kept.first().and_then(|r| r[0].text().map(str::to_string));
+            let findings = join(kept.as_deref(), findings);
+            let findings = findings.as_str();
             b.execute(
                 "DELETE FROM bench_triage WHERE run_id = ?",
                 std::slice::from_ref(&key),
@@ -570,6 +592,7 @@ impl History {
     }
 
     /// The triage kept for run `run_id` ([`Self::record_triage`]), if any.
+    #[cfg(test)]
     pub(crate) fn triage(&mut self, run_id: &str) -> Result<Option<String>, HistoryError> {
         let rows = self.query(
             "SELECT findings FROM bench_triage WHERE run_id = ?",
