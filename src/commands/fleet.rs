@@ -216,12 +216,9 @@ pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Resul
     };
     let index: Vec<fleet::PartJson> = parts.iter().map(|p| fleet::part_json(p, None)).collect();
     let exit = fleet::exit_code(&parts);
-    let json = |v: serde_json::Value| {
-        serde_json::to_string_pretty(&v).map_err(|e| CliError::internal(miette::miette!("{e}")))
-    };
-    write(
-        FILE,
-        &json(serde_json::json!({ "runs": index, "exit_code": exit }))?,
+    super::write_json(
+        &out.join(FILE),
+        &serde_json::json!({ "runs": index, "exit_code": exit }),
     )?;
     let summary = fleet::render_summary(&parts, &summaries);
     write("summary.md", &summary)?;
@@ -250,12 +247,6 @@ pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Resul
 /// The runs of a fleet folder with each one's exit code, for `bench report post`: `None`
 /// when `dir` is one run's.
 pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliError> {
-    let path = dir.join(FILE);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
-        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
     #[derive(serde::Deserialize)]
     struct Run {
         folder: String,
@@ -265,14 +256,10 @@ pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliErro
     struct Index {
         runs: Vec<Run>,
     }
-    let index: Index = serde_json::from_str(&text).map_err(|e| {
-        CliError::bad_input(miette::miette!(
-            "{}: line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
+    let path = dir.join(FILE);
+    let Some(index) = super::read_json::<Index>(&path)? else {
+        return Ok(None);
+    };
     let mut dirs: Vec<(PathBuf, i32)> = Vec::new();
     for r in index.runs {
         if !(0..=255).contains(&r.exit_code) {

@@ -155,21 +155,16 @@ pub(crate) fn merge_run(
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
     copy_logs(&dirs, &merged.results, out);
     merged.results.save_atomic(out)?;
-    let internal = |p: &Path, e: &dyn std::fmt::Display| {
-        CliError::internal(miette::miette!("{}: {e}", p.display()))
-    };
     if let Some(h) = &merged.history {
-        let path = out.join(GateReport::FILE);
-        let text = serde_json::to_string_pretty(h).map_err(|e| internal(&path, &e))?;
-        crate::atomic::write(&path, text.as_bytes()).map_err(|e| internal(&path, &e))?;
+        super::write_json(&out.join(GateReport::FILE), h)?;
     }
-    let path = out.join("shards.json");
-    let text = serde_json::to_string_pretty(&serde_json::json!({
-        "shards": merged.shards,
-        "notes": merged.notes,
-    }))
-    .map_err(|e| internal(&path, &e))?;
-    crate::atomic::write(&path, text.as_bytes()).map_err(|e| internal(&path, &e))?;
+    super::write_json(
+        &out.join("shards.json"),
+        &serde_json::json!({
+            "shards": merged.shards,
+            "notes": merged.notes,
+        }),
+    )?;
     for s in &merged.shards {
         eprintln!("{}", s.line());
     }
@@ -541,20 +536,7 @@ fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
 /// is there and does not read is bad input naming it: skipping it would judge that shard's
 /// cells against the baselines instead, and change the verdict without a word.
 fn load_history(dir: &Path) -> Result<Option<GateReport>, CliError> {
-    let path = dir.join(GateReport::FILE);
-    if std::fs::symlink_metadata(&path).is_err() {
-        return Ok(None);
-    }
-    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
-        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| {
-        CliError::bad_input(miette::miette!(
-            "{}: line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })
+    super::read_json(&dir.join(GateReport::FILE))
 }
 
 /// Copies each cell's log files from the shard folder that has them, so the merged

@@ -101,10 +101,9 @@ pub(crate) fn html_command(args: &HtmlSettings) -> Result<i32, CliError> {
     let mut findings = Vec::new();
     let mut runs = Vec::new();
     for dir in &args.run_dirs {
-        let results = RunResults::load(dir)?;
-        let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
+        let (results, verdicts, run_findings) = judged(dir, &args.baselines)?;
         // Each run's findings, named by their run when the page shows several.
-        for f in super::triage::findings(&results, &verdicts, dir)? {
+        for f in run_findings {
             let mut view = crate::report::html::FindingView::of(&f);
             if args.run_dirs.len() > 1 {
                 view.headline = format!("run {}: {}", results.run_id, view.headline);
@@ -184,12 +183,9 @@ pub(crate) fn post_with_env(
     if let Some(runs) = super::fleet::runs_of(&args.run_dir)? {
         return post_fleet(args, env, &runs);
     }
-    let results = RunResults::load(&args.run_dir)?;
-    // The history's verdicts, when the run was judged against one, are the run's verdicts.
-    let verdicts = crate::judge::of_run(&results, &args.baselines, Some(&args.run_dir))?;
+    let (results, verdicts, findings) = judged(&args.run_dir, &args.baselines)?;
     let comparison = &verdicts.comparison;
     let verdict = verdicts.exit_code();
-    let findings = super::triage::findings(&results, &verdicts, &args.run_dir)?;
     let body = |artifacts_url: Option<&str>| {
         crate::report::markdown::render_comment(
             &results,
@@ -204,6 +200,26 @@ pub(crate) fn post_with_env(
     deliver(args, env, &body, &marker, &[comparison], verdict)
 }
 
+/// A finished run's folder as the reports show it: its results, the judge's verdicts
+/// against the baselines of its hardware key (the history's, when the run was judged against
+/// one, are its verdicts) and its findings with what its triage kept.
+fn judged(
+    dir: &Path,
+    baselines: &Path,
+) -> Result<
+    (
+        RunResults,
+        crate::judge::Verdicts,
+        Vec<crate::triage::Finding>,
+    ),
+    CliError,
+> {
+    let results = RunResults::load(dir)?;
+    let verdicts = crate::judge::of_run(&results, baselines, Some(dir))?;
+    let findings = super::triage::findings(&results, &verdicts, dir)?;
+    Ok((results, verdicts, findings))
+}
+
 /// `bench report post` of a fleet folder: one comment for all its runs, each judged as its
 /// own folder holds it, and one commit status with the worst run's verdict.
 fn post_fleet(
@@ -213,9 +229,7 @@ fn post_fleet(
 ) -> Result<i32, CliError> {
     let mut loaded = Vec::new();
     for (dir, exit) in runs {
-        let results = RunResults::load(dir)?;
-        let verdicts = crate::judge::of_run(&results, &args.baselines, Some(dir))?;
-        let findings = super::triage::findings(&results, &verdicts, dir)?;
+        let (results, verdicts, findings) = judged(dir, &args.baselines)?;
         // The fleet's index keeps each run's exit code (a shard that did not finish fails
         // a run whose cells all passed); the verdicts alone cannot be worse than it.
         let exit = (*exit).max(verdicts.exit_code());

@@ -107,19 +107,9 @@ impl Plan {
     /// Reads `shard.json` of a run folder; `None` when the folder has none.
     pub(crate) fn load(dir: &Path) -> Result<Option<Plan>, CliError> {
         let path = dir.join(FILE);
-        if !path.exists() {
+        let Some(plan) = super::read_json::<Plan>(&path)? else {
             return Ok(None);
-        }
-        let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
-            .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-        let plan: Plan = serde_json::from_str(&text).map_err(|e| {
-            CliError::bad_input(miette::miette!(
-                "{}: line {} column {}: {e}",
-                path.display(),
-                e.line(),
-                e.column()
-            ))
-        })?;
+        };
         plan.check()
             .map_err(|why| CliError::bad_input(miette::miette!("{}: {why}", path.display())))?;
         Ok(Some(plan))
@@ -167,13 +157,9 @@ impl Plan {
     }
 
     fn save(&self, dir: &Path) -> Result<(), CliError> {
-        let path = dir.join(FILE);
-        let internal = |e: &dyn std::fmt::Display| {
-            CliError::internal(miette::miette!("{}: {e}", path.display()))
-        };
-        std::fs::create_dir_all(dir).map_err(|e| internal(&e))?;
-        let text = serde_json::to_string_pretty(self).map_err(|e| internal(&e))?;
-        crate::atomic::write(&path, text.as_bytes()).map_err(|e| internal(&e))
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::internal(miette::miette!("{}: {e}", dir.display())))?;
+        super::write_json(&dir.join(FILE), self).map(drop)
     }
 }
 

@@ -110,12 +110,7 @@ pub(crate) fn save(run_dir: &Path, findings: &[Finding]) -> Result<Option<String
     if chased.is_empty() {
         return Ok(None);
     }
-    let path = run_dir.join(FILE);
-    let text = serde_json::to_string_pretty(&Saved { findings: chased })
-        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
-    crate::atomic::write(&path, text.as_bytes())
-        .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
-    Ok(Some(text))
+    super::write_json(&run_dir.join(FILE), &Saved { findings: chased }).map(Some)
 }
 
 /// `ours` (a [`FILE`]'s text) with the chases of `kept` (another shard's, kept in the
@@ -168,20 +163,7 @@ pub(crate) fn findings(
 /// read is bad input naming it, line and column: it holds GPU time that a silent skip
 /// would lose.
 pub(crate) fn load(run_dir: &Path) -> Result<Option<Saved>, CliError> {
-    let path = run_dir.join(FILE);
-    if !path.exists() {
-        return Ok(None);
-    }
-    let text = crate::files::read_to_string_bounded(&path, crate::files::MAX_RESULTS_BYTES)
-        .map_err(|e| CliError::bad_input(miette::miette!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| {
-        CliError::bad_input(miette::miette!(
-            "{}: line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })
+    super::read_json(&run_dir.join(FILE))
 }
 
 impl Chased {
