@@ -39,6 +39,16 @@ pub(crate) fn text(s: &str) -> String {
     out
 }
 
+/// Untrusted text inside HTML, in an element's text or a quoted attribute: `&`, `<`, `>`,
+/// `"` and `'` as entities (report.html's title, the fleet's report.html).
+pub(crate) fn html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
 /// Untrusted text as an inline code span (see the module doc); outside a table.
 pub(crate) fn code(s: &str) -> String {
     let line = one_line(s);

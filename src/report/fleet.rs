@@ -10,6 +10,7 @@ use quick_junit::Report;
 use serde::Serialize;
 
 use crate::report::escape;
+use crate::report::escape::html as esc;
 use crate::report::input::{Exporter, ReportError, ReportInput};
 use crate::report::markdown::MAX_BYTES;
 
@@ -315,15 +316,6 @@ pub fn part_json(p: &FleetPart<'_>, report: Option<serde_json::Value>) -> PartJs
     }
 }
 
-/// Text safe inside HTML, attributes included.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
-
 /// A relative link to a file of a run's folder: each path segment percent-encoded, so a
 /// folder name is never read as markup or as another URL.
 fn href(folder: &str, file: &str) -> String {
@@ -435,11 +427,7 @@ pub fn render_html(parts: &[FleetPart<'_>]) -> String {
                     esc(&c.id),
                     esc(c.status.as_str()),
                     esc(&c.reason.clone().unwrap_or_else(|| {
-                        crate::report::text::grouped(c.regressions())
-                            .into_iter()
-                            .map(|(m, also)| crate::report::text::group_change(m, &also))
-                            .collect::<Vec<_>>()
-                            .join("; ")
+                        crate::report::text::group_changes(c.regressions()).join("; ")
                     })),
                 ));
             }

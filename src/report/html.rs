@@ -500,14 +500,6 @@ impl HtmlData {
     }
 }
 
-/// Text safe inside HTML.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// The page: the template with the data, the script, uPlot and the styles inlined.
 pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
     let json = serde_json::to_string(data).map_err(|e| ReportError::Render {
@@ -521,7 +513,11 @@ pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
     // scripts is taken for a placeholder.
     Ok(TEMPLATE
         // A brace in the title could make a placeholder that a later replacement fills.
-        .replacen("{{TITLE}}", &esc(&data.title).replace('{', "&#123;"), 1)
+        .replacen(
+            "{{TITLE}}",
+            &crate::report::escape::html(&data.title).replace('{', "&#123;"),
+            1,
+        )
         .replacen("{{UPLOT_CSS}}", UPLOT_CSS, 1)
         .replacen("{{APP_CSS}}", APP_CSS, 1)
         .replacen(

@@ -8,8 +8,7 @@ use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
 use crate::baseline::store::hardware_words;
 use crate::report::input::{run_duration_s, Exporter, ReportError, ReportInput};
 use crate::report::text::{
-    cell_change, duration, filtered_out, group_change, grouped, one_line, pct, rule_drops, si,
-    three_digits,
+    cell_change, duration, filtered_out, group_changes, one_line, pct, rule_drops, si, three_digits,
 };
 use crate::results::RunResults;
 
@@ -223,10 +222,7 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
     section(&mut out, "Regressions", &of(CellStatus::Regression), |c| {
         let mut lines: Vec<String> = judged(c).into_iter().collect();
         if lines.is_empty() {
-            lines = grouped(c.regressions())
-                .into_iter()
-                .map(|(m, also)| group_change(m, &also))
-                .collect();
+            lines = group_changes(c.regressions());
         }
         if let Some(cmd) = input
             .history
@@ -271,10 +267,7 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
                 .metrics
                 .iter()
                 .filter(|m| m.verdict == crate::baseline::Verdict::Improvement);
-            grouped(improved)
-                .into_iter()
-                .map(|(m, also)| group_change(m, &also))
-                .collect()
+            group_changes(improved)
         },
     );
     section(&mut out, "Not run", &of(CellStatus::Skipped), reason);

@@ -22,7 +22,7 @@ use quick_junit::{
 use crate::baseline::compare::{CellComparison, CellStatus};
 use crate::baseline::store::hardware_words;
 use crate::report::input::{Exporter, ReportError, ReportInput};
-use crate::report::text::{group_change, grouped, metric_change, one_line, rule_drops};
+use crate::report::text::{group_changes, metric_change, one_line, rule_drops};
 use crate::results::CellResult;
 
 /// The `junit.xml` sink.
@@ -69,10 +69,7 @@ fn testcase(
             non_success(NonSuccessKind::Failure, "regression", &reason)
         }
         CellStatus::Regression => {
-            let lines: Vec<String> = grouped(cell.regressions())
-                .into_iter()
-                .map(|(m, also)| group_change(m, &also))
-                .collect();
+            let lines = group_changes(cell.regressions());
             non_success(
                 NonSuccessKind::Failure,
                 "regression",

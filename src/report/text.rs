@@ -165,6 +165,17 @@ pub(crate) fn group_change(head: &MetricComparison, also: &[&str]) -> String {
     s
 }
 
+/// Each group of `metrics` ([`grouped`]) as its [`group_change`] line: how the reports
+/// word a cell's regressed (or improved) metrics.
+pub(crate) fn group_changes<'a>(
+    metrics: impl Iterator<Item = &'a MetricComparison>,
+) -> Vec<String> {
+    grouped(metrics)
+        .into_iter()
+        .map(|(m, also)| group_change(m, &also))
+        .collect()
+}
+
 /// Text on one line (reasons and messages can hold newlines from worker output).
 pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
