@@ -38,7 +38,7 @@ use crate::proc::Watched;
 use crate::results::{Outcome, RunResults};
 
 /// The branch probes are recorded under: never a branch whose history judges nightly runs.
-pub(crate) const BRANCH: &str = "bisect";
+pub(crate) const BRANCH: &str = crate::history::record::PROBE_BRANCH;
 
 /// One `bench matrix` run of the cell at one commit.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,6 +227,15 @@ pub(crate) fn check_cell(
     })
 }
 
+/// Where a child run of the cell starts: a folder, the matrix file there and the build of
+/// the worker for built-in cells (none: the child's own).
+#[derive(Debug, Clone)]
+pub(crate) struct Checkout {
+    pub dir: PathBuf,
+    pub matrix: PathBuf,
+    pub worker: Option<PathBuf>,
+}
+
 /// Measures commits of one bisection.
 pub(crate) struct Prober<'a> {
     settings: &'a BisectSettings,
@@ -241,6 +250,8 @@ pub(crate) struct Prober<'a> {
     ready: Option<String>,
     /// The GPU-seconds this prober may spend (`None`: no limit) and what it has spent.
     budget: Option<Budget>,
+    /// `--gpus` for every child run (the nightly's own, so a probe sees the GPUs it saw).
+    gpus: Option<u32>,
 }
 
 /// An automatic bisection's allowance: every child's wall time (setup included: the job
@@ -281,6 +292,12 @@ impl<'a> Prober<'a> {
         hardware_key: String,
         work_dir: PathBuf,
     ) -> Result<Prober<'a>, BisectError> {
+        // The children run in the worktree: a relative folder (the default `results/...`,
+        // a template's `shards/...`) would name another place there.
+        let work_dir = std::path::absolute(&work_dir).map_err(|e| BisectError::Io {
+            path: work_dir.display().to_string(),
+            message: e.to_string(),
+        })?;
         for sub in ["runs", "logs", "baselines"] {
             let dir = work_dir.join(sub);
             std::fs::create_dir_all(&dir).map_err(|e| BisectError::Io {
@@ -299,7 +316,14 @@ impl<'a> Prober<'a> {
             tag,
             ready: None,
             budget: None,
+            gpus: None,
         })
+    }
+
+    /// Gives every child run `--gpus N`.
+    pub(crate) fn with_gpus(mut self, gpus: Option<u32>) -> Self {
+        self.gpus = gpus;
+        self
     }
 
     /// Limits what the prober may spend from now on.
@@ -323,6 +347,11 @@ impl<'a> Prober<'a> {
             }
             None => 0.0,
         }
+    }
+
+    /// Records a run in the prober's store (the side-by-side pairs' two ends).
+    pub(crate) fn record(&mut self, r: &RunRecord) -> Result<(), crate::history::HistoryError> {
+        self.store.record_run(r)
     }
 
     pub(crate) fn hardware_key(&self) -> &str {
@@ -421,6 +450,18 @@ impl<'a> Prober<'a> {
         program: &str,
         log: &Path,
     ) -> Result<(ExitStatus, bool), Halt> {
+        let dir = self.worktree.path.clone();
+        self.spawn_logged_in(&dir, cmd, program, log)
+    }
+
+    /// [`Self::spawn_logged`] in `dir`.
+    fn spawn_logged_in(
+        &self,
+        dir: &Path,
+        cmd: &mut Command,
+        program: &str,
+        log: &Path,
+    ) -> Result<(ExitStatus, bool), Halt> {
         let io = |e: std::io::Error| {
             Halt::Error(CliError::internal(miette::miette!(
                 "{}: {e}",
@@ -430,7 +471,7 @@ impl<'a> Prober<'a> {
         let out = File::create(log).map_err(io)?;
         let err = out.try_clone().map_err(io)?;
         let mut child = crate::proc::spawn(
-            cmd.current_dir(&self.worktree.path)
+            cmd.current_dir(dir)
                 .env(MARK, std::process::id().to_string())
                 .stdin(Stdio::null())
                 .stdout(out)
@@ -464,7 +505,7 @@ impl<'a> Prober<'a> {
 
     /// Checks out `commit` and runs its setup, unless the worktree already holds its build;
     /// with a budget, refuses when the setup and one round would not fit.
-    fn prepare(&mut self, commit: &Commit, what: &str) -> Result<(), Halt> {
+    pub(crate) fn prepare(&mut self, commit: &Commit, what: &str) -> Result<(), Halt> {
         if interrupted() {
             return Err(Halt::Interrupted);
         }
@@ -499,7 +540,7 @@ impl<'a> Prober<'a> {
             commit.short(),
             commit.subject
         );
-        let (results, samples) = self.run_cell(commit, &run_id, None)?;
+        let (results, samples) = self.run_cell(commit, &run_id, None, None)?;
         if results.environment.hardware_key != self.hardware_key {
             // The child saw other GPUs than this process did (its key is what the history
             // holds, so that is where the next lookup must search).
@@ -530,7 +571,36 @@ impl<'a> Prober<'a> {
             commit.short(),
             commit.subject
         );
-        self.run_cell(commit, &run_id, Some(trace)).map(|_| ())
+        self.run_cell(commit, &run_id, Some(trace), None).map(|_| ())
+    }
+
+    /// One run of the cell at `commit` (checked out and set up when the worktree holds
+    /// another) with `repeats` repeats, not recorded: one side of a side-by-side pair.
+    pub(crate) fn measure_once(
+        &mut self,
+        commit: &Commit,
+        run_id: &str,
+        repeats: u32,
+    ) -> Result<(RunResults, Vec<f64>), Halt> {
+        self.prepare(commit, "a side-by-side repeat")?;
+        self.run_cell(commit, run_id, None, Some(repeats))
+    }
+
+    /// One run of the cell in `checkout` (this run's own checkout, at `commit`), with
+    /// `repeats` repeats and `worker` (the nightly's own `--worker-exe`, if any), not
+    /// recorded: the other side of a side-by-side pair. Its wall time counts against the
+    /// budget as the worktree's runs do.
+    pub(crate) fn measure_in(
+        &mut self,
+        checkout: &Checkout,
+        commit: &Commit,
+        run_id: &str,
+        repeats: u32,
+    ) -> Result<(RunResults, Vec<f64>), Halt> {
+        if interrupted() {
+            return Err(Halt::Interrupted);
+        }
+        self.run_cell_in(checkout, commit, run_id, None, Some(repeats))
     }
 
     /// One `bench matrix` child run of the cell at the checked-out `commit` under `run_id`:
@@ -541,6 +611,39 @@ impl<'a> Prober<'a> {
         commit: &Commit,
         run_id: &str,
         trace: Option<&Path>,
+        repeats: Option<u32>,
+    ) -> Result<(RunResults, Vec<f64>), Halt> {
+        let worker = match &self.settings.worker_exe {
+            Some(worker) => {
+                let path = self.worktree.path.join(worker);
+                if !path.is_file() {
+                    return Err(Halt::Failed(format!(
+                        "--worker-exe {}: no such file in the worktree at commit {} ({}) after the setup",
+                        worker.display(),
+                        commit.short(),
+                        commit.subject
+                    )));
+                }
+                Some(path)
+            }
+            None => None,
+        };
+        let checkout = Checkout {
+            dir: self.worktree.path.clone(),
+            matrix: self.worktree.path.join(&self.settings.matrix),
+            worker,
+        };
+        self.run_cell_in(&checkout, commit, run_id, trace, repeats)
+    }
+
+    /// [`Self::run_cell`] in `checkout`.
+    fn run_cell_in(
+        &mut self,
+        checkout: &Checkout,
+        commit: &Commit,
+        run_id: &str,
+        trace: Option<&Path>,
+        repeats: Option<u32>,
     ) -> Result<(RunResults, Vec<f64>), Halt> {
         let runs = self.runs_dir();
         let run_dir = runs.join(run_id);
@@ -559,10 +662,9 @@ impl<'a> Prober<'a> {
                 "cannot find this bench executable: {e}"
             )))
         })?;
-        let matrix = self.worktree.path.join(&self.settings.matrix);
         let mut cmd = crate::proc::command(&exe);
         cmd.arg("matrix")
-            .arg(&matrix)
+            .arg(&checkout.matrix)
             .arg("--filter")
             .arg(format!("id=\"{}\"", self.settings.cell))
             .arg("--results-dir")
@@ -580,21 +682,18 @@ impl<'a> Prober<'a> {
             Some(t) => cmd.env("BENCH_PROFILE", t),
             None => cmd.env_remove("BENCH_PROFILE"),
         };
-        if let Some(worker) = &self.settings.worker_exe {
-            let path = self.worktree.path.join(worker);
-            if !path.is_file() {
-                return Err(Halt::Failed(format!(
-                    "--worker-exe {}: no such file in the worktree at commit {} ({}) after the setup",
-                    worker.display(),
-                    commit.short(),
-                    commit.subject
-                )));
-            }
-            cmd.arg("--worker-exe").arg(path);
+        if let Some(worker) = &checkout.worker {
+            cmd.arg("--worker-exe").arg(worker);
+        }
+        if let Some(r) = repeats {
+            cmd.arg("--repeats").arg(r.to_string());
+        }
+        if let Some(g) = self.gpus {
+            cmd.arg("--gpus").arg(g.to_string());
         }
         let started = Instant::now();
         let (status, out_of_time) =
-            self.spawn_logged(&mut cmd, &exe.display().to_string(), &log)?;
+            self.spawn_logged_in(&checkout.dir, &mut cmd, &exe.display().to_string(), &log)?;
         let cost = self.spend(started.elapsed().as_secs_f64());
         if let Some(b) = &mut self.budget {
             b.round_gpu_s = cost;
@@ -605,13 +704,15 @@ impl<'a> Prober<'a> {
         if out_of_time {
             return Err(self.stopped("the run of the cell", commit, started));
         }
+        // One line with the log's path: the finding and its reports carry this message,
+        // and a probe's whole log there buried the reason (the log is kept for reading).
         let failed = |why: String| {
             Halt::Failed(format!(
-                "cannot measure commit {} ({}): {why}; the log of `bench matrix` is {}:\n{}",
+                "cannot measure commit {} ({}): {}; log: {}",
                 commit.short(),
                 commit.subject,
+                crate::sanitize::clean(&why).replace('\n', " "),
                 log.display(),
-                tail(&log, 20)
             ))
         };
         let results = match RunResults::load(&run_dir) {

@@ -327,6 +327,10 @@ pub struct MatrixArgs {
     /// `triage.trace_every_run`.
     #[arg(long)]
     pub trace_kernels: bool,
+    /// Run every selected cell N times, whatever its matrix says (the side-by-side
+    /// confirmation runs each repeat as a run of its own with `--repeats 1`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub repeats: Option<u32>,
 }
 
 #[derive(Debug, Args)]

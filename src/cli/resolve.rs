@@ -90,6 +90,7 @@ pub(crate) fn matrix(args: &MatrixArgs) -> Result<MatrixSettings, CliError> {
             worker: args.triage_worker.clone(),
         },
         shard: shard(args)?,
+        repeats: args.repeats,
     })
 }
 

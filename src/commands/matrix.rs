@@ -16,7 +16,16 @@ use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
 /// Exit code: 130 when interrupted (the reports of the finished cells are still written);
 /// otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
-    let expansion = crate::matrix::cmd::load(&args.source)?;
+    let mut expansion = crate::matrix::cmd::load(&args.source)?;
+    with_repeats(&mut expansion, args.repeats);
+    let recipe = super::pairs::Recipe {
+        setup: args.triage.setup.clone().or_else(|| {
+            expansion.spec.triage.as_ref().and_then(|t| t.setup.clone())
+        }),
+        worker: args.triage.worker.clone().or_else(|| {
+            expansion.spec.triage.as_ref().and_then(|t| t.worker.clone())
+        }),
+    };
     let triage = super::triage::settings(
         &args.triage,
         &args.config.matrix,
@@ -26,7 +35,6 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::run::check_cells(&expansion)?;
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = open_history(args)?;
-    let mut expansion = expansion;
     let args = &run_settings(args, &mut expansion, store.as_mut())?;
     let outcome = match store.as_mut() {
         Some(s) => {
@@ -45,7 +53,7 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     }
     let mut interrupted = outcome.interrupted;
     if let Some(s) = store.as_mut() {
-        interrupted |= judge_against_history(args, s, &outcome)?;
+        interrupted |= judge_against_history(args, &recipe, s, &outcome)?;
     }
     let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
     let mut findings = crate::triage::findings(&outcome.results, &verdicts);
@@ -215,6 +223,7 @@ fn plan_shard(
 /// writes `history.json`. Returns whether a re-run was interrupted.
 fn judge_against_history(
     args: &MatrixSettings,
+    recipe: &super::pairs::Recipe,
     store: &mut History,
     outcome: &RunOutcome,
 ) -> Result<bool, CliError> {
@@ -237,6 +246,32 @@ fn judge_against_history(
         passes,
         budget,
     )?;
+    // Side by side first, in order of need: each flagged cell at its last good commit and at
+    // this one, alternating; the pairs' answer is its verdict.
+    for req in confirm.pair_requests() {
+        let left = confirm.budget_left();
+        if left.is_some_and(|l| l < 2.0 * req.repeat_s * req.gpus) {
+            eprintln!(
+                "history: {}: the confirmation budget cannot pay for one pair; not measured side by side",
+                req.cell_id
+            );
+            continue;
+        }
+        let m = super::pairs::measure(
+            args,
+            recipe,
+            &outcome.results,
+            &outcome.run_dir,
+            &req,
+            left,
+        );
+        confirm.take_pairs(m.pairs)?;
+        if m.interrupted {
+            confirm.interrupt();
+            break;
+        }
+    }
+    // Re-runs for what the pairs could not measure.
     while let Some((pass, cells)) = confirm.next_rerun() {
         confirm.take(&cells, rerun(args, &outcome.results.run_id, pass, &cells))?;
     }
@@ -254,6 +289,7 @@ fn rerun(
     cells: &[(String, u32)],
 ) -> Result<ConfirmOutcome, CliError> {
     let mut expansion = crate::matrix::cmd::load(&args.source)?;
+    with_repeats(&mut expansion, args.repeats);
     expansion
         .cells
         .retain(|c| cells.iter().any(|(id, _)| id == c.id.as_str()));
@@ -273,6 +309,15 @@ fn rerun(
         interrupted: outcome.interrupted,
         results: outcome.results,
     })
+}
+
+/// `--repeats N`: every cell's repeats, over what the matrix says.
+fn with_repeats(expansion: &mut crate::matrix::Expansion, repeats: Option<u32>) {
+    if let Some(r) = repeats {
+        for c in &mut expansion.cells {
+            c.params.repeats = r;
+        }
+    }
 }
 
 /// GPU-seconds the run's cells took (one for a CPU cell): the default budget of the

@@ -15,6 +15,7 @@
 pub mod fleet;
 pub mod matrix;
 pub mod merge;
+pub(crate) mod pairs;
 pub mod report;
 pub mod shard;
 pub mod triage;

@@ -36,7 +36,7 @@ use super::error::HistoryError;
 use super::record::{context_of, CellRecord, RunRecord};
 use super::store::{current_segment, History, Point};
 use super::suspects::{changes, Identity};
-pub use super::verdicts::{CellJudgement, EnergyJudgement, GateReport, Since};
+pub use super::verdicts::{CellJudgement, EnergyJudgement, GateReport, SideBySide, Since};
 
 /// The metric whose history decides a cell's speed verdict.
 pub(crate) const METRIC: &str = "tokens_per_s";
@@ -150,6 +150,21 @@ fn git(args: &[&str]) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// One cell to measure side by side: at `base_commit` (A) and `head_commit` (B).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PairRequest {
+    pub cell_id: String,
+    pub base_commit: String,
+    pub base_run_id: Option<String>,
+    pub head_commit: String,
+    pub screened: HistoryVerdict,
+    pub screened_rel: Option<f64>,
+    /// GPUs the cell holds (1 for a CPU cell).
+    pub gpus: f64,
+    /// Seconds one repeat of the cell took in this run.
+    pub repeat_s: f64,
+}
+
 /// What a confirming re-run gave.
 pub(crate) struct ConfirmOutcome {
     pub results: RunResults,
@@ -176,6 +191,7 @@ pub fn judge_run(
         policy: *policy,
         scope: &scope,
         max_reruns: super::detect::MAX_RERUNS,
+        pairs: &[],
     }
     .run(confirms)
 }
@@ -189,6 +205,8 @@ pub(crate) struct Judge<'a> {
     pub scope: &'a Scope,
     /// The most independent re-runs the confirmation can make.
     pub max_reruns: usize,
+    /// The side-by-side pairs measured so far (their answer is their cell's verdict).
+    pub pairs: &'a [SideBySide],
 }
 
 impl Judge<'_> {
@@ -221,6 +239,7 @@ impl Judge<'_> {
             confirm_run_id: confirms.last().map(|c| c.run_id.clone()),
             over_budget: Vec::new(),
             cells,
+            reruns_gpu_s: 0.0,
         })
     }
 
@@ -284,12 +303,18 @@ impl Judge<'_> {
             &self.policy,
         );
         let Decided {
-            judgement,
+            mut judgement,
             outliers,
             environment,
         } = decided;
-        let energy = self.energy(cell, again, &step_sigmas, &segments, environment.as_ref())?;
         let clean = clean_runs(&scoped, accepted);
+        let pairs = self.pairs.iter().find(|p| p.cell_id == id).cloned();
+        if let Some(p) = &pairs {
+            after_pairs(&mut judgement, p);
+        } else if let Some(good) = clean.last() {
+            same_code_elsewhere(&mut judgement, good, self.results);
+        }
+        let energy = self.energy(cell, again, &step_sigmas, &segments, environment.as_ref())?;
         let curves: Vec<Vec<f64>> = clean.iter().map(|p| p.loss_curve.clone()).collect();
         let loss = CellRecord::from_result(cell).loss_curve;
         let numerics = judge_loss(&curves, &loss, self.policy.min_history, LOSS_FLOOR_REL);
@@ -351,6 +376,9 @@ impl Judge<'_> {
             line: String::new(),
             bisect: None,
             energy,
+            last_good_run_id: good.map(|g| g.run_id.clone()),
+            last_good_commit: good.and_then(|g| g.commit.clone()),
+            pairs,
         };
         j.bisect = bisect_command(&j, self.results, &self.store.location);
         j.line = super::words::verdict_line(&j);
@@ -367,6 +395,8 @@ impl Judge<'_> {
         current_segment(trend, segments)
             .iter()
             .filter(|p| &p.run_id != run_id && !is_confirm_run(&p.run_id))
+            // A bisection's probes and the side-by-side pairs measure commits, not nights.
+            .filter(|p| p.branch.as_deref() != Some(super::record::PROBE_BRANCH))
             .filter(|p| p.started_at <= self.results.started_at)
             .filter(|p| self.scope.admits(p))
             .collect()
@@ -469,18 +499,66 @@ pub(crate) struct Decided {
     pub environment: Option<Finding>,
 }
 
-/// The earlier runs of `scoped` that form a band: all but those judged regressed or
-/// environment (a regression stays red until fixed or accepted), except the run `accepted`
-/// started its segment with.
+/// The earlier runs of `scoped` that form a band: those that showed the cell good
+/// ([`shown_good`]), and the run `accepted` started its segment with. A run judged
+/// regressed or environment stays out (a regression stays red until fixed or accepted), and
+/// so does one left suspect or unknown: a night whose breach was never settled may be the
+/// first night of a regression, and counting it as clean would pull the band towards it
+/// (seen: a 4.3% slowdown left suspect passed again the next night, its slow repeats among
+/// the "earlier" ones).
 pub(crate) fn clean_runs<'a>(scoped: &[&'a Point], accepted: Option<&str>) -> Vec<&'a Point> {
     scoped
         .iter()
         .copied()
-        .filter(|p| {
-            Some(p.run_id.as_str()) == accepted
-                || !matches!(p.verdict.as_deref(), Some("regressed" | "environment"))
-        })
+        .filter(|p| Some(p.run_id.as_str()) == accepted || shown_good(p))
         .collect()
+}
+
+/// The verdict once the side-by-side pairs answered ([`super::paired`]): the pairs decide.
+/// Slower than the last good commit: regressed, whatever the environment (a busy host slows
+/// both sides of a pair alike, so it cannot explain a difference between them). The same
+/// (or faster) where the history saw a drop: environment, the host or the night ran the cell
+/// below its history. An unanswered pair leaves a breach suspect (unconfirmed), an
+/// environment verdict standing and an unknown cell unknown.
+pub(crate) fn after_pairs(judgement: &mut Judgement, p: &SideBySide) {
+    use super::paired::Answer;
+    let Some(r) = p.result.filter(|r| r.pairs > 0) else {
+        return;
+    };
+    let drop = matches!(
+        p.screened,
+        HistoryVerdict::Regressed | HistoryVerdict::Suspect | HistoryVerdict::Environment
+    ) && p.screened_rel.is_some_and(|x| x < 0.0);
+    judgement.verdict = match (r.answer, drop) {
+        (Answer::Different, _) if r.change_rel < 0.0 => HistoryVerdict::Regressed,
+        (Answer::Different | Answer::Same, true) => HistoryVerdict::Environment,
+        (Answer::Different | Answer::Same, false) => HistoryVerdict::Unchanged,
+        (Answer::Unknown, true) if p.screened == HistoryVerdict::Environment => {
+            HistoryVerdict::Environment
+        }
+        (Answer::Unknown, true) => HistoryVerdict::Suspect,
+        (Answer::Unknown, false) => p.screened,
+    };
+}
+
+/// A drop at the very code, switches and versions of the last good run, on another host:
+/// nothing of the cell's own changed, so there is nothing to measure side by side and
+/// nothing to bisect; the host runs the cell below its history (`environment`). A drop on
+/// the same host with nothing changed stays as judged.
+fn same_code_elsewhere(judgement: &mut Judgement, good: &Point, results: &RunResults) {
+    let env = &results.environment;
+    let same_code = good.commit.is_some() && good.commit == env.git_commit && !env.git_dirty;
+    let drop = matches!(
+        judgement.verdict,
+        HistoryVerdict::Regressed | HistoryVerdict::Suspect
+    ) && judgement.rel_change.is_some_and(|r| r < 0.0);
+    if !(same_code && drop && good.host != env.host && good.switches == env.switches) {
+        return;
+    }
+    let versions = RunRecord::from_results(results, None, None).versions;
+    if versions == good.versions {
+        judgement.verdict = HistoryVerdict::Environment;
+    }
 }
 
 /// The shipped speed verdict of one measurement against the earlier runs of its scope
@@ -697,6 +775,8 @@ pub(crate) struct Confirmation<'a> {
     budget_gpu_s: Option<f64>,
     report: GateReport,
     confirms: Vec<RunResults>,
+    /// The side-by-side pairs measured so far.
+    pairs: Vec<SideBySide>,
     spent: f64,
     over: Vec<String>,
     pass: usize,
@@ -736,6 +816,7 @@ impl<'a> Confirmation<'a> {
             policy,
             scope: &scope,
             max_reruns: reruns_known(max_passes),
+            pairs: &[],
         }
         .run(&[])?;
         Ok(Confirmation {
@@ -749,6 +830,7 @@ impl<'a> Confirmation<'a> {
             budget_gpu_s,
             report,
             confirms: Vec::new(),
+            pairs: Vec::new(),
             spent: 0.0,
             over: Vec::new(),
             pass: 0,
@@ -765,8 +847,94 @@ impl<'a> Confirmation<'a> {
             policy: self.policy,
             scope: &self.scope,
             max_reruns: reruns_known(self.max_passes),
+            pairs: &self.pairs,
         }
         .run(confirms)
+    }
+
+    /// GPU-seconds the confirmation may still spend (`None`: no limit).
+    pub(crate) fn budget_left(&self) -> Option<f64> {
+        self.budget_gpu_s.map(|b| (b - self.spent).max(0.0))
+    }
+
+    /// The cells to measure side by side, in order of need: breaches (regressed, suspect)
+    /// first, the largest drop first; then drops the environment explained (the pairs
+    /// check the excuse); then unknown cells. Only a cell whose last good run's commit is
+    /// known and differs from this run's clean commit: with the same code on both sides a
+    /// pair has nothing to compare. Empty without confirmation (`--no-confirm`).
+    pub(crate) fn pair_requests(&self) -> Vec<PairRequest> {
+        if self.max_passes == 0 || self.interrupted {
+            return Vec::new();
+        }
+        let env = &self.results.environment;
+        let Some(head) = env.git_commit.clone().filter(|_| !env.git_dirty) else {
+            return Vec::new();
+        };
+        let need = |c: &CellJudgement| -> Option<u8> {
+            let drop = c.judgement.rel_change.is_some_and(|r| r < 0.0);
+            match c.verdict() {
+                HistoryVerdict::Regressed | HistoryVerdict::Suspect => Some(0),
+                HistoryVerdict::Environment if drop => Some(1),
+                HistoryVerdict::Unknown => Some(2),
+                _ => None,
+            }
+        };
+        let mut wanted: Vec<(u8, f64, PairRequest)> = self
+            .report
+            .cells
+            .iter()
+            .filter(|c| !self.pairs.iter().any(|p| p.cell_id == c.cell_id))
+            .filter_map(|c| {
+                let rank = need(c)?;
+                let base = c.last_good_commit.clone().filter(|b| b != &head)?;
+                let cell = self.results.cells.iter().find(|x| x.id.as_str() == c.cell_id)?;
+                let repeats = f64::from(cell.params.repeats.max(1));
+                Some((
+                    rank,
+                    c.judgement.rel_change.unwrap_or(0.0),
+                    PairRequest {
+                        cell_id: c.cell_id.clone(),
+                        base_commit: base,
+                        base_run_id: c.last_good_run_id.clone(),
+                        head_commit: head.clone(),
+                        screened: c.verdict(),
+                        screened_rel: c.judgement.rel_change,
+                        gpus: f64::from(cell_gpus(cell).max(1)),
+                        repeat_s: cell.duration_s / repeats,
+                    },
+                ))
+            })
+            .collect();
+        wanted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        wanted.into_iter().map(|(_, _, r)| r).collect()
+    }
+
+    /// What the side-by-side measurement of one cell gave: its cost counts against the
+    /// budget, and the cell is judged again with it (the pairs' answer is its verdict).
+    pub(crate) fn take_pairs(&mut self, p: SideBySide) -> Result<(), crate::error::CliError> {
+        self.spent += p.gpu_s;
+        let id = p.cell_id.clone();
+        self.pairs.retain(|x| x.cell_id != id);
+        self.pairs.push(p);
+        let confirms = std::mem::take(&mut self.confirms);
+        let all: Vec<&RunResults> = confirms.iter().collect();
+        let rejudged = self.judge(&all);
+        self.confirms = confirms;
+        if let Some(c) = rejudged?.cells.into_iter().find(|c| c.cell_id == id) {
+            eprintln!(
+                "history: {id}: {}",
+                crate::sanitize::clean(&c.line)
+            );
+            if let Some(slot) = self.report.cells.iter_mut().find(|x| x.cell_id == id) {
+                *slot = c;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the run interrupted (a pair's repeat was stopped by Ctrl-C or SIGTERM).
+    pub(crate) fn interrupt(&mut self) {
+        self.interrupted = true;
     }
 
     /// The next pass's cells to re-run, each with the repeats it needs, or `None` when the
@@ -788,6 +956,14 @@ impl<'a> Confirmation<'a> {
                     .cell(id)
                     .is_some_and(|c| c.wants_rerun(pass - 1))
             })
+            // The pairs' answer is the verdict: re-runs are for the cells the pairs could not
+            // settle (not measurable side by side, or still undecided at the cap).
+            .filter(|id| {
+                !self
+                    .pairs
+                    .iter()
+                    .any(|p| &p.cell_id == id && (p.answered() || p.result.is_some_and(|r| r.pairs > 0)))
+            })
             .collect();
         if wanted.is_empty() {
             self.done = true;
@@ -796,6 +972,7 @@ impl<'a> Confirmation<'a> {
         let left = self.budget_gpu_s.map(|b| b - self.spent);
         let (chosen, out, cost) = within_budget(&wanted, &self.report, self.results, left);
         self.spent += cost;
+        self.report.reruns_gpu_s += cost;
         for id in out {
             if !self.over.contains(&id) {
                 self.over.push(id);

@@ -8,6 +8,8 @@
 //!   file, the default) and [`postgres`] (a server by URL, for a fleet).
 //! - [`detect`]: the verdict on one measurement against its history (pure statistics).
 //! - [`twosample`]: same / different / unknown from two sets of repeats (pure).
+//! - [`paired`]: same / different / unknown from pairs measured side by side, the last good
+//!   commit against this run's, in one job (pure).
 //! - [`environment`]: whether a worse cell's telemetry, against its own clean runs,
 //!   explains the loss (pure).
 //! - [`suspects`]: what changed since a cell's last good run (pure).
@@ -28,6 +30,7 @@ pub mod detect;
 pub mod environment;
 mod error;
 pub mod gate;
+pub mod paired;
 pub(crate) mod interrupt;
 pub mod postgres;
 pub mod record;

@@ -174,6 +174,11 @@ pub(crate) fn context_of(cell: &CellResult) -> IndexMap<String, String> {
     out
 }
 
+/// The branch a bisection's probes (and the side-by-side pairs, which a bisection reuses
+/// as its two ends) are recorded under: never a branch whose history judges nightly runs,
+/// so these measurements never join a band.
+pub(crate) const PROBE_BRANCH: &str = "bisect";
+
 /// The branch a run measured, from the CI's variables (a pull request's head branch first),
 /// else from git; `None` when neither knows (a detached checkout outside CI).
 pub(crate) fn current_branch() -> Option<String> {

@@ -3,11 +3,15 @@
 //! disturbed host. Each simulated night draws one whole real run of its kind (its repeats
 //! and telemetry as measured, so a bimodal cell, an outlier repeat or a busy host come as
 //! they came) and is judged by the gate's own [`decide`] against the nights before it,
-//! which keep the verdicts they got: a regressed night leaves the band, a suspect night is
-//! the next night's previous run, and a suspect is re-run (another real run of the same
-//! kind: the same commit) as `--confirm` does. So the false alarms counted here are those
-//! of the shipped verdict over a month, borrowed confirmations and widened bands included,
-//! which resampling independent runs (`super::study`) cannot show.
+//! which keep the verdicts they got: a regressed night leaves the band, as does a night left
+//! suspect or unknown. A night the screen flags is measured side by side as the gate does
+//! ([`super::paired`]): pairs of one repeat of the last good code (a clean run's, or a
+//! disturbed run's on a disturbed night: the same host at the same time) and one of the
+//! night's code, until the pairs answer, and the pairs' answer is the verdict
+//! ([`super::gate::after_pairs`]). Each side's repeat is drawn from a run of its own, so a
+//! cell whose processes land in two modes brings that noise into its pairs. So the false
+//! alarms counted here are those of the shipped verdict over a month, which resampling
+//! independent runs (`super::study`) cannot show.
 //!
 //! Slowdowns are the real slowed runs (a speed switch set) and, for sizes the runs lack,
 //! clean runs scaled by `1 - d` (an injected slowdown of size d, the same noise). A run is
@@ -24,7 +28,8 @@ use crate::telemetry::CellTelemetry;
 
 use super::changepoint::SplitMix64;
 use super::detect::{HistoryVerdict, Policy, MAX_RERUNS};
-use super::gate::{decide, Measured};
+use super::gate::{after_pairs, decide, Measured, SideBySide};
+use super::paired::{paired, settled, PairedPolicy};
 use super::record::Versions;
 use super::store::Point;
 
@@ -90,8 +95,10 @@ pub(crate) struct SequenceCounts {
     /// Slowed nights, and those regressed.
     pub slow_judged: usize,
     pub slow_regressed: usize,
-    /// Confirming re-runs made.
+    /// Confirming re-runs made (by the nights the pairs could not settle).
     pub reruns: usize,
+    /// Side-by-side pairs measured.
+    pub pairs: usize,
 }
 
 fn scaled(run: &RealRun, factor: f64) -> RealRun {
@@ -116,6 +123,14 @@ fn draw(cell: &CellRuns, night: Night, slow: &Slowdown<'_>, rng: &mut SplitMix64
             Slowdown::Injected(d) => scaled(&pick(&cell.clean, rng), 1.0 - d),
         },
     }
+}
+
+/// One repeat of `run`, drawn at random: one side of a pair is one process.
+fn one_repeat(run: &RealRun, rng: &mut SplitMix64) -> f64 {
+    if run.samples.is_empty() {
+        return f64::NAN;
+    }
+    run.samples[rng.below(run.samples.len())]
 }
 
 /// Replays `trials` sequences of `nights` for `cell` with `slow` on the slowed nights.
@@ -153,13 +168,60 @@ pub(crate) fn replay(
                 decide(&scoped, None, &now, policy)
             };
             let mut d = judged(&[]);
-            // As the gate does: re-run a suspect (and, once, an unknown cell) until it has
-            // the re-runs its breach needs or one clears it.
-            let mut agains: Vec<Vec<f64>> = Vec::new();
-            while super::detect::wants_rerun(d.judgement.verdict, agains.len()) {
-                n.reruns += 1;
-                agains.push(draw(cell, night, slow, &mut rng).samples);
-                d = judged(&agains);
+            // As the gate does: a flagged night is measured side by side with the last good
+            // code on the same host, and the pairs' answer is its verdict.
+            let screened = d.judgement.verdict;
+            let rel = d.judgement.rel_change;
+            let drop = rel.is_some_and(|r| r < 0.0);
+            let flagged = match screened {
+                HistoryVerdict::Regressed | HistoryVerdict::Suspect | HistoryVerdict::Unknown => {
+                    true
+                }
+                HistoryVerdict::Environment => drop,
+                _ => false,
+            };
+            if flagged && i > 0 {
+                let base_kind = if night == Night::Disturbed {
+                    Night::Disturbed
+                } else {
+                    Night::Clean
+                };
+                let pp = PairedPolicy::default();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                loop {
+                    a.push(one_repeat(&draw(cell, base_kind, slow, &mut rng), &mut rng));
+                    b.push(one_repeat(&draw(cell, night, slow, &mut rng), &mut rng));
+                    if settled(&paired(&a, &b, rel, &pp), &pp) {
+                        break;
+                    }
+                }
+                n.pairs += a.len();
+                let r = paired(&a, &b, rel, &pp);
+                after_pairs(
+                    &mut d.judgement,
+                    &SideBySide {
+                        cell_id: cell.cell.clone(),
+                        base_commit: "a".into(),
+                        base_run_id: None,
+                        head_commit: "b".into(),
+                        screened,
+                        screened_rel: rel,
+                        base: a,
+                        head: b,
+                        result: Some(r),
+                        stopped: None,
+                        gpu_s: 0.0,
+                        logs: None,
+                    },
+                );
+            } else {
+                // A first night has no last good code: re-runs, as before pairs.
+                let mut agains: Vec<Vec<f64>> = Vec::new();
+                while super::detect::wants_rerun(d.judgement.verdict, agains.len()) {
+                    n.reruns += 1;
+                    agains.push(draw(cell, night, slow, &mut rng).samples);
+                    d = judged(&agains);
+                }
             }
             let verdict = d.judgement.verdict;
             n.nights += 1;
@@ -316,11 +378,11 @@ pub(crate) fn table(cells: &[CellRuns], policy: &Policy, trials: usize) -> Strin
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Sequences of a month ({} nights: 10 clean, 2 slowed, the revert and 4 clean, 2 on a busy host, 11 clean), each night one real run of its kind judged by the shipped verdict against the nights before it, suspects re-run with another real run of the same kind; {trials} months per row.\n",
+        "Sequences of a month ({} nights: 10 clean, 2 slowed, the revert and 4 clean, 2 on a busy host, 11 clean), each night one real run of its kind judged by the shipped verdict against the nights before it, a flagged night measured side by side (pairs of one repeat of the last good code and one of the night's, each from a real run of its kind) until the pairs answer; {trials} months per row.\n",
         nights.len()
     );
-    let _ = writeln!(out, "| cell | runs (clean / busy host / slowed) | slowdown | clean nights: false alarms | busy-host nights: false alarms | busy-host nights: environment | slowed nights: regressed | re-runs per night |");
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "| cell | runs (clean / busy host / slowed) | slowdown | clean nights: false alarms | busy-host nights: false alarms | busy-host nights: environment | slowed nights: regressed | pairs per night | re-runs per night |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
     for c in cells {
         let Some(clean_median) = median(
             &c.clean
@@ -353,7 +415,7 @@ pub(crate) fn table(cells: &[CellRuns], policy: &Policy, trials: usize) -> Strin
             let n = replay(c, &nights, slow, policy, trials, 0x5e9 ^ k as u64);
             let _ = writeln!(
                 out,
-                "| {} | {} / {} / {} | {name} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} / {} / {} | {name} | {} | {} | {} | {} | {:.2} | {:.2} |",
                 c.cell,
                 c.clean.len(),
                 c.disturbed.len(),
@@ -362,6 +424,7 @@ pub(crate) fn table(cells: &[CellRuns], policy: &Policy, trials: usize) -> Strin
                 rate(n.disturbed_alarms, n.disturbed_judged),
                 rate(n.disturbed_environment, n.disturbed_judged),
                 rate(n.slow_regressed, n.slow_judged),
+                n.pairs as f64 / n.nights.max(1) as f64,
                 n.reruns as f64 / n.nights.max(1) as f64
             );
         }
@@ -417,7 +480,7 @@ mod tests {
         assert_eq!(n.nights, 40 * 30);
         assert_eq!(n.slow_judged, 80);
         assert!(n.slow_regressed as f64 >= 0.95 * 80.0, "{n:?}");
-        assert!(n.reruns > 0);
+        assert!(n.pairs > 0);
         // Measured with 300 months a row: 0.49% (37 of 7500), against 3.2% when one
         // re-run confirmed every breach.
         assert!(

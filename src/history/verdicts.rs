@@ -69,6 +69,86 @@ pub struct CellJudgement {
     /// its speed, so that a change in energy at an unchanged speed is a verdict too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy: Option<EnergyJudgement>,
+    /// The last run that showed the cell good (the side-by-side confirmation measures its
+    /// commit against this run's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good_run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good_commit: Option<String>,
+    /// The side-by-side confirmation, when the cell had one: its verdict is the cell's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<SideBySide>,
+}
+
+/// A cell measured at its last good commit (A) and at this run's commit (B) in the same
+/// job, alternating A B B A ..., each repeat its own process ([`super::paired`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideBySide {
+    pub cell_id: String,
+    /// A: the last good run's commit, and that run.
+    pub base_commit: String,
+    pub base_run_id: Option<String>,
+    /// B: this run's commit.
+    pub head_commit: String,
+    /// What the history's screen said before the pairs, and the change it saw.
+    pub screened: HistoryVerdict,
+    pub screened_rel: Option<f64>,
+    /// Each pair's A and B (the same index is one pair).
+    pub base: Vec<f64>,
+    pub head: Vec<f64>,
+    /// The pairs' answer; `None` when not one pair could be measured.
+    pub result: Option<super::paired::Paired>,
+    /// Why the pairs stopped short of an answer or could not start (a commit missing, no
+    /// recipe for a built-in cell, the setup or a repeat failed, the budget): the verdict
+    /// then rests on re-runs, and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// GPU-seconds the pairs took (setups included).
+    pub gpu_s: f64,
+    /// The folder of the pairs' logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
+}
+
+impl SideBySide {
+    /// Whether the pairs answered (same or different), so no re-run is needed.
+    pub fn answered(&self) -> bool {
+        self.result
+            .is_some_and(|r| r.answer != super::paired::Answer::Unknown)
+    }
+
+    /// `side by side against abc1234: -4.1% (99.6% interval -4.9%..-3.3%, 6 pairs: different)`.
+    pub fn describe(&self) -> String {
+        let base: String = self.base_commit.chars().take(7).collect();
+        match &self.result {
+            Some(r) if r.pairs > 0 => {
+                let ci = match r.ci_rel {
+                    Some((lo, hi)) => format!(
+                        "{:.1}% interval {:+.1}%..{:+.1}%, ",
+                        r.ci_level * 100.0,
+                        lo * 100.0,
+                        hi * 100.0
+                    ),
+                    None => String::new(),
+                };
+                let mut s = format!(
+                    "side by side against {base}: {:+.1}% ({ci}{} pair{}: {})",
+                    r.change_rel * 100.0,
+                    r.pairs,
+                    if r.pairs == 1 { "" } else { "s" },
+                    r.answer.as_str()
+                );
+                if let Some(why) = &self.stopped {
+                    s.push_str(&format!("; stopped: {why}"));
+                }
+                s
+            }
+            _ => format!(
+                "not measured side by side against {base}: {}",
+                self.stopped.as_deref().unwrap_or("no pair measured")
+            ),
+        }
+    }
 }
 
 /// The history's verdict on one cell's energy (see [`CellJudgement::energy`]).
@@ -172,6 +252,9 @@ pub struct GateReport {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub over_budget: Vec<String>,
     pub cells: Vec<CellJudgement>,
+    /// GPU-seconds the confirming re-runs took (the pairs' are in each cell's).
+    #[serde(default)]
+    pub reruns_gpu_s: f64,
 }
 
 impl GateReport {
@@ -199,6 +282,24 @@ impl GateReport {
 
     pub(crate) fn cell(&self, id: &str) -> Option<&CellJudgement> {
         self.cells.iter().find(|c| c.cell_id == id)
+    }
+
+    /// GPU-seconds the side-by-side pairs of this run took.
+    pub fn pairs_gpu_s(&self) -> f64 {
+        self.cells
+            .iter()
+            .filter_map(|c| c.pairs.as_ref())
+            .map(|p| p.gpu_s)
+            .sum()
+    }
+
+    /// Cells still unconfirmed: suspects, whose breach neither pairs nor re-runs could
+    /// settle. The headline of every report names them.
+    pub fn unconfirmed(&self) -> Vec<&CellJudgement> {
+        self.cells
+            .iter()
+            .filter(|c| c.has_verdict(HistoryVerdict::Suspect))
+            .collect()
     }
 
     /// Cells the confirmation re-runs: suspects (of their speed or their energy), then
@@ -275,6 +376,7 @@ mod tests {
             confirm_run_id: None,
             over_budget: vec![],
             cells: vec![a, b],
+            reruns_gpu_s: 0.0,
         };
         assert_eq!(r.to_confirm(), ["b", "a"]);
     }

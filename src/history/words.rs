@@ -41,6 +41,20 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
             ));
         }
     }
+    if let Some(p) = &c.pairs {
+        line.push_str(&format!("; {}", p.describe()));
+        let same = p.result.is_some_and(|r| r.answer == super::paired::Answer::Same);
+        if same && c.verdict() == HistoryVerdict::Environment {
+            // The pairs cleared the code: what the history saw is this host or this night.
+            if let Some(r) = p.screened_rel {
+                line.push_str(&format!(
+                    "; the code runs the same as at its last good commit: this host (or this night) ran the cell {:.1}% {} its history",
+                    r.abs() * 100.0,
+                    if r < 0.0 { "below" } else { "above" }
+                ));
+            }
+        }
+    }
     if j.drift {
         line.push_str("; the recent runs have all drifted past the baseline's tolerance");
     }
@@ -267,6 +281,9 @@ pub(crate) mod tests {
             line: String::new(),
             bisect: Some("bench bisect x --good 9876543 --bad abcdef0".into()),
             energy: None,
+            last_good_run_id: Some("20261121T020000Z".into()),
+            last_good_commit: Some("9876543210".into()),
+            pairs: None,
         };
         c.line = verdict_line(&c);
         c

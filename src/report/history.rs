@@ -89,6 +89,7 @@ mod tests {
             confirm_run_id: Some("20261122T020000Z-confirm".into()),
             over_budget: vec![],
             cells: vec![c],
+            reruns_gpu_s: 0.0,
         };
         let md = markdown(&r);
         assert!(md.contains("1 regressed, 0 improved"), "{md}");

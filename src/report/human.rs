@@ -314,6 +314,13 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
             n.failed,
             n.timed_out
         )
+    } else if code == 0 && n.suspect > 0 {
+        // Not a pass either: a breach the confirmation could not settle.
+        format!(
+            "result: ok (exit 0), {} unconfirmed suspect{}: not confirmed and not cleared\n",
+            n.suspect,
+            if n.suspect == 1 { "" } else { "s" }
+        )
     } else if code == 0 {
         "result: ok (exit 0)\n".to_string()
     } else {

@@ -79,7 +79,7 @@ fn testcase(
         // Not a verdict on the code: the environment explains the loss, or the evidence
         // is not in yet. Skipped with the line, so CI test views show it without failing.
         CellStatus::Environment => skipped("environment", &reason),
-        CellStatus::Suspect => skipped("suspect", &reason),
+        CellStatus::Suspect => skipped("unconfirmed", &reason),
         CellStatus::Unknown => skipped("unknown", &reason),
         CellStatus::Failed => non_success(NonSuccessKind::Error, "failed", &reason),
         CellStatus::TimedOut => non_success(NonSuccessKind::Error, "timeout", &reason),

@@ -68,6 +68,8 @@ pub struct MatrixSettings {
     pub triage: TriageFlags,
     /// `--shard I/N`: run only this share of the cells (`commands::shard` plans it).
     pub shard: Option<crate::shard::Shard>,
+    /// `--repeats N`: every cell's repeats, over what the matrix says.
+    pub repeats: Option<u32>,
 }
 
 /// The `--triage-*` flags of `bench matrix`, as given: the command layer lays them over the

@@ -260,6 +260,11 @@ fn headline(c: &Counts, interrupted: bool) -> String {
     if c.timed_out > 0 {
         bad.push(plural(c.timed_out, "timed-out cell", "timed-out cells"));
     }
+    // A breach nobody could confirm is not a pass: the headline says so, never "no
+    // regressions" (the exit code stays 0: the evidence is not in).
+    if c.suspect > 0 {
+        bad.push(plural(c.suspect, "unconfirmed suspect", "unconfirmed suspects"));
+    }
     if bad.is_empty() {
         "no regressions".into()
     } else {
