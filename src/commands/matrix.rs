@@ -232,10 +232,19 @@ fn judge_against_history(
     } else {
         0
     };
-    // By default the re-runs may take what the run took, once for each re-run a breach can
-    // ask for (`history::detect::MAX_RERUNS`): every cell could be re-run that often.
+    // By default the confirmation may take what the run took, once for each re-run a breach
+    // can ask for (`history::detect::MAX_RERUNS`): every cell could be re-run that often, or
+    // one flagged cell of a few measured side by side up to its cap of pairs. A pull
+    // request's run measures every cell side by side against its merge-base, so its default
+    // pays every cell's cap of pairs.
     let budget = args.confirm_budget_gpu_s.or_else(|| {
-        Some(crate::history::detect::MAX_RERUNS as f64 * run_gpu_seconds(&outcome.results))
+        let run = run_gpu_seconds(&outcome.results);
+        let reruns = crate::history::detect::MAX_RERUNS as f64 * run;
+        Some(if crate::history::gate::pull_request_base().is_some() {
+            reruns.max(every_cell_paired_gpu_seconds(&outcome.results))
+        } else {
+            reruns
+        })
     });
     let mut confirm = Confirmation::start(
         store,
@@ -248,9 +257,23 @@ fn judge_against_history(
     )?;
     // Side by side first, in order of need: each flagged cell at its last good commit and at
     // this one, alternating; the pairs' answer is its verdict.
-    for req in confirm.pair_requests() {
+    let requests = confirm.pair_requests();
+    if args.confirm_budget_gpu_s.is_none() {
+        // The default also holds one flagged cell's whole cap of pairs (the costliest), so
+        // a breach in a small matrix is never left unconfirmed for want of budget; a large
+        // matrix shares its multiple of the run in order of need.
+        let pairs = crate::history::paired::PairedPolicy::default().max_pairs as f64;
+        let cap = requests
+            .iter()
+            .filter(|r| r.screened != crate::history::detect::HistoryVerdict::Unchanged)
+            .map(|r| 2.0 * pairs * r.repeat_s * r.gpus)
+            .fold(0.0, f64::max);
+        confirm.raise_budget(cap);
+    }
+    for req in requests {
+        let pair = 2.0 * req.repeat_s * req.gpus;
         let left = confirm.budget_left();
-        if left.is_some_and(|l| l < 2.0 * req.repeat_s * req.gpus) {
+        if left.is_some_and(|l| l < pair) {
             eprintln!(
                 "history: {}: the confirmation budget cannot pay for one pair; not measured side by side",
                 req.cell_id
@@ -318,6 +341,23 @@ fn with_repeats(expansion: &mut crate::matrix::Expansion, repeats: Option<u32>) 
             c.params.repeats = r;
         }
     }
+}
+
+/// GPU-seconds that measuring every cell of the run side by side up to the cap of pairs
+/// takes (each pair two repeats).
+fn every_cell_paired_gpu_seconds(results: &RunResults) -> f64 {
+    let pairs = crate::history::paired::PairedPolicy::default().max_pairs as f64;
+    results
+        .cells
+        .iter()
+        .map(|c| {
+            let gpus = match c.values.get("gpus") {
+                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
+                _ => 1.0,
+            };
+            2.0 * pairs * c.duration_s / f64::from(c.params.repeats.max(1)) * gpus
+        })
+        .sum()
 }
 
 /// GPU-seconds the run's cells took (one for a CPU cell): the default budget of the

@@ -79,6 +79,9 @@ pub(crate) struct Scope {
     pub branch: Option<String>,
     /// Commits reachable from the merge-base, when known (a pull request's run).
     pub ancestors: Option<HashSet<String>>,
+    /// The merge-base itself (a pull request's run): every cell is measured side by side
+    /// against it.
+    pub merge_base: Option<String>,
     pub describe: String,
 }
 
@@ -111,6 +114,7 @@ impl Scope {
             return Scope {
                 branch: Some(base),
                 ancestors,
+                merge_base,
                 describe,
             };
         }
@@ -122,6 +126,7 @@ impl Scope {
         Scope {
             branch,
             ancestors: None,
+            merge_base: None,
             describe,
         }
     }
@@ -738,9 +743,20 @@ pub fn record(
     store.record_run(&rec)
 }
 
-/// The verdict words a run's cells got, for the store (so later runs leave regressed and
-/// environment runs out of their band, and know a regression's streak).
+/// Whether an unknown cell's estimate shows a shift past the floor (a cell with too few
+/// earlier repeats to be told the same or different, whose repeats still sit apart).
+fn shows_shift(c: &CellJudgement, floor: f64) -> bool {
+    c.judgement.rel_change.is_none_or(|r| !(r.abs() < floor))
+}
+
+/// The verdict words a run's cells got, for the store (so later runs leave regressed,
+/// environment, suspect and unknown runs out of their band, and know a regression's
+/// streak). An unknown cell whose estimate is inside the floor is stored as
+/// `insufficient_history`: the short history, not the run, left it undecided, and the night
+/// counts as clean (otherwise a new matrix's nights, each unknown against too few earlier
+/// repeats, would never grow a history to be judged by).
 fn verdict_words(report: &GateReport) -> Vec<(String, String)> {
+    let floor = report.policy.two_sample.floor_rel;
     report
         .cells
         .iter()
@@ -748,6 +764,11 @@ fn verdict_words(report: &GateReport) -> Vec<(String, String)> {
             let word = if c.fails_run() && c.verdict() != HistoryVerdict::Regressed {
                 // Changed numerics or a baseline regression: the run is not clean either.
                 "regressed"
+            } else if c.verdict() == HistoryVerdict::Unknown
+                && !shows_shift(c, floor)
+                && c.energy_verdict() != Some(HistoryVerdict::Unknown)
+            {
+                HistoryVerdict::InsufficientHistory.as_str()
             } else {
                 c.verdict().as_str()
             };
@@ -852,6 +873,13 @@ impl<'a> Confirmation<'a> {
         .run(confirms)
     }
 
+    /// Adds `gpu_s` to the budget (the command's default makes room for one cell's pairs).
+    pub(crate) fn raise_budget(&mut self, gpu_s: f64) {
+        if let Some(b) = &mut self.budget_gpu_s {
+            *b += gpu_s.max(0.0);
+        }
+    }
+
     /// GPU-seconds the confirmation may still spend (`None`: no limit).
     pub(crate) fn budget_left(&self) -> Option<f64> {
         self.budget_gpu_s.map(|b| (b - self.spent).max(0.0))
@@ -870,12 +898,21 @@ impl<'a> Confirmation<'a> {
         let Some(head) = env.git_commit.clone().filter(|_| !env.git_dirty) else {
             return Vec::new();
         };
+        // A pull request's run measures every cell against its merge-base: the change is
+        // the pull request's own, and no other host's night is its reference.
+        let merge_base = self.scope.merge_base.as_ref();
+        let floor = self.policy.two_sample.floor_rel;
         let need = |c: &CellJudgement| -> Option<u8> {
             let drop = c.judgement.rel_change.is_some_and(|r| r < 0.0);
             match c.verdict() {
                 HistoryVerdict::Regressed | HistoryVerdict::Suspect => Some(0),
-                HistoryVerdict::Environment if drop => Some(1),
-                HistoryVerdict::Unknown => Some(2),
+                // Too few repeats to tell, but a shift past the floor: as good as a breach.
+                HistoryVerdict::Unknown if shows_shift(c, floor) => Some(1),
+                HistoryVerdict::Environment if drop => Some(2),
+                _ if merge_base.is_some() => Some(3),
+                // An unknown cell that shows no shift waits for more nights: the first
+                // judged nights of a new matrix are mostly such, and measuring them side by
+                // side would cost a multiple of the run.
                 _ => None,
             }
         };
@@ -886,7 +923,10 @@ impl<'a> Confirmation<'a> {
             .filter(|c| !self.pairs.iter().any(|p| p.cell_id == c.cell_id))
             .filter_map(|c| {
                 let rank = need(c)?;
-                let base = c.last_good_commit.clone().filter(|b| b != &head)?;
+                let base = merge_base
+                    .or(c.last_good_commit.as_ref())
+                    .cloned()
+                    .filter(|b| b != &head)?;
                 let cell = self.results.cells.iter().find(|x| x.id.as_str() == c.cell_id)?;
                 let repeats = f64::from(cell.params.repeats.max(1));
                 Some((
@@ -895,7 +935,11 @@ impl<'a> Confirmation<'a> {
                     PairRequest {
                         cell_id: c.cell_id.clone(),
                         base_commit: base,
-                        base_run_id: c.last_good_run_id.clone(),
+                        base_run_id: if merge_base.is_some() {
+                            None
+                        } else {
+                            c.last_good_run_id.clone()
+                        },
                         head_commit: head.clone(),
                         screened: c.verdict(),
                         screened_rel: c.judgement.rel_change,
@@ -956,13 +1000,21 @@ impl<'a> Confirmation<'a> {
                     .cell(id)
                     .is_some_and(|c| c.wants_rerun(pass - 1))
             })
-            // The pairs' answer is the verdict: re-runs are for the cells the pairs could not
-            // settle (not measurable side by side, or still undecided at the cap).
+            // Re-runs are the fallback for a breach the pairs could not measure (no commit to
+            // compare with, a commit missing, no recipe for a built-in cell, a failed setup):
+            // a cell the pairs measured has their answer (or stays unconfirmed), and an
+            // unknown cell waits for more nights rather than doubling its repeats (a first
+            // judged night cost 2.9x a plain run that way).
+            .filter(|id| {
+                self.report
+                    .cell(id)
+                    .is_some_and(|c| c.has_verdict(HistoryVerdict::Suspect))
+            })
             .filter(|id| {
                 !self
                     .pairs
                     .iter()
-                    .any(|p| &p.cell_id == id && (p.answered() || p.result.is_some_and(|r| r.pairs > 0)))
+                    .any(|p| &p.cell_id == id && p.result.is_some_and(|r| r.pairs > 0))
             })
             .collect();
         if wanted.is_empty() {

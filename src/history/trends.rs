@@ -35,10 +35,12 @@ pub(crate) fn of_run(store: &mut History, results: &RunResults) -> Result<Trends
                 continue;
             }
             let trend = store.trend(cell.id.as_str(), key, metric)?;
-            // Confirming re-runs are evidence for their own run, not points of the trend.
+            // Confirming re-runs are evidence for their own run, not points of the trend; a
+            // bisection's probes and the side-by-side pairs measure commits, not nights.
             let trend: Vec<_> = trend
                 .into_iter()
                 .filter(|p| !super::gate::is_confirm_run(&p.run_id))
+                .filter(|p| p.branch.as_deref() != Some(super::record::PROBE_BRANCH))
                 .filter(|p| p.started_at <= results.started_at || p.run_id == results.run_id)
                 .collect();
             let trend = &trend[trend.len().saturating_sub(MAX_POINTS)..];

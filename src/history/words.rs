@@ -94,7 +94,7 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
         line.push_str("; nothing recorded changed since the last good run (same commit, switches and versions)");
     }
     if let Some(f) = &c.environment {
-        if c.verdict() == HistoryVerdict::Environment {
+        if c.verdict() == HistoryVerdict::Environment && !f.causes.is_empty() {
             line.push_str(&format!(
                 "; blamed on the environment: {}",
                 f.causes.join("; ")

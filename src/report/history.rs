@@ -54,6 +54,16 @@ pub fn markdown(r: &GateReport) -> String {
             out.push_str(&format!("  - find the commit: {}\n", code(cmd)));
         }
     }
+    // Every cell measured side by side, remarkable or not: a pull request's reader sees each
+    // cell's ratio to its merge-base, and a nightly's the evidence behind each verdict.
+    let paired: Vec<_> = r.cells.iter().filter_map(|c| c.pairs.as_ref()).collect();
+    if !paired.is_empty() {
+        if any {
+            out.push('\n');
+        }
+        any = false;
+        out.push_str(&side_by_side(&paired));
+    }
     if !r.over_budget.is_empty() {
         any = true;
         out.push_str(&format!(
@@ -68,6 +78,48 @@ pub fn markdown(r: &GateReport) -> String {
     if any {
         out.push('\n');
     }
+    out
+}
+
+/// The table of the cells measured side by side: each against its last good commit (a
+/// nightly) or its merge-base (a pull request), the ratio's change with its interval, the
+/// pairs and their answer, and what they cost.
+fn side_by_side(pairs: &[&crate::history::gate::SideBySide]) -> String {
+    let mut out = String::from(
+        "Side by side (the last good commit A and this run's B in this job, alternating A B B A, each repeat its own process):\n\n| cell | A | B vs A | interval | pairs | answer | GPU-s |\n|---|---|---:|---|---:|---|---:|\n",
+    );
+    for p in pairs {
+        let short: String = p.base_commit.chars().take(7).collect();
+        let (change, interval, n, answer) = match &p.result {
+            Some(r) if r.pairs > 0 => (
+                format!("{:+.1}%", r.change_rel * 100.0),
+                r.ci_rel
+                    .map(|(lo, hi)| {
+                        format!(
+                            "{:+.1}%..{:+.1}% ({:.1}%)",
+                            lo * 100.0,
+                            hi * 100.0,
+                            r.ci_level * 100.0
+                        )
+                    })
+                    .unwrap_or_else(|| "-".into()),
+                r.pairs.to_string(),
+                r.answer.as_str().to_string(),
+            ),
+            _ => ("-".into(), "-".into(), "0".into(), "not measured".into()),
+        };
+        let answer = match &p.stopped {
+            Some(why) => format!("{answer}: {}", text(why)),
+            None => answer,
+        };
+        out.push_str(&format!(
+            "| {} | {} | {change} | {interval} | {n} | {answer} | {:.0} |\n",
+            code(&p.cell_id),
+            code(&short),
+            p.gpu_s
+        ));
+    }
+    out.push('\n');
     out
 }
 

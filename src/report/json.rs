@@ -32,6 +32,8 @@ struct JsonReport<'a> {
     cells: &'a [CellComparison],
     /// One finding per cause (`crate::triage`).
     findings: &'a [crate::triage::Finding],
+    /// What the verdict cost, GPU-seconds: measuring, confirming, triage.
+    cost: crate::report::input::Cost,
 }
 
 /// The `report.json` sink.
@@ -65,6 +67,7 @@ impl Exporter for JsonExporter {
             mfu_policies: crate::report::input::mfu_policies(r),
             cells: &c.cells,
             findings: input.findings,
+            cost: input.cost(),
         };
         let mut s = serde_json::to_string_pretty(&doc).map_err(|e| ReportError::Render {
             format: "report.json",

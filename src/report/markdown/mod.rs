@@ -498,6 +498,18 @@ fn render(
         .map(crate::report::history::markdown)
         .unwrap_or_default();
     head.push_str(&hist);
+    if history.is_some_and(|h| !h.cells.is_empty()) {
+        // What the verdict cost: a gate that confirms side by side and bisects says what
+        // its evidence took.
+        let input = ReportInput {
+            results,
+            comparison: cmp,
+            trends,
+            history,
+            findings,
+        };
+        head.push_str(&format!("Cost of this verdict: {}.\n\n", input.cost().line()));
+    }
 
     let drops = rule_drops(results);
     let mut drop_lines = String::new();
