@@ -27,16 +27,19 @@ fn a_revert_night_in_a_slow_mode_borrows_no_confirmation() {
     assert_eq!(lab.verdict("slow"), "regressed", "{}", text(&o));
     let since = &lab.history("slow")["cells"][0]["since"];
     assert_eq!(since["last_good_commit"], good.as_str(), "{since}");
-    // The revert, whose first run lands 6% slow (a mode the cell has, as issue 31's eager
-    // SAC cell on an H100) and whose re-run does not: it must not fail. Before the fix the
-    // previous night's breach confirmed it, exit 1, with a range spanning the slow commit.
+    // The revert, whose run lands 6% slow (a mode the cell has, as issue 31's eager SAC
+    // cell on an H100) and whose side-by-side repeats do not: it must not fail. Before
+    // issue 31 the previous night's breach confirmed it, exit 1, with a range spanning the
+    // slow commit; now the pairs against the last good commit find the code the same.
     let o = lab.night("revert", 1.0, &[1.06, 1.06, 1.06]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     let h = lab.history("revert");
     let v = lab.verdict("revert");
-    assert_eq!(v, "unchanged", "{h}");
-    assert_eq!(h["confirm_run_id"], "revert-confirm", "{h}");
+    assert!(v == "environment" || v == "unchanged", "{h}");
+    if v == "environment" {
+        assert_eq!(h["cells"][0]["pairs"]["result"]["answer"], "same", "{h}");
+    }
     assert!(
         std::fs::read_to_string(lab.dir.join("results/revert/summary.md"))
             .unwrap()

@@ -575,7 +575,9 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
         };
     };
     let rel_change = Some((obs.value - b.center) / b.center.abs().max(f64::MIN_POSITIVE));
-    let sigmas = Some(b.sigmas(obs.value));
+    // With no spread in the history (identical nights) a distance in sigmas is no figure: the
+    // band is its floor, and the verdict line says so rather than printing an infinity.
+    let sigmas = Some(b.sigmas(obs.value)).filter(|s| s.is_finite());
     let repeats = test(obs.samples);
     // A breach is the median outside the band, or the repeats different from the
     // lookback's repeats by more than the floor: the band is calibrated on run medians

@@ -313,6 +313,12 @@ impl Judge<'_> {
             environment,
         } = decided;
         let clean = clean_runs(&scoped, accepted);
+        // The last run whose commit is known good: the base of a side-by-side pair.
+        let vouched = scoped
+            .iter()
+            .rev()
+            .find(|p| Some(p.run_id.as_str()) == accepted || vouches(p))
+            .copied();
         let pairs = self.pairs.iter().find(|p| p.cell_id == id).cloned();
         if let Some(p) = &pairs {
             after_pairs(&mut judgement, p);
@@ -343,12 +349,13 @@ impl Judge<'_> {
         let named = shift(judgement.verdict)
             || energy.as_ref().is_some_and(|e| shift(e.verdict()))
             || matches!(numerics, NumericsVerdict::Changed { .. });
-        // The last good run: the one before the streak, else the latest clean run.
+        // The last good run: the one before the streak, else the latest run that vouches
+        // for its commit.
         let good = since
             .as_ref()
             .and_then(|s| s.last_good_run_id.as_ref())
             .and_then(|g| scoped.iter().find(|p| &p.run_id == g).copied())
-            .or_else(|| clean.last().copied());
+            .or(vouched);
         let changes = match (named, good) {
             (true, Some(g)) => changes(&Identity::of_point(g), &now),
             _ => Vec::new(),
@@ -665,6 +672,19 @@ fn shown_good(p: &Point) -> bool {
     )
 }
 
+/// The stored word of an environment verdict whose pairs found the code the same as at its
+/// last good commit: the run's values stay out of every band (the host or the night
+/// disturbed them), but its commit is vouched for as good, so a later regression's range
+/// starts there (a revert night on a disturbed host must not send a later bisection back
+/// across the slow commit it reverted).
+pub(crate) const CLEARED: &str = "cleared";
+
+/// Whether a run vouches for its commit: it showed the cell good ([`shown_good`]) or its
+/// pairs cleared the code ([`CLEARED`]).
+fn vouches(p: &Point) -> bool {
+    shown_good(p) || p.verdict.as_deref() == Some(CLEARED)
+}
+
 /// For a regression or improvement: the last run that showed the cell good (the latest
 /// one, so the range never spans a commit a clean run already vouched for), and the first
 /// run after it (this run when it is the next). For an improvement, the run just before.
@@ -679,14 +699,14 @@ fn since(scoped: &[&Point], results: &RunResults, verdict: HistoryVerdict) -> Op
     if verdict == HistoryVerdict::Regressed {
         // Back over the runs since the last good one (regressed, suspect, unknown,
         // environment): the shift may have begun at any of them.
-        while start > 0 && !shown_good(scoped[start - 1]) {
+        while start > 0 && !vouches(scoped[start - 1]) {
             start -= 1;
         }
     }
     let good = start
         .checked_sub(1)
         .map(|i| scoped[i])
-        .filter(|p| verdict != HistoryVerdict::Regressed || shown_good(p));
+        .filter(|p| verdict != HistoryVerdict::Regressed || vouches(p));
     let (run_id, commit, started_at) = match scoped.get(start) {
         Some(p) => (p.run_id.clone(), p.commit.clone(), p.started_at.clone()),
         None => (
@@ -743,15 +763,18 @@ pub fn record(
     store.record_run(&rec)
 }
 
-/// Whether an unknown cell's estimate shows a shift past the floor (a cell with too few
-/// earlier repeats to be told the same or different, whose repeats still sit apart).
+/// Whether an unknown cell's estimate shows a shift past twice the floor (a cell with too
+/// few earlier repeats to be told the same or different, whose repeats still sit apart).
+/// Twice: at the floor itself the nightly noise alone flags a cell on most second nights
+/// (measured on an H200: a clean second night at -1.0% cost 2.3x the run in pairs), while
+/// a slowdown worth failing a job shows well past it.
 fn shows_shift(c: &CellJudgement, floor: f64) -> bool {
-    c.judgement.rel_change.is_none_or(|r| !(r.abs() < floor))
+    c.judgement.rel_change.is_none_or(|r| !(r.abs() < 2.0 * floor))
 }
 
 /// The verdict words a run's cells got, for the store (so later runs leave regressed,
 /// environment, suspect and unknown runs out of their band, and know a regression's
-/// streak). An unknown cell whose estimate is inside the floor is stored as
+/// streak). An unknown cell whose estimate shows no shift ([`shows_shift`]) is stored as
 /// `insufficient_history`: the short history, not the run, left it undecided, and the night
 /// counts as clean (otherwise a new matrix's nights, each unknown against too few earlier
 /// repeats, would never grow a history to be judged by).
@@ -764,11 +787,17 @@ fn verdict_words(report: &GateReport) -> Vec<(String, String)> {
             let word = if c.fails_run() && c.verdict() != HistoryVerdict::Regressed {
                 // Changed numerics or a baseline regression: the run is not clean either.
                 "regressed"
-            } else if c.verdict() == HistoryVerdict::Unknown
-                && !shows_shift(c, floor)
-                && c.energy_verdict() != Some(HistoryVerdict::Unknown)
-            {
+            } else if c.verdict() == HistoryVerdict::Unknown && !shows_shift(c, floor) {
+                // The speed decides which runs form a band; an energy reading still unknown
+                // at an unchanged speed is no reason to keep the night out of it.
                 HistoryVerdict::InsufficientHistory.as_str()
+            } else if c.verdict() == HistoryVerdict::Environment
+                && c.pairs.as_ref().is_some_and(|p| {
+                    p.result
+                        .is_some_and(|r| r.answer == super::paired::Answer::Same)
+                })
+            {
+                CLEARED
             } else {
                 c.verdict().as_str()
             };
@@ -1346,7 +1375,150 @@ pub fn judged_comparison(
 
 #[cfg(test)]
 mod tests {
-    use super::fits;
+    use super::*;
+    use crate::history::paired::{Answer, Paired};
+
+    fn point(run: &str, verdict: Option<&str>) -> Point {
+        Point {
+            run_id: run.into(),
+            started_at: "2026-11-01T00:00:00Z".into(),
+            commit: Some(format!("{run}-sha")),
+            branch: Some("main".into()),
+            host: "h1".into(),
+            throttled: false,
+            value: 100.0,
+            rel_spread: 0.0,
+            samples: vec![100.0],
+            loss_curve: Vec::new(),
+            switches: indexmap::IndexMap::new(),
+            versions: Default::default(),
+            telemetry: None,
+            context: indexmap::IndexMap::new(),
+            verdict: verdict.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn only_runs_that_showed_the_cell_good_form_the_band() {
+        let runs = [
+            point("a", None),
+            point("b", Some("unchanged")),
+            point("c", Some("suspect")),
+            point("d", Some("unknown")),
+            point("e", Some("regressed")),
+            point("f", Some("environment")),
+            point("g", Some("insufficient_history")),
+            point("h", Some("improved")),
+        ];
+        let scoped: Vec<&Point> = runs.iter().collect();
+        let ids = |v: Vec<&Point>| v.iter().map(|p| p.run_id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(clean_runs(&scoped, None)), ["a", "b", "g", "h"]);
+        // The run an acceptance started the segment with is the new normal.
+        assert_eq!(ids(clean_runs(&scoped, Some("e"))), ["a", "b", "e", "g", "h"]);
+    }
+
+    fn judged(verdict: HistoryVerdict, rel: f64) -> Judgement {
+        Judgement {
+            verdict,
+            band: None,
+            sigmas: None,
+            rel_change: Some(rel),
+            drift: false,
+            repeats_test: None,
+            reruns_needed: 1,
+        }
+    }
+
+    fn pairs(screened: HistoryVerdict, rel: f64, answer: Answer, change: f64) -> SideBySide {
+        SideBySide {
+            cell_id: "c".into(),
+            base_commit: "a".into(),
+            base_run_id: None,
+            head_commit: "b".into(),
+            screened,
+            screened_rel: Some(rel),
+            base: vec![],
+            head: vec![],
+            result: Some(Paired {
+                answer,
+                pairs: 5,
+                change_rel: change,
+                ci_rel: None,
+                ci_level: 0.995,
+                p_value: 0.5,
+            }),
+            stopped: None,
+            gpu_s: 1.0,
+            logs: None,
+        }
+    }
+
+    #[test]
+    fn the_pairs_decide_the_verdict() {
+        use HistoryVerdict::*;
+        let cases = [
+            // A real slowdown, whatever the screen or the host said.
+            (Suspect, -0.04, Answer::Different, -0.04, Regressed),
+            (Environment, -0.2, Answer::Different, -0.2, Regressed),
+            (Unknown, -0.03, Answer::Different, -0.03, Regressed),
+            // The code runs the same: the host or the night is below its history.
+            (Regressed, -0.02, Answer::Same, 0.0, Environment),
+            (Suspect, -0.02, Answer::Same, 0.0, Environment),
+            (Unknown, -0.001, Answer::Same, 0.0, Unchanged),
+            // Undecided: a breach stays unconfirmed, an excuse stands.
+            (Regressed, -0.02, Answer::Unknown, -0.01, Suspect),
+            (Environment, -0.02, Answer::Unknown, -0.01, Environment),
+            (Unknown, -0.03, Answer::Unknown, -0.01, Unknown),
+        ];
+        for (screened, rel, answer, change, want) in cases {
+            let mut j = judged(screened, rel);
+            after_pairs(&mut j, &pairs(screened, rel, answer, change));
+            assert_eq!(j.verdict, want, "{screened:?} {rel} {answer:?} {change}");
+        }
+        // No pair measured: the screen's verdict stands (the re-runs take over).
+        let mut j = judged(Suspect, -0.03);
+        let mut p = pairs(Suspect, -0.03, Answer::Unknown, 0.0);
+        p.result = None;
+        after_pairs(&mut j, &p);
+        assert_eq!(j.verdict, Suspect);
+    }
+
+    #[test]
+    fn a_drop_at_the_same_code_on_another_host_is_the_environment() {
+        let good = point("n1", Some("unchanged"));
+        let mut results: RunResults = serde_json::from_value(serde_json::json!({
+            "schema_version": crate::results::SCHEMA_VERSION,
+            "run_id": "n2",
+            "matrix": "m.yaml",
+            "matrix_name": "m",
+            "filters": [],
+            "started_at": "2026-11-02T00:00:00Z",
+            "environment": {
+                "gpu_model": null, "gpu_count": 0, "gpu_memory_mib": null, "driver": null,
+                "cuda": null, "rocm": null, "libtorch": null, "nccl": null, "cpu": "x",
+                "host": "h2", "os": "linux", "git_commit": "n1-sha", "git_dirty": false,
+                "bench_version": "0", "hardware_key": "k"
+            },
+            "cells": []
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let versions = RunRecord::from_results(&results, None, None).versions;
+        let good = Point { versions, ..good };
+        let mut j = judged(HistoryVerdict::Regressed, -0.02);
+        same_code_elsewhere(&mut j, &good, &results);
+        assert_eq!(j.verdict, HistoryVerdict::Environment);
+        // The same host: stays as judged (nothing bench can name moved).
+        results.environment.host = "h1".into();
+        let mut j = judged(HistoryVerdict::Regressed, -0.02);
+        same_code_elsewhere(&mut j, &good, &results);
+        assert_eq!(j.verdict, HistoryVerdict::Regressed);
+        // Another commit: the pairs decide, not this rule.
+        results.environment.host = "h2".into();
+        results.environment.git_commit = Some("n2-sha".into());
+        let mut j = judged(HistoryVerdict::Regressed, -0.02);
+        same_code_elsewhere(&mut j, &good, &results);
+        assert_eq!(j.verdict, HistoryVerdict::Regressed);
+    }
 
     #[test]
     fn re_runs_that_fill_the_budget_exactly_fit() {

@@ -182,9 +182,13 @@ fn size(j: &crate::history::detect::Judgement) -> String {
     let mut line = String::new();
     match (j.band, j.rel_change, &j.repeats_test) {
         (Some(b), Some(rel), _) => line.push_str(&format!(
-            " {:+.1}% ({:+.1} sigma; band +-{:.1}% around the median of its last {} runs)",
+            " {:+.1}% ({}band +-{:.1}% around the median of its last {} runs)",
             rel * 100.0,
-            j.sigmas.unwrap_or(0.0),
+            match j.sigmas {
+                Some(s) => format!("{s:+.1} sigma; "),
+                // Identical earlier nights: no spread to measure a distance in.
+                None => "no spread in the history; ".to_string(),
+            },
             b.half_width / b.center.abs().max(f64::MIN_POSITIVE) * 100.0,
             b.runs
         )),
