@@ -4,7 +4,8 @@
 //! record it, baselines are keyed by its [`CellId`], and reports name it. This module owns
 //! the id rules (stable, filesystem-safe, derived from axis values in axis order) and the
 //! mapping from a cell to the `bench worker` command line, so that the runner and the
-//! built-in workload agree on one contract.
+//! built-in workload agree on one contract; [`command`] fills a `command` workload's
+//! templates from a cell, for the runner and for the matrix's dry run alike.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +16,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::axes::{Dtype, Parallel};
+
+pub(crate) mod command;
 
 /// The value of one axis in one cell.
 ///

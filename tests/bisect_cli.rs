@@ -410,10 +410,14 @@ fn a_failing_setup_stops_the_bisection_at_its_commit() {
     .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("the setup command failed at commit") && out.contains("    building"),
-        "{out}"
-    );
+    // One line naming the log, which holds the setup's output.
+    let line = out
+        .lines()
+        .find(|l| l.contains("the setup command failed at commit"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let log = line.rsplit("log: ").next().unwrap().trim();
+    let logged = std::fs::read_to_string(log).unwrap_or_else(|e| panic!("{log}: {e}\n{out}"));
+    assert!(logged.contains("building"), "{logged}");
     assert!(!count.exists());
     assert_clean(&repo, &text(&o));
 }

@@ -310,8 +310,9 @@ fn more_power_at_the_same_speed_regresses_the_energy_in_the_history_and_the_base
         assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o));
         let h = lab.json(&id, "history.json");
         let energy = &h["cells"][0]["energy"]["judgement"]["verdict"];
+        // A second night's 3 repeats against 3 cannot say "same": unknown, with no shift.
         assert!(
-            ["unchanged", "insufficient_history"].contains(&energy.as_str().unwrap()),
+            ["unchanged", "insufficient_history", "unknown"].contains(&energy.as_str().unwrap()),
             "{id}: {h}"
         );
     }

@@ -70,9 +70,16 @@ fn a_busy_host_is_the_environment_naming_its_processes() {
         let _ = s.wait();
     }
     let h = lab.history("busy-slow");
-    assert_eq!(o.status.code(), Some(1), "a busy host excuses no regression: {h}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a busy host excuses no regression: {h}"
+    );
     assert_eq!(lab.verdict("busy-slow"), "regressed", "{h}");
-    assert_eq!(h["cells"][0]["pairs"]["result"]["answer"], "different", "{h}");
+    assert_eq!(
+        h["cells"][0]["pairs"]["result"]["answer"], "different",
+        "{h}"
+    );
     // And on a quiet host.
     let o = lab.night("quiet-slow", 1.08, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));

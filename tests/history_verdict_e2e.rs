@@ -135,8 +135,10 @@ fn clean(lab: &Lab, id: &str) {
     let o = lab.run(id, &[]);
     assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o));
     let v = lab.verdict(id);
+    // A second night's 3 repeats against 3 cannot say "same": unknown, with no shift,
+    // is a clean night too.
     assert!(
-        ["unchanged", "insufficient_history"].contains(&v.as_str()),
+        ["unchanged", "insufficient_history", "unknown"].contains(&v.as_str()),
         "{id}: a clean night came out {v}: {}",
         text(&o)
     );
@@ -146,13 +148,13 @@ fn clean(lab: &Lab, id: &str) {
 fn slowed_nights_regress_naming_the_switch_and_the_environment_is_told_apart() {
     let lab = Lab::new();
     // Night 1: nothing to compare with. Night 2: judged by the repeats (3 against 3 is
-    // unknown, so the cell is re-run with more repeats, which decides "same").
+    // unknown; with no shift it is not re-run and waits for more nights).
     clean(&lab, "n1");
     assert_eq!(lab.verdict("n1"), "insufficient_history");
     clean(&lab, "n2");
     let h2: serde_json::Value = serde_json::from_str(&lab.file("n2", "history.json")).unwrap();
-    assert_eq!(h2["confirm_run_id"], "n2-confirm", "{h2}");
-    assert_eq!(lab.verdict("n2"), "unchanged");
+    assert!(h2["confirm_run_id"].is_null(), "{h2}");
+    assert_eq!(lab.verdict("n2"), "unknown");
     for n in 3..=6 {
         clean(&lab, &format!("n{n}"));
     }

@@ -147,8 +147,10 @@ fn clean(lab: &Lab, id: &str) {
     let o = lab.run(id, &[]);
     assert_eq!(o.status.code(), Some(0), "{id}: {}", text(&o));
     let v = lab.verdict(id);
+    // A second night's 3 repeats against 3 cannot say "same": unknown, with no shift,
+    // is a clean night too.
     assert!(
-        ["unchanged", "insufficient_history"].contains(&v.as_str()),
+        ["unchanged", "insufficient_history", "unknown"].contains(&v.as_str()),
         "{id}: a clean night came out {v}: {}",
         text(&o)
     );

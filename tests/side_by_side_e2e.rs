@@ -185,7 +185,11 @@ impl Lab {
     }
 
     fn speed(&self, opt: &str, us: u32) {
-        std::fs::write(self.repo.join(format!("speed.{opt}.txt")), format!("{us}\n")).unwrap();
+        std::fs::write(
+            self.repo.join(format!("speed.{opt}.txt")),
+            format!("{us}\n"),
+        )
+        .unwrap();
     }
 }
 
@@ -231,7 +235,11 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
         .iter()
         .find(|c| c["cell_id"] == "fused")
         .unwrap();
-    assert_eq!(fused["pairs"]["base_commit"], last_good.as_str(), "{fused:#}");
+    assert_eq!(
+        fused["pairs"]["base_commit"],
+        last_good.as_str(),
+        "{fused:#}"
+    );
     let pairs = fused["pairs"]["result"]["pairs"].as_u64().unwrap();
     assert!((3..=12).contains(&pairs), "{fused:#}");
     let change = fused["pairs"]["result"]["change_rel"].as_f64().unwrap();
@@ -253,8 +261,14 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
     assert!(cost["pairs_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
     assert!(cost["triage_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
     let summary = std::fs::read_to_string(lab.repo.join("results/n3/summary.md")).unwrap();
-    assert!(summary.contains("Cost of this verdict: measuring"), "{summary}");
-    assert!(summary.contains("| `fused` |"), "the side-by-side table: {summary}");
+    assert!(
+        summary.contains("Cost of this verdict: measuring"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("| `fused` |"),
+        "the side-by-side table: {summary}"
+    );
 
     // The next night at the same code: regressed again.
     let (m, _, log) = lab.night("n4", MAIN);
@@ -263,7 +277,10 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
 
     // The revert: clean.
     lab.speed("fused", 20000);
-    commit(&lab.repo, "Revert \"clip gradients per parameter in the fused path\"");
+    commit(
+        &lab.repo,
+        "Revert \"clip gradients per parameter in the fused path\"",
+    );
     let (m, g, log) = lab.night("n5", MAIN);
     assert_eq!((m, g), (0, 0), "the revert is clean:\n{log}");
     assert_eq!(lab.status("n5", "fused").0, "unchanged", "{log}");
@@ -281,7 +298,10 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
             "{cell}: {status}: {reason}\n{log}"
         );
         if status == "environment" {
-            assert!(reason.contains("side by side") && reason.contains("same"), "{reason}");
+            assert!(
+                reason.contains("side by side") && reason.contains("same"),
+                "{reason}"
+            );
         }
     }
 

@@ -462,11 +462,12 @@ fn a_bisection_out_of_budget_says_so_and_the_next_job_finishes_it() {
             commit(&lab.repo, &format!("change {i}"));
         }
     }
-    // Every probe round sleeps 5 s (1 s per repeat), so 15 GPU-s hold the two ends at most:
-    // the binary search does not fit.
+    // Every probe round sleeps 5 s (1 s per repeat), so 4 GPU-s hold no round: the two ends
+    // come from the side-by-side pairs (recorded as the bisection's ends), and the binary
+    // search inside the range does not fit.
     let slow_under = lab.repo.parent().unwrap().join("tmp");
     let slow = [("TRIAGE_SLOW_UNDER", slow_under.to_str().unwrap())];
-    let o = lab.night("night6", &["--triage-budget", "15"], &slow);
+    let o = lab.night("night6", &["--triage-budget", "4"], &slow);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     let r = lab.report("night6");
@@ -474,18 +475,15 @@ fn a_bisection_out_of_budget_says_so_and_the_next_job_finishes_it() {
     let b = &f["bisected"];
     assert_eq!(b["status"], "out_of_budget", "{b:#}\n{out}");
     assert!(b["first_bad"].is_null());
-    // Two rounds on a quiet machine (the two ends); one when a round took more than 7.5 s.
-    let rounds = b["rounds_run"].as_u64().unwrap();
     assert!(
-        (1..=2).contains(&rounds),
-        "the ends, then the budget: {b:#}"
+        b["rounds_reused"].as_u64().unwrap() >= 2,
+        "the pairs' ends: {b:#}\n{out}"
     );
-    assert!(b["gpu_s"].as_f64().unwrap() <= 15.0, "{b:#}");
+    let rounds = b["rounds_run"].as_u64().unwrap() + b["rounds_reused"].as_u64().unwrap();
+    // Stopped when the budget ran out (the stop itself takes a moment).
+    assert!(b["gpu_s"].as_f64().unwrap() <= 4.5, "{b:#}");
     assert!(
-        b["evidence"]
-            .as_str()
-            .unwrap()
-            .contains("GPU-s budget are spent"),
+        b["evidence"].as_str().unwrap().contains("GPU-s budget"),
         "{b:#}"
     );
     let finish = b["command"].as_str().unwrap();
@@ -501,7 +499,7 @@ fn a_bisection_out_of_budget_says_so_and_the_next_job_finishes_it() {
     let b = &finding(&r, "model=a")["bisected"];
     assert_eq!(b["status"], "found", "{b:#}\n{out}");
     assert_eq!(b["first_bad"]["sha"], culprit.as_str());
-    assert_eq!(b["rounds_reused"].as_u64(), Some(rounds), "{b:#}");
+    assert!(b["rounds_reused"].as_u64().unwrap() >= rounds, "{b:#}");
 }
 
 #[test]

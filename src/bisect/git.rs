@@ -35,10 +35,14 @@ const FORMAT: &str = "--format=%H%x00%s%x00%an <%ae>";
 fn parse_commit(line: &str) -> Option<Commit> {
     let mut f = line.splitn(3, '\0');
     let (sha, subject, author) = (f.next()?, f.next()?, f.next()?);
+    // A subject and an author are text someone else wrote: terminal escapes and control
+    // characters go here, once, before any output (the terminal, a log line, a report)
+    // shows them.
+    let text = |s: &str| crate::sanitize::clean(s).replace(['\n', '\t'], " ");
     (!sha.is_empty()).then(|| Commit {
         sha: sha.to_string(),
-        subject: subject.to_string(),
-        author: author.to_string(),
+        subject: text(subject),
+        author: text(author),
     })
 }
 

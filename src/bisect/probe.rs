@@ -169,19 +169,6 @@ fn wait_forwarding(
     Ok((status, out_of_time))
 }
 
-/// The last `n` lines of the file at `path` (for a failure's message).
-fn tail(path: &Path, n: usize) -> String {
-    let text = crate::files::read_to_string_bounded(path, crate::files::MAX_RESULTS_BYTES)
-        .unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let start = lines.len().saturating_sub(n);
-    lines[start..]
-        .iter()
-        .map(|l| format!("    {}", crate::sanitize::clean(l)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Checks that the matrix at `commit` (which `flag` named) exists and has the cell:
 /// bad input otherwise, before anything is measured.
 pub(crate) fn check_cell(
@@ -332,6 +319,13 @@ impl<'a> Prober<'a> {
         self
     }
 
+    /// Sets the budget's limit to `limit_gpu_s` (what is spent stays counted).
+    pub(crate) fn limit_to(&mut self, limit_gpu_s: f64) {
+        if let Some(b) = &mut self.budget {
+            b.limit_gpu_s = limit_gpu_s;
+        }
+    }
+
     /// GPU-seconds spent so far (0 without a budget).
     pub(crate) fn spent_gpu_s(&self) -> f64 {
         self.budget.as_ref().map_or(0.0, |b| b.spent_gpu_s)
@@ -430,12 +424,12 @@ impl<'a> Prober<'a> {
             return Err(self.stopped("the setup", commit, started));
         }
         if !status.success() {
+            // One line with the log's path (the finding carries this message).
             return Err(Halt::Failed(format!(
-                "the setup command failed at commit {} ({}) with {status}; its log is {}:\n{}",
+                "the setup command failed at commit {} ({}) with {status}; log: {}",
                 commit.short(),
                 commit.subject,
                 log.display(),
-                tail(&log, 20)
             )));
         }
         Ok(())
@@ -571,7 +565,8 @@ impl<'a> Prober<'a> {
             commit.short(),
             commit.subject
         );
-        self.run_cell(commit, &run_id, Some(trace), None).map(|_| ())
+        self.run_cell(commit, &run_id, Some(trace), None)
+            .map(|_| ())
     }
 
     /// One run of the cell at `commit` (checked out and set up when the worktree holds

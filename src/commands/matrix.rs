@@ -18,19 +18,26 @@ use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
 pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     let mut expansion = crate::matrix::cmd::load(&args.source)?;
     with_repeats(&mut expansion, args.repeats);
-    let recipe = super::pairs::Recipe {
-        setup: args.triage.setup.clone().or_else(|| {
-            expansion.spec.triage.as_ref().and_then(|t| t.setup.clone())
-        }),
-        worker: args.triage.worker.clone().or_else(|| {
-            expansion.spec.triage.as_ref().and_then(|t| t.worker.clone())
-        }),
-    };
     let triage = super::triage::settings(
         &args.triage,
         &args.config.matrix,
         expansion.spec.triage.as_ref(),
     )?;
+    let recipe = super::pairs::Recipe {
+        setup: args
+            .triage
+            .setup
+            .clone()
+            .or_else(|| expansion.spec.triage.as_ref().and_then(|t| t.setup.clone())),
+        worker: args.triage.worker.clone().or_else(|| {
+            expansion
+                .spec
+                .triage
+                .as_ref()
+                .and_then(|t| t.worker.clone())
+        }),
+        setup_budget_gpu_s: triage.as_ref().map(|t| t.budget_gpu_s),
+    };
     // Before the first cell: a workload no cell can start, a malformed baseline file.
     crate::run::check_cells(&expansion)?;
     crate::baseline::Baselines::check_dir(&args.baselines)?;
@@ -266,12 +273,20 @@ fn judge_against_history(
         let cap = requests
             .iter()
             .filter(|r| r.screened != crate::history::detect::HistoryVerdict::Unchanged)
-            .map(|r| 2.0 * pairs * r.repeat_s * r.gpus)
+            .map(|r| 2.0 * pairs * (r.repeat_s + CHILD_START_S) * r.gpus)
             .fold(0.0, f64::max);
         confirm.raise_budget(cap);
     }
+    // A last good commit whose setup failed (or hung) is not set up again for another cell.
+    let mut unusable: Vec<(String, String)> = Vec::new();
     for req in requests {
-        let pair = 2.0 * req.repeat_s * req.gpus;
+        if let Some((_, why)) = unusable.iter().find(|(c, _)| c == &req.base_commit) {
+            let why = format!("not measured side by side: {why}");
+            eprintln!("history: {}: {why}", req.cell_id);
+            confirm.take_pairs(super::pairs::not_measured(&req, why))?;
+            continue;
+        }
+        let pair = 2.0 * (req.repeat_s + CHILD_START_S) * req.gpus;
         let left = confirm.budget_left();
         if left.is_some_and(|l| l < pair) {
             eprintln!(
@@ -280,14 +295,12 @@ fn judge_against_history(
             );
             continue;
         }
-        let m = super::pairs::measure(
-            args,
-            recipe,
-            &outcome.results,
-            &outcome.run_dir,
-            &req,
-            left,
-        );
+        let m = super::pairs::measure(args, recipe, &outcome.results, &outcome.run_dir, &req, left);
+        if m.pairs.result.is_none_or(|r| r.pairs == 0) {
+            if let Some(why) = &m.pairs.stopped {
+                unusable.push((req.base_commit.clone(), why.clone()));
+            }
+        }
         confirm.take_pairs(m.pairs)?;
         if m.interrupted {
             confirm.interrupt();
@@ -334,6 +347,13 @@ fn rerun(
     })
 }
 
+/// Seconds a side-by-side repeat takes beyond the repeat itself: each is a `bench matrix`
+/// run of its own (environment detection, the matrix, the worker's start, the reports).
+/// Measured: about 0.5 s in a debug build on a 2-core CPU host, 1-3 s on an H200 host
+/// (docs/results/side-by-side-2026-11-28: 13.7 s a child against 11-12 s a repeat). The
+/// default budget counts it, so a cell whose repeats take milliseconds still gets its pairs.
+const CHILD_START_S: f64 = 5.0;
+
 /// `--repeats N`: every cell's repeats, over what the matrix says.
 fn with_repeats(expansion: &mut crate::matrix::Expansion, repeats: Option<u32>) {
     if let Some(r) = repeats {
@@ -355,7 +375,7 @@ fn every_cell_paired_gpu_seconds(results: &RunResults) -> f64 {
                 Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
                 _ => 1.0,
             };
-            2.0 * pairs * c.duration_s / f64::from(c.params.repeats.max(1)) * gpus
+            2.0 * pairs * (c.duration_s / f64::from(c.params.repeats.max(1)) + CHILD_START_S) * gpus
         })
         .sum()
 }

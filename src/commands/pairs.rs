@@ -15,12 +15,16 @@ use sha2::{Digest, Sha256};
 use crate::bisect::git::{Commit, Repo};
 use crate::bisect::probe::{Budget, Checkout, Halt, Prober};
 use crate::bisect::settings::BisectSettings;
+use crate::cell::Workload;
 use crate::history::gate::{PairRequest, SideBySide, METRIC};
 use crate::history::paired::{base_first, paired, settled, PairedPolicy};
 use crate::history::record::{RunRecord, PROBE_BRANCH};
-use crate::cell::Workload;
 use crate::results::RunResults;
 use crate::run::MatrixSettings;
+
+/// What the run id of a pair's recorded end holds (`bisect-SHA-pairs-TAG-a`), so a
+/// bisection's own rounds can be told from the pairs' ends.
+pub(crate) const RUN_MARK: &str = "-pairs-";
 
 /// How to build and run a commit's cell: the matrix's `triage:` block with the
 /// `--triage-*` flags laid over it (the same recipe a bisection uses).
@@ -28,12 +32,33 @@ use crate::run::MatrixSettings;
 pub(crate) struct Recipe {
     pub setup: Option<String>,
     pub worker: Option<PathBuf>,
+    /// The triage's budget, when one is set: the setup is the triage's recipe and runs
+    /// within it (a setup that hangs must not hold the nightly for the whole confirmation).
+    pub setup_budget_gpu_s: Option<f64>,
 }
 
 /// What measuring one cell's pairs gave, and whether Ctrl-C or SIGTERM stopped it.
 pub(crate) struct Measured {
     pub pairs: SideBySide,
     pub interrupted: bool,
+}
+
+/// The record of a cell that was not measured side by side, and why.
+pub(crate) fn not_measured(req: &PairRequest, why: String) -> SideBySide {
+    SideBySide {
+        cell_id: req.cell_id.clone(),
+        base_commit: req.base_commit.clone(),
+        base_run_id: req.base_run_id.clone(),
+        head_commit: req.head_commit.clone(),
+        screened: req.screened,
+        screened_rel: req.screened_rel,
+        base: Vec::new(),
+        head: Vec::new(),
+        result: None,
+        stopped: Some(why),
+        gpu_s: 0.0,
+        logs: None,
+    }
 }
 
 /// Measures `req`'s cell side by side within `budget_gpu_s` (`None`: no limit).
@@ -45,20 +70,8 @@ pub(crate) fn measure(
     req: &PairRequest,
     budget_gpu_s: Option<f64>,
 ) -> Measured {
-    let mut out = SideBySide {
-        cell_id: req.cell_id.clone(),
-        base_commit: req.base_commit.clone(),
-        base_run_id: req.base_run_id.clone(),
-        head_commit: req.head_commit.clone(),
-        screened: req.screened,
-        screened_rel: req.screened_rel,
-        base: Vec::new(),
-        head: Vec::new(),
-        result: None,
-        stopped: None,
-        gpu_s: 0.0,
-        logs: None,
-    };
+    let mut out = not_measured(req, String::new());
+    out.stopped = None;
     let mut interrupted = false;
     if let Err(why) = run_pairs(args, recipe, results, run_dir, req, budget_gpu_s, &mut out) {
         match why {
@@ -111,7 +124,10 @@ fn run_pairs(
     let matrix = matrix_for_worktree(&repo, &cwd, &args.config.matrix)?;
     let tag = {
         let d = Sha256::digest(format!("{}\0{}", req.cell_id, results.run_id).as_bytes());
-        d[..4].iter().map(|b| format!("{b:02x}")).collect::<String>()
+        d[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     };
     let work_dir = std::path::absolute(run_dir.join("confirm").join(format!("pairs-{tag}")))
         .map_err(|e| failed(e.to_string()))?;
@@ -148,7 +164,8 @@ fn run_pairs(
     });
     // This run's side: its own checkout (the code the nightly just ran, with the files a
     // worktree lacks), its own worker build when it named one.
-    let here_matrix = std::path::absolute(&args.config.matrix).map_err(|e| failed(e.to_string()))?;
+    let here_matrix =
+        std::path::absolute(&args.config.matrix).map_err(|e| failed(e.to_string()))?;
     let checkout = Checkout {
         dir: cwd.clone(),
         matrix: here_matrix,
@@ -163,12 +180,40 @@ fn run_pairs(
         policy.max_pairs
     );
     let mut prober = prober;
+    if let (Some(_), Some(setup_limit)) = (&recipe.setup, recipe.setup_budget_gpu_s) {
+        let limit = budget_gpu_s.unwrap_or(f64::INFINITY);
+        prober.limit_to(setup_limit.min(limit));
+        let ready = prober.prepare(&base, "the setup of the last good commit");
+        prober.limit_to(limit);
+        if let Err(e) = ready {
+            out.gpu_s = prober.spent_gpu_s();
+            return Err(e);
+        }
+    }
     let result = pairs_loop(&mut prober, &checkout, &base, &head, &tag, &policy, out);
     out.gpu_s = prober.spent_gpu_s();
     result?;
-    // Both ends, recorded where a bisection of this range looks for them first.
-    for (commit, samples, side) in [(&base, &out.base, "a"), (&head, &out.head, "b")] {
-        record_end(&mut prober, results, &req.cell_id, commit, samples, &tag, side)?;
+    // Both ends, recorded where a bisection of this range looks for them first. This
+    // run's own repeats were measured at this commit in this job on this host, so they join
+    // the head's end: a bisection's two-sample test of 3 against 3 repeats can never decide
+    // (its smallest p is 0.1), 3 against 6 can.
+    let mut head_end = out.head.clone();
+    head_end.extend(
+        cell.metrics
+            .get(METRIC)
+            .map(|m| m.samples.clone())
+            .unwrap_or_default(),
+    );
+    for (commit, samples, side) in [(&base, &out.base, "a"), (&head, &head_end, "b")] {
+        record_end(
+            &mut prober,
+            results,
+            &req.cell_id,
+            commit,
+            samples,
+            &tag,
+            side,
+        )?;
     }
     Ok(())
 }
@@ -186,7 +231,11 @@ fn pairs_loop(
     for i in 0..policy.max_pairs {
         let mut a = None;
         let mut b = None;
-        let order = if base_first(i) { [true, false] } else { [false, true] };
+        let order = if base_first(i) {
+            [true, false]
+        } else {
+            [false, true]
+        };
         for is_base in order {
             let run_id = format!("pair-{tag}-{}-{}", i + 1, if is_base { "a" } else { "b" });
             let measured = if is_base {
@@ -241,7 +290,7 @@ fn record_end(
         return Ok(());
     };
     let mut one = results.clone();
-    one.run_id = format!("bisect-{}-pairs-{tag}-{side}", &commit.sha[..12]);
+    one.run_id = format!("bisect-{}{RUN_MARK}{tag}-{side}", &commit.sha[..12]);
     one.environment.git_commit = Some(commit.sha.clone());
     one.environment.git_dirty = false;
     one.cells.retain(|c| c.id.as_str() == cell_id);

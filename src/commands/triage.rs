@@ -490,8 +490,9 @@ fn cheapest(f: &Finding, results: &RunResults, resumable: &[String]) -> Option<(
 
 /// The finding's cells for which the history holds bisection rounds at `good` or `bad`
 /// under this run's hardware key: an earlier job's unfinished (or finished) bisection of the
-/// same range. A store that cannot be read here resumes nothing; the bisection opens it
-/// again and reports what is wrong.
+/// same range; else those whose two ends the side-by-side pairs measured (the bisection
+/// then starts with its ends). A store that cannot be read here resumes nothing; the
+/// bisection opens it again and reports what is wrong.
 fn resumable_cells(
     history: &str,
     f: &Finding,
@@ -503,20 +504,36 @@ fn resumable_cells(
         return Vec::new();
     };
     let key = &results.environment.hardware_key;
-    f.cells
+    // Per cell: whether a bisection's own rounds are at an end, and whether the pairs' are.
+    let found: Vec<(String, bool, bool)> = f
+        .cells
         .iter()
-        .map(|(c, _)| c.clone())
-        .filter(|c| {
-            store
+        .map(|(c, _)| {
+            let at_ends: Vec<bool> = store
                 .trend(c, key, crate::history::gate::METRIC)
-                .is_ok_and(|points| {
-                    points.iter().any(|p| {
-                        p.branch.as_deref() == Some(crate::bisect::probe::BRANCH)
-                            && p.commit.as_deref().is_some_and(|x| x == good || x == bad)
-                    })
+                .map(|points| {
+                    points
+                        .iter()
+                        .filter(|p| {
+                            p.branch.as_deref() == Some(crate::bisect::probe::BRANCH)
+                                && p.commit.as_deref().is_some_and(|x| x == good || x == bad)
+                        })
+                        .map(|p| p.run_id.contains(crate::commands::pairs::RUN_MARK))
+                        .collect()
                 })
+                .unwrap_or_default();
+            (
+                c.clone(),
+                at_ends.iter().any(|pairs| !pairs),
+                at_ends.iter().any(|pairs| *pairs),
+            )
         })
-        .collect()
+        .collect();
+    let rounds: Vec<String> = found.iter().filter(|x| x.1).map(|x| x.0.clone()).collect();
+    if !rounds.is_empty() {
+        return rounds;
+    }
+    found.into_iter().filter(|x| x.2).map(|x| x.0).collect()
 }
 
 /// The matrix file as a path inside the repository `cwd` is in: a probe reads it in each

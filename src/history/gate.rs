@@ -391,6 +391,11 @@ impl Judge<'_> {
             last_good_run_id: good.map(|g| g.run_id.clone()),
             last_good_commit: good.and_then(|g| g.commit.clone()),
             pairs,
+            only_code_changed: good.is_some_and(|g| {
+                super::suspects::changes(&Identity::of_point(g), &now)
+                    .iter()
+                    .all(|c| c.what == "commit" || c.what == "host")
+            }),
         };
         j.bisect = bisect_command(&j, self.results, &self.store.location);
         j.line = super::words::verdict_line(&j);
@@ -769,7 +774,9 @@ pub fn record(
 /// (measured on an H200: a clean second night at -1.0% cost 2.3x the run in pairs), while
 /// a slowdown worth failing a job shows well past it.
 fn shows_shift(c: &CellJudgement, floor: f64) -> bool {
-    c.judgement.rel_change.is_none_or(|r| !(r.abs() < 2.0 * floor))
+    c.judgement
+        .rel_change
+        .is_none_or(|r| !(r.abs() < 2.0 * floor))
 }
 
 /// The verdict words a run's cells got, for the store (so later runs leave regressed,
@@ -950,13 +957,19 @@ impl<'a> Confirmation<'a> {
             .cells
             .iter()
             .filter(|c| !self.pairs.iter().any(|p| p.cell_id == c.cell_id))
+            // A pull request's switches are its own: the merge-base is measured with them.
+            .filter(|c| c.only_code_changed || merge_base.is_some())
             .filter_map(|c| {
                 let rank = need(c)?;
                 let base = merge_base
                     .or(c.last_good_commit.as_ref())
                     .cloned()
                     .filter(|b| b != &head)?;
-                let cell = self.results.cells.iter().find(|x| x.id.as_str() == c.cell_id)?;
+                let cell = self
+                    .results
+                    .cells
+                    .iter()
+                    .find(|x| x.id.as_str() == c.cell_id)?;
                 let repeats = f64::from(cell.params.repeats.max(1));
                 Some((
                     rank,
@@ -994,10 +1007,7 @@ impl<'a> Confirmation<'a> {
         let rejudged = self.judge(&all);
         self.confirms = confirms;
         if let Some(c) = rejudged?.cells.into_iter().find(|c| c.cell_id == id) {
-            eprintln!(
-                "history: {id}: {}",
-                crate::sanitize::clean(&c.line)
-            );
+            eprintln!("history: {id}: {}", crate::sanitize::clean(&c.line));
             if let Some(slot) = self.report.cells.iter_mut().find(|x| x.cell_id == id) {
                 *slot = c;
             }
@@ -1414,7 +1424,10 @@ mod tests {
         let ids = |v: Vec<&Point>| v.iter().map(|p| p.run_id.clone()).collect::<Vec<_>>();
         assert_eq!(ids(clean_runs(&scoped, None)), ["a", "b", "g", "h"]);
         // The run an acceptance started the segment with is the new normal.
-        assert_eq!(ids(clean_runs(&scoped, Some("e"))), ["a", "b", "e", "g", "h"]);
+        assert_eq!(
+            ids(clean_runs(&scoped, Some("e"))),
+            ["a", "b", "e", "g", "h"]
+        );
     }
 
     fn judged(verdict: HistoryVerdict, rel: f64) -> Judgement {

@@ -268,7 +268,15 @@ mod tests {
             let a: Vec<f64> = (0..p.max_pairs).map(|_| 100.0 + next()).collect();
             let b: Vec<f64> = (0..p.max_pairs).map(|_| 100.0 + next()).collect();
             let alarmed = (p.min_pairs..=p.max_pairs).any(|n| {
-                let r = paired(&a[..n], &b[..n], None, &PairedPolicy { floor_rel: 0.0, ..p });
+                let r = paired(
+                    &a[..n],
+                    &b[..n],
+                    None,
+                    &PairedPolicy {
+                        floor_rel: 0.0,
+                        ..p
+                    },
+                );
                 r.answer == Answer::Different
             });
             alarms += usize::from(alarmed);
@@ -282,7 +290,13 @@ mod tests {
     #[test]
     fn the_order_alternates_a_b_b_a() {
         let order: String = (0..4)
-            .flat_map(|i| if base_first(i) { ['A', 'B'] } else { ['B', 'A'] })
+            .flat_map(|i| {
+                if base_first(i) {
+                    ['A', 'B']
+                } else {
+                    ['B', 'A']
+                }
+            })
             .collect();
         assert_eq!(order, "ABBAABBA");
     }

@@ -78,6 +78,11 @@ pub struct CellJudgement {
     /// The side-by-side confirmation, when the cell had one: its verdict is the cell's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pairs: Option<SideBySide>,
+    /// Whether only the code (and the host) changed since the last good run: what pairs
+    /// can measure. A changed speed switch, library or driver applies to both sides of a
+    /// pair alike, so such a cell is confirmed by re-runs. Not kept in `history.json`.
+    #[serde(skip)]
+    pub only_code_changed: bool,
 }
 
 /// A cell measured at its last good commit (A) and at this run's commit (B) in the same

@@ -43,7 +43,9 @@ pub(crate) fn verdict_line(c: &CellJudgement) -> String {
     }
     if let Some(p) = &c.pairs {
         line.push_str(&format!("; {}", p.describe()));
-        let same = p.result.is_some_and(|r| r.answer == super::paired::Answer::Same);
+        let same = p
+            .result
+            .is_some_and(|r| r.answer == super::paired::Answer::Same);
         if same && c.verdict() == HistoryVerdict::Environment {
             // The pairs cleared the code: what the history saw is this host or this night.
             if let Some(r) = p.screened_rel {
@@ -288,6 +290,7 @@ pub(crate) mod tests {
             last_good_run_id: Some("20261121T020000Z".into()),
             last_good_commit: Some("9876543210".into()),
             pairs: None,
+            only_code_changed: false,
         };
         c.line = verdict_line(&c);
         c

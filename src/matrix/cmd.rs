@@ -69,20 +69,28 @@ pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
     let (spec, src) = super::parse::parse_file(&args.source.file)?;
     super::check_workloads(&spec, &src)?;
     super::check_triage(&spec, &src)?;
-    let plan = Plan::new(
-        &spec,
-        &src,
-        budget,
-        &args.source.filters,
-        &mut super::model_check(&spec, &src),
-    )?;
+    // The run's own check of every cell's workload (the one the run makes before its first
+    // cell: crate::cell::command::check), so the dry run refuses what the run refuses (an
+    // empty argv, an unknown placeholder). It is made on each cell that runs as the walk
+    // builds it, in the order the listing has them, not in a walk of its own (which cost
+    // a million cells rebuilt); its first error is reported where that walk reported it:
+    // after every error of the expansion itself and after the warnings.
+    let mut model_check = super::model_check(&spec, &src);
+    let mut launch_error = None;
+    let plan = Plan::new(&spec, &src, budget, &args.source.filters, &mut |cell| {
+        model_check(cell)?;
+        if launch_error.is_none() {
+            launch_error = crate::cell::command::check(cell).err();
+        }
+        Ok(())
+    })?;
     for w in &plan.warnings {
         eprintln!("warning: {w}");
     }
-    // The run's own check of every cell's workload (crate::run::launch::check), so the
-    // dry run refuses what the run refuses (an empty argv, an unknown placeholder).
-    plan.each_cell(crate::run::launch::check)
-        .map_err(|e| CliError::from(crate::run::RunError::from(e)))?;
+    if let Some(e) = launch_error {
+        // As the run reports it: bad input (exit 2), the error's own words.
+        return Err(CliError::bad_input(miette::miette!("{e}")));
+    }
     let listing = Listing {
         name: super::budget::matrix_name(&spec, &src),
         file: src.path.display().to_string(),

@@ -2,17 +2,18 @@
 //! environment.
 //!
 //! This is the only place that turns a cell into command lines. A `command` workload's
-//! argv template is filled here, element by element, and every element stays exactly one
+//! argv template is filled by [`crate::cell::command`] (below the matrix, whose dry run
+//! checks every cell with it), element by element, and every element stays exactly one
 //! argument: nothing is ever handed to a shell, so a matrix value such as
 //! `x; touch /tmp/pwned` reaches the program as that literal text. A plan holds a list of
 //! processes: a built-in `ddp`/`fsdp` cell starts one process per GPU with the variables
 //! torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
 //! every other cell starts one.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::cell::{Cell, Value, Workload};
+use crate::cell::command::{fill_command, Filled};
+use crate::cell::{Cell, Workload};
 
 /// One process of an attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,137 +47,9 @@ pub struct AttemptCtx {
     pub profile: Option<PathBuf>,
 }
 
-/// A cell whose workload cannot be turned into a command line. Bad input: exit 2.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum LaunchError {
-    #[error("cell {cell}: workload {field} `{template}`: unknown placeholder {{{name}}}; known: {known}")]
-    UnknownPlaceholder {
-        cell: String,
-        field: String,
-        template: String,
-        name: String,
-        known: String,
-    },
-    #[error("cell {cell}: workload {field} `{template}`: `{{` without a closing `}}` (write `{{{{` for a literal brace)")]
-    Unclosed {
-        cell: String,
-        field: String,
-        template: String,
-    },
-    #[error(
-        "cell {cell}: workload argv is empty or names no program; it needs at least the program"
-    )]
-    EmptyArgv { cell: String },
-    #[error("cannot locate the bench executable to start `bench worker`: {0}")]
-    CurrentExe(String),
-}
-
-/// The values a `command` template may name: the cell's axes, its parameters, its extra
-/// parameters, and `cell_id`, `gpus`, `features` (comma-separated), `model`, `dtype`,
-/// `parallel` (with the same defaults the built-in workload uses).
-pub(crate) fn placeholders(cell: &Cell) -> BTreeMap<String, String> {
-    let p = &cell.params;
-    let mut vars = BTreeMap::new();
-    // Parameters first, so that an axis of the same name (e.g. a `seq_len` axis) wins:
-    // the axis value is the one the cell id names.
-    let params: [(&str, String); 13] = [
-        ("steps", p.steps.to_string()),
-        ("warmup", p.warmup.to_string()),
-        ("seq_len", p.seq_len.to_string()),
-        ("micro_batch", p.micro_batch.to_string()),
-        ("grad_accum", p.grad_accum.to_string()),
-        ("global_batch", p.global_batch.to_string()),
-        ("repeats", p.repeats.to_string()),
-        ("timeout", p.timeout_s.to_string()),
-        ("timeout_s", p.timeout_s.to_string()),
-        ("retries", p.retries.to_string()),
-        ("sac_every", p.sac_every.to_string()),
-        ("seed", p.seed.to_string()),
-        ("lr", p.lr.to_string()),
-    ];
-    for (k, v) in params {
-        vars.insert(k.to_string(), v);
-    }
-    if let Some(d) = &p.data {
-        vars.insert("data".into(), d.clone());
-    }
-    for (k, v) in &p.extra {
-        let text = match v {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        vars.insert(k.clone(), text);
-    }
-    for (axis, v) in &cell.values {
-        let text = match v {
-            Value::Set(s) => s.iter().cloned().collect::<Vec<_>>().join(","),
-            other => other.id_fragment(),
-        };
-        vars.insert(axis.clone(), text);
-    }
-    vars.insert("cell_id".into(), cell.id.to_string());
-    vars.insert("gpus".into(), cell.gpus().to_string());
-    vars.insert(
-        "features".into(),
-        cell.features().into_iter().collect::<Vec<_>>().join(","),
-    );
-    // Defaults for cells without these axes; an axis value stays as the matrix wrote it.
-    vars.insert("model".into(), cell.model().to_string());
-    vars.entry("dtype".into())
-        .or_insert_with(|| cell.dtype().to_string());
-    vars.entry("parallel".into())
-        .or_insert_with(|| cell.parallel().to_string());
-    vars
-}
-
-/// Fills `{name}` placeholders in `template`; `{{` and `}}` are literal braces.
-fn fill(
-    cell: &Cell,
-    field: &str,
-    template: &str,
-    vars: &BTreeMap<String, String>,
-) -> Result<String, LaunchError> {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(i) = rest.find(['{', '}']) {
-        out.push_str(&rest[..i]);
-        let tail = &rest[i..];
-        if tail.starts_with("{{") || tail.starts_with("}}") {
-            out.push_str(&tail[..1]);
-            rest = &tail[2..];
-            continue;
-        }
-        if let Some(after) = tail.strip_prefix('}') {
-            // A lone closing brace is ordinary text (JSON fragments in arguments).
-            out.push('}');
-            rest = after;
-            continue;
-        }
-        let Some(end) = tail.find('}') else {
-            return Err(LaunchError::Unclosed {
-                cell: cell.id.to_string(),
-                field: field.to_string(),
-                template: template.to_string(),
-            });
-        };
-        let name = tail[1..end].trim();
-        match vars.get(name) {
-            Some(v) => out.push_str(v),
-            None => {
-                return Err(LaunchError::UnknownPlaceholder {
-                    cell: cell.id.to_string(),
-                    field: field.to_string(),
-                    template: template.to_string(),
-                    name: name.to_string(),
-                    known: vars.keys().cloned().collect::<Vec<_>>().join(", "),
-                })
-            }
-        }
-        rest = &tail[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
+/// A cell whose workload cannot be turned into a command line (bad input: exit 2); the
+/// templates' own errors come from [`crate::cell::command`], which fills them.
+pub use crate::cell::command::LaunchError;
 
 /// The variables every worker gets, so scripts can name their outputs.
 fn runner_env(cell: &Cell, ctx: &AttemptCtx) -> Vec<(String, String)> {
@@ -214,24 +87,15 @@ pub(crate) fn command(
             (bench_exe.to_path_buf(), args)
         }
         Workload::Command { argv, env: extra } => {
-            let vars = placeholders(cell);
-            let filled = argv
-                .iter()
-                .enumerate()
-                .map(|(i, a)| fill(cell, &format!("argv[{i}]"), a, &vars))
-                .collect::<Result<Vec<_>, _>>()?;
-            for (k, v) in extra {
-                env.push((k.clone(), fill(cell, &format!("env.{k}"), v, &vars)?));
-            }
-            let mut it = filled.into_iter();
-            // An empty program name (`argv: [""]`, or a placeholder that filled to nothing)
-            // can never start: refused like an empty argv, at the dry run too.
-            let program = it.next().filter(|p| !p.trim().is_empty()).ok_or_else(|| {
-                LaunchError::EmptyArgv {
-                    cell: cell.id.to_string(),
-                }
-            })?;
-            (PathBuf::from(program), it.collect())
+            // The templates filled (placeholders, the program) by the one function the
+            // dry run's check also calls.
+            let Filled {
+                program,
+                args,
+                env: filled,
+            } = fill_command(cell, argv, extra)?;
+            env.extend(filled);
+            (program, args)
         }
         // Framework adapters run under `bench adapt`, which reads the framework's log into
         // worker events (crate::external).
@@ -247,11 +111,13 @@ pub(crate) fn command(
 }
 
 /// Whether `cell`'s workload can be turned into a command line (no unknown placeholder,
-/// no unclosed brace, an argv with a program): the check [`command`] makes at launch, made
-/// for every cell by the run before its first cell and by `bench matrix --dry-run`, so a
-/// dry run passes exactly what the run accepts.
+/// no unclosed brace, an argv with a program): the check [`command`] makes at launch
+/// (both fill the templates through [`fill_command`]), made for every cell by the run
+/// before its first cell; `bench matrix --dry-run` makes the same check
+/// ([`crate::cell::command::check`]) during its walk, so a dry run passes exactly what the
+/// run accepts.
 pub(crate) fn check(cell: &Cell) -> Result<(), LaunchError> {
-    command(cell, &AttemptCtx::default(), Path::new("bench")).map(|_| ())
+    crate::cell::command::check(cell)
 }
 
 /// The processes of one attempt of `cell`; `bench_exe` is the program for built-in cells.
@@ -317,7 +183,7 @@ pub(crate) fn free_port() -> std::io::Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cell::{CellId, Params};
+    use crate::cell::{CellId, Params, Value};
     use indexmap::IndexMap;
 
     fn cell(argv: &[&str]) -> Cell {

@@ -18,7 +18,8 @@
 //! each combination's fate and keeps only those fates, rebuilding cells when asked (a dry
 //! run of a million combinations writes them one by one); the steps' own rules live beside
 //! it: [`validate`] checks axes and overrides, [`rules`] compiles and matches `rules:`, and
-//! [`params`] resolves each cell's parameters.
+//! [`params`] resolves each cell's parameters; [`value`] holds what they share (an axis,
+//! value equality), apart from this facade, which imports them.
 
 mod params;
 pub(crate) mod plan;
@@ -26,8 +27,9 @@ pub(crate) mod plan;
 mod reference;
 mod rules;
 mod validate;
+mod value;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use indexmap::IndexMap;
 
@@ -45,6 +47,8 @@ use crate::cell::{CellId, Value};
 
 use self::validate::unknown_axis;
 pub(crate) use self::validate::MAX_GPUS;
+pub(crate) use self::value::value_eq;
+use self::value::Axis;
 
 /// A surviving combination before parameters: its values, and parameters set by include.
 type Draft = (IndexMap<String, Value>, Vec<(String, Value)>);
@@ -62,52 +66,6 @@ pub(crate) struct Expanded {
     pub vocab: Vocabulary,
     /// Size of the product before rules and include.
     pub combinations: usize,
-}
-
-/// An axis after validation.
-struct Axis {
-    name: String,
-    values: Vec<Value>,
-    is_set: bool,
-}
-
-/// Numeric values compare as numbers (so `8` equals `8.0`), everything else exactly.
-pub(crate) fn value_eq(a: &Value, b: &Value) -> bool {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
-}
-
-/// A value's identity under [`value_eq`], hashable: numbers by their `f64` bits (so `8`
-/// and `8.0` are one key, and `-0.0` is `0.0`), everything else as itself. NaN is never
-/// equal to anything under `value_eq`, so each NaN gets a key of its own.
-#[derive(Debug, PartialEq, Eq, Hash)]
-enum ValueKey<'a> {
-    Num(u64),
-    Unique(usize),
-    Bool(bool),
-    Str(&'a str),
-    Set(&'a BTreeSet<String>),
-}
-
-impl<'a> ValueKey<'a> {
-    fn of(v: &'a Value) -> ValueKey<'a> {
-        if let Some(x) = v.as_f64() {
-            return if x.is_nan() {
-                ValueKey::Unique(v as *const Value as usize)
-            } else {
-                ValueKey::Num((x + 0.0).to_bits())
-            };
-        }
-        match v {
-            Value::Bool(b) => ValueKey::Bool(*b),
-            Value::Str(s) => ValueKey::Str(s),
-            Value::Set(s) => ValueKey::Set(s),
-            // Numbers were handled above.
-            Value::Int(_) | Value::Float(_) => ValueKey::Unique(v as *const Value as usize),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -7,12 +7,12 @@ use std::collections::{HashMap, HashSet};
 use clap::ValueEnum;
 use itertools::Itertools;
 
-use super::{value_eq, Axis, ValueKey};
+use super::value::{value_eq, Axis, ValueKey};
 use crate::axes::{Dtype, Parallel};
 use crate::cell::{Cell, Params, Value};
+use crate::matrix::error::MatrixError;
 use crate::matrix::parse::Source;
 use crate::matrix::spec::{AxisSpec, Explicit, MatrixSpec};
-use crate::matrix::MatrixError;
 
 pub(super) fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixError> {
     if spec.axes.is_empty() {

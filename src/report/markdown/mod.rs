@@ -263,7 +263,11 @@ fn headline(c: &Counts, interrupted: bool) -> String {
     // A breach nobody could confirm is not a pass: the headline says so, never "no
     // regressions" (the exit code stays 0: the evidence is not in).
     if c.suspect > 0 {
-        bad.push(plural(c.suspect, "unconfirmed suspect", "unconfirmed suspects"));
+        bad.push(plural(
+            c.suspect,
+            "unconfirmed suspect",
+            "unconfirmed suspects",
+        ));
     }
     if bad.is_empty() {
         "no regressions".into()
@@ -508,7 +512,10 @@ fn render(
             history,
             findings,
         };
-        head.push_str(&format!("Cost of this verdict: {}.\n\n", input.cost().line()));
+        head.push_str(&format!(
+            "Cost of this verdict: {}.\n\n",
+            input.cost().line()
+        ));
     }
 
     let drops = rule_drops(results);
