@@ -776,7 +776,8 @@ pub fn record(
 fn shows_shift(c: &CellJudgement, floor: f64) -> bool {
     c.judgement
         .rel_change
-        .is_none_or(|r| !(r.abs() < 2.0 * floor))
+        // A change that is not a number shows no shift to trust: treated as a shift.
+        .is_none_or(|r| r.is_nan() || r.abs() >= 2.0 * floor)
 }
 
 /// The verdict words a run's cells got, for the store (so later runs leave regressed,

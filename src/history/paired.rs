@@ -166,7 +166,7 @@ pub fn settled(r: &Paired, p: &PairedPolicy) -> bool {
 /// The order of the two sides in pair `i` (from 0): A first in even pairs, B first in odd
 /// ones, so a run of pairs reads A B B A A B B A.
 pub fn base_first(i: usize) -> bool {
-    i % 2 == 0
+    i.is_multiple_of(2)
 }
 
 #[cfg(test)]
