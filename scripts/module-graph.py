@@ -12,9 +12,12 @@
    live apart from the implementations.
 
 Read as text, without building the crate (cargo-modules would cost minutes of a two-core
-CI machine): each file up to its first `#[cfg(test)]` (test modules may import anything),
-comments removed; an import is a path through `crate::`, `super::` or `self::`, or a child
-module's name used as a path in the file that declares it. A path resolves to the longest
+CI machine): each file with its comments and its `#[cfg(test)]` items removed (the item
+the attribute marks, up to its `;` or its balanced `{...}` block: test code may import
+anything, and the code after it still counts), as ../shared/tools/module_cycles.py reads
+it; an import is a path through `crate::`, `super::` or `self::`, in a `use` line or inline
+in code (`crate::run::launch::check(cell)`), or a child module's name used as a path in the
+file that declares it. A path resolves to the longest
 module prefix that is a file; `super::Item` of an item (not a module) is an import of the
 parent module's own file.
 
@@ -59,10 +62,38 @@ def module_files(root):
     return mods
 
 
+def strip_test_items(src):
+    """`src` without the items marked `#[cfg(test)]`: each from the attribute up to its `;`
+    or the end of its balanced `{...}` block (a `mod tests { .. }`, a test-only `use`, `fn`
+    or `impl`), so the code after a test-only item still counts. The same reading as
+    ../shared/tools/module_cycles.py."""
+    out, i = [], 0
+    while True:
+        j = src.find("#[cfg(test)]", i)
+        if j < 0:
+            return "".join(out) + src[i:]
+        out.append(src[i:j])
+        k, depth = j + len("#[cfg(test)]"), 0
+        while k < len(src):
+            ch = src[k]
+            k += 1
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            elif ch == ";" and depth == 0:
+                break
+        i = k
+
+
 def code_of(path):
-    src = open(path, encoding="utf-8", errors="replace").read().split("#[cfg(test)]")[0]
-    # Comments and doc comments name modules without importing them.
-    return re.sub(r"//[^\n]*", "", src)
+    """The code of `path` the graph reads: comments and `#[cfg(test)]` items removed."""
+    src = open(path, encoding="utf-8", errors="replace").read()
+    # Comments and doc comments name modules without importing them; they go first, so a
+    # brace in a comment does not end a test item early.
+    return strip_test_items(re.sub(r"//[^\n]*", "", src))
 
 
 def imports(mods):
