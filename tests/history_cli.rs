@@ -181,4 +181,19 @@ fn bad_input_exits_2_with_the_place_named() {
     );
     let o = bench(&["matrix", "matrix/smoke.yaml", "--confirm", "--dry-run"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // A study's run folder given twice (issue 42) would count its runs twice: refused,
+    // naming both; so is one run copied into a second folder.
+    let o = bench(&["history", "study", run, run]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("given twice"), "{}", text(&o));
+    let copy = tmp.path().join("copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    std::fs::copy(
+        std::path::Path::new(run).join("results.json"),
+        copy.join("results.json"),
+    )
+    .unwrap();
+    let o = bench(&["history", "study", run, copy.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("each run counts once"), "{}", text(&o));
 }

@@ -416,9 +416,30 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
             (cells, sequences, format!("the history {}", store.location))
         }
         None => {
-            let mut runs = Vec::new();
+            let mut runs: Vec<RunResults> = Vec::new();
+            let mut seen: Vec<(std::path::PathBuf, &std::path::PathBuf)> = Vec::new();
             for d in &args.run_dirs {
-                runs.push(RunResults::load(d)?);
+                // A folder named twice (or two names of one folder) would count its runs
+                // twice and make the study's rates up; the same run id in two folders too.
+                let real = std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+                if let Some((_, first)) = seen.iter().find(|(r, _)| r == &real) {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "{}: the same run folder as {}, given twice: each run counts once",
+                        d.display(),
+                        first.display()
+                    )));
+                }
+                seen.push((real, d));
+                let r = RunResults::load(d)?;
+                if let Some(other) = runs.iter().position(|x| x.run_id == r.run_id) {
+                    return Err(CliError::bad_input(miette::miette!(
+                        "{}: run {} is also in {}: each run counts once",
+                        d.display(),
+                        crate::sanitize::clean(&r.run_id),
+                        args.run_dirs[other].display()
+                    )));
+                }
+                runs.push(r);
             }
             (
                 pools(&runs, &args.metric),
