@@ -196,4 +196,12 @@ fn bad_input_exits_2_with_the_place_named() {
     let o = bench(&["history", "study", run, copy.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("each run counts once"), "{}", text(&o));
+    // A cell id carrying a terminal title sequence is named without it (issue 42).
+    let o = bench(&["history", "a\u{1b}]0;pwn\u{7}b", "--history", db]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        !text(&o).contains('\u{1b}') && !text(&o).contains('\u{7}'),
+        "{:?}",
+        text(&o)
+    );
 }

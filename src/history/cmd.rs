@@ -314,8 +314,9 @@ pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
         // A hardware key with no history of the cell is bad input, as an unknown cell is.
         Some(k) if !known.contains(k) => {
             return Err(CliError::bad_input(miette::miette!(
-                "{}: --hardware {k}: no run of cell {} on that hardware key has {} (keys with history: {})",
+                "{}: --hardware {}: no run of cell {} on that hardware key has {} (keys with history: {})",
                 store.location,
+                crate::sanitize::terminal(k),
                 crate::sanitize::terminal(cell),
                 args.metric,
                 if known.is_empty() { "none".to_string() } else { crate::sanitize::terminal(&known.join(", ")).into_owned() }
@@ -326,9 +327,12 @@ pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
     };
     if keys.is_empty() {
         return Err(CliError::bad_input(miette::miette!(
-            "{}: no run in the history has {} for cell {cell}",
+            "{}: no run in the history has {} for cell {}",
             store.location,
-            args.metric
+            crate::sanitize::terminal(&args.metric),
+            // The argument is text from outside: its escape sequences never reach the
+            // terminal (issue 42).
+            crate::sanitize::terminal(cell)
         )));
     }
     for key in keys {
@@ -358,7 +362,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
                     return Err(CliError::bad_input(miette::miette!(
                         "{}: no run in the history has cell {}",
                         store.location,
-                        args.cell
+                        crate::sanitize::terminal(&args.cell)
                     )))
                 }
                 many => {
