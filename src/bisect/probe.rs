@@ -516,7 +516,20 @@ impl<'a> Prober<'a> {
             )?;
         }
         if fresh {
-            self.checkout(&commit.sha)?;
+            // A checkout that fails once a setup ran there is the commit's to report (a setup
+            // that removed the worktree's `.git`, or left files git cannot replace): the
+            // bisection stops with the reason (exit 1), not as bench's own failure.
+            self.checkout(&commit.sha).map_err(|e| match e {
+                BisectError::Git { .. } if self.ready.is_some() || self.settings.setup.is_some() => {
+                    Halt::Failed(format!(
+                        "cannot check out commit {} ({}) in the worktree {} after a setup ran there: {e}",
+                        commit.short(),
+                        commit.subject,
+                        self.worktree.path.display()
+                    ))
+                }
+                e => Halt::from(e),
+            })?;
             self.setup(commit)?;
             self.ready = Some(commit.sha.clone());
         }
