@@ -381,7 +381,7 @@ pub(crate) fn chase(
         let Some([good, bad]) = f.commits.clone() else {
             continue;
         };
-        let resumable = resumable_cells(history, f, results, &good, &bad);
+        let resumable = resumable_cells(history, f, results, &range_of(&cwd, &good, &bad));
         let Some((cell, gpus, round_s)) = cheapest(f, results, &resumable) else {
             continue;
         };
@@ -488,44 +488,51 @@ fn cheapest(f: &Finding, results: &RunResults, resumable: &[String]) -> Option<(
         })
 }
 
-/// The finding's cells for which the history holds bisection rounds at `good` or `bad`
-/// under this run's hardware key: an earlier job's unfinished (or finished) bisection of the
-/// same range; else those whose two ends the side-by-side pairs measured (the bisection
+/// The finding's cells for which the history holds bisection rounds in `range` (good
+/// first, bad last) under this run's hardware key: an earlier job's unfinished (or finished)
+/// bisection of the same range; else those whose two ends the side-by-side pairs measured (the bisection
 /// then starts with its ends). A store that cannot be read here resumes nothing; the
 /// bisection opens it again and reports what is wrong.
 fn resumable_cells(
     history: &str,
     f: &Finding,
     results: &RunResults,
-    good: &str,
-    bad: &str,
+    range: &[String],
 ) -> Vec<String> {
+    let (good, bad) = match range {
+        [g, .., b] => (g.as_str(), b.as_str()),
+        _ => return Vec::new(),
+    };
     let Ok(mut store) = crate::history::open(history) else {
         return Vec::new();
     };
     let key = &results.environment.hardware_key;
-    // Per cell: whether a bisection's own rounds are at an end, and whether the pairs' are.
+    // Per cell: whether a bisection's own rounds lie in the range (its ends included), and
+    // whether the pairs measured its ends.
     let found: Vec<(String, bool, bool)> = f
         .cells
         .iter()
         .map(|(c, _)| {
-            let at_ends: Vec<bool> = store
+            let probes: Vec<(bool, bool)> = store
                 .trend(c, key, crate::history::gate::METRIC)
                 .map(|points| {
                     points
                         .iter()
-                        .filter(|p| {
-                            p.branch.as_deref() == Some(crate::bisect::probe::BRANCH)
-                                && p.commit.as_deref().is_some_and(|x| x == good || x == bad)
+                        .filter(|p| p.branch.as_deref() == Some(crate::bisect::probe::BRANCH))
+                        .filter_map(|p| {
+                            let at = p.commit.as_deref()?;
+                            let pairs = p.run_id.contains(crate::commands::pairs::RUN_MARK);
+                            let in_range = range.iter().any(|x| x == at);
+                            let at_end = at == good || at == bad;
+                            Some((!pairs && in_range, pairs && at_end))
                         })
-                        .map(|p| p.run_id.contains(crate::commands::pairs::RUN_MARK))
                         .collect()
                 })
                 .unwrap_or_default();
             (
                 c.clone(),
-                at_ends.iter().any(|pairs| !pairs),
-                at_ends.iter().any(|pairs| *pairs),
+                probes.iter().any(|x| x.0),
+                probes.iter().any(|x| x.1),
             )
         })
         .collect();
@@ -534,6 +541,25 @@ fn resumable_cells(
         return rounds;
     }
     found.into_iter().filter(|x| x.2).map(|x| x.0).collect()
+}
+
+/// The commits of `good..bad` (first-parent, both ends included, good first) as the
+/// repository at `cwd` knows them; just the two ends when it cannot tell.
+fn range_of(cwd: &Path, good: &str, bad: &str) -> Vec<String> {
+    let ends = vec![good.to_string(), bad.to_string()];
+    let Ok(repo) = crate::bisect::git::Repo::discover(cwd) else {
+        return ends;
+    };
+    let (Ok(g), Ok(b)) = (repo.commit(good, "good"), repo.commit(bad, "bad")) else {
+        return ends;
+    };
+    match repo.range(&g, &b) {
+        Ok(commits) => std::iter::once(good.to_string())
+            .chain(commits.into_iter().map(|c| c.sha))
+            .chain(std::iter::once(bad.to_string()))
+            .collect(),
+        Err(_) => ends,
+    }
 }
 
 /// The matrix file as a path inside the repository `cwd` is in: a probe reads it in each
