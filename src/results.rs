@@ -328,9 +328,26 @@ pub enum ResultsError {
     },
 }
 
+impl CellResult {
+    /// GPUs the cell held ([`crate::cell::gpus_of`]: 1 for a CPU cell or no `gpus` axis).
+    pub(crate) fn gpus(&self) -> u32 {
+        crate::cell::gpus_of(self.values.get("gpus"))
+    }
+
+    /// GPU-seconds the cell took: its duration times its GPUs.
+    pub(crate) fn gpu_seconds(&self) -> f64 {
+        self.duration_s * f64::from(self.gpus())
+    }
+}
+
 impl RunResults {
     /// The file name inside a run directory.
     pub const FILE: &'static str = "results.json";
+
+    /// GPU-seconds the run's cells took (one a second for a CPU cell).
+    pub(crate) fn gpu_seconds(&self) -> f64 {
+        self.cells.iter().map(CellResult::gpu_seconds).sum()
+    }
 
     /// The journal beside [`Self::FILE`] while a run of many cells is in progress (or was
     /// killed): one line per finished cell that `results.json` may not hold yet, each a

@@ -503,8 +503,21 @@ fn a_node_lost_with_its_rank_fails_the_attempt_naming_it_and_the_retry_passes() 
             && second.contains("Slurm holds node node2 lost: state "),
         "{second}"
     );
+    // The last job has ended, but Slurm frees its CPUs when the node's epilog is done
+    // and the controller hears of it (the node shows `mixed` or `completing` until then),
+    // so the nodes get a while to turn idle; a job still listed is a leak.
+    let deadline = Instant::now() + Duration::from_secs(30);
     for n in NODES {
-        assert_eq!(node_state(n), "idle", "{n} after the test");
+        while node_state(n) != "idle" && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let queue = Command::new("squeue").args(["-h", "-t", "all"]).output();
+        let queue = queue.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        assert_eq!(
+            node_state(n),
+            "idle",
+            "{n} after the test; squeue: {queue:?}"
+        );
     }
 }
 

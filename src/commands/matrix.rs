@@ -245,7 +245,7 @@ fn judge_against_history(
     // request's run measures every cell side by side against its merge-base, so its default
     // pays every cell's cap of pairs.
     let budget = args.confirm_budget_gpu_s.or_else(|| {
-        let run = run_gpu_seconds(&outcome.results);
+        let run = outcome.results.gpu_seconds();
         let reruns = crate::history::detect::MAX_RERUNS as f64 * run;
         Some(if crate::history::gate::pull_request_base().is_some() {
             reruns.max(every_cell_paired_gpu_seconds(&outcome.results))
@@ -296,7 +296,7 @@ fn judge_against_history(
             continue;
         }
         let m = super::pairs::measure(args, recipe, &outcome.results, &outcome.run_dir, &req, left);
-        if m.pairs.result.is_none_or(|r| r.pairs == 0) {
+        if m.pairs.measured().is_none() {
             if let Some(why) = &m.pairs.stopped {
                 unusable.push((req.base_commit.clone(), why.clone()));
             }
@@ -371,27 +371,8 @@ fn every_cell_paired_gpu_seconds(results: &RunResults) -> f64 {
         .cells
         .iter()
         .map(|c| {
-            let gpus = match c.values.get("gpus") {
-                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
-                _ => 1.0,
-            };
-            2.0 * pairs * (c.duration_s / f64::from(c.params.repeats.max(1)) + CHILD_START_S) * gpus
-        })
-        .sum()
-}
-
-/// GPU-seconds the run's cells took (one for a CPU cell): the default budget of the
-/// confirmation is a multiple of this.
-fn run_gpu_seconds(results: &RunResults) -> f64 {
-    results
-        .cells
-        .iter()
-        .map(|c| {
-            let gpus = match c.values.get("gpus") {
-                Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
-                _ => 1.0,
-            };
-            c.duration_s * gpus
+            let repeat_s = c.duration_s / f64::from(c.params.repeats.max(1));
+            2.0 * pairs * (repeat_s + CHILD_START_S) * f64::from(c.gpus())
         })
         .sum()
 }

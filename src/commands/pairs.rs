@@ -46,6 +46,14 @@ pub(crate) struct Measured {
 /// The record of a cell that was not measured side by side, and why.
 pub(crate) fn not_measured(req: &PairRequest, why: String) -> SideBySide {
     SideBySide {
+        stopped: Some(why),
+        ..unmeasured(req)
+    }
+}
+
+/// The record of `req`'s cell before any pair.
+fn unmeasured(req: &PairRequest) -> SideBySide {
+    SideBySide {
         cell_id: req.cell_id.clone(),
         base_commit: req.base_commit.clone(),
         base_run_id: req.base_run_id.clone(),
@@ -55,7 +63,7 @@ pub(crate) fn not_measured(req: &PairRequest, why: String) -> SideBySide {
         base: Vec::new(),
         head: Vec::new(),
         result: None,
-        stopped: Some(why),
+        stopped: None,
         gpu_s: 0.0,
         logs: None,
     }
@@ -70,8 +78,7 @@ pub(crate) fn measure(
     req: &PairRequest,
     budget_gpu_s: Option<f64>,
 ) -> Measured {
-    let mut out = not_measured(req, String::new());
-    out.stopped = None;
+    let mut out = unmeasured(req);
     let mut interrupted = false;
     if let Err(why) = run_pairs(args, recipe, results, run_dir, req, budget_gpu_s, &mut out) {
         match why {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::bisect::auto::{self, Request};
 use crate::bisect::{BisectSettings, DEFAULT_MAX_REPEATS};
-use crate::cell::{Value, Workload};
+use crate::cell::Workload;
 use crate::error::CliError;
 use crate::matrix::spec::TriageSpec;
 use crate::results::{Outcome, RunResults};
@@ -347,14 +347,6 @@ pub(crate) fn diff_from_history(
     }
 }
 
-/// The GPUs a cell holds (1 for a CPU cell).
-fn gpus_of(values: &indexmap::IndexMap<String, Value>) -> f64 {
-    match values.get("gpus") {
-        Some(Value::Int(n)) => (*n).max(1) as f64,
-        _ => 1.0,
-    }
-}
-
 /// Bisects the findings that want it (regressions with a commit range), in the reports'
 /// order, sharing `settings.budget_gpu_s`. Returns whether a signal stopped it.
 pub(crate) fn chase(
@@ -478,7 +470,7 @@ fn cheapest(f: &Finding, results: &RunResults, resumable: &[String]) -> Option<(
         .cells
         .iter()
         .filter(|c| f.has(c.id.as_str()) && c.outcome == Outcome::Passed)
-        .map(|c| (c.id.to_string(), gpus_of(&c.values), c.duration_s))
+        .map(|c| (c.id.to_string(), f64::from(c.gpus()), c.duration_s))
         .min_by(|a, b| {
             let resumed = |x: &(String, f64, f64)| !resumable.contains(&x.0);
             resumed(a)

@@ -539,7 +539,7 @@ pub(crate) fn clean_runs<'a>(scoped: &[&'a Point], accepted: Option<&str>) -> Ve
 /// environment verdict standing and an unknown cell unknown.
 pub(crate) fn after_pairs(judgement: &mut Judgement, p: &SideBySide) {
     use super::paired::Answer;
-    let Some(r) = p.result.filter(|r| r.pairs > 0) else {
+    let Some(r) = p.measured() else {
         return;
     };
     let drop = matches!(
@@ -986,7 +986,7 @@ impl<'a> Confirmation<'a> {
                         head_commit: head.clone(),
                         screened: c.verdict(),
                         screened_rel: c.judgement.rel_change,
-                        gpus: f64::from(cell_gpus(cell).max(1)),
+                        gpus: f64::from(cell.gpus()),
                         repeat_s: cell.duration_s / repeats,
                     },
                 ))
@@ -1054,7 +1054,7 @@ impl<'a> Confirmation<'a> {
                 !self
                     .pairs
                     .iter()
-                    .any(|p| &p.cell_id == id && p.result.is_some_and(|r| r.pairs > 0))
+                    .any(|p| &p.cell_id == id && p.measured().is_some())
             })
             .collect();
         if wanted.is_empty() {
@@ -1217,7 +1217,7 @@ fn within_budget(
             cell.params.repeats.max(1)
         };
         let per_repeat = cell.duration_s / f64::from(cell.params.repeats.max(1));
-        let cost = per_repeat * f64::from(repeats) * f64::from(cell_gpus(cell).max(1));
+        let cost = per_repeat * f64::from(repeats) * f64::from(cell.gpus());
         if budget.is_some_and(|b| !fits(spent + cost, b)) {
             over.push(id.clone());
             continue;
@@ -1235,13 +1235,6 @@ fn within_budget(
 /// of three times its duration was refused its third re-run, and stayed suspect).
 fn fits(seconds: f64, budget: f64) -> bool {
     seconds <= budget * (1.0 + 1e-9)
-}
-
-fn cell_gpus(cell: &CellResult) -> u32 {
-    match cell.values.get("gpus") {
-        Some(crate::cell::Value::Int(n)) => u32::try_from(*n).unwrap_or(1),
-        _ => 1,
-    }
 }
 
 /// The history's verdicts laid over a run's comparison with its baselines, so every report

@@ -116,17 +116,17 @@ pub struct SideBySide {
 }
 
 impl SideBySide {
-    /// Whether the pairs answered (same or different), so no re-run is needed.
-    pub fn answered(&self) -> bool {
-        self.result
-            .is_some_and(|r| r.answer != super::paired::Answer::Unknown)
+    /// The pairs' answer when at least one pair was measured (else the cell was not
+    /// measured side by side, and re-runs may confirm it instead).
+    pub fn measured(&self) -> Option<super::paired::Paired> {
+        self.result.filter(|r| r.pairs > 0)
     }
 
     /// `side by side against abc1234: -4.1% (99.6% interval -4.9%..-3.3%, 6 pairs: different)`.
     pub fn describe(&self) -> String {
         let base: String = self.base_commit.chars().take(7).collect();
-        match &self.result {
-            Some(r) if r.pairs > 0 => {
+        match self.measured() {
+            Some(r) => {
                 let ci = match r.ci_rel {
                     Some((lo, hi)) => format!(
                         "{:.1}% interval {:+.1}%..{:+.1}%, ",

@@ -90,8 +90,8 @@ fn side_by_side(pairs: &[&crate::history::gate::SideBySide]) -> String {
     );
     for p in pairs {
         let short: String = p.base_commit.chars().take(7).collect();
-        let (change, interval, n, answer) = match &p.result {
-            Some(r) if r.pairs > 0 => (
+        let (change, interval, n, answer) = match p.measured() {
+            Some(r) => (
                 format!("{:+.1}%", r.change_rel * 100.0),
                 r.ci_rel
                     .map(|(lo, hi)| {

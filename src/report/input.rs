@@ -58,20 +58,8 @@ impl Cost {
 impl<'a> ReportInput<'a> {
     /// What the verdict cost (see [`Cost`]).
     pub fn cost(&self) -> Cost {
-        let measuring_gpu_s = self
-            .results
-            .cells
-            .iter()
-            .map(|c| {
-                let gpus = match c.values.get("gpus") {
-                    Some(crate::cell::Value::Int(n)) => (*n).max(1) as f64,
-                    _ => 1.0,
-                };
-                c.duration_s * gpus
-            })
-            .sum();
         Cost {
-            measuring_gpu_s,
+            measuring_gpu_s: self.results.gpu_seconds(),
             pairs_gpu_s: self.history.map_or(0.0, |h| h.pairs_gpu_s()),
             reruns_gpu_s: self.history.map_or(0.0, |h| h.reruns_gpu_s),
             triage_gpu_s: self
