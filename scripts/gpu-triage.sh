@@ -19,6 +19,7 @@
 # Prepare on the build machine (.gpu-triage is excluded from git):
 #   .gpu-triage/builds/<sha256 of mod.rs>/bench   the stripped release binaries
 #   .gpu-triage/src/{good,slow}/mod.rs             the two versions of src/workload/mod.rs
+#                                                  (scripts/gpu-triage/make-sources.sh writes them)
 # State between device calls (the repository and the history) travels as
 # OUT_DIR/state.tgz; give it back as .gpu-triage/state.tgz to the next call.
 set -u
