@@ -75,3 +75,6 @@ fi
 # build, failing over 10 s, then opened in chromium. Its release build is its own (see
 # docs/history.md, "The fleet's site", for what it takes on the CI machine).
 scripts/site-bench.sh
+# The dry run's scale guard (issue 41): a million-combination `bench matrix --dry-run`, in
+# both formats, on the binary site-bench just built, failing over 2 s (median) or 600 MB.
+scripts/dry-run-bench.sh

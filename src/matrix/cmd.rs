@@ -333,22 +333,47 @@ mod erased {
 /// Writes a JSON list of the elements of `blocks` (as `to_writer_pretty` writes a list one
 /// level deep), rendering blocks on up to four threads and writing them in order.
 fn write_list(out: &mut impl Write, plan: &Plan, blocks: &[Block]) -> std::io::Result<()> {
+    out.write_all(b"[")?;
+    let mut any = false;
+    render_in_order(
+        blocks,
+        |block, buf| render_block(plan, block, buf),
+        |buf| {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            // Every element comes with a leading comma; the list's first has none.
+            out.write_all(if any { &buf } else { &buf[1..] })?;
+            any = true;
+            Ok(())
+        },
+    )?;
+    out.write_all(if any { b"\n  ]" } else { b"]" })
+}
+
+/// Renders `blocks` on a few threads and hands each rendered block to `sink` in the blocks'
+/// order, as it comes. Rendering a million cells is most of a dry run's time, and it
+/// splits; the writing stays in order on this thread.
+fn render_in_order<B: Sync>(
+    blocks: &[B],
+    render: impl Fn(&B, &mut Vec<u8>) -> std::io::Result<()> + Sync,
+    mut sink: impl FnMut(Vec<u8>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 4);
-    out.write_all(b"[")?;
-    let mut any = false;
+    let render = &render;
     std::thread::scope(|scope| -> std::io::Result<()> {
         let mut queues = Vec::with_capacity(threads);
         for t in 0..threads {
             // Two rendered blocks wait per thread at most, so memory stays bounded
-            // however fast the threads render and however slowly `out` takes them.
+            // however fast the threads render and however slowly the sink takes them.
             let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
             queues.push(rx);
             scope.spawn(move || {
                 for block in blocks.iter().skip(t).step_by(threads) {
                     let mut buf = Vec::new();
-                    let rendered = render_block(plan, block, &mut buf).map(|()| buf);
+                    let rendered = render(block, &mut buf).map(|()| buf);
                     // A closed queue means the writer stopped (an error): so do we.
                     if tx.send(rendered).is_err() {
                         return;
@@ -360,16 +385,10 @@ fn write_list(out: &mut impl Write, plan: &Plan, blocks: &[Block]) -> std::io::R
             let buf = queues[k % threads]
                 .recv()
                 .map_err(std::io::Error::other)??;
-            if buf.is_empty() {
-                continue;
-            }
-            // Every element comes with a leading comma; the list's first has none.
-            out.write_all(if any { &buf } else { &buf[1..] })?;
-            any = true;
+            sink(buf)?;
         }
         Ok(())
-    })?;
-    out.write_all(if any { b"\n  ]" } else { b"]" })
+    })
 }
 
 fn fmt_duration(secs: u64) -> String {
@@ -398,33 +417,61 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
         "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  workload",
         "#", "cell", "steps", "seq", "mbs", "accum", "global", "repeats", "timeout"
     )?;
-    let mut i = 0;
-    plan.each_cell(|c| {
-        let p = &c.params;
-        let workload = match &p.workload {
-            crate::cell::Workload::Builtin => "builtin".to_string(),
-            crate::cell::Workload::Command { argv, .. } => {
-                format!("command {}", argv.first().map(String::as_str).unwrap_or(""))
+    // The rows are rendered by blocks of combinations on a few threads, each without its
+    // number (which depends on how many cells the blocks before it hold); the numbers are
+    // put in front as the rows are written in order.
+    let combos = plan.combinations;
+    let mut blocks: Vec<(std::ops::Range<usize>, bool)> = (0..combos)
+        .step_by(BLOCK)
+        .map(|start| (start..(start + BLOCK).min(combos), false))
+        .collect();
+    blocks.push((combos..combos, true));
+    let mut i = 0usize;
+    render_in_order(
+        &blocks,
+        |(range, added), buf| {
+            plan.each_cell_in(range.clone(), *added, |c| {
+                let p = &c.params;
+                let workload = match &p.workload {
+                    crate::cell::Workload::Builtin => "builtin".to_string(),
+                    crate::cell::Workload::Command { argv, .. } => {
+                        let first = argv.first().map(String::as_str).unwrap_or("");
+                        // A control character in the program's name (a newline, an escape)
+                        // is shown escaped: a row is one line of text.
+                        if first.chars().any(char::is_control) {
+                            format!("command {}", first.escape_default())
+                        } else {
+                            format!("command {first}")
+                        }
+                    }
+                    other => other.kind().to_string(),
+                };
+                writeln!(
+                    buf,
+                    "{:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  {}",
+                    c.id.as_str(),
+                    p.steps,
+                    p.seq_len,
+                    p.micro_batch,
+                    p.grad_accum,
+                    p.global_batch,
+                    p.repeats,
+                    fmt_duration(p.timeout_s),
+                    workload
+                )
+            })
+        },
+        |buf| {
+            // Each row ends with its newline, and no row holds one inside (cell ids follow
+            // the id rule of src/ids.rs; the workload's word is escaped above).
+            for row in buf.split_inclusive(|&b| b == b'\n') {
+                i += 1;
+                write!(out, "  {i:>n$}  ")?;
+                out.write_all(row)?;
             }
-            other => other.kind().to_string(),
-        };
-        writeln!(
-            out,
-            "  {:>n$}  {:<w$}  {:>5} {:>6} {:>5} {:>5} {:>6} {:>7} {:>7}  {}",
-            i + 1,
-            c.id.as_str(),
-            p.steps,
-            p.seq_len,
-            p.micro_batch,
-            p.grad_accum,
-            p.global_batch,
-            p.repeats,
-            fmt_duration(p.timeout_s),
-            workload
-        )?;
-        i += 1;
-        Ok::<(), std::io::Error>(())
-    })?;
+            Ok(())
+        },
+    )?;
     if c.dropped > 0 {
         writeln!(out)?;
         writeln!(out, "Dropped ({}):", c.dropped)?;

@@ -410,7 +410,9 @@ impl<'a> Plan<'a> {
     }
 
     /// Calls `f` with each cell that runs, in order. Cells of the product are loaded into
-    /// one [`Scratch`] cell, so writing a listing allocates next to nothing per cell.
+    /// one [`Scratch`] cell, so writing a listing allocates next to nothing per cell. (The
+    /// listings render by blocks with [`Plan::each_cell_in`]; the tests walk it whole.)
+    #[cfg(test)]
     pub(crate) fn each_cell<E>(&self, f: impl FnMut(&Cell) -> Result<(), E>) -> Result<(), E> {
         self.each_cell_in(0..self.combinations, true, f)
     }
