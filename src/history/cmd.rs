@@ -210,6 +210,55 @@ fn short(c: &Option<String>) -> String {
         .map_or("-".into(), |c| c[..c.len().min(7)].to_string())
 }
 
+/// The widest host name the trend's table shows whole; a longer one is cut with an ellipsis.
+const HOST_WIDTH: usize = 24;
+
+fn host_cell(host: &str) -> String {
+    if host.chars().count() <= HOST_WIDTH {
+        host.to_string()
+    } else {
+        let mut cut: String = host.chars().take(HOST_WIDTH - 1).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// One line naming the hosts that ran the cell on this hardware key, each with its runs and
+/// its median against the median of every run, when there are two or more: a CI pool has
+/// several runners per key, and a runner that runs the cell a few percent below the others
+/// is a fact of the pool (the gate calls its nights `environment` when the side-by-side
+/// pairs say the code is the same), which a single trend line would hide.
+fn hosts_line(trend: &[Point]) -> String {
+    let mut by_host: indexmap::IndexMap<&str, Vec<f64>> = indexmap::IndexMap::new();
+    for p in trend {
+        by_host.entry(p.host.as_str()).or_default().push(p.value);
+    }
+    if by_host.len() < 2 {
+        return String::new();
+    }
+    let all: Vec<f64> = trend.iter().map(|p| p.value).collect();
+    let overall = crate::metrics::stats::median(&all).unwrap_or(0.0);
+    let parts: Vec<String> = by_host
+        .iter()
+        .map(|(host, values)| {
+            let m = crate::metrics::stats::median(values).unwrap_or(0.0);
+            let rel = if overall > 0.0 {
+                format!(" ({:+.1}%)", (m / overall - 1.0) * 100.0)
+            } else {
+                String::new()
+            };
+            let runs = if values.len() == 1 { "run" } else { "runs" };
+            format!(
+                "{} {} {runs}, median {}{rel}",
+                host_cell(host),
+                values.len(),
+                human(m)
+            )
+        })
+        .collect();
+    format!("  hosts: {}\n", parts.join("; "))
+}
+
 /// The text of one cell's trend on one hardware key.
 pub(crate) fn render_trend(
     cell: &str,
@@ -272,15 +321,22 @@ pub(crate) fn render_trend(
             ));
         }
     }
+    out.push_str(&hosts_line(trend));
     let w = trend
         .iter()
         .map(|p| p.run_id.len())
         .max()
         .unwrap_or(6)
         .max(6);
+    let hw = trend
+        .iter()
+        .map(|p| p.host.chars().count().min(HOST_WIDTH))
+        .max()
+        .unwrap_or(4)
+        .max(4);
     out.push_str(&format!(
-        "  {:<w$}  {:<20}  {:<7}  {:<16}  {:>9}  {:>7}  flags\n",
-        "run", "started", "commit", "branch", "value", "spread"
+        "  {:<w$}  {:<20}  {:<7}  {:<16}  {:<hw$}  {:>9}  {:>7}  flags\n",
+        "run", "started", "commit", "branch", "host", "value", "spread"
     ));
     for p in trend {
         let mut flags = Vec::new();
@@ -291,11 +347,12 @@ pub(crate) fn render_trend(
             flags.push(format!("new segment: {}", s.reason));
         }
         out.push_str(&format!(
-            "  {:<w$}  {:<20}  {:<7}  {:<16}  {:>9}  {:>6.2}%  {}\n",
+            "  {:<w$}  {:<20}  {:<7}  {:<16}  {:<hw$}  {:>9}  {:>6.2}%  {}\n",
             p.run_id,
             p.started_at,
             short(&p.commit),
             p.branch.as_deref().unwrap_or("-"),
+            host_cell(&p.host),
             human(p.value),
             p.rel_spread * 100.0,
             flags.join(", ")
@@ -492,6 +549,59 @@ pub(crate) fn study(args: &StudySettings) -> Result<i32, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn point(run: &str, host: &str, value: f64) -> Point {
+        Point {
+            run_id: run.into(),
+            started_at: "2026-11-01T00:00:00Z".into(),
+            commit: Some(format!("{run}-sha")),
+            branch: Some("main".into()),
+            host: host.into(),
+            throttled: false,
+            value,
+            rel_spread: 0.0,
+            samples: vec![value],
+            loss_curve: Vec::new(),
+            switches: indexmap::IndexMap::new(),
+            versions: Default::default(),
+            telemetry: None,
+            context: indexmap::IndexMap::new(),
+            verdict: None,
+        }
+    }
+
+    #[test]
+    fn the_trend_tells_the_hosts_of_a_key_apart() {
+        let one = [
+            point("n1", "runner-a", 100.0),
+            point("n2", "runner-a", 101.0),
+        ];
+        assert_eq!(hosts_line(&one), "", "one host needs no hosts line");
+        let two = [
+            point("n1", "runner-a", 100.0),
+            point("n2", "runner-b", 98.0),
+            point("n3", "runner-a", 100.0),
+            point("n4", "runner-b", 98.0),
+            point("n5", "runner-a", 100.0),
+        ];
+        assert_eq!(
+            hosts_line(&two),
+            "  hosts: runner-a 3 runs, median 100.0 (+0.0%); runner-b 2 runs, median 98.00 (-2.0%)\n"
+        );
+        let text = render_trend("c", "k", "tokens_per_s", &two, &[]);
+        let header = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("run "))
+            .unwrap();
+        assert!(header.contains(" host "), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("n4") && l.contains("runner-b")),
+            "{text}"
+        );
+        let long = "h".repeat(100);
+        assert_eq!(host_cell(&long).chars().count(), HOST_WIDTH);
+    }
 
     #[test]
     fn sparklines_span_the_eight_levels() {
