@@ -52,11 +52,11 @@ lint_fleet() (
     cd "$lint_dir" && git init -q . && actionlint .github/workflows/bench-fleet.yml
 )
 check lint_fleet
-check check-jsonschema --builtin-schema vendor.gitlab-ci ci/gitlab/bench.gitlab-ci.yml
+check check-jsonschema --builtin-schema vendor.gitlab-ci ci/gitlab/bench.gitlab-ci.yml examples/gitlab/.gitlab-ci.yml
 check hadolint --failure-threshold info docker/Dockerfile.cuda docker/Dockerfile.rocm
 check shellcheck -x scripts/*.sh benches/*.sh .ci/run
 # The shipped matrices against the generated schema, as an editor would check them.
-check check-jsonschema --schemafile schema/matrix.schema.json matrix/*.yaml tests/fixtures/matrix/showcase.yaml
+check check-jsonschema --schemafile schema/matrix.schema.json matrix/*.yaml examples/*/*.yaml tests/fixtures/matrix/showcase.yaml
 
 if [ "$failed" -ne 0 ]; then
     echo "check-ci-templates: FAILED" >&2

@@ -63,6 +63,9 @@ scripts/check-ci-templates.sh "$VENV"
 # The runner wing reads dispatcher -> launcher -> executor with no import back up, and only
 # src/cli/ (and main.rs) names the clap types.
 scripts/module-graph.sh
+# The book (docs/, mdBook) builds, and no link or anchor of it or of the README is broken;
+# tests/book_commands.rs checks that every bench command it shows parses.
+scripts/book-check.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
