@@ -422,6 +422,34 @@ fn a_failing_setup_stops_the_bisection_at_its_commit() {
     assert_clean(&repo, &text(&o));
 }
 
+/// Issue 42: a setup that deletes its worktree's `.git` ends the bisection with the reason
+/// (exit 1) at the next checkout, not as an internal failure of bench (exit 3).
+#[test]
+fn a_setup_that_removes_the_worktrees_git_stops_the_bisection_with_the_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    make_repo(&repo, 4, 2);
+    let count = tmp.path().join("count");
+    let o = bisect(
+        &repo,
+        &tmp.path().join("h.sqlite"),
+        &count,
+        "HEAD~4",
+        "HEAD",
+    )
+    .args(["--setup", "rm -rf .git"])
+    .output()
+    .unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("cannot check out commit") && out.contains("after a setup ran there"),
+        "{out}"
+    );
+    assert!(!out.contains("internal"), "{out}");
+}
+
 #[test]
 fn bad_input_exits_2_with_a_clear_message() {
     let tmp = tempfile::tempdir().unwrap();
