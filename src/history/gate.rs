@@ -72,6 +72,56 @@ pub(crate) fn is_confirm_run(run_id: &str) -> bool {
     }
 }
 
+/// The run a confirming re-run confirms: `run_id` less its `-confirm` or `-confirm-N`
+/// suffix; `None` for a run that confirms nothing.
+pub(crate) fn confirmed_run(run_id: &str) -> Option<&str> {
+    if !is_confirm_run(run_id) {
+        return None;
+    }
+    let head = run_id.strip_suffix(CONFIRM_SUFFIX).unwrap_or_else(|| {
+        let (head, _) = run_id.rsplit_once('-').expect("a confirm id has a pass");
+        head.strip_suffix(CONFIRM_SUFFIX)
+            .expect("checked by is_confirm_run")
+    });
+    Some(head)
+}
+
+/// The trend with each confirming re-run's repeats counted with the run it confirmed: the
+/// night measured the cell 3 + 3 (+ 3) times, and every one of those repeats is evidence of
+/// that night's speed, so the run's point holds them all and its value is their median; the
+/// re-run's own point goes (it is no night of its own). A re-run whose run is not in the
+/// trend (recorded before a store was pruned, say) is dropped as before. Runs keep their
+/// order and every other field.
+pub(crate) fn fold_confirms(trend: Vec<Point>) -> Vec<Point> {
+    if !trend.iter().any(|p| is_confirm_run(&p.run_id)) {
+        return trend;
+    }
+    let mut extra: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    for p in &trend {
+        if let Some(parent) = confirmed_run(&p.run_id) {
+            extra
+                .entry(parent.to_string())
+                .or_default()
+                .extend(p.repeats());
+        }
+    }
+    trend
+        .into_iter()
+        .filter(|p| !is_confirm_run(&p.run_id))
+        .map(|mut p| {
+            if let Some(more) = extra.remove(&p.run_id) {
+                let mut all = p.repeats();
+                all.extend(more.into_iter().filter(|v| v.is_finite()));
+                if let Some(m) = crate::metrics::stats::median(&all) {
+                    p.value = m;
+                }
+                p.samples = all;
+            }
+            p
+        })
+        .collect()
+}
+
 /// Which earlier runs count: the branch judged, and for a pull request only commits at its
 /// merge-base or before.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -257,7 +307,7 @@ impl Judge<'_> {
         let id = cell.id.as_str();
         let key = &self.results.environment.hardware_key;
         let m = &cell.metrics[METRIC];
-        let trend = self.store.trend(id, key, METRIC)?;
+        let trend = fold_confirms(self.store.trend(id, key, METRIC)?);
         let segments = self.store.segments(id, key)?;
         let scoped = self.scoped(&trend, &segments);
         // The run `bench baseline accept` started the segment with is the new normal,
@@ -450,6 +500,7 @@ impl Judge<'_> {
         let trend = self
             .store
             .trend(id, &self.results.environment.hardware_key, ENERGY_METRIC)?;
+        let trend = fold_confirms(trend);
         let scoped = self.scoped(&trend, segments);
         let accepted = segments.last().map(|s| s.first_run_id.as_str());
         // The re-runs that read the power; one that did not is no evidence either way, so
@@ -1400,6 +1451,36 @@ mod tests {
             context: indexmap::IndexMap::new(),
             verdict: verdict.map(str::to_string),
         }
+    }
+
+    #[test]
+    fn a_confirming_reruns_repeats_count_with_the_run_it_confirmed() {
+        let with = |run: &str, samples: &[f64]| Point {
+            samples: samples.to_vec(),
+            value: crate::metrics::stats::median(samples).unwrap(),
+            ..point(run, Some("unchanged"))
+        };
+        let trend = vec![
+            with("n1", &[100.0, 101.0, 99.0]),
+            with("n2", &[90.0, 91.0, 92.0]),
+            with("n2-confirm", &[100.0, 100.5, 99.5]),
+            with("n2-confirm-2", &[100.2, 99.8, 100.1]),
+            with("n3", &[100.0, 100.0, 100.0]),
+            // A re-run of a run the trend does not hold is no night either.
+            with("gone-confirm", &[50.0]),
+        ];
+        let folded = fold_confirms(trend);
+        let ids: Vec<&str> = folded.iter().map(|p| p.run_id.as_str()).collect();
+        assert_eq!(ids, ["n1", "n2", "n3"]);
+        assert_eq!(folded[1].samples.len(), 9);
+        assert_eq!(
+            folded[1].value, 99.8,
+            "the median of the night's nine repeats"
+        );
+        assert_eq!(folded[0].samples, [100.0, 101.0, 99.0]);
+        assert_eq!(confirmed_run("n2-confirm-2"), Some("n2"));
+        assert_eq!(confirmed_run("n2-confirm"), Some("n2"));
+        assert_eq!(confirmed_run("n2"), None);
     }
 
     #[test]
