@@ -81,3 +81,6 @@ scripts/site-bench.sh
 # The dry run's scale guard (issue 41): a million-combination `bench matrix --dry-run`, in
 # both formats, on the binary site-bench just built, failing over 2 s (median) or 600 MB.
 scripts/dry-run-bench.sh
+# The gate's scale guard (issue 41): a 1,000-cell run judged against 365 generated nights of
+# its history, on the same optimized build, failing when judging costs over 30 s.
+scripts/gate-bench.sh

@@ -427,3 +427,79 @@ fn accept_compile_shift(
     }
     Ok(())
 }
+
+/// Writes `nights` clean nights of the cells `ids` on hardware key `key` (host `host`) into
+/// the store at `location`, cell `i` at `values[i]` tokens/s with +-0.4% noise, each night's
+/// verdicts `unchanged` (the first five `insufficient_history`), a day apart, ending
+/// yesterday: the history a real run of those cells is judged against in
+/// `benches/gate_fleet.rs` (issue 41's timed judgement of a 1,000-cell run against a year).
+pub fn clean_history(
+    location: &str,
+    key: &str,
+    host: &str,
+    ids: &[String],
+    values: &[f64],
+    nights: usize,
+) -> Result<(), HistoryError> {
+    let mut store = crate::history::open(location)?;
+    let mut rng = Rng(0x600d);
+    let end = time::OffsetDateTime::now_utc() - time::Duration::days(1);
+    for i in 0..nights {
+        let started = end - time::Duration::days((nights - 1 - i) as i64);
+        let started_at = started
+            .format(&time::format_description::well_known::Rfc3339)
+            .expect("a date formats");
+        let verdict = if i < 5 {
+            "insufficient_history"
+        } else {
+            "unchanged"
+        };
+        let cells = ids
+            .iter()
+            .zip(values)
+            .map(|(id, &v)| {
+                let samples: Vec<f64> = (0..3).map(|_| v * (1.0 + 0.004 * rng.unit())).collect();
+                let mut sorted = samples.clone();
+                sorted.sort_by(f64::total_cmp);
+                CellRecord {
+                    cell_id: id.clone(),
+                    status: "passed".into(),
+                    metrics: vec![MetricRecord {
+                        name: "tokens_per_s".into(),
+                        value: sorted[1],
+                        rel_spread: (sorted[2] - sorted[0]) / sorted[1] / 2.0,
+                        samples,
+                    }],
+                    loss_curve: Vec::new(),
+                    telemetry: None,
+                    context: IndexMap::new(),
+                }
+            })
+            .collect();
+        let run = RunRecord {
+            run_id: format!("year-{i:04}"),
+            started_at: started_at.clone(),
+            finished_at: Some(started_at),
+            commit: None,
+            git_dirty: false,
+            branch: None,
+            hardware_key: key.to_string(),
+            host: host.to_string(),
+            matrix_name: "gate-fleet".into(),
+            versions: Versions {
+                bench: "0.1.0".into(),
+                ..Versions::default()
+            },
+            switches: IndexMap::new(),
+            telemetry: None,
+            cells,
+        };
+        store.record_run(&run)?;
+        let verdicts: Vec<(String, String)> = ids
+            .iter()
+            .map(|id| (id.clone(), verdict.to_string()))
+            .collect();
+        store.set_verdicts(&run.run_id, &verdicts)?;
+    }
+    Ok(())
+}
