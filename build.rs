@@ -19,6 +19,11 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=csrc");
+    // The runner-only build (`--no-default-features`) has no libtorch to link and no shim
+    // to compile: nothing here is its business.
+    if std::env::var_os("CARGO_FEATURE_BUILTIN").is_none() {
+        return;
+    }
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         return;
     };

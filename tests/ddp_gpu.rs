@@ -7,6 +7,8 @@
 //! collective. On hosts with fewer than two CUDA devices every test is skipped (CI has no
 //! GPU) but the one-rank check, which needs one, unless `BENCH_GPU_TESTS=1` says the host has them, when it fails (tests/gpu_gate);
 //! scripts/gpu-dist-bench.sh runs this binary.
+// The built-in workload only exists in the default build (Cargo feature `builtin`).
+#![cfg(feature = "builtin")]
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

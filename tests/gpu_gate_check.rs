@@ -1,6 +1,8 @@
 //! The GPU tests' gate (tests/gpu_gate) on any host: asked for more CUDA devices than any
 //! host has, it skips without `BENCH_GPU_TESTS`, and fails with it, so that a GPU runner that
 //! lost CUDA cannot report the GPU tests green.
+// It asks libtorch for the CUDA devices: the default build (Cargo feature `builtin`) only.
+#![cfg(feature = "builtin")]
 
 mod gpu_gate;
 

@@ -1,4 +1,6 @@
 //! `bench worker` end to end on CPU: the built binary, tiny presets, real libtorch.
+// The built-in workload only exists in the default build (Cargo feature `builtin`).
+#![cfg(feature = "builtin")]
 
 use std::process::Output;
 

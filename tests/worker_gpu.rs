@@ -7,6 +7,8 @@
 //! libtorch's (values, gradients, training). On hosts without CUDA every test is skipped (CI has
 //! no GPU), unless `BENCH_GPU_TESTS=1` says the host has one, when it fails (tests/gpu_gate);
 //! scripts/gpu-bench.sh runs this binary on a GPU host.
+// The built-in workload only exists in the default build (Cargo feature `builtin`).
+#![cfg(feature = "builtin")]
 
 use std::process::Output;
 

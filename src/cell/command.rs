@@ -37,6 +37,8 @@ pub enum LaunchError {
     EmptyArgv { cell: String },
     #[error("cannot locate the bench executable to start `bench worker`: {0}")]
     CurrentExe(String),
+    #[error("cell {cell} uses the built-in workload, which this bench does not have: it is the runner-only build (built with --no-default-features); run the matrix with the full build (`cargo install --path . --locked`, with libtorch from scripts/env.sh) or the CUDA or ROCm image of docker/, or name a full build's binary with --worker-exe")]
+    NotBuiltIn { cell: String },
 }
 
 /// The values a `command` template may name: the cell's axes, its parameters, its extra

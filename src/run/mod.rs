@@ -99,6 +99,19 @@ pub fn run_with(
     expansion: Expansion,
     reporter: &mut dyn progress::Reporter,
 ) -> Result<RunOutcome, RunError> {
+    // The runner-only build has no `bench worker` of its own: a built-in cell is refused
+    // before anything runs, unless --worker-exe names a binary that has one.
+    if !cfg!(feature = "builtin") && config.bench_exe.is_none() {
+        if let Some(c) = expansion
+            .cells
+            .iter()
+            .find(|c| matches!(c.params.workload, crate::cell::Workload::Builtin))
+        {
+            return Err(RunError::Launch(launch::LaunchError::NotBuiltIn {
+                cell: c.id.to_string(),
+            }));
+        }
+    }
     executor::become_subreaper();
     // `--gpus 0` runs on CPU only: the GPU tools are not asked (a hung driver's
     // nvidia-smi then costs nothing).

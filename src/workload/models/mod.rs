@@ -8,18 +8,27 @@
 //! the optimizer re-points them at bf16 working copies of flat fp32 masters
 //! ([`crate::workload::optim::AdamW::with_masters`], the default on a GPU) or DDP/FSDP do.
 
+#[cfg(feature = "builtin")]
 pub mod gpt2;
+#[cfg(feature = "builtin")]
 pub mod llama;
+#[cfg(feature = "builtin")]
 pub mod model;
+#[cfg(feature = "builtin")]
 pub mod ops;
 pub mod presets;
 
+#[cfg(feature = "builtin")]
 use tch::{Device, Kind, Tensor};
 
+#[cfg(feature = "builtin")]
 pub use model::{Model, Param, Place};
+#[cfg(feature = "builtin")]
 pub use ops::IGNORE_INDEX;
+#[cfg(feature = "builtin")]
 pub(crate) use presets::{Family, ModelConfig};
 
+#[cfg(feature = "builtin")]
 /// Builds a model with freshly initialised parameters on `device`, for sequences of
 /// `seq_len` tokens, computing in `kind` (used for the RoPE tables).
 pub fn build(cfg: &ModelConfig, seq_len: i64, device: Device, kind: Kind) -> Box<dyn Model> {
@@ -29,6 +38,7 @@ pub fn build(cfg: &ModelConfig, seq_len: i64, device: Device, kind: Kind) -> Box
     }
 }
 
+#[cfg(feature = "builtin")]
 /// The kernel libtorch's `scaled_dot_product_attention` picks for the models' attention at
 /// this shape, dtype and device: asked of libtorch's own dispatcher (`_fused_sdp_choice`,
 /// what SDPA itself calls) with tensors of the real sizes, so the record says what ran and
@@ -60,6 +70,7 @@ pub(crate) fn attention_kernel(
     format!("SDPA: {kernel}")
 }
 
+#[cfg(feature = "builtin")]
 #[cfg(test)]
 mod tests {
     use super::ops::{
