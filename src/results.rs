@@ -712,6 +712,35 @@ mod tests {
         assert_eq!(ids(&r), [("b", "whole".to_string())]);
     }
 
+    /// A small document is written for a person to read, a large one compact (indented, a
+    /// 40,002-cell merge outgrew what readers accept); both read back the same.
+    #[test]
+    fn a_large_document_is_written_compact() {
+        let dir = folder(&[cell("a", "small")], b"");
+        let small = RunResults::load(dir.path()).unwrap();
+        assert!(small.document().unwrap().starts_with(b"{\n"));
+        let mut large = small.clone();
+        large.cells[0] = cell("a", &"x".repeat(PRETTY_MAX_BYTES as usize + 1));
+        let doc = large.document().unwrap();
+        assert!(doc.starts_with(b"{\"schema_version\":"));
+        assert_eq!(serde_json::from_slice::<RunResults>(&doc).unwrap(), large);
+    }
+
+    /// Durations no cell takes are found with their key path; a year is the limit.
+    #[test]
+    fn implausible_durations_are_named() {
+        let dir = folder(&[cell("a", "x")], b"");
+        let mut r = RunResults::load(dir.path()).unwrap();
+        assert_eq!(r.implausible_duration(), None);
+        for v in [1e20, -1.0, f64::NAN, MAX_CELL_S * 1.01] {
+            r.cells[0].duration_s = v;
+            let why = r.implausible_duration().unwrap();
+            assert!(why.starts_with("cells[0] (a).duration_s is "), "{why}");
+        }
+        r.cells[0].duration_s = MAX_CELL_S;
+        assert_eq!(r.implausible_duration(), None);
+    }
+
     /// A journal that is not a regular file is an error, not a reader that blocks on a FIFO
     /// or reads a device forever.
     #[test]

@@ -493,6 +493,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn expected_kinds_are_keys_or_their_start_with_an_optional_shard_count() {
+        let k = ExpectedKind::parse("h100=2").unwrap();
+        assert_eq!(
+            k,
+            ExpectedKind {
+                kind: "h100".into(),
+                shards: Some(2)
+            }
+        );
+        assert!(k.matches("h100") && k.matches("h100-sxm-80gb"));
+        assert!(!k.matches("h1000-sxm") && !k.matches("xh100") && !k.matches("h10"));
+        assert_eq!(ExpectedKind::parse("mi300x").unwrap().shards, None);
+        for bad in ["h100=0", "h100=x", "h100=99999", "../x", "", "a b"] {
+            assert!(ExpectedKind::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn run_folders_are_plain_names_and_never_collide() {
         assert_eq!(folder_name("h100-sxm-80gb", "n1", &[]), "h100-sxm-80gb");
         let taken = vec!["h100-sxm-80gb".to_string()];

@@ -327,7 +327,12 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
         // A merged run's shard that did not finish: named with the code it gives.
         format!(
             "result: FAILED (exit {code}): {}; {} regressed, {} failed, {} timed out\n",
-            cmp.run_failures.join("; "),
+            // From the merged folder's shards.json: shown, never sent to the terminal.
+            cmp.run_failures
+                .iter()
+                .map(|f| crate::sanitize::terminal(&one_line(f)).into_owned())
+                .collect::<Vec<_>>()
+                .join("; "),
             n.regression,
             n.failed,
             n.timed_out
