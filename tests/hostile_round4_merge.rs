@@ -632,6 +632,34 @@ fn an_expected_hardware_kind_that_never_uploaded_is_named_and_fails_the_fleet() 
         .unwrap()
         .is_empty());
 
+    // The fleet template's case: each kind's merged run folder, whose shard count is the
+    // one its merge named; a merged run whose shard never finished still fails the fleet.
+    let merged = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &merged, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = merge(
+        dir,
+        &[&merged],
+        &out,
+        &["--expect-kinds", &format!("{kind}=2")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let late = copy_shard(&s2, dir, "late");
+    let mut r = read_json(&late.join("results.json"));
+    r["finished_at"] = Value::Null;
+    write_json(&late.join("results.json"), &r);
+    let o = merge(dir, &[&s1, &late], &merged, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = merge(
+        dir,
+        &[&merged],
+        &out,
+        &["--expect-kinds", &format!("{kind}=2")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let fleet = read_json(&out.join("fleet.json"));
+    assert_eq!(fleet["runs"][0]["exit_code"], 1, "{fleet}");
+
     // A kind that is not a hardware key is bad input.
     let o = merge(
         dir,
