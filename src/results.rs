@@ -19,6 +19,15 @@ use crate::events::{StepEvent, SummaryEvent};
 /// Bumped on any incompatible change to [`RunResults`].
 pub(crate) const SCHEMA_VERSION: u32 = 1;
 
+/// The longest a cell's run (or one attempt of it) is believed to take: a year. A longer
+/// duration is a forged or overflowed figure, refused where results are read.
+pub(crate) const MAX_CELL_S: f64 = 365.0 * 86_400.0;
+
+/// Documents whose compact form is larger than this are written compact
+/// ([`RunResults::document`]): a person reads a small one, a large one must stay within
+/// what readers accept.
+const PRETTY_MAX_BYTES: u64 = 16 * crate::files::MIB;
+
 /// Where and on what a run happened, captured once per run: on the host that runs `bench`,
 /// or under `--launcher slurm` on the first node a job reported from (see
 /// [`EnvironmentSource`] and `run::dispatch::node_env`).
@@ -426,7 +435,71 @@ impl RunResults {
                 })?;
             doc.merge_journal(&journal_path, &bytes)?;
         }
+        // Every reader gets durations it can turn into times: a duration of 1e20 s made
+        // `bench report` panic converting it, while `bench history import` took it.
+        if let Some(why) = doc.implausible_duration() {
+            return Err(ResultsError::Invalid {
+                message: format!("{}: {why}", file.display()),
+                path: file,
+            });
+        }
         Ok(doc)
+    }
+
+    /// The first duration of the document no run can have taken (not a finite number of
+    /// seconds between 0 and [`MAX_CELL_S`]), as its key path and why; `None` when every
+    /// cell's and attempt's duration is plausible.
+    pub(crate) fn implausible_duration(&self) -> Option<String> {
+        let bad = |v: f64| !(v.is_finite() && (0.0..=MAX_CELL_S).contains(&v));
+        let why = |key: String, v: f64| {
+            format!(
+                "{key} is {v:e}: not a duration a cell can take (between 0 and {MAX_CELL_S:e} s, a year)"
+            )
+        };
+        for (i, c) in self.cells.iter().enumerate() {
+            let at = format!("cells[{i}] ({})", crate::sanitize::terminal(c.id.as_str()));
+            if bad(c.duration_s) {
+                return Some(why(format!("{at}.duration_s"), c.duration_s));
+            }
+            if let Some((j, a)) = c
+                .attempts
+                .iter()
+                .enumerate()
+                .find(|(_, a)| bad(a.duration_s))
+            {
+                return Some(why(format!("{at}.attempts[{j}].duration_s"), a.duration_s));
+            }
+        }
+        None
+    }
+
+    /// The first metric value of the document no measurement can have given
+    /// ([`crate::bounds::check`]), as its key path and why; a metric the run could not
+    /// compute ([`crate::bounds::not_computed`]) is no measurement and is not checked.
+    pub(crate) fn implausible_metric(&self) -> Option<String> {
+        for (i, cell) in self.cells.iter().enumerate() {
+            for (name, m) in &cell.metrics {
+                if crate::bounds::not_computed(name, m.value, &m.samples) {
+                    continue;
+                }
+                let values = std::iter::once((String::from("value"), m.value)).chain(
+                    m.samples
+                        .iter()
+                        .enumerate()
+                        .map(|(j, v)| (format!("samples[{j}]"), *v)),
+                );
+                for (key, v) in values {
+                    if let Err(why) = crate::bounds::check(name, v) {
+                        return Some(format!(
+                            "cells[{i}] ({}).metrics.{}.{key}: {why}",
+                            crate::sanitize::terminal(cell.id.as_str()),
+                            crate::sanitize::terminal(name),
+                        ));
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// Adds the journal's cells to the document: a cell the document holds already (a
@@ -503,11 +576,23 @@ impl RunResults {
     /// a half-written document.
     pub fn save_atomic(&self, dir: &Path) -> Result<(), ResultsError> {
         let path = dir.join(Self::FILE);
-        let json = serde_json::to_vec_pretty(self).map_err(|e| ResultsError::Write {
+        let json = self.document().map_err(|e| ResultsError::Write {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
         crate::atomic::write(&path, &json).map_err(|source| ResultsError::Write { path, source })
+    }
+
+    /// The bytes of `results.json`: indented for a person when the document is small,
+    /// compact when it is large. Indentation made a large document (a merge of two shards
+    /// of 20,001 cells) more than twice its size, past [`crate::files::MAX_RESULTS_BYTES`],
+    /// which every reader then refused.
+    pub(crate) fn document(&self) -> serde_json::Result<Vec<u8>> {
+        let compact = serde_json::to_vec(self)?;
+        if compact.len() as u64 > PRETTY_MAX_BYTES {
+            return Ok(compact);
+        }
+        serde_json::to_vec_pretty(self)
     }
 }
 
@@ -625,6 +710,35 @@ mod tests {
         let dir = folder(&[], &journal);
         let r = RunResults::load(dir.path()).unwrap();
         assert_eq!(ids(&r), [("b", "whole".to_string())]);
+    }
+
+    /// A small document is written for a person to read, a large one compact (indented, a
+    /// 40,002-cell merge outgrew what readers accept); both read back the same.
+    #[test]
+    fn a_large_document_is_written_compact() {
+        let dir = folder(&[cell("a", "small")], b"");
+        let small = RunResults::load(dir.path()).unwrap();
+        assert!(small.document().unwrap().starts_with(b"{\n"));
+        let mut large = small.clone();
+        large.cells[0] = cell("a", &"x".repeat(PRETTY_MAX_BYTES as usize + 1));
+        let doc = large.document().unwrap();
+        assert!(doc.starts_with(b"{\"schema_version\":"));
+        assert_eq!(serde_json::from_slice::<RunResults>(&doc).unwrap(), large);
+    }
+
+    /// Durations no cell takes are found with their key path; a year is the limit.
+    #[test]
+    fn implausible_durations_are_named() {
+        let dir = folder(&[cell("a", "x")], b"");
+        let mut r = RunResults::load(dir.path()).unwrap();
+        assert_eq!(r.implausible_duration(), None);
+        for v in [1e20, -1.0, f64::NAN, MAX_CELL_S * 1.01] {
+            r.cells[0].duration_s = v;
+            let why = r.implausible_duration().unwrap();
+            assert!(why.starts_with("cells[0] (a).duration_s is "), "{why}");
+        }
+        r.cells[0].duration_s = MAX_CELL_S;
+        assert_eq!(r.implausible_duration(), None);
     }
 
     /// A journal that is not a regular file is an error, not a reader that blocks on a FIFO

@@ -296,22 +296,22 @@ fn fleet_reports() {
         part("h100-sxm-80gb", &mixed, &mixed_cmp, 1),
         part("cpu-x86_64", &cpu, &cpu_cmp, 0),
     ];
-    assert_eq!(fleet::exit_code(&parts), 1);
+    assert_eq!(fleet::exit_code(&parts, &[]), 1);
     let summaries = vec![
         MarkdownExporter.render(&parts[0].input).unwrap(),
         MarkdownExporter.render(&parts[1].input).unwrap(),
     ];
     insta::assert_snapshot!(
         "fleet_summary_md",
-        fleet::render_summary(&parts, &summaries)
+        fleet::render_summary(&parts, &summaries, &[])
     );
-    insta::assert_snapshot!("fleet_comment_md", fleet::render_comment(&parts, None));
-    insta::assert_snapshot!("fleet_report_html", fleet::render_html(&parts));
+    insta::assert_snapshot!("fleet_comment_md", fleet::render_comment(&parts, &[], None));
+    insta::assert_snapshot!("fleet_report_html", fleet::render_html(&parts, &[]));
     insta::with_settings!({filters => vec![
         (r#"time="[0-9.e-]+""#, r#"time="[duration]""#),
         (r#"timestamp="[^"]+""#, r#"timestamp="[date]""#),
     ]}, {
-        insta::assert_snapshot!("fleet_junit_xml", fleet::render_junit(&parts).unwrap());
+        insta::assert_snapshot!("fleet_junit_xml", fleet::render_junit(&parts, &[]).unwrap());
     });
 }
 
@@ -336,7 +336,7 @@ fn a_fleet_comment_of_many_runs_stays_within_its_size() {
                 shards: Vec::new(),
             })
             .collect();
-        let body = fleet::render_comment(&parts, Some("https://ci.example/artifacts"));
+        let body = fleet::render_comment(&parts, &[], Some("https://ci.example/artifacts"));
         assert!(
             body.len() <= bench::report::markdown::MAX_BYTES,
             "{n} runs: {} bytes",

@@ -290,6 +290,11 @@ pub struct Comparison {
     pub history_scope: Option<String>,
     /// Cells of the run in run order, then dropped cells, then cells only the baseline has.
     pub cells: Vec<CellComparison>,
+    /// Why the run fails whatever its cells' verdicts, one line each: a merged run's
+    /// shard that did not finish every cell of its plan (`bench report merge`). Each fails
+    /// the exit code, and every report names it beside that code.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_failures: Vec<String>,
 }
 
 impl Comparison {
@@ -316,9 +321,10 @@ impl Comparison {
         c
     }
 
-    /// DESIGN.md's exit code: 1 when a cell regressed, failed or timed out, else 0.
+    /// DESIGN.md's exit code: 1 when a cell regressed, failed or timed out (or the run
+    /// failed beyond its cells: [`Self::run_failures`]), else 0.
     pub fn exit_code(&self) -> i32 {
-        if self.cells.iter().any(|c| c.status.fails_run()) {
+        if !self.run_failures.is_empty() || self.cells.iter().any(|c| c.status.fails_run()) {
             crate::exit::bench::FAILED
         } else {
             crate::exit::bench::OK
@@ -438,6 +444,7 @@ pub fn compare(results: &RunResults, baselines: &Baselines) -> Comparison {
         baseline_exists: baselines.existed,
         history_scope: None,
         cells,
+        run_failures: Vec::new(),
     }
 }
 

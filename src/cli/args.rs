@@ -376,9 +376,17 @@ pub struct MergeArgs {
     /// runs' folders; the folders of several runs make a fleet.
     #[arg(required = true, num_args = 1..)]
     pub run_dirs: Vec<PathBuf>,
-    /// The merged run folder (or fleet folder) to write.
+    /// The merged run folder (or fleet folder) to write. It is replaced whole: it must be
+    /// new, empty or an earlier merge's output.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
+    /// The hardware kinds the fleet must hold, comma-separated: a hardware key or its start
+    /// before a `-` (`h100` is `h100-sxm-80gb`), optionally with its run's shard count
+    /// (`h100=2,mi300x`). A kind no run was given for (its runner never uploaded) is named
+    /// in the fleet's summary, JUnit, comment and terminal, and fails the exit code. The
+    /// output is then always a fleet folder.
+    #[arg(long, value_delimiter = ',', value_name = "KIND[=SHARDS]")]
+    pub expect_kinds: Vec<String>,
     /// Folder of baseline files.
     #[arg(long, default_value = "baselines", value_name = "DIR")]
     pub baselines: PathBuf,

@@ -217,6 +217,7 @@ pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
         format: args.format,
         verbose: args.verbose,
         gpu_hour_price: args.gpu_hour_price,
+        expect_kinds: args.expect_kinds.clone(),
     }
 }
 

@@ -74,36 +74,185 @@ fn folder_name(key: &str, run_id: &str, taken: &[String]) -> String {
     name
 }
 
+/// A hardware kind `--expect-kinds` names: a hardware key, or the start of keys before a
+/// `-` (`h100` is `h100-sxm-80gb` and `h100-pcie-80gb`), with the shards its run must have.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ExpectedKind {
+    pub kind: String,
+    pub shards: Option<u32>,
+}
+
+impl ExpectedKind {
+    /// `KIND` or `KIND=SHARDS`.
+    fn parse(text: &str) -> Result<ExpectedKind, CliError> {
+        let bad =
+            |why: String| CliError::bad_input(miette::miette!("--expect-kinds {text:?}: {why}"));
+        let (kind, shards) = match text.split_once('=') {
+            Some((k, n)) => {
+                let n: u32 = n
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=crate::shard::MAX_SHARDS).contains(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "{n:?} is not a shard count between 1 and {}",
+                            crate::shard::MAX_SHARDS
+                        ))
+                    })?;
+                (k, Some(n))
+            }
+            None => (text, None),
+        };
+        crate::ids::check_hardware_key("--expect-kinds", kind).map_err(|e| bad(e.to_string()))?;
+        Ok(ExpectedKind {
+            kind: kind.to_string(),
+            shards,
+        })
+    }
+
+    fn matches(&self, key: &str) -> bool {
+        key == self.kind
+            || key
+                .strip_prefix(self.kind.as_str())
+                .is_some_and(|rest| rest.starts_with('-'))
+    }
+}
+
+/// What the fleet was told to expect and did not get, one line each: a kind no run was
+/// measured on, or a kind whose run has another number of shards.
+fn missing_kinds(expected: &[ExpectedKind], runs: &[Vec<Folder>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in expected {
+        let mine: Vec<&Vec<Folder>> = runs
+            .iter()
+            .filter(|r| e.matches(&merge::hardware_key(r)))
+            .collect();
+        if mine.is_empty() {
+            out.push(format!(
+                "hardware kind {}: no run was given (it never uploaded, or failed before its first cell){}",
+                e.kind,
+                e.shards
+                    .map(|n| format!("; {n} shard{} expected", if n == 1 { "" } else { "s" }))
+                    .unwrap_or_default()
+            ));
+            continue;
+        }
+        if let Some(n) = e.shards {
+            for r in mine {
+                let got = merge::shard_count(r);
+                if got != n {
+                    out.push(format!(
+                        "hardware kind {}: run {} has {got} shard{}, {n} expected",
+                        e.kind,
+                        merge::run_id(r),
+                        if got == 1 { "" } else { "s" }
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `bench report merge DIR... -o OUT`: the folders of one run become one run folder; the
 /// folders of several runs (an H100 nightly and an MI300X nightly, each sharded or not)
 /// become a fleet folder: each run merged into a folder of its own,
 /// judged against its own hardware key, under one summary, JUnit, report and exit code.
+/// With `--expect-kinds`, the output is a fleet folder that names each expected hardware
+/// kind no run was given for.
+///
+/// Everything is written into a new folder beside `OUT` that replaces it only once the
+/// merge succeeded: `OUT` then holds this merge's files alone (an earlier merge's
+/// history, triage or fleet index never reads as this one's), and a refused merge leaves
+/// nothing behind.
 pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
+    let expected = args
+        .expect_kinds
+        .iter()
+        .map(|k| ExpectedKind::parse(k))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut folders = Vec::new();
     for dir in &args.run_dirs {
         folders.push(merge::read_folder(dir)?);
     }
-    check_output(&args.output, &args.run_dirs)?;
+    let out = check_output(&args.output, &args.run_dirs)?;
     let mut runs = merge::by_run(folders);
-    if runs.len() == 1 {
-        // A fleet merged here before would otherwise still be what `report post` finds.
-        remove_stale(&args.output, &[FILE])?;
+    let missing = missing_kinds(&expected, &runs);
+    let stage = Stage::new(&out)?;
+    let exit = if runs.len() == 1 && expected.is_empty() {
         let folders = runs.remove(0);
-        return Ok(merge::merge_run(folders, &args.output, args)?.exit);
+        merge::merge_run(folders, stage.path(), args).map(|m| m.exit)
+    } else {
+        merge_fleet(runs, stage.path(), &out, &missing, args)
+    };
+    match exit {
+        Ok(exit) => {
+            stage.commit()?;
+            Ok(exit)
+        }
+        Err(e) => {
+            stage.discard();
+            Err(e)
+        }
     }
-    // And a single run merged here before would still read as this folder's run.
-    remove_stale(
-        &args.output,
-        &[
-            crate::results::RunResults::FILE,
-            crate::results::RunResults::JOURNAL,
-            crate::history::verdicts::GateReport::FILE,
-            "shards.json",
-            super::triage::FILE,
-            super::shard::FILE,
-        ],
-    )?;
-    merge_fleet(runs, args)
+}
+
+/// The folder a merge is written into before it replaces its output.
+struct Stage {
+    out: PathBuf,
+    path: PathBuf,
+}
+
+impl Stage {
+    fn new(out: &Path) -> Result<Stage, CliError> {
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| CliError::internal(miette::miette!("{}: {e}", parent.display())))?;
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "merge".into());
+        let path = parent.join(format!(".{name}.merging-{}", std::process::id()));
+        // A folder of that name is a merge of this process id that died: its leftovers.
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path)
+            .map_err(|e| CliError::internal(miette::miette!("{}: {e}", path.display())))?;
+        Ok(Stage {
+            out: out.to_path_buf(),
+            path,
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Puts the merge in place of the output (an earlier merge's folder goes).
+    fn commit(self) -> Result<(), CliError> {
+        let internal = |p: &Path, e: std::io::Error| {
+            CliError::internal(miette::miette!("{}: {e}", p.display()))
+        };
+        let mut old = self.path.clone().into_os_string();
+        old.push(".old");
+        let old = PathBuf::from(old);
+        if self.out.exists() {
+            std::fs::rename(&self.out, &old).map_err(|e| internal(&self.out, e))?;
+        }
+        std::fs::rename(&self.path, &self.out).map_err(|e| internal(&self.out, e))?;
+        if old.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&old) {
+                eprintln!("warning: {}: {e}", old.display());
+            }
+        }
+        Ok(())
+    }
+
+    fn discard(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }
 
 /// `path` absolute, with the links of its existing part resolved, so that two spellings of
@@ -128,9 +277,21 @@ fn resolved(path: &Path) -> PathBuf {
     out
 }
 
-/// The output must be a folder apart from every input: written over an input it would
-/// truncate that shard's logs while copying them onto themselves and replace its results.
-fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<(), CliError> {
+/// The output must be a folder apart from every input (written over an input it would
+/// truncate that shard's logs while copying them onto themselves and replace its
+/// results), new, empty or an earlier merge's (it is replaced whole), and not a link that
+/// leads nowhere. Returns the folder to write: where a link to a folder leads.
+fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
+    let is_link = std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link && !out.exists() {
+        return Err(CliError::bad_input(miette::miette!(
+            "-o {}: a link that leads nowhere ({}): give a folder, or remove the link",
+            out.display(),
+            std::fs::read_link(out)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default()
+        )));
+    }
     if out.exists() && !out.is_dir() {
         return Err(CliError::bad_input(miette::miette!(
             "-o {}: not a folder",
@@ -148,31 +309,31 @@ fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<(), CliError> {
             )));
         }
     }
-    Ok(())
-}
-
-/// Removes the files of the other kind of merge that an earlier `bench report merge` left
-/// in `out`.
-fn remove_stale(out: &Path, names: &[&str]) -> Result<(), CliError> {
-    for name in names {
-        let path = out.join(name);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(CliError::internal(miette::miette!(
-                    "{}: {e}",
-                    path.display()
-                )))
-            }
-            _ => {}
+    if o.is_dir() {
+        let mut entries = std::fs::read_dir(&o)
+            .map_err(|e| CliError::bad_input(miette::miette!("-o {}: {e}", out.display())))?;
+        let merged_before = o.join(merge::SHARDS_FILE).is_file() || o.join(FILE).is_file();
+        if !merged_before && entries.next().is_some() {
+            return Err(CliError::bad_input(miette::miette!(
+                "-o {}: a folder that holds files and is not an earlier merge's output (it has neither {} nor {FILE}), which the merge would replace: write the merge to a new or empty folder",
+                out.display(),
+                merge::SHARDS_FILE
+            )));
         }
     }
-    Ok(())
+    Ok(o)
 }
 
-/// Merges each run of `runs` into its folder under `args.output` and writes the fleet's
-/// files; returns the worst run's exit code.
-pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Result<i32, CliError> {
-    let out = &args.output;
+/// Merges each run of `runs` into its folder under `out` (the stage of `shown`, the output
+/// the user named) and writes the fleet's files; returns the worst run's exit code, or 1
+/// when an expected kind is `missing`.
+pub(crate) fn merge_fleet(
+    runs: Vec<Vec<Folder>>,
+    out: &Path,
+    shown: &Path,
+    missing: &[String],
+    args: &MergeSettings,
+) -> Result<i32, CliError> {
     std::fs::create_dir_all(out)
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
     let mut merged: Vec<(String, MergedRun)> = Vec::new();
@@ -184,7 +345,7 @@ pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Resul
         eprintln!(
             "== run {} on {key}: merged into {} ==",
             merge::run_id(&folders),
-            out.join(&name).display()
+            shown.join(&name).display()
         );
         let run = merge::merge_run(folders, &out.join(&name), args)?;
         merged.push((name, run));
@@ -215,25 +376,33 @@ pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Resul
         Ok(path)
     };
     let index: Vec<fleet::PartJson> = parts.iter().map(|p| fleet::part_json(p, None)).collect();
-    let exit = fleet::exit_code(&parts);
+    let exit = fleet::exit_code(&parts, missing);
     super::write_json(
         &out.join(FILE),
-        &serde_json::json!({ "runs": index, "exit_code": exit }),
+        &serde_json::json!({ "runs": index, "missing": missing, "exit_code": exit }),
     )?;
-    let summary = fleet::render_summary(&parts, &summaries);
+    let summary = fleet::render_summary(&parts, &summaries, missing);
     write("summary.md", &summary)?;
-    write("junit.xml", &fleet::render_junit(&parts)?)?;
-    write("report.json", &fleet::render_json(&parts)?)?;
-    write("report.html", &fleet::render_html(&parts))?;
+    write("junit.xml", &fleet::render_junit(&parts, missing)?)?;
+    write("report.json", &fleet::render_json(&parts, missing)?)?;
+    write("report.html", &fleet::render_html(&parts, missing))?;
     // The fleet's summary replaces the runs' own in the job's page: each run's was
     // appended when it was merged, which a reader then sees in full below the fleet's.
     if let Err(e) = crate::report::append_step_summary(&summary) {
         eprintln!("warning: {e}");
     }
+    for m in missing {
+        eprintln!("missing: {m}");
+    }
     eprintln!(
-        "fleet: {} runs merged into {}; exit {exit}",
+        "fleet: {} runs merged into {}{}; exit {exit}",
         parts.len(),
-        out.display()
+        shown.display(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(", {} expected missing", missing.len())
+        }
     );
     for p in &parts {
         eprintln!(
@@ -244,9 +413,15 @@ pub(crate) fn merge_fleet(runs: Vec<Vec<Folder>>, args: &MergeSettings) -> Resul
     Ok(exit)
 }
 
-/// The runs of a fleet folder with each one's exit code, for `bench report post`: `None`
-/// when `dir` is one run's.
-pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliError> {
+/// A fleet folder's index: its runs' folders with each one's exit code, and the expected
+/// hardware kinds it named missing.
+pub(crate) struct FleetIndex {
+    pub runs: Vec<(PathBuf, i32)>,
+    pub missing: Vec<String>,
+}
+
+/// The index of a fleet folder, for `bench report post`: `None` when `dir` is one run's.
+pub(crate) fn runs_of(dir: &Path) -> Result<Option<FleetIndex>, CliError> {
     #[derive(serde::Deserialize)]
     struct Run {
         folder: String,
@@ -255,6 +430,8 @@ pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliErro
     #[derive(serde::Deserialize)]
     struct Index {
         runs: Vec<Run>,
+        #[serde(default)]
+        missing: Vec<String>,
     }
     let path = dir.join(FILE);
     let Some(index) = super::read_json::<Index>(&path)? else {
@@ -305,12 +482,33 @@ pub(crate) fn runs_of(dir: &Path) -> Result<Option<Vec<(PathBuf, i32)>>, CliErro
             path.display()
         )));
     }
-    Ok(Some(dirs))
+    Ok(Some(FleetIndex {
+        runs: dirs,
+        missing: index.missing,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expected_kinds_are_keys_or_their_start_with_an_optional_shard_count() {
+        let k = ExpectedKind::parse("h100=2").unwrap();
+        assert_eq!(
+            k,
+            ExpectedKind {
+                kind: "h100".into(),
+                shards: Some(2)
+            }
+        );
+        assert!(k.matches("h100") && k.matches("h100-sxm-80gb"));
+        assert!(!k.matches("h1000-sxm") && !k.matches("xh100") && !k.matches("h10"));
+        assert_eq!(ExpectedKind::parse("mi300x").unwrap().shards, None);
+        for bad in ["h100=0", "h100=x", "h100=99999", "../x", "", "a b"] {
+            assert!(ExpectedKind::parse(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn run_folders_are_plain_names_and_never_collide() {

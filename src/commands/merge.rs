@@ -40,6 +40,8 @@ pub(crate) struct MergeSettings {
     pub verbose: bool,
     /// Price of one GPU-hour, for the framework comparison's cost per 1T tokens.
     pub gpu_hour_price: Option<f64>,
+    /// The hardware kinds the fleet must hold (`KIND` or `KIND=SHARDS`), as given.
+    pub expect_kinds: Vec<String>,
 }
 
 /// One shard's folder as the merge found it.
@@ -48,6 +50,9 @@ pub(crate) struct Folder {
     plan: Plan,
     /// `None` when the shard wrote its plan but no results (killed before its first cell).
     results: Option<RunResults>,
+    /// What failed a run this folder holds merged already (its `shards.json`): a fleet
+    /// merged from runs' merged folders keeps a shard that never finished failing its run.
+    carried: Vec<String>,
 }
 
 /// What became of one shard, as `shards.json` and the summary say it.
@@ -90,7 +95,8 @@ pub(crate) struct Merged {
     pub results: RunResults,
     pub history: Option<GateReport>,
     pub shards: Vec<ShardState>,
-    /// Problems beyond one shard's state (plans that disagree), named for the summary.
+    /// Problems beyond one shard's state (a run none of whose shards wrote results, a
+    /// merged run's own unfinished shards), named for the summary.
     pub notes: Vec<String>,
 }
 
@@ -99,6 +105,60 @@ impl Merged {
     pub(crate) fn complete(&self) -> bool {
         self.notes.is_empty() && self.shards.iter().all(ShardState::ok)
     }
+
+    /// Why the run fails whatever its cells' verdicts: each shard that did not finish
+    /// every cell of its plan, and each note. Every report of the run states them with the
+    /// exit code they give ([`crate::baseline::compare::Comparison::run_failures`]).
+    pub(crate) fn failures(&self) -> Vec<String> {
+        self.shards
+            .iter()
+            .filter(|s| !s.ok())
+            .map(ShardState::line)
+            .chain(self.notes.iter().cloned())
+            .collect()
+    }
+}
+
+/// The file of a merged run's folder naming its shards and what became of them.
+pub(crate) const SHARDS_FILE: &str = "shards.json";
+
+/// What failed the merged run in `dir` beyond its cells, from its [`SHARDS_FILE`] (none
+/// when the folder is no merge's): `bench report`, `bench report post` and a fleet's merge
+/// of the folder state the exit code the merge gave, not the cells' alone.
+pub(crate) fn shard_failures(dir: &Path) -> Result<Vec<String>, CliError> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        shard: String,
+        state: String,
+        #[serde(default)]
+        folder: Option<PathBuf>,
+        planned: usize,
+        ran: usize,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        shards: Vec<State>,
+        #[serde(default)]
+        notes: Vec<String>,
+    }
+    let Some(file) = super::read_json::<File>(&dir.join(SHARDS_FILE))? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for s in file.shards {
+        if s.state != "finished" || s.ran != s.planned {
+            let mut line = format!(
+                "shard {}: {}, {} of {} planned cells",
+                s.shard, s.state, s.ran, s.planned
+            );
+            if let Some(f) = s.folder {
+                line.push_str(&format!(" ({})", f.display()));
+            }
+            out.push(line);
+        }
+    }
+    out.extend(file.notes);
+    Ok(out)
 }
 
 /// The folders grouped by run id, in the order the command line first names each run.
@@ -140,9 +200,29 @@ pub(crate) fn run_id(folders: &[Folder]) -> &str {
     &folders[0].plan.run_id
 }
 
+/// How many shards the run of `folders` was split into: its plan's count, or for a run's
+/// merged folder the shards its merge named.
+pub(crate) fn shard_count(folders: &[Folder]) -> u32 {
+    let f = &folders[0];
+    if f.plan.shard.count > 1 || f.dir.join(super::shard::FILE).exists() {
+        return f.plan.shard.count;
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        shards: Vec<serde_json::Value>,
+    }
+    super::read_json::<File>(&f.dir.join(SHARDS_FILE))
+        .ok()
+        .flatten()
+        .map_or(1, |s| {
+            u32::try_from(s.shards.len()).unwrap_or(u32::MAX).max(1)
+        })
+}
+
 /// Merges the folders of one run into `out`, judges it against the baselines of its own
 /// hardware key and the shards' history verdicts, writes every report there and prints its
-/// summary.
+/// summary. Every input is read and checked (the shards, their history and triage files,
+/// the baselines) before the first file is written.
 pub(crate) fn merge_run(
     folders: Vec<Folder>,
     out: &Path,
@@ -150,16 +230,34 @@ pub(crate) fn merge_run(
 ) -> Result<MergedRun, CliError> {
     let dirs: Vec<PathBuf> = folders.iter().map(|f| f.dir.clone()).collect();
     super::triage::check(&dirs)?;
+    let homes = log_homes(&folders);
     let merged = merge(folders)?;
+    // A damaged baseline file is refused before anything is written.
+    crate::baseline::Baselines::load_for(
+        &args.baselines,
+        &merged.results.environment.hardware_key,
+    )?;
+    merged.results.document().map_err(|e| CliError::internal(miette::miette!("{e}"))).and_then(|doc| {
+        if doc.len() as u64 > crate::files::MAX_RESULTS_BYTES {
+            Err(CliError::bad_input(miette::miette!(
+                "the merged results of run {} would be {} MiB, more than the {} MiB a results.json may hold: merge fewer cells into one run (split the matrix into several runs and merge them as a fleet)",
+                merged.results.run_id,
+                doc.len() as u64 / crate::files::MIB,
+                crate::files::MAX_RESULTS_BYTES / crate::files::MIB
+            )))
+        } else {
+            Ok(())
+        }
+    })?;
     std::fs::create_dir_all(out)
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
-    copy_logs(&dirs, &merged.results, out);
+    copy_logs(&homes, &merged.results, out);
     merged.results.save_atomic(out)?;
     if let Some(h) = &merged.history {
         super::write_json(&out.join(GateReport::FILE), h)?;
     }
     super::write_json(
-        &out.join("shards.json"),
+        &out.join(SHARDS_FILE),
         &serde_json::json!({
             "shards": merged.shards,
             "notes": merged.notes,
@@ -172,13 +270,16 @@ pub(crate) fn merge_run(
         eprintln!("warning: {n}");
     }
 
-    let verdicts = crate::judge::of_run(&merged.results, &args.baselines, Some(out))?;
+    let mut verdicts = crate::judge::of_run(&merged.results, &args.baselines, Some(out))?;
+    // A shard that did not finish fails the run: every report says so, with the one exit
+    // code this command returns.
+    verdicts.comparison.run_failures = merged.failures();
     // One triage over every shard's cells: a cause spanning shards is one finding, and
     // what a shard's own triage found (its bisection, its kernels) is laid on it and kept.
     let mut findings = crate::triage::findings(&merged.results, &verdicts);
     super::triage::carry(&dirs, &mut findings)?;
     super::triage::save(out, &findings)?;
-    let verdict = crate::report::finish_run(
+    let exit = crate::report::finish_run(
         out,
         &merged.results,
         &verdicts,
@@ -189,11 +290,6 @@ pub(crate) fn merge_run(
     )?;
     append_shards_section(out, &merged)?;
     let complete = merged.complete();
-    let exit = if complete {
-        verdict
-    } else {
-        verdict.max(crate::exit::bench::FAILED)
-    };
     Ok(MergedRun {
         results: merged.results,
         verdicts,
@@ -223,6 +319,13 @@ pub(crate) fn read_folder(dir: &Path) -> Result<Folder, CliError> {
         Some(RunResults::load(dir)?)
     } else {
         None
+    };
+    // A merged run's folder (a fleet merged from each kind's merged run) keeps what
+    // failed it.
+    let carried = if dir.join(super::shard::FILE).exists() {
+        Vec::new()
+    } else {
+        shard_failures(dir)?
     };
     let plan = match (Plan::load(dir)?, &results) {
         (Some(plan), _) => plan,
@@ -256,6 +359,7 @@ pub(crate) fn read_folder(dir: &Path) -> Result<Folder, CliError> {
         dir: dir.to_path_buf(),
         plan,
         results,
+        carried,
     })
 }
 
@@ -310,41 +414,23 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
             )));
         }
     }
-    let mut notes = Vec::new();
-    // The plans must agree; when they do not (the history changed between the shards'
-    // starts), the union of their cells is what the merged run must account for.
-    let reference = &folders[0].plan;
-    for f in &folders[1..] {
-        let same = f.plan.cells.len() == reference.cells.len()
-            && f.plan
-                .cells
-                .iter()
-                .zip(&reference.cells)
-                .all(|(a, b)| a.cell.id == b.cell.id && a.shard == b.shard);
-        if !same {
-            notes.push(format!(
-                "shard {} split the cells differently from shard {} (the history changed between their starts); cells no shard ran are failed",
-                f.plan.shard, reference.shard
-            ));
-        }
+    check_plans(&folders)?;
+    check_same_build(&folders, &run_id)?;
+    for f in &folders {
+        check_cells(f)?;
     }
+    let mut notes: Vec<String> = folders.iter().flat_map(|f| f.carried.clone()).collect();
+    let reference = &folders[0].plan;
     // Indexed by cell id: a fleet's nightly holds thousands of cells, and nested scans
     // made the merge quadratic (40,000 cells took minutes).
-    let mut planned: Vec<&super::shard::Planned> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::new();
-    for f in &folders {
-        for p in &f.plan.cells {
-            if seen.insert(p.cell.id.as_str()) {
-                planned.push(p);
-            }
-        }
-    }
-    // Every shard's results, by cell id (the first folder that holds a cell gives it).
+    let planned: Vec<&super::shard::Planned> = reference.cells.iter().collect();
+    // Every shard's results, by cell id: each cell is in the results of the one shard
+    // that planned it (check_cells).
     let mut ran: HashMap<&str, &crate::results::CellResult> = HashMap::new();
     for f in &folders {
         if let Some(r) = &f.results {
             for c in &r.cells {
-                ran.entry(c.id.as_str()).or_insert(c);
+                ran.insert(c.id.as_str(), c);
             }
         }
     }
@@ -444,26 +530,21 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
     } else {
         None
     };
-    results.interrupted = !all_done;
+    // The merge itself ran to its end: a shard that did not is a failure of the run that
+    // names the shard (Merged::failures), whose exit code (1) every report states, not an
+    // interrupted run's 130 that this command never returns.
+    results.interrupted = false;
     results
         .filters
         .retain(|f| !f.starts_with(crate::results::SHARD_DROP_PREFIX));
-    let mut merged_ids: HashSet<String> = HashSet::new();
     for p in &planned {
-        merged_ids.insert(p.cell.id.to_string());
         results.cells.push(match ran.get(p.cell.id.as_str()) {
             Some(c) => (*c).clone(),
             None => not_run(p, &states),
         });
     }
-    // Cells of a shard that no plan names (a folder resumed from an older plan): kept.
     let mut dropped_ids: HashSet<String> = HashSet::new();
     for r in &with_results {
-        for c in &r.cells {
-            if merged_ids.insert(c.id.to_string()) {
-                results.cells.push(c.clone());
-            }
-        }
         // Another shard's cells, dropped from this folder, are cells of the merged run.
         for d in r.dropped.iter().filter(|d| !d.by_shard()) {
             if dropped_ids.insert(d.id.to_string()) {
@@ -480,6 +561,144 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
     })
 }
 
+/// `shard.json` of `f`, for messages.
+fn plan_file(f: &Folder) -> PathBuf {
+    f.dir.join(super::shard::FILE)
+}
+
+/// `results.json` of `f`, for messages.
+fn results_file(f: &Folder) -> PathBuf {
+    f.dir.join(RunResults::FILE)
+}
+
+/// Every shard computed one plan: the same cells, each in the same shard. Shards that
+/// split the run differently (the history changed between their starts, or a plan was
+/// edited) cannot be merged into one run: a cell could be run twice or by nobody.
+fn check_plans(folders: &[Folder]) -> Result<(), CliError> {
+    let first = &folders[0];
+    for f in &folders[1..] {
+        let (a, b) = (&first.plan.cells, &f.plan.cells);
+        let differs = a
+            .iter()
+            .zip(b)
+            .position(|(x, y)| x.cell.id != y.cell.id || x.shard != y.shard)
+            .or((a.len() != b.len()).then_some(a.len().min(b.len())));
+        if let Some(i) = differs {
+            let at = |cells: &[super::shard::Planned]| match cells.get(i) {
+                Some(p) => format!(
+                    "{} in shard {}",
+                    crate::sanitize::terminal(p.cell.id.as_str()),
+                    p.shard
+                ),
+                None => "nothing".to_string(),
+            };
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: cells[{i}] is {}, while {} plans {} there: the shards computed different plans (the history changed between their starts, or a plan was edited); run the night again with one plan",
+                plan_file(f).display(),
+                at(b),
+                plan_file(first).display(),
+                at(a)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The shards of one run are one build of one matrix on one software stack: results of
+/// another matrix, commit or driver merged in would be reported as this run's.
+fn check_same_build(folders: &[Folder], run_id: &str) -> Result<(), CliError> {
+    let keyed: Vec<&Folder> = folders.iter().filter(|f| f.results.is_some()).collect();
+    let Some(first) = keyed.first() else {
+        return Ok(());
+    };
+    let fields = |r: &RunResults| -> Vec<(&'static str, String)> {
+        let e = &r.environment;
+        let show = |v: &Option<String>| format!("{v:?}");
+        vec![
+            ("matrix_sha256", show(&r.matrix_sha256)),
+            ("matrix_name", format!("{:?}", r.matrix_name)),
+            ("launcher", show(&r.launcher)),
+            ("environment.git_commit", show(&e.git_commit)),
+            ("environment.git_dirty", e.git_dirty.to_string()),
+            (
+                "environment.bench_version",
+                format!("{:?}", e.bench_version),
+            ),
+            ("environment.driver", show(&e.driver)),
+            ("environment.cuda", show(&e.cuda)),
+            ("environment.rocm", show(&e.rocm)),
+            ("environment.libtorch", show(&e.libtorch)),
+            ("environment.nccl", show(&e.nccl)),
+            ("environment.switches", format!("{:?}", e.switches)),
+        ]
+    };
+    let want = fields(first.results.as_ref().expect("keyed"));
+    for f in &keyed[1..] {
+        let got = fields(f.results.as_ref().expect("keyed"));
+        if let Some(((name, a), (_, b))) = want.iter().zip(&got).find(|(a, b)| a.1 != b.1) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: {name} is {}, while {} has {}: the shards of run {run_id} must be one matrix built from one commit on one software stack",
+                results_file(f).display(),
+                crate::sanitize::terminal(b),
+                results_file(first).display(),
+                crate::sanitize::terminal(a)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A shard's results hold each cell once, only cells its plan gave it, and measurements
+/// within their bounds: what `bench history import` refuses is not reported here either.
+fn check_cells(f: &Folder) -> Result<(), CliError> {
+    let Some(r) = &f.results else {
+        return Ok(());
+    };
+    let file = results_file(f);
+    let shard_of: HashMap<&str, u32> = f
+        .plan
+        .cells
+        .iter()
+        .map(|p| (p.cell.id.as_str(), p.shard))
+        .collect();
+    let mine = f.plan.shard.index;
+    let mut seen: HashSet<&str> = HashSet::new();
+    for (i, c) in r.cells.iter().enumerate() {
+        let id = crate::sanitize::terminal(c.id.as_str());
+        if !seen.insert(c.id.as_str()) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: cells[{i}] ({id}) is listed twice: a run holds each cell once",
+                file.display()
+            )));
+        }
+        match shard_of.get(c.id.as_str()) {
+            Some(&s) if s == mine => {}
+            Some(&s) => {
+                return Err(CliError::bad_input(miette::miette!(
+                    "{}: cells[{i}] ({id}) is a cell of shard {s}/{}, not of shard {} whose folder this is: each cell is merged from the shard that planned it",
+                    file.display(),
+                    f.plan.shard.count,
+                    f.plan.shard
+                )))
+            }
+            None => {
+                return Err(CliError::bad_input(miette::miette!(
+                    "{}: cells[{i}] ({id}) is in no shard's plan ({}): not a cell of this run",
+                    file.display(),
+                    plan_file(f).display()
+                )))
+            }
+        }
+    }
+    if let Some(why) = r.implausible_metric() {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: {why}; not merged",
+            file.display()
+        )));
+    }
+    Ok(())
+}
+
 /// A planned cell no shard folder holds: failed, with its shard and what became of it.
 fn not_run(p: &super::shard::Planned, states: &[ShardState]) -> CellResult {
     let state = states
@@ -490,7 +709,7 @@ fn not_run(p: &super::shard::Planned, states: &[ShardState]) -> CellResult {
         "missing" => "no folder given holds that shard",
         "no results" => "the shard wrote its plan and no results (killed before its first cell?)",
         "interrupted" => "the shard stopped before this cell (killed, cancelled or interrupted)",
-        _ => "the shards' plans disagree and no shard ran it",
+        _ => "the shard finished without it",
     };
     let count = states.len();
     CellResult {
@@ -539,21 +758,61 @@ fn load_history(dir: &Path) -> Result<Option<GateReport>, CliError> {
     super::read_json(&dir.join(GateReport::FILE))
 }
 
-/// Copies each cell's log files from the shard folder that has them, so the merged
-/// folder's reports link logs that are there. A log that cannot be copied is left out with
-/// a warning: the verdict does not depend on it.
-fn copy_logs(dirs: &[PathBuf], results: &RunResults, out: &Path) {
+/// Each cell's shard folder, by cell id: where its logs are.
+fn log_homes(folders: &[Folder]) -> HashMap<String, PathBuf> {
+    let mut homes = HashMap::new();
+    for f in folders {
+        for c in f.results.iter().flat_map(|r| &r.cells) {
+            homes
+                .entry(c.id.as_str().to_string())
+                .or_insert_with(|| f.dir.clone());
+        }
+    }
+    homes
+}
+
+/// `rel` inside `dir` when every part of it below `dir` is a plain folder or, at its end,
+/// a regular file: a link in a shard's `logs/` (to a file, or a `logs/` that is itself a
+/// link) would have the merge copy whatever it points at into its output.
+fn plain_file_under(dir: &Path, rel: &Path) -> Option<PathBuf> {
+    let mut at = dir.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let meta = std::fs::symlink_metadata(&at).ok()?;
+        let last = i + 1 == parts.len();
+        if (last && !meta.file_type().is_file()) || (!last && !meta.file_type().is_dir()) {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+/// Copies each cell's log files from the shard folder that ran it, so the merged folder's
+/// reports link logs that are there. A log that is not a plain file there (missing, a
+/// link, a FIFO) is left out with a warning: the verdict does not depend on it.
+fn copy_logs(homes: &HashMap<String, PathBuf>, results: &RunResults, out: &Path) {
     for c in &results.cells {
+        let Some(home) = homes.get(c.id.as_str()) else {
+            continue;
+        };
         for log in &c.logs {
             // Only plain relative paths inside the run folder (as the runner writes them).
-            if log.is_absolute()
+            if log.as_os_str().is_empty()
+                || log.is_absolute()
                 || log
                     .components()
                     .any(|p| !matches!(p, std::path::Component::Normal(_)))
             {
                 continue;
             }
-            let Some(src) = dirs.iter().map(|d| d.join(log)).find(|p| p.is_file()) else {
+            let Some(src) = plain_file_under(home, log) else {
+                if std::fs::symlink_metadata(home.join(log)).is_ok() {
+                    eprintln!(
+                        "warning: {}: not a plain file in the shard's folder (a link?); not copied",
+                        home.join(log).display()
+                    );
+                }
                 continue;
             };
             let dst = out.join(log);

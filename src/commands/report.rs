@@ -37,8 +37,12 @@ pub(crate) struct ReportSettings {
 /// a finished run again from its `results.json`, against the baselines as they are now.
 pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
     let run_dir = &settings.run_dir;
-    if let Some(runs) = super::fleet::runs_of(run_dir)? {
-        let names: Vec<String> = runs.iter().map(|(d, _)| d.display().to_string()).collect();
+    if let Some(index) = super::fleet::runs_of(run_dir)? {
+        let names: Vec<String> = index
+            .runs
+            .iter()
+            .map(|(d, _)| d.display().to_string())
+            .collect();
         return Err(CliError::bad_input(miette::miette!(
             "{}: the folder of a fleet (`bench report merge` of several runs): report one of its runs ({}), or merge the runs again",
             run_dir.display(),
@@ -54,7 +58,9 @@ pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."))
     };
-    let verdicts = crate::judge::of_run(&results, &settings.baselines, Some(&dir))?;
+    let mut verdicts = crate::judge::of_run(&results, &settings.baselines, Some(&dir))?;
+    // A merged run's unfinished shards fail it here as they did when it was merged.
+    verdicts.comparison.run_failures = super::merge::shard_failures(&dir)?;
     let findings = super::triage::findings(&results, &verdicts, &dir)?;
     crate::report::finish_run(
         &dir,
@@ -180,8 +186,8 @@ pub(crate) fn post_with_env(
     args: &PostSettings,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<i32, CliError> {
-    if let Some(runs) = super::fleet::runs_of(&args.run_dir)? {
-        return post_fleet(args, env, &runs);
+    if let Some(index) = super::fleet::runs_of(&args.run_dir)? {
+        return post_fleet(args, env, &index.runs, &index.missing);
     }
     let (results, verdicts, findings) = judged(&args.run_dir, &args.baselines)?;
     let comparison = &verdicts.comparison;
@@ -215,7 +221,10 @@ fn judged(
     CliError,
 > {
     let results = RunResults::load(dir)?;
-    let verdicts = crate::judge::of_run(&results, baselines, Some(dir))?;
+    let mut verdicts = crate::judge::of_run(&results, baselines, Some(dir))?;
+    if dir.is_dir() {
+        verdicts.comparison.run_failures = super::merge::shard_failures(dir)?;
+    }
     let findings = super::triage::findings(&results, &verdicts, dir)?;
     Ok((results, verdicts, findings))
 }
@@ -226,6 +235,7 @@ fn post_fleet(
     args: &PostSettings,
     env: &dyn Fn(&str) -> Option<String>,
     runs: &[(PathBuf, i32)],
+    missing: &[String],
 ) -> Result<i32, CliError> {
     let mut loaded = Vec::new();
     for (dir, exit) in runs {
@@ -249,9 +259,10 @@ fn post_fleet(
             },
         )
         .collect();
-    let verdict = crate::report::fleet::exit_code(&parts);
-    let body =
-        |artifacts_url: Option<&str>| crate::report::fleet::render_comment(&parts, artifacts_url);
+    let verdict = crate::report::fleet::exit_code(&parts, missing);
+    let body = |artifacts_url: Option<&str>| {
+        crate::report::fleet::render_comment(&parts, missing, artifacts_url)
+    };
     // Sorted and once each: the same fleet merged in another order updates its comment.
     let mut matrices: Vec<&str> = loaded.iter().map(|l| l.1.matrix_name.as_str()).collect();
     matrices.sort_unstable();

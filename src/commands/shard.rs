@@ -153,6 +153,37 @@ impl Plan {
         if self.run_id.is_empty() || self.hardware_key.is_empty() {
             return Err("run_id and hardware_key must not be empty".into());
         }
+        crate::ids::check_run_id("run_id", &self.run_id).map_err(|e| e.to_string())?;
+        crate::ids::check_hardware_key("hardware_key", &self.hardware_key)
+            .map_err(|e| e.to_string())?;
+        let cost = |v: f64| v.is_finite() && v >= 0.0;
+        if let Some((i, v)) = self
+            .expected_gpu_s
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !cost(**v))
+        {
+            return Err(format!(
+                "expected_gpu_s[{i}] is {v}: not a number of GPU-seconds"
+            ));
+        }
+        // Each cell once: a cell planned twice would be run, or failed, twice.
+        let mut seen = std::collections::HashSet::new();
+        for (i, p) in self.cells.iter().enumerate() {
+            if !cost(p.expected_gpu_s) {
+                return Err(format!(
+                    "cells[{i}].expected_gpu_s ({}) is {}: not a number of GPU-seconds",
+                    crate::sanitize::terminal(p.cell.id.as_str()),
+                    p.expected_gpu_s
+                ));
+            }
+            if !seen.insert(p.cell.id.as_str()) {
+                return Err(format!(
+                    "cells[{i}] ({}) is planned twice: a plan names each cell once",
+                    crate::sanitize::terminal(p.cell.id.as_str())
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -223,7 +254,12 @@ pub(crate) fn plan(
         };
         costs.push(match from_history {
             Some(g) => (g, CostSource::History),
-            None => flops_cost(c, hw.device),
+            None => match flops_cost(c, hw.device) {
+                // A plan is always one every merge reads: a cost that is not a finite
+                // number (a model whose FLOPs overflow) falls back to the nominal one.
+                (g, source) if g.is_finite() && g >= 0.0 => (g, source),
+                _ => (gpu_steps(c), CostSource::Nominal),
+            },
         });
     }
     let weights: Vec<f64> = costs.iter().map(|(g, _)| *g).collect();
@@ -269,7 +305,10 @@ fn history_cost(
         .rev()
         .filter(|p| p.run_id != run_id && !crate::history::gate::is_confirm_run(&p.run_id))
         .map(|p| p.value)
-        .filter(|v| v.is_finite() && *v > 0.0)
+        // A stored step time no step can take (1e308, kept by a store written before
+        // imports checked values) is no estimate: its cost overflowed to infinity, which
+        // the plan wrote as `null` and every merge of that night refused.
+        .filter(|v| crate::bounds::check("step_time_s", *v).is_ok())
         .take(HISTORY_RUNS)
         .collect();
     if latest.is_empty() {
@@ -277,7 +316,8 @@ fn history_cost(
     }
     latest.sort_by(f64::total_cmp);
     let median = latest[latest.len() / 2];
-    Ok(Some(median * gpu_steps(c)))
+    let cost = median * gpu_steps(c);
+    Ok(cost.is_finite().then_some(cost))
 }
 
 /// The cell's cost from its model's FLOPs (a bench preset), else nominal.

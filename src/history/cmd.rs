@@ -49,31 +49,14 @@ fn refuse_empty_file(location: &str) -> Result<(), CliError> {
 /// not compute ([`crate::bounds::not_computed`]: NaN, an MFU or TFLOP/s of 0) is not
 /// refused but left out of the record, as `bench matrix` leaves it out.
 fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliError> {
-    for (i, cell) in results.cells.iter().enumerate() {
-        for (name, m) in &cell.metrics {
-            // A metric the run could not compute (NaN; an MFU or TFLOP/s of 0) is left out
-            // of the record (RunRecord::from_results): only values that would be kept count.
-            if crate::bounds::not_computed(name, m.value, &m.samples) {
-                continue;
-            }
-            let values = std::iter::once((String::from("value"), m.value)).chain(
-                m.samples
-                    .iter()
-                    .enumerate()
-                    .map(|(j, v)| (format!("samples[{j}]"), *v)),
-            );
-            for (key, v) in values {
-                if let Err(why) = crate::bounds::check(name, v) {
-                    return Err(CliError::bad_input(miette::miette!(
-                        "{}: cells[{i}] ({}).metrics.{name}.{key}: {why}; not imported",
-                        dir.join(RunResults::FILE).display(),
-                        crate::sanitize::terminal(cell.id.as_str()),
-                    )));
-                }
-            }
-        }
+    // One definition with `bench report merge`'s check of its shards.
+    match results.implausible_metric() {
+        Some(why) => Err(CliError::bad_input(miette::miette!(
+            "{}: {why}; not imported",
+            dir.join(RunResults::FILE).display(),
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Resolved settings of `bench history CELL`.

@@ -49,9 +49,28 @@ impl FleetPart<'_> {
     }
 }
 
-/// The fleet's exit code: the worst of its runs'.
-pub fn exit_code(parts: &[FleetPart<'_>]) -> i32 {
-    parts.iter().map(|p| p.exit).max().unwrap_or(0)
+/// The fleet's exit code: the worst of its runs', and 1 when a hardware kind it was told
+/// to expect is missing (`missing`, one line each).
+pub fn exit_code(parts: &[FleetPart<'_>], missing: &[String]) -> i32 {
+    let runs = parts.iter().map(|p| p.exit).max().unwrap_or(0);
+    if missing.is_empty() {
+        runs
+    } else {
+        runs.max(crate::exit::bench::FAILED)
+    }
+}
+
+/// The lines naming what the fleet expected and did not get, for Markdown.
+fn missing_lines(missing: &[String]) -> String {
+    let mut out = String::new();
+    for m in missing {
+        out.push_str(&format!(
+            "> **Missing (exit {}): {}**\n\n",
+            crate::exit::bench::FAILED,
+            escape::text(m)
+        ));
+    }
+    out
 }
 
 /// The table of the runs: one row each, with its counts and verdict.
@@ -90,16 +109,31 @@ fn table(parts: &[FleetPart<'_>], link_reports: bool) -> String {
     out
 }
 
-fn head(parts: &[FleetPart<'_>]) -> String {
+/// The fleet's verdict in words: how many runs failed, and how many expected kinds are
+/// missing.
+fn verdict_words(parts: &[FleetPart<'_>], missing: &[String]) -> String {
     let failing = parts.iter().filter(|p| p.exit != 0).count();
-    let verdict = if failing == 0 {
+    let mut verdict = if failing == 0 {
         "every run passed".to_string()
     } else {
         format!("{failing} of {} runs failed", parts.len())
     };
+    if !missing.is_empty() {
+        verdict = format!(
+            "{} missing, {verdict} (exit {})",
+            missing.len(),
+            crate::exit::bench::FAILED
+        );
+    }
+    verdict
+}
+
+fn head(parts: &[FleetPart<'_>], missing: &[String]) -> String {
     format!(
-        "### bench fleet: {} hardware kinds, {verdict}\n\nEach run is judged against its own hardware key's baselines and history.\n\n",
-        parts.len()
+        "### bench fleet: {} hardware kinds, {}\n\nEach run is judged against its own hardware key's baselines and history.\n\n{}",
+        parts.len(),
+        verdict_words(parts, missing),
+        missing_lines(missing)
     )
 }
 
@@ -123,8 +157,8 @@ fn demote(markdown: &str) -> String {
 
 /// `summary.md` of the fleet: the table, then each run's own summary (`summaries`, in the
 /// order of `parts`) under its heading.
-pub fn render_summary(parts: &[FleetPart<'_>], summaries: &[String]) -> String {
-    let mut out = head(parts);
+pub fn render_summary(parts: &[FleetPart<'_>], summaries: &[String], missing: &[String]) -> String {
+    let mut out = head(parts, missing);
     out.push_str(&table(parts, true));
     for (p, s) in parts.iter().zip(summaries) {
         out.push_str(&format!("\n## {}\n\n", p.heading()));
@@ -142,8 +176,12 @@ pub fn render_summary(parts: &[FleetPart<'_>], summaries: &[String]) -> String {
 /// boundary, a run that needs less leaving its share to the others (water-filling); when
 /// even that leaves a run too little for its heading, the comments give way to one line
 /// that points to report.html.
-pub fn render_comment(parts: &[FleetPart<'_>], artifacts_url: Option<&str>) -> String {
-    let mut out = head(parts);
+pub fn render_comment(
+    parts: &[FleetPart<'_>],
+    missing: &[String],
+    artifacts_url: Option<&str>,
+) -> String {
+    let mut out = head(parts, missing);
     out.push_str(&table_within(parts, MAX_BYTES / 2));
     let bodies: Vec<String> = parts
         .iter()
@@ -250,11 +288,26 @@ fn cut(text: &str, budget: usize, folder: &str) -> String {
 
 /// `junit.xml` of the fleet: each run's testsuite, named for its hardware key so that a CI
 /// test view keeps the runs apart.
-pub fn render_junit(parts: &[FleetPart<'_>]) -> Result<String, ReportError> {
+pub fn render_junit(parts: &[FleetPart<'_>], missing: &[String]) -> Result<String, ReportError> {
     let mut report = Report::new("bench fleet");
     for p in parts {
         let mut suite = crate::report::junit::suite(&p.input)?;
         suite.name = format!("{} on {}", p.input.results.matrix_name, p.key()).into();
+        report.add_test_suite(suite);
+    }
+    // An expected kind that never uploaded fails the check by name, not by its absence.
+    if !missing.is_empty() {
+        let mut suite = quick_junit::TestSuite::new("missing hardware kinds");
+        for (i, m) in missing.iter().enumerate() {
+            let mut status =
+                quick_junit::TestCaseStatus::non_success(quick_junit::NonSuccessKind::Failure);
+            status
+                .set_type("missing")
+                .set_message(format!("{m}; exit {}", crate::exit::bench::FAILED));
+            let mut tc = quick_junit::TestCase::new(format!("fleet.missing.{}", i + 1), status);
+            tc.set_classname("fleet");
+            suite.add_test_case(tc);
+        }
         report.add_test_suite(suite);
     }
     let out = report.to_string().map_err(|e| ReportError::Render {
@@ -281,7 +334,7 @@ pub struct PartJson {
 
 /// `report.json` of the fleet: `{"fleet": true, "exit_code", "runs": [...]}`, each run with
 /// its own report as `bench report` writes it for one run.
-pub fn render_json(parts: &[FleetPart<'_>]) -> Result<String, ReportError> {
+pub fn render_json(parts: &[FleetPart<'_>], missing: &[String]) -> Result<String, ReportError> {
     let runs: Vec<PartJson> = parts
         .iter()
         .map(|p| {
@@ -295,7 +348,8 @@ pub fn render_json(parts: &[FleetPart<'_>]) -> Result<String, ReportError> {
         .collect::<Result<_, ReportError>>()?;
     serde_json::to_string_pretty(&serde_json::json!({
         "fleet": true,
-        "exit_code": exit_code(parts),
+        "exit_code": exit_code(parts, missing),
+        "missing": missing,
         "runs": runs,
     }))
     .map_err(|e| ReportError::Render {
@@ -336,18 +390,20 @@ fn href(folder: &str, file: &str) -> String {
 /// `report.html` of the fleet: one page, no script, no request: the runs with their
 /// verdicts, and under each its findings (with a bisection's first bad commit) and its
 /// regressed and failed cells, linking the run's own report.html for the charts.
-pub fn render_html(parts: &[FleetPart<'_>]) -> String {
+pub fn render_html(parts: &[FleetPart<'_>], missing: &[String]) -> String {
     let mut body = String::new();
-    let failing = parts.iter().filter(|p| p.exit != 0).count();
     body.push_str(&format!(
         "<h1>bench fleet: {} hardware kinds, {}</h1>\n<p>Each run is judged against its own hardware key's baselines and history.</p>\n",
         parts.len(),
-        if failing == 0 {
-            "every run passed".to_string()
-        } else {
-            format!("{failing} of {} runs failed", parts.len())
-        }
+        esc(&verdict_words(parts, missing))
     ));
+    if !missing.is_empty() {
+        body.push_str("<ul class=\"missing\">");
+        for m in missing {
+            body.push_str(&format!("<li class=\"run fail\">missing: {}</li>", esc(m)));
+        }
+        body.push_str("</ul>\n");
+    }
     body.push_str("<table id=\"runs\"><thead><tr><th>hardware</th><th>matrix</th><th>run</th><th>cells</th><th>regressed</th><th>failed</th><th>findings</th><th>verdict</th></tr></thead><tbody>\n");
     for p in parts {
         let c = p.input.comparison.counts();

@@ -323,6 +323,20 @@ fn render(input: &ReportInput<'_>, verbose: bool) -> String {
         )
     } else if code == 0 {
         "result: ok (exit 0)\n".to_string()
+    } else if !cmp.run_failures.is_empty() {
+        // A merged run's shard that did not finish: named with the code it gives.
+        format!(
+            "result: FAILED (exit {code}): {}; {} regressed, {} failed, {} timed out\n",
+            // From the merged folder's shards.json: shown, never sent to the terminal.
+            cmp.run_failures
+                .iter()
+                .map(|f| crate::sanitize::terminal(&one_line(f)).into_owned())
+                .collect::<Vec<_>>()
+                .join("; "),
+            n.regression,
+            n.failed,
+            n.timed_out
+        )
     } else {
         format!(
             "result: FAILED (exit {code}): {} regressed, {} failed, {} timed out\n",

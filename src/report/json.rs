@@ -27,6 +27,9 @@ struct JsonReport<'a> {
     baseline_exists: bool,
     /// DESIGN.md exit code the verdict implies (0 or 1).
     exit_code: i32,
+    /// Why the run fails beyond its cells (a merged run's unfinished shard), one line each.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    run_failures: &'a [String],
     counts: Counts,
     mfu_policies: Vec<String>,
     cells: &'a [CellComparison],
@@ -63,6 +66,7 @@ impl Exporter for JsonExporter {
             baseline_file: &c.baseline_file,
             baseline_exists: c.baseline_exists,
             exit_code: c.exit_code(),
+            run_failures: &c.run_failures,
             counts: c.counts(),
             mfu_policies: crate::report::input::mfu_policies(r),
             cells: &c.cells,

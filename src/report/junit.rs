@@ -36,7 +36,10 @@ fn render_err(e: impl std::fmt::Display) -> ReportError {
 }
 
 fn seconds(s: Option<f64>) -> std::time::Duration {
-    std::time::Duration::from_secs_f64(s.filter(|s| s.is_finite() && *s >= 0.0).unwrap_or(0.0))
+    // Results are checked when read (a duration of more than a year is refused), but a
+    // report never panics on one: `from_secs_f64` does past u64::MAX seconds.
+    s.and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .unwrap_or_default()
 }
 
 fn non_success(kind: NonSuccessKind, ty: &str, message: &str) -> TestCaseStatus {
@@ -197,6 +200,17 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
             let mut tc = TestCase::new(
                 "run.interrupted",
                 non_success(NonSuccessKind::Error, "interrupted", &message),
+            );
+            tc.set_classname(r.matrix_name.as_str());
+            suite.add_test_case(tc);
+        }
+        // A failure of the run beyond its cells (a merged run's shard that did not finish):
+        // a CI test view must not show the run green while its exit code is 1.
+        for (i, why) in input.comparison.run_failures.iter().enumerate() {
+            let message = format!("{why}; exit {}", input.comparison.exit_code());
+            let mut tc = TestCase::new(
+                format!("run.failure.{}", i + 1),
+                non_success(NonSuccessKind::Failure, "run", &message),
             );
             tc.set_classname(r.matrix_name.as_str());
             suite.add_test_case(tc);

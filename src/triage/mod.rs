@@ -464,6 +464,7 @@ mod tests {
             baseline_exists: true,
             history_scope: None,
             cells: Vec::new(),
+            run_failures: Vec::new(),
         };
         for dtype in ["bf16", "fp8"] {
             for features in ["base", "compile", "sac"] {

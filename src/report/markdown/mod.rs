@@ -243,6 +243,27 @@ fn upper_first(s: &str) -> String {
         .unwrap_or_default()
 }
 
+/// [`headline`], led by the failures of the run beyond its cells (a merged run's shard
+/// that did not finish) and the exit code they give: such a run never reads "no
+/// regressions".
+fn run_headline(c: &Counts, interrupted: bool, failures: &[String]) -> String {
+    let cells = headline(c, interrupted);
+    if failures.is_empty() {
+        return cells;
+    }
+    let n = failures.len();
+    let lead = format!(
+        "failed (exit {}): {n} {} of the run did not finish",
+        crate::exit::bench::FAILED,
+        if n == 1 { "part" } else { "parts" }
+    );
+    if cells == "no regressions" {
+        lead
+    } else {
+        format!("{lead}, {cells}")
+    }
+}
+
 fn headline(c: &Counts, interrupted: bool) -> String {
     let mut bad = Vec::new();
     // A cancelled nightly must not read as green in a job summary or a PR comment.
@@ -481,12 +502,19 @@ fn render(
         "### bench: {} on {}: {}\n\n",
         code(&results.matrix_name),
         code(&env.hardware_key),
-        headline(&counts, results.interrupted)
+        run_headline(&counts, results.interrupted, &cmp.run_failures)
     );
     head.push_str(&counts_line(&counts));
     head.push_str("\n\n");
     if results.interrupted {
         head.push_str("> The run was interrupted before every cell ran.\n\n");
+    }
+    for why in &cmp.run_failures {
+        head.push_str(&format!(
+            "> **The run fails (exit {}): {}**\n\n",
+            cmp.exit_code(),
+            text(why)
+        ));
     }
     if !cmp.baseline_exists && history.is_none_or(|h| h.cells.is_empty()) {
         head.push_str(&format!(

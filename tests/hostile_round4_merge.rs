@@ -1,0 +1,756 @@
+//! `bench report merge` as a reader of untrusted folders (issue 42, round 4), through the
+//! built binary: every shard is checked as results are checked at every other door (one
+//! plan, one matrix and build, each cell once and only in the shard that planned it,
+//! measurements and durations within their bounds) and refused with exit 2 naming the file
+//! and field before anything is written; the output is written fresh; a shard that did not
+//! finish and an expected hardware kind that never uploaded fail the run with one exit code
+//! that every output states.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn bench_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
+    c.args(args)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("GITHUB_STEP_SUMMARY");
+    c
+}
+
+fn bench(args: &[&str]) -> Output {
+    bench_cmd(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn write_json(p: &Path, v: &Value) {
+    std::fs::write(p, v.to_string()).unwrap();
+}
+
+/// Five cells of equal nominal cost (a command workload of no known model), fast.
+fn matrix(dir: &Path) -> String {
+    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
+    let text = format!(
+        "name: shards\naxes:\n  model: [a, b, c, d, e]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 1\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"0.01\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
+        worker.display()
+    );
+    let p = dir.join("m.yaml");
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Runs shard `n` (`1/2`) of run `id` into `dir/s1` (or `s2`) with `extra` flags.
+fn shard(dir: &Path, id: &str, n: &str, extra: &[&str]) -> PathBuf {
+    let m = matrix(dir);
+    let results = dir.join(format!("s{}", &n[..1]));
+    let baselines = dir.join("baselines");
+    let mut a = vec![
+        "matrix",
+        m.as_str(),
+        "--results-dir",
+        results.to_str().unwrap(),
+        "--run-id",
+        id,
+        "--baselines",
+        baselines.to_str().unwrap(),
+        "--no-progress",
+        "--gpus",
+        "0",
+        "--shard",
+        n,
+    ];
+    a.extend_from_slice(extra);
+    let o = bench(&a);
+    assert!(
+        matches!(o.status.code(), Some(0 | 1)),
+        "shard {n}: {}",
+        text(&o)
+    );
+    results.join(id)
+}
+
+/// Both shards of run `night`.
+fn night(dir: &Path) -> (PathBuf, PathBuf) {
+    (
+        shard(dir, "night", "1/2", &[]),
+        shard(dir, "night", "2/2", &[]),
+    )
+}
+
+/// A copy of the shard folder `from` under `dir/name/night` (results, plan, logs).
+fn copy_shard(from: &Path, dir: &Path, name: &str) -> PathBuf {
+    let to = dir.join(name).join("night");
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["results.json", "shard.json"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    to
+}
+
+fn merge(dir: &Path, inputs: &[&Path], out: &Path, extra: &[&str]) -> Output {
+    let mut a: Vec<String> = vec!["report".into(), "merge".into()];
+    a.extend(inputs.iter().map(|p| p.display().to_string()));
+    a.extend([
+        "-o".into(),
+        out.display().to_string(),
+        "--baselines".into(),
+        dir.join("baselines").display().to_string(),
+    ]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    bench(&a)
+}
+
+/// Exit 2 with `says` in the message, and no output written.
+fn refused(o: &Output, out: &Path, says: &[&str]) {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    for s in says {
+        assert!(text(o).contains(s), "{s:?} not in {}", text(o));
+    }
+    assert!(!out.exists(), "a refused merge wrote {}", out.display());
+    // Nor its staging folder beside the output.
+    let parent = out.parent().unwrap();
+    let left: Vec<_> = std::fs::read_dir(parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".merging-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn shards_whose_plans_disagree_are_refused_naming_both_plans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let other = copy_shard(&s2, dir, "other");
+    let mut plan = read_json(&other.join("shard.json"));
+    // The history moved a cell to the other shard between the shards' starts.
+    let s = plan["cells"][0]["shard"].as_u64().unwrap();
+    plan["cells"][0]["shard"] = (3 - s).into();
+    write_json(&other.join("shard.json"), &plan);
+    let out = dir.join("out");
+    let o = merge(dir, &[&s1, &other], &out, &[]);
+    refused(
+        &o,
+        &out,
+        &["other/night/shard.json: cells[0]", "different plans"],
+    );
+}
+
+#[test]
+fn a_cell_twice_in_a_shard_in_another_shard_or_in_no_plan_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    let edit = |name: &str, f: &dyn Fn(&mut Value)| {
+        let d = copy_shard(&s1, dir, name);
+        let mut r = read_json(&d.join("results.json"));
+        f(&mut r);
+        write_json(&d.join("results.json"), &r);
+        d
+    };
+
+    let twice = edit("twice", &|r| {
+        let c = r["cells"][0].clone();
+        r["cells"].as_array_mut().unwrap().push(c);
+    });
+    refused(
+        &merge(dir, &[&twice, &s2], &out, &[]),
+        &out,
+        &["twice/night/results.json: cells[3]", "listed twice"],
+    );
+
+    // A cell shard 2/2 planned, also in shard 1/2's folder.
+    let theirs = read_json(&s2.join("results.json"))["cells"][0].clone();
+    let stolen = edit("stolen", &|r| {
+        r["cells"].as_array_mut().unwrap().push(theirs.clone())
+    });
+    refused(
+        &merge(dir, &[&stolen, &s2], &out, &[]),
+        &out,
+        &["stolen/night/results.json: cells[3]", "a cell of shard 2/2"],
+    );
+
+    // A cell no plan names (not a cell of the matrix at all).
+    let foreign = edit("foreign", &|r| {
+        let mut c = r["cells"][0].clone();
+        c["id"] = "zzz.1gpu".into();
+        r["cells"].as_array_mut().unwrap().push(c);
+    });
+    refused(
+        &merge(dir, &[&foreign, &s2], &out, &[]),
+        &out,
+        &[
+            "foreign/night/results.json: cells[3] (zzz.1gpu)",
+            "no shard's plan",
+        ],
+    );
+}
+
+#[test]
+fn shards_of_another_matrix_commit_libtorch_or_driver_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    for (i, (path, value, field)) in [
+        (&["matrix_sha256"][..], "0".repeat(64), "matrix_sha256"),
+        (
+            &["environment", "git_commit"][..],
+            "f".repeat(40),
+            "environment.git_commit",
+        ),
+        (
+            &["environment", "libtorch"][..],
+            "9.9.9".into(),
+            "environment.libtorch",
+        ),
+        (
+            &["environment", "driver"][..],
+            "999.1".into(),
+            "environment.driver",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = copy_shard(&s2, dir, &format!("build{i}"));
+        let mut r = read_json(&d.join("results.json"));
+        let mut at = &mut r;
+        for k in &path[..path.len() - 1] {
+            at = &mut at[*k];
+        }
+        at[path[path.len() - 1]] = value.into();
+        write_json(&d.join("results.json"), &r);
+        refused(
+            &merge(dir, &[&s1, &d], &out, &[]),
+            &out,
+            &[
+                &format!("build{i}/night/results.json: {field} is"),
+                "one matrix built from one commit",
+            ],
+        );
+    }
+}
+
+#[test]
+fn impossible_metrics_in_a_shard_are_refused_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    for (name, v) in [("huge", 1e308), ("negative", -5.0)] {
+        let d = copy_shard(&s1, dir, name);
+        let mut r = read_json(&d.join("results.json"));
+        r["cells"][1]["metrics"]["tokens_per_s"]["value"] = v.into();
+        write_json(&d.join("results.json"), &r);
+        let o = merge(dir, &[&d, &s2], &out, &[]);
+        refused(
+            &o,
+            &out,
+            &[
+                &format!("{name}/night/results.json: cells[1]"),
+                ".metrics.tokens_per_s.value: tokens_per_s is",
+            ],
+        );
+        assert!(!text(&o).contains("improved"), "{}", text(&o));
+    }
+}
+
+/// A duration no cell takes (1e20 s) is refused with exit 2 naming the file and field by
+/// `bench report`, `bench report merge` and `bench history import` alike: it made the
+/// first two panic (exit 101) converting it to a time.
+#[test]
+fn an_impossible_duration_is_refused_by_every_reader_without_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    for (name, key, field) in [
+        ("cell", None, "cells[0] (a.1gpu).duration_s is 1e20"),
+        (
+            "attempt",
+            Some(0),
+            "cells[0] (a.1gpu).attempts[0].duration_s is 1e20",
+        ),
+    ] {
+        let d = copy_shard(&s1, dir, name);
+        let mut r = read_json(&d.join("results.json"));
+        match key {
+            None => r["cells"][0]["duration_s"] = 1e20.into(),
+            Some(j) => r["cells"][0]["attempts"][j]["duration_s"] = 1e20.into(),
+        }
+        write_json(&d.join("results.json"), &r);
+        let file = format!("{name}/night/results.json: {field}");
+        refused(&merge(dir, &[&d, &s2], &out, &[]), &out, &[&file]);
+        let o = bench(&[
+            "report",
+            d.to_str().unwrap(),
+            "--baselines",
+            dir.join("baselines").to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(&file), "{}", text(&o));
+        let store = dir.join(format!("{name}.sqlite"));
+        let o = bench(&[
+            "history",
+            "import",
+            d.to_str().unwrap(),
+            "--history",
+            store.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(&file), "{}", text(&o));
+    }
+}
+
+/// A store written before imports checked values holds a step time of 1e308: the shards'
+/// plans ignore it (their costs stay numbers, never `null`) and the night merges.
+#[test]
+fn an_impossible_stored_step_time_does_not_break_the_shards_plans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = dir.join("h.sqlite");
+    let store_s = store.to_str().unwrap();
+    // A night recorded into the store, then damaged as an old store could be.
+    shard(dir, "first", "1/2", &["--history", store_s, "--no-confirm"]);
+    shard(dir, "first", "2/2", &["--history", store_s, "--no-confirm"]);
+    let db = rusqlite::Connection::open(&store).unwrap();
+    let n = db
+        .execute(
+            "UPDATE bench_metrics SET value = 1e308 WHERE metric = 'step_time_s'",
+            [],
+        )
+        .unwrap();
+    assert!(n > 0);
+    drop(db);
+    let s1 = shard(
+        dir,
+        "second",
+        "1/2",
+        &["--history", store_s, "--no-confirm"],
+    );
+    let s2 = shard(
+        dir,
+        "second",
+        "2/2",
+        &["--history", store_s, "--no-confirm"],
+    );
+    for s in [&s1, &s2] {
+        let plan = std::fs::read_to_string(s.join("shard.json")).unwrap();
+        assert!(!plan.contains("null"), "{plan}");
+        let plan: Value = serde_json::from_str(&plan).unwrap();
+        for c in plan["cells"].as_array().unwrap() {
+            let g = c["expected_gpu_s"].as_f64().unwrap();
+            assert!(g.is_finite() && g < 1e6, "{c}");
+        }
+    }
+    let out = dir.join("out");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_ne!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(out.join("results.json").exists());
+}
+
+/// A merge with an interrupted shard exits 1, and every output says exit 1 (not the 130
+/// an interrupted run returns, nor "ok"): summary.md, summary.txt, report.json, JUnit, the
+/// terminal, and `bench report` of the merged folder later.
+#[test]
+fn an_unfinished_shard_gives_one_exit_code_in_every_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    // Killed after its last cell, before it finished: every cell is there, and only the
+    // missing end time tells. Then killed halfway: a cell is missing too.
+    for (name, keep) in [("late", None), ("half", Some(1))] {
+        let d = copy_shard(&s2, dir, name);
+        let mut r = read_json(&d.join("results.json"));
+        r["finished_at"] = Value::Null;
+        r["interrupted"] = true.into();
+        if let Some(k) = keep {
+            r["cells"].as_array_mut().unwrap().truncate(k);
+        }
+        write_json(&d.join("results.json"), &r);
+        let out = dir.join(format!("out-{name}"));
+        let o = merge(dir, &[&s1, &d], &out, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let said = text(&o);
+        assert!(said.contains("result: FAILED (exit 1)"), "{said}");
+        assert!(said.contains("shard 2/2: interrupted"), "{said}");
+        assert!(!said.contains("exit 130"), "{said}");
+        let txt = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+        assert!(txt.contains("result: FAILED (exit 1)"), "{txt}");
+        assert!(
+            !txt.contains("exit 130") && !txt.contains("result: ok"),
+            "{txt}"
+        );
+        let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+        assert!(
+            md.contains("exit 1") && !md.contains("no regressions"),
+            "{md}"
+        );
+        assert!(!md.contains("exit 130"), "{md}");
+        let report = read_json(&out.join("report.json"));
+        assert_eq!(report["exit_code"], 1, "{report}");
+        assert!(
+            report["run_failures"][0]
+                .as_str()
+                .unwrap()
+                .contains("shard 2/2: interrupted"),
+            "{report}"
+        );
+        let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+        assert!(
+            junit.contains("<failure") && junit.contains("exit 1"),
+            "{junit}"
+        );
+        assert!(!junit.contains("exit 130"), "{junit}");
+        // Judged again later, the merged folder keeps its exit code.
+        let o = bench(&[
+            "report",
+            out.to_str().unwrap(),
+            "--baselines",
+            dir.join("baselines").to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("result: FAILED (exit 1)"), "{}", text(&o));
+    }
+}
+
+/// A reused output folder holds this merge's files alone; a folder of other files, a
+/// dangling link as `-o` and a damaged baseline file are refused before anything is written.
+#[test]
+fn the_output_is_written_fresh_and_checked_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // What an earlier merge of another night (a fleet, a judged run) left there.
+    std::fs::write(out.join("history.json"), "{\"run_id\": \"old\"").unwrap();
+    std::fs::write(out.join("triage.json"), "[").unwrap();
+    std::fs::write(out.join("fleet.json"), "{\"runs\": []}").unwrap();
+    std::fs::create_dir_all(out.join("old-kind")).unwrap();
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for stale in ["history.json", "triage.json", "fleet.json", "old-kind"] {
+        assert!(!out.join(stale).exists(), "{stale} was kept");
+    }
+    let o = bench(&[
+        "report",
+        out.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // A folder of someone else's files is not replaced.
+    let busy = dir.join("busy");
+    std::fs::create_dir_all(&busy).unwrap();
+    std::fs::write(busy.join("notes.txt"), "mine").unwrap();
+    let o = merge(dir, &[&s1, &s2], &busy, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("not an earlier merge's output"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(busy.join("notes.txt")).unwrap(),
+        "mine"
+    );
+
+    // A link that leads nowhere.
+    let dangling = dir.join("dangling");
+    std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).unwrap();
+    let o = merge(dir, &[&s1, &s2], &dangling, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("a link that leads nowhere"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.join("nowhere").exists());
+
+    // A damaged baseline file: refused, and neither logs/ nor results.json written.
+    let key = read_json(&s1.join("results.json"))["environment"]["hardware_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::create_dir_all(dir.join("baselines")).unwrap();
+    std::fs::write(
+        dir.join("baselines").join(format!("{key}.yaml")),
+        "cells: [damaged",
+    )
+    .unwrap();
+    let fresh = dir.join("fresh");
+    let o = merge(dir, &[&s1, &s2], &fresh, &[]);
+    refused(&o, &fresh, &[&format!("{key}.yaml")]);
+}
+
+/// A link in a shard's `logs/` (to a file, or `logs/` itself a link) is not followed: the
+/// merged folder never holds a copy of what it points at.
+#[test]
+fn links_in_a_shards_logs_are_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let secret = dir.join("secret.txt");
+    std::fs::write(&secret, "SECRET-CONTENT").unwrap();
+    let logs: Vec<String> = read_json(&s1.join("results.json"))["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["logs"].as_array().unwrap().clone())
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    assert!(!logs.is_empty());
+    let victim = s1.join(&logs[0]);
+    std::fs::remove_file(&victim).unwrap();
+    std::os::unix::fs::symlink(&secret, &victim).unwrap();
+    // And shard 2's whole logs/ a link to a folder holding the secret.
+    let elsewhere = dir.join("elsewhere");
+    std::fs::rename(s2.join("logs"), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, s2.join("logs")).unwrap();
+
+    let out = dir.join("out");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!out.join(&logs[0]).exists(), "the link's target was copied");
+    let copied = walk(&out.join("logs"));
+    for f in &copied {
+        let meta = std::fs::symlink_metadata(f).unwrap();
+        assert!(!meta.file_type().is_symlink(), "{}", f.display());
+        assert_ne!(std::fs::read_to_string(f).unwrap(), "SECRET-CONTENT");
+    }
+    // Shard 1's other logs, plain files, are there; none of shard 2's (behind a link).
+    assert!(copied.len() >= logs.len() - 1, "{copied:?}");
+    assert!(text(&o).contains("not a plain file"), "{}", text(&o));
+}
+
+fn walk(d: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(d) else {
+        return out;
+    };
+    for e in rd {
+        let p = e.unwrap().path();
+        if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `--expect-kinds`: a hardware kind no run was given for (its runner never uploaded) is
+/// named in the summary, the JUnit, the comment and the terminal, and fails the exit code;
+/// a kind whose run has another shard count too. Every kind there: exit 0.
+#[test]
+fn an_expected_hardware_kind_that_never_uploaded_is_named_and_fails_the_fleet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let key = read_json(&s1.join("results.json"))["environment"]["hardware_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let kind = key.split('-').next().unwrap().to_string();
+
+    let out = dir.join("fleet");
+    let expect = format!("{kind}=2,mi300x");
+    let o = merge(dir, &[&s1, &s2], &out, &["--expect-kinds", &expect]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("missing: hardware kind mi300x: no run was given"),
+        "{}",
+        text(&o)
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("hardware kind mi300x"), "{summary}");
+    assert!(summary.contains("1 missing"), "{summary}");
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert!(
+        junit.contains("fleet.missing.1") && junit.contains("mi300x"),
+        "{junit}"
+    );
+    let report = read_json(&out.join("report.json"));
+    assert_eq!(report["exit_code"], 1, "{report}");
+    assert_eq!(report["missing"].as_array().unwrap().len(), 1, "{report}");
+    let o = bench(&[
+        "report",
+        "post",
+        out.to_str().unwrap(),
+        "--dry-run",
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let body = String::from_utf8_lossy(&o.stdout);
+    assert!(body.contains("hardware kind mi300x"), "{body}");
+
+    // The wrong shard count for a kind that is there.
+    let o = merge(
+        dir,
+        &[&s1, &s2],
+        &out,
+        &["--expect-kinds", &format!("{kind}=3")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("has 2 shards, 3 expected"),
+        "{}",
+        text(&o)
+    );
+
+    // Every kind there, by its whole key: a fleet folder of one run, exit 0.
+    let o = merge(
+        dir,
+        &[&s1, &s2],
+        &out,
+        &["--expect-kinds", &format!("{key}=2")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(out.join("fleet.json").exists());
+    assert!(read_json(&out.join("report.json"))["missing"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    // The fleet template's case: each kind's merged run folder, whose shard count is the
+    // one its merge named; a merged run whose shard never finished still fails the fleet.
+    let merged = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &merged, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = merge(
+        dir,
+        &[&merged],
+        &out,
+        &["--expect-kinds", &format!("{kind}=2")],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let late = copy_shard(&s2, dir, "late");
+    let mut r = read_json(&late.join("results.json"));
+    r["finished_at"] = Value::Null;
+    write_json(&late.join("results.json"), &r);
+    let o = merge(dir, &[&s1, &late], &merged, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = merge(
+        dir,
+        &[&merged],
+        &out,
+        &["--expect-kinds", &format!("{kind}=2")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let fleet = read_json(&out.join("fleet.json"));
+    assert_eq!(fleet["runs"][0]["exit_code"], 1, "{fleet}");
+
+    // A kind that is not a hardware key is bad input.
+    let o = merge(
+        dir,
+        &[&s1, &s2],
+        &dir.join("x"),
+        &["--expect-kinds", "../h100"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = merge(
+        dir,
+        &[&s1, &s2],
+        &dir.join("x"),
+        &["--expect-kinds", "h100=0"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// Generated shard folders of run `big` holding `per_shard` cells each, each carrying
+/// `bulk` bytes in a field no report renders (its attempt's Slurm job id), so that the test
+/// times the merge's reading and writing of a large document, not the reports' rendering.
+fn big_shards(dir: &Path, template: &Path, per_shard: usize, bulk: usize) -> [PathBuf; 2] {
+    const MARK: &str = "@@BULK@@";
+    let src = read_json(&template.join("results.json"));
+    let plan = read_json(&template.join("shard.json"));
+    let bulk = "x".repeat(bulk);
+    let mut planned = Vec::new();
+    for i in 0..2 * per_shard {
+        let mut p = plan["cells"][0].clone();
+        p["shard"] = (1 + i % 2).into();
+        p["cell"]["id"] = format!("big{i}.1gpu").into();
+        planned.push(p);
+    }
+    [1usize, 2].map(|k| {
+        let d = dir.join(format!("big{k}")).join("big");
+        std::fs::create_dir_all(&d).unwrap();
+        let mut r = src.clone();
+        r["run_id"] = "big".into();
+        r["dropped"] = Value::Array(Vec::new());
+        let cells: Vec<Value> = (k - 1..2 * per_shard)
+            .step_by(2)
+            .map(|i| {
+                let mut c = src["cells"][0].clone();
+                c["id"] = format!("big{i}.1gpu").into();
+                c["logs"] = Value::Array(Vec::new());
+                c["attempts"][0]["slurm_job_id"] = MARK.into();
+                c
+            })
+            .collect();
+        r["cells"] = Value::Array(cells);
+        let mut p = plan.clone();
+        p["run_id"] = "big".into();
+        p["shard"] = serde_json::json!({"index": k, "count": 2});
+        p["cells"] = Value::Array(planned.clone());
+        // The bulk goes in as text: serializing it through serde_json in a debug build
+        // takes longer than the merge itself.
+        std::fs::write(d.join("results.json"), r.to_string().replace(MARK, &bulk)).unwrap();
+        write_json(&d.join("shard.json"), &p);
+        d
+    })
+}
+
+/// What the merge writes, `bench report` reads: a large merged document is written compact
+/// (indentation doubled its size past the readers' 256 MiB), and one that would still be
+/// larger than readers accept is refused up front, naming the size, with nothing written.
+#[test]
+fn a_large_merge_writes_what_bench_report_reads_or_is_refused_up_front() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, _) = night(dir);
+
+    // 18 MiB of results: written compact, and read back by `bench report`.
+    let [a, b] = big_shards(dir, &s1, 1, 9 << 20);
+    let out = dir.join("out");
+    let o = merge(dir, &[&a, &b], &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc = std::fs::read(out.join("results.json")).unwrap();
+    assert!(doc.len() > 18 << 20);
+    assert!(!doc[..200].contains(&b'\n'), "not compact");
+    let o = bench(&[
+        "report",
+        out.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::remove_dir_all(dir.join("big1")).unwrap();
+    std::fs::remove_dir_all(dir.join("big2")).unwrap();
+
+    // Two shards of 130 MiB each: each reads, their merge would not.
+    let [a, b] = big_shards(dir, &s1, 1, 130 << 20);
+    let out = dir.join("too-big");
+    let o = merge(dir, &[&a, &b], &out, &[]);
+    refused(&o, &out, &["would be 260 MiB", "more than the 256 MiB"]);
+}
