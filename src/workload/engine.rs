@@ -12,9 +12,9 @@ use crate::events::Event;
 use crate::metrics::flops;
 
 use super::models::presets;
+use super::settings::WorkerSettings;
 use super::{
     data, device, dp, error, ffi, group, measure, models, optim, overlap, precision, train,
-    WorkerSettings,
 };
 use data::{Batches, Source};
 use device::DeviceInfo;
