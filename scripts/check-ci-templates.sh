@@ -38,8 +38,8 @@ check() {
     fi
 }
 
-check actionlint -config-file ci/actionlint.yaml ci/github/bench.yml
-check check-jsonschema --builtin-schema vendor.github-workflows ci/github/bench.yml ci/github/bench-fleet.yml
+check actionlint -config-file ci/actionlint.yaml ci/github/bench.yml ci/github/release.yml
+check check-jsonschema --builtin-schema vendor.github-workflows ci/github/bench.yml ci/github/bench-fleet.yml ci/github/release.yml
 # The fleet workflow calls bench.yml as ./.github/workflows/bench.yml, where a repository
 # keeps it: actionlint reads the called workflow's inputs there, so it checks a copy of both
 # laid out that way.

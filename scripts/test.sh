@@ -68,6 +68,8 @@ scripts/module-graph.sh
 scripts/book-check.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+# The runner-only build (issue 41) has its own lint: other code is compiled out.
+CARGO_TARGET_DIR="$ROOT/target/runner-only" cargo clippy --locked --all-targets --no-default-features -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --locked --no-fail-fast
   cargo test --locked --doc
@@ -84,3 +86,5 @@ scripts/dry-run-bench.sh
 # The gate's scale guard (issue 41): a 1,000-cell run judged against 365 generated nights of
 # its history, on the same optimized build, failing when judging costs over 30 s.
 scripts/gate-bench.sh
+# The runner-only build as a user installs it: no libtorch, timed, its own tests.
+scripts/runner-only.sh

@@ -55,6 +55,19 @@ pub enum Command {
     /// publish the folder as a Pages artifact): every cell's trend per hardware key with
     /// change points, verdicts and accepted shifts, the open regressions, a page per run.
     Site(SiteArgs),
+    /// Print a shell completion script: `bench completions bash > /etc/bash_completion.d/bench`
+    /// (zsh: into a folder of $fpath as `_bench`; fish: ~/.config/fish/completions/bench.fish).
+    Completions(CompletionsArgs),
+    /// Print bench's manual page (roff): `bench man > bench.1 && man -l bench.1`.
+    Man,
+}
+
+/// Arguments of `bench completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments of `bench site`.

@@ -49,5 +49,38 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Bisect(args) => crate::bisect::cmd(&resolve::bisect(&args)?),
         Command::Ingest(args) => crate::ingest::cmd(&resolve::ingest(&args)?),
         Command::Site(args) => crate::site::command(&resolve::site(&args)?),
+        Command::Completions(args) => completions(args.shell),
+        Command::Man => man(),
+    }
+}
+
+/// `bench completions SHELL`: generated from the clap definition itself, so the script
+/// completes exactly the subcommands and flags this binary has.
+fn completions(shell: clap_complete::Shell) -> Result<i32, CliError> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "bench", &mut out);
+    write_stdout(&out)
+}
+
+/// `bench man`: the manual page (roff), generated from the clap definition.
+fn man() -> Result<i32, CliError> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(|e| CliError::internal(miette::miette!("cannot render the manual page: {e}")))?;
+    write_stdout(&out)
+}
+
+/// Writes `bytes` to standard output; a closed pipe (`| head`) is not a failure.
+fn write_stdout(bytes: &[u8]) -> Result<i32, CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
+            miette::miette!("cannot write output: {e}"),
+        )),
+        _ => Ok(crate::exit::bench::OK),
     }
 }
