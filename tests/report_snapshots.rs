@@ -202,7 +202,7 @@ fn frameworks_md_of_a_gpu_run() {
     })
     .unwrap();
     assert!(
-        md.contains("partly eager: dynamo hit its recompile limit (8)"),
+        md.contains("partly eager: dynamo hit its recompile limit \\(8\\)"),
         "{md}"
     );
     assert!(md.contains("30,086–30,773 (3)"), "{md}");

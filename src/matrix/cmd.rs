@@ -402,7 +402,16 @@ fn fmt_duration(secs: u64) -> String {
 fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::io::Result<()> {
     let plan = listing.plan;
     let c = listing.counts();
-    writeln!(out, "matrix {} ({})", listing.name, listing.file)?;
+    // The matrix's name and path, a rule's reason and a command's program are the user's
+    // text: an ESC or BEL in them must not retitle or clear the terminal the listing is
+    // printed on.
+    let shown = crate::sanitize::clean;
+    writeln!(
+        out,
+        "matrix {} ({})",
+        shown(&listing.name),
+        shown(&listing.file)
+    )?;
     writeln!(
         out,
         "  {} combinations -> {} to run, {} dropped ({} by rules, {} by filters)",
@@ -486,7 +495,13 @@ fn write_human(out: &mut impl Write, listing: &Listing, verbose: bool) -> std::i
             .unwrap_or(1);
         for &(by, reason, count) in &groups {
             let cells = if count == 1 { "cell " } else { "cells" };
-            writeln!(out, "  {:>w$} {cells}  {by}: {reason}", count)?;
+            writeln!(
+                out,
+                "  {:>w$} {cells}  {}: {}",
+                count,
+                shown(by),
+                shown(reason)
+            )?;
             if verbose {
                 plan.each_dropped_id(by, reason, |id| writeln!(out, "      {id}"))?;
             }

@@ -3,15 +3,20 @@
 //! values, the matrix's name, failure reasons, a framework's name, version and words)
 //! goes through one of these, so that it shows as written and does nothing else.
 //!
-//! - [`text`] for prose and table cells: one line; `&`, `<`, `>` as entities (never HTML,
-//!   an `<img>` or a `<details>` of its own); backslash escapes for the Markdown
-//!   punctuation that would start a code span or end a table cell (`` ` ``, `|`, `\`); and
-//!   a zero-width joiner after every `@`, so that `@octocat` or `@org/team` notifies nobody
-//!   (GitHub and GitLab only mention a name right after the `@`).
+//! - [`text`] for prose and table cells: one line, without terminal escapes or control
+//!   characters (a reader may `cat summary.md`); `&`, `<`, `>` as entities (never HTML,
+//!   an `<img>` or a `<details>` of its own); a backslash before every other Markdown
+//!   special (`` ` ``, `|`, `\`, `[`, `]`, `(`, `)`, `*`, `_`, `!`, `~`, `#`, `$`), so a
+//!   commit subject's `[c](javascript:alert(1))` is its characters, not a link, and nothing
+//!   starts emphasis, a code span or an image or ends a table cell (CommonMark 2.4 lets any
+//!   ASCII punctuation be escaped so); and a zero-width joiner after every `@`, so that
+//!   `@octocat` or `@org/team` notifies nobody (GitHub and GitLab only mention a name right
+//!   after the `@`).
 //! - [`code`] for a value shown as code: a code span whose fence is longer than any run of
 //!   backticks inside, so no backtick in the value can end it (CommonMark 6.1); inside a
 //!   code span nothing is HTML, a mention or a link. [`code_cell`] is the same inside a
-//!   table row, where `|` must be escaped even in code.
+//!   table row, where `|` must be escaped even in code. Control characters and terminal
+//!   escapes are removed from a code span as from prose.
 //!
 //! It sits beside the sinks rather than inside [`super::markdown`]: the history and
 //! framework reports escape with it too, and the Markdown summary includes the history
@@ -21,14 +26,17 @@ use crate::report::text::one_line;
 
 /// Untrusted text as Markdown prose or a table cell's text (see the module doc).
 pub(crate) fn text(s: &str) -> String {
-    let line = one_line(s);
+    let line = one_line(&crate::sanitize::clean(s));
     let mut out = String::with_capacity(line.len() + 8);
     for c in line.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            '`' | '|' | '\\' => {
+            // Every Markdown special that can open or close something: links and images
+            // (`[`, `]`, `(`, `)`, `!`), emphasis and strikethrough (`*`, `_`, `~`), code
+            // spans, table cells, escapes, issue references and GitHub's `$` maths.
+            '`' | '|' | '\\' | '[' | ']' | '(' | ')' | '*' | '_' | '!' | '~' | '#' | '$' => {
                 out.push('\\');
                 out.push(c);
             }
@@ -51,7 +59,7 @@ pub(crate) fn html(s: &str) -> String {
 
 /// Untrusted text as an inline code span (see the module doc); outside a table.
 pub(crate) fn code(s: &str) -> String {
-    let line = one_line(s);
+    let line = one_line(&crate::sanitize::clean(s));
     if line.is_empty() {
         // An empty span is not a code span; one space is.
         return "` `".into();
@@ -91,8 +99,18 @@ mod tests {
         );
         assert_eq!(
             text("x` <img src=x onerror=alert(1)> [y](https://e.x)"),
-            "x\\` &lt;img src=x onerror=alert(1)&gt; [y](https://e.x)"
+            "x\\` &lt;img src=x onerror=alert\\(1\\)&gt; \\[y\\]\\(https://e.x\\)"
         );
+    }
+
+    #[test]
+    fn prose_carries_no_link_emphasis_image_or_terminal_escape() {
+        assert_eq!(
+            text("fix [c](javascript:alert(1)) ![i](x.png) *b* _e_ ~s~"),
+            "fix \\[c\\]\\(javascript:alert\\(1\\)\\) \\!\\[i\\]\\(x.png\\) \\*b\\* \\_e\\_ \\~s\\~"
+        );
+        assert_eq!(text("a\x1b]0;pwned\x07b\x1b[2Jc\u{9b}d"), "abcd");
+        assert_eq!(code("k\x1b[31m_x"), "`k_x`");
     }
 
     #[test]

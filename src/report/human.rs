@@ -121,7 +121,16 @@ fn dropped(out: &mut String, results: &RunResults, verbose: bool) {
     }
 }
 
+/// The summary with every terminal escape and control character other than newline and
+/// tab removed: it holds text bench did not write (the matrix's name, commit subjects and
+/// authors of a triage.json, kernel names of a trace, failure reasons, host names), and
+/// bench writes no escape of its own, so the whole document is cleaned at once rather than
+/// each value on its way in, where one forgotten value would reach the reader's terminal.
 fn render(input: &ReportInput<'_>, verbose: bool) -> String {
+    crate::sanitize::clean(&render_raw(input, verbose))
+}
+
+fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
     let r = input.results;
     let cmp: &Comparison = input.comparison;
     let env = &r.environment;
