@@ -485,3 +485,45 @@ fn hostile_logs_fail_with_the_place_and_exit_2() {
     );
     assert!(!dir.join("results").exists());
 }
+
+/// Issue 42: Paxml prints the first 20 `[PAX STATUS]` lines of a process
+/// (`logging.log_first_n`); a log with 50 of one process is refused (exit 2, naming the file
+/// and the line), where 20 are measured.
+#[test]
+fn a_paxml_log_with_more_status_lines_than_paxml_prints_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let line = "I0411 15:03:26.866614 140737350317184 programs.py:366] [PAX STATUS]: train_step() took 7.47 seconds.\n";
+    let args = |log: &str| {
+        vec![
+            log.to_string(),
+            "--skip-steps".into(),
+            "2".into(),
+            "--model".into(),
+            "gpt3-175b".into(),
+            "--global-batch".into(),
+            "256".into(),
+            "--seq-len".into(),
+            "2048".into(),
+            "--gpus".into(),
+            "128".into(),
+            "--dtype".into(),
+            "fp8".into(),
+            "--framework".into(),
+            "paxml".into(),
+        ]
+    };
+    std::fs::write(dir.join("twenty.log"), line.repeat(20)).unwrap();
+    let a = args("twenty.log");
+    let o = ingest(dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::write(dir.join("fifty.log"), line.repeat(50)).unwrap();
+    let a = args("fifty.log");
+    let o = ingest(dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains("fifty.log") && out.contains("21") && out.contains("log_first_n"),
+        "{out}"
+    );
+}

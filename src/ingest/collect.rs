@@ -18,7 +18,7 @@ pub(crate) fn parser_for(framework: Framework, ctx: &Context) -> Option<Box<dyn 
     Some(match framework {
         Framework::Auto => return None,
         Framework::Nemo => Box::new(super::nemo::Nemo),
-        Framework::Paxml => Box::new(super::paxml::Paxml),
+        Framework::Paxml => Box::new(super::paxml::Paxml::default()),
         Framework::Megatron => Box::new(super::megatron::Megatron),
         Framework::Maxtext => Box::new(super::maxtext::Maxtext::default()),
         Framework::Torchtitan => Box::new(super::torchtitan::Torchtitan::default()),
