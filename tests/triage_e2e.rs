@@ -550,7 +550,10 @@ fn a_regression_no_bisection_chases_gets_its_kernels_from_the_history() {
     assert!(md.contains("(last good run night5 -> this run)"), "{md}");
     // A kernel's name is text bench did not write: its Markdown specials are escaped
     // (issue 42), so the source says `elementwise\_copy\_kernel` where a reader sees the name.
-    assert!(md.contains("elementwise\\_copy\\_kernel new 0.32 ms"), "{md}");
+    assert!(
+        md.contains("elementwise\\_copy\\_kernel new 0.32 ms"),
+        "{md}"
+    );
     // The PR comment, rendered again from the folder, keeps them (triage.json).
     let again = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args(["report", "post", "--dry-run"])

@@ -80,7 +80,12 @@ mod tests {
             .parse(None, "[PAX STATUS]: train_step() took 1e999x seconds.")
             .unwrap_err()
             .contains("not a number"));
-        assert_eq!(Paxml::default().parse(None, "[PAX STATUS]: Starting").unwrap(), None);
+        assert_eq!(
+            Paxml::default()
+                .parse(None, "[PAX STATUS]: Starting")
+                .unwrap(),
+            None
+        );
         let mut p = Paxml::default();
         let a = "I0411 15:03:26.866614 111 programs.py:366] [PAX STATUS]: train_step() took 7.47 seconds.";
         let b = "I0411 15:03:26.866614 222 programs.py:366] [PAX STATUS]: train_step() took 7.47 seconds.";
@@ -89,6 +94,9 @@ mod tests {
             assert!(p.parse(None, b).unwrap().is_some());
         }
         let e = p.parse(None, a).unwrap_err();
-        assert!(e.contains("line 21 of one process") && e.contains("log_first_n"), "{e}");
+        assert!(
+            e.contains("line 21 of one process") && e.contains("log_first_n"),
+            "{e}"
+        );
     }
 }
