@@ -144,8 +144,6 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
                     v *= 0.96;
                 }
                 let samples: Vec<f64> = (0..3).map(|_| v * (1.0 + 0.004 * rng.unit())).collect();
-                let mut sorted = samples.clone();
-                sorted.sort_by(f64::total_cmp);
                 let verdict = if fp8 && slow_switch {
                     "regressed"
                 } else if rng.unit() > 0.996 {
@@ -156,19 +154,7 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
                     "unchanged"
                 };
                 verdicts.push((id.clone(), verdict.to_string()));
-                CellRecord {
-                    cell_id: id.clone(),
-                    status: "passed".into(),
-                    metrics: vec![MetricRecord {
-                        name: "tokens_per_s".into(),
-                        value: sorted[1],
-                        rel_spread: (sorted[2] - sorted[0]) / sorted[1] / 2.0,
-                        samples,
-                    }],
-                    loss_curve: Vec::new(),
-                    telemetry: None,
-                    context: IndexMap::new(),
-                }
+                passed_cell(id, samples)
             })
             .collect();
         let run = RunRecord {
@@ -206,6 +192,26 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
     }
     accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)?;
     triage(&mut store, &cells, &recorded, open_from)
+}
+
+/// A passed cell whose tokens/s are `samples` (three repeats): their median is the value and
+/// half their range relative to it the spread, as a recorded run has them.
+fn passed_cell(id: &str, samples: Vec<f64>) -> CellRecord {
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    CellRecord {
+        cell_id: id.to_string(),
+        status: "passed".into(),
+        metrics: vec![MetricRecord {
+            name: "tokens_per_s".into(),
+            value: sorted[1],
+            rel_spread: (sorted[2] - sorted[0]) / sorted[1] / 2.0,
+            samples,
+        }],
+        loss_curve: Vec::new(),
+        telemetry: None,
+        context: IndexMap::new(),
+    }
 }
 
 /// What [`triage`] needs of a generated run.
@@ -459,21 +465,7 @@ pub fn clean_history(
             .zip(values)
             .map(|(id, &v)| {
                 let samples: Vec<f64> = (0..3).map(|_| v * (1.0 + 0.004 * rng.unit())).collect();
-                let mut sorted = samples.clone();
-                sorted.sort_by(f64::total_cmp);
-                CellRecord {
-                    cell_id: id.clone(),
-                    status: "passed".into(),
-                    metrics: vec![MetricRecord {
-                        name: "tokens_per_s".into(),
-                        value: sorted[1],
-                        rel_spread: (sorted[2] - sorted[0]) / sorted[1] / 2.0,
-                        samples,
-                    }],
-                    loss_curve: Vec::new(),
-                    telemetry: None,
-                    context: IndexMap::new(),
-                }
+                passed_cell(id, samples)
             })
             .collect();
         let run = RunRecord {
