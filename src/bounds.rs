@@ -38,6 +38,10 @@ pub const MIN_STEP_S: f64 = 1e-6;
 pub const MAX_STEP_S: f64 = 86_400.0;
 /// The most ranks (GPUs) of one run.
 pub const MAX_WORLD_SIZE: u64 = 1 << 20;
+/// The most samples (repeats) one value may hold, at every door (a results folder imported
+/// or merged) and on the way out of the history: no cell repeats ten thousand times, and a
+/// forged row of a million samples made `bench history study` run for minutes.
+pub const MAX_SAMPLES: usize = 10_000;
 
 /// The closed range `[lo, hi]` a metric's value lies in (`lo_open`: above `lo`).
 #[derive(Debug, Clone, Copy, PartialEq)]

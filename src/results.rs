@@ -482,6 +482,15 @@ impl RunResults {
                 if crate::bounds::not_computed(name, m.value, &m.samples) {
                     continue;
                 }
+                if m.samples.len() > crate::bounds::MAX_SAMPLES {
+                    return Some(format!(
+                        "cells[{i}] ({}).metrics.{}.samples: {} samples, more than the {} one value may hold",
+                        crate::sanitize::terminal(cell.id.as_str()),
+                        crate::sanitize::terminal(name),
+                        m.samples.len(),
+                        crate::bounds::MAX_SAMPLES
+                    ));
+                }
                 let values = std::iter::once((String::from("value"), m.value)).chain(
                     m.samples
                         .iter()

@@ -93,6 +93,12 @@ fn a_slower_night_is_confirmed_named_and_accepted() {
     let md = std::fs::read_to_string(dir.join("results/n08/summary.md")).unwrap();
     assert!(md.contains("`small.1gpu`: `regressed -9.1%"), "{md}");
     assert!(md.contains("around the median of its last 8 runs"), "{md}");
+    // The eight nights are identical (the paced worker): a zero spread is said as such,
+    // never as an infinite distance (issue 42: "-23.1% (-inf sigma; band +-1.0%").
+    assert!(
+        md.contains("(no spread in the history; band +-1.0%") && !md.contains("inf sigma"),
+        "{md}"
+    );
     assert!(md.contains("since run n08"), "{md}");
     assert!(md.contains("last good run n07"), "{md}");
     assert!(dir.join("results/n08-confirm/results.json").exists());

@@ -31,6 +31,39 @@ pub struct History {
     /// other shares other jobs record under the same run id: writing the whole run then
     /// replaces only this share's cells, never the cells another shard recorded.
     share: bool,
+    /// The rows already skipped as implausible (run, cell, metric), so that each is warned
+    /// about once however many times the store is read (opening it reads every trend).
+    skipped: std::collections::HashSet<(String, String, String)>,
+}
+
+use crate::bounds::MAX_SAMPLES;
+
+/// The longest `samples` text read: [`MAX_SAMPLES`] numbers of at most 32 characters each
+/// and their commas. A longer text is skipped unparsed.
+const MAX_SAMPLES_TEXT: usize = MAX_SAMPLES * 33 + 2;
+
+/// Why a stored value or its samples cannot be a measurement of `metric`: the same
+/// plausibility bounds ([`crate::bounds::check`]) as every door a figure comes in by, so a
+/// row written by hand or by another tool (`inf`, `-inf`, a negative or zero speed, text)
+/// never makes up a change point or a verdict.
+fn implausible(metric: &str, value: Option<f64>, samples: &[f64]) -> Option<String> {
+    let Some(value) = value else {
+        return Some("value is not a number".into());
+    };
+    if let Err(why) = crate::bounds::check(metric, value) {
+        return Some(format!("value: {why}"));
+    }
+    if samples.len() > MAX_SAMPLES {
+        return Some(format!(
+            "{} samples, more than the {MAX_SAMPLES} a value may hold",
+            samples.len()
+        ));
+    }
+    samples.iter().enumerate().find_map(|(j, v)| {
+        crate::bounds::check(metric, *v)
+            .err()
+            .map(|why| format!("samples[{j}]: {why}"))
+    })
 }
 
 /// What a `--history` value names.
@@ -153,6 +186,7 @@ fn open_at(location: &str, create: bool, verify: bool) -> Result<History, Histor
     };
     let mut h = History {
         share: false,
+        skipped: Default::default(),
         backend,
         location: shown,
     };
@@ -246,6 +280,27 @@ impl History {
             self.trend(&text(&s[0]), &text(&s[1]), &text(&s[2]))?;
         }
         Ok(())
+    }
+
+    /// Whether a row of `metric` (run `run`, cell `cell`) is kept: an implausible one
+    /// (`why`) is skipped, with one warning naming the store, run, cell and metric the
+    /// first time this store is seen to hold it.
+    fn keep_row(&mut self, run: &str, cell: &str, metric: &str, why: Option<String>) -> bool {
+        let Some(why) = why else {
+            return true;
+        };
+        let key = (run.to_string(), cell.to_string(), metric.to_string());
+        if self.skipped.insert(key) {
+            eprintln!(
+                "warning: {}: run {} cell {} metric {}: {}; the row is skipped, not used",
+                crate::sanitize::terminal(&self.location),
+                crate::sanitize::terminal(run),
+                crate::sanitize::terminal(cell),
+                crate::sanitize::terminal(metric),
+                crate::sanitize::terminal(&why)
+            );
+        }
+        false
     }
 
     /// A row of `cell` (`row[0]` is its run id) whose column does not read: the store is
@@ -676,7 +731,27 @@ impl History {
                 Sql::Text(metric.into()),
             ],
         )?;
-        rows.into_iter()
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            let samples_text = r[8].text().unwrap_or("[]");
+            let why = if samples_text.len() > MAX_SAMPLES_TEXT {
+                Some(format!(
+                    "samples of {} bytes, more than {MAX_SAMPLES} samples hold",
+                    samples_text.len()
+                ))
+            } else {
+                // Samples that do not read as numbers (`1e999` overflows JSON's numbers, a
+                // text) are as implausible as an infinite value: the row is skipped like it.
+                match serde_json::from_str::<Vec<Option<f64>>>(samples_text) {
+                    Ok(samples) => implausible(metric, r[6].real(), &nan_from_null(samples)),
+                    Err(e) => Some(format!("samples do not read as numbers: {e}")),
+                }
+            };
+            if self.keep_row(&text(&r[0]), cell, metric, why) {
+                kept.push(r);
+            }
+        }
+        kept.into_iter()
             .map(|r| {
                 let samples: Vec<Option<f64>> = serde_json::from_str(r[8].text().unwrap_or("[]"))
                     .map_err(|e| {
@@ -875,7 +950,14 @@ impl History {
              ORDER BY m.cell_id, r.hardware_key, r.started_at, m.run_id",
             &[Sql::Text(metric.into())],
         )?;
-        Ok(rows
+        let mut kept = Vec::with_capacity(rows.len());
+        for r in rows {
+            let why = implausible(metric, r[3].real(), &[]);
+            if self.keep_row(&text(&r[2]), &text(&r[0]), metric, why) {
+                kept.push(r);
+            }
+        }
+        Ok(kept
             .into_iter()
             .map(|r| FleetValue {
                 cell_id: text(&r[0]),
