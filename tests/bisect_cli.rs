@@ -130,6 +130,7 @@ fn bisect_cell(
         .env("BISECT_COUNT", count)
         .env("CUDA_VISIBLE_DEVICES", "")
         .env_remove("BENCH_HISTORY")
+        .env_remove("BENCH_BUILD_CACHE")
         .env_remove("BISECT_SLEEP");
     cmd
 }
@@ -347,18 +348,64 @@ fn a_builtin_cell_runs_the_build_of_each_commit() {
     let shas = make_repo_with(&repo, 3, 2, matrix);
     let count = tmp.path().join("count");
     let history = tmp.path().join("h.sqlite");
-    let mut cmd = bisect_cell("gpt2-tiny", &repo, &history, &count, "HEAD~3", "HEAD");
-    cmd.args(["--format", "json", "--worker-exe", "fakebench", "--setup"])
-        .arg("cp work.sh fakebench && chmod +x fakebench");
-    let o = cmd.output().unwrap();
+    // The setup notes each commit it builds.
+    let built = tmp.path().join("built");
+    let setup = format!(
+        "cp work.sh fakebench && chmod +x fakebench && echo $BENCH_BISECT_COMMIT >> {}",
+        built.display()
+    );
+    let bisect = |history: &Path, cache: Option<&str>| {
+        let mut cmd = bisect_cell("gpt2-tiny", &repo, history, &count, "HEAD~3", "HEAD");
+        cmd.args(["--format", "json", "--worker-exe", "fakebench", "--setup"])
+            .arg(&setup);
+        if let Some(c) = cache {
+            cmd.env("BENCH_BUILD_CACHE", c);
+        }
+        cmd.output().unwrap()
+    };
+    let builds = || {
+        let b = std::fs::read_to_string(&built).unwrap_or_default();
+        b.lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let o = bisect(&history, None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let d = json(&o);
     assert_eq!(d["first_bad"]["sha"], shas[2].as_str(), "{d:#}");
-    assert_eq!(
-        runs(&count).values().sum::<usize>(),
-        5 * d["probes"].as_array().unwrap().len()
-    );
+    let probes = d["probes"].as_array().unwrap().len();
+    assert_eq!(runs(&count).values().sum::<usize>(), 5 * probes);
     assert_clean(&repo, &text(&o));
+    let first = builds();
+    assert_eq!(
+        first.len(),
+        probes,
+        "one build per probed commit: {first:?}"
+    );
+
+    // A later job (a new history, so every commit is measured again) runs the builds the
+    // first one kept in the repository's git directory: no setup runs, the same answer.
+    let o = bisect(&tmp.path().join("h2.sqlite"), None);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let d = json(&o);
+    assert_eq!(d["first_bad"]["sha"], shas[2].as_str());
+    let probes2 = d["probes"].as_array().unwrap().len();
+    assert_eq!(builds(), first, "{}", text(&o));
+    assert!(
+        text(&o).contains("is built already: its kept build"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(runs(&count).values().sum::<usize>(), 5 * (probes + probes2));
+    let kept = std::fs::read_dir(repo.join(".git/bench-builds"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, probes);
+    assert_clean(&repo, &text(&o));
+
+    // With the cache off, each commit is built again.
+    let o = bisect(&tmp.path().join("h3.sqlite"), Some("off"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let probes3 = json(&o)["probes"].as_array().unwrap().len();
+    assert_eq!(builds().len(), probes + probes3, "{}", text(&o));
 }
 
 #[test]

@@ -196,6 +196,7 @@ impl Repo {
         })?;
         Ok(Worktree {
             repo_root: self.root.clone(),
+            common_dir: self.common_dir.clone(),
             path,
             head: at.sha.clone(),
             _dir: dir,
@@ -207,6 +208,8 @@ impl Repo {
 #[derive(Debug)]
 pub(crate) struct Worktree {
     repo_root: PathBuf,
+    /// The repository's git directory, where builds are kept between jobs.
+    pub common_dir: PathBuf,
     /// Where the probed commit is checked out.
     pub path: PathBuf,
     /// The commit checked out now.

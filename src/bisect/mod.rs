@@ -23,6 +23,7 @@
 
 pub(crate) mod auto;
 pub(crate) mod bisection;
+pub(crate) mod builds;
 pub(crate) mod error;
 pub(crate) mod git;
 pub(crate) mod probe;

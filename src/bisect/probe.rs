@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::builds::BuildCache;
 use super::error::BisectError;
 use super::git::{Commit, Worktree};
 use super::settings::BisectSettings;
@@ -235,6 +236,11 @@ pub(crate) struct Prober<'a> {
     tag: String,
     /// The commit whose setup ran in the worktree last: its build is what is there.
     ready: Option<String>,
+    /// Where builds are kept between jobs (`None`: `BENCH_BUILD_CACHE=off`).
+    builds: Option<BuildCache>,
+    /// The kept build of the `ready` commit, when it came from the cache: the worker runs
+    /// from there, and the commit's setup did not run.
+    kept: Option<PathBuf>,
     /// The GPU-seconds this prober may spend (`None`: no limit) and what it has spent.
     budget: Option<Budget>,
     /// `--gpus` for every child run (the nightly's own, so a probe sees the GPUs it saw).
@@ -294,8 +300,11 @@ impl<'a> Prober<'a> {
         }
         let digest = Sha256::digest(format!("{}\0{hardware_key}", settings.cell).as_bytes());
         let tag = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let builds = BuildCache::for_repo(&worktree.common_dir);
         Ok(Prober {
             settings,
+            builds,
+            kept: None,
             worktree,
             store,
             hardware_key,
@@ -368,8 +377,49 @@ impl<'a> Prober<'a> {
     fn checkout(&mut self, sha: &str) -> Result<(), BisectError> {
         if self.worktree.checkout(sha)? {
             self.ready = None;
+            self.kept = None;
         }
         Ok(())
+    }
+
+    /// The key of `commit`'s build in the cache, when its recipe names a build product
+    /// (a setup and a worker) and a cache is in use.
+    fn build_key(&self, commit: &Commit) -> Option<String> {
+        let (setup, worker) = (
+            self.settings.setup.as_ref()?,
+            self.settings.worker_exe.as_ref()?,
+        );
+        self.builds.as_ref()?;
+        Some(BuildCache::key(&commit.sha, setup, worker))
+    }
+
+    /// Keeps the build the setup just made at `commit` for later jobs. A cache that cannot
+    /// be written costs the next job a build, not this one its measurement: a warning.
+    fn keep_build(&self, commit: &Commit) {
+        let (Some(key), Some(cache), Some(worker)) = (
+            self.build_key(commit),
+            self.builds.as_ref(),
+            self.settings.worker_exe.as_ref(),
+        ) else {
+            return;
+        };
+        let product = self.worktree.path.join(worker);
+        if !product.is_file() {
+            // run_cell says so, with the commit, when the probe needs it.
+            return;
+        }
+        match cache.keep(&key, &product) {
+            Ok(at) => eprintln!(
+                "bisect: the build of {} is kept for later jobs in {}",
+                commit.short(),
+                at.display()
+            ),
+            Err(e) => eprintln!(
+                "warning: cannot keep the build of {} in {}: {e}",
+                commit.short(),
+                cache.dir().display()
+            ),
+        }
     }
 
     /// The rounds of `commit` the history holds (this cell, this hardware key, recorded
@@ -504,8 +554,15 @@ impl<'a> Prober<'a> {
             return Err(Halt::Interrupted);
         }
         let fresh = self.ready.as_deref() != Some(commit.sha.as_str());
+        // A build an earlier job kept for this commit saves its setup (and its cost).
+        let kept = if fresh {
+            self.build_key(commit)
+                .and_then(|k| self.builds.as_ref()?.lookup(&k))
+        } else {
+            None
+        };
         if let Some(b) = &self.budget {
-            let setup = if fresh && self.settings.setup.is_some() {
+            let setup = if fresh && kept.is_none() && self.settings.setup.is_some() {
                 b.setup_gpu_s
             } else {
                 0.0
@@ -530,7 +587,20 @@ impl<'a> Prober<'a> {
                 }
                 e => Halt::from(e),
             })?;
-            self.setup(commit)?;
+            match kept {
+                Some(at) => {
+                    eprintln!(
+                        "bisect: {} is built already: its kept build {} runs, no setup",
+                        commit.short(),
+                        at.display()
+                    );
+                    self.kept = Some(at);
+                }
+                None => {
+                    self.setup(commit)?;
+                    self.keep_build(commit);
+                }
+            }
             self.ready = Some(commit.sha.clone());
         }
         Ok(())
@@ -622,6 +692,7 @@ impl<'a> Prober<'a> {
         repeats: Option<u32>,
     ) -> Result<(RunResults, Vec<f64>), Halt> {
         let worker = match &self.settings.worker_exe {
+            Some(_) if self.kept.is_some() => self.kept.clone(),
             Some(worker) => {
                 let path = self.worktree.path.join(worker);
                 if !path.is_file() {
