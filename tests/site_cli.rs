@@ -148,6 +148,26 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
         "{page}"
     );
 
+    // The hosts of a key are told apart: the generated nights alternate between two
+    // runners of each key, and each series' page lists both with their level since the
+    // last change point, the slowest first; the shared table of runs names each run's host.
+    for s in page["series"].as_array().unwrap() {
+        let hosts = s["hosts"].as_array().unwrap();
+        let key = s["key"].as_str().unwrap();
+        let mut names: Vec<&str> = hosts.iter().map(|h| h["host"].as_str().unwrap()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [format!("{key}-runner-1"), format!("{key}-runner-2")],
+            "{s}"
+        );
+        let rel: Vec<f64> = hosts.iter().map(|h| h["rel"].as_f64().unwrap()).collect();
+        assert!(rel[0] <= rel[1] && rel[0] <= 0.0 && rel[1] >= 0.0, "{s}");
+        assert!(hosts.iter().all(|h| h["runs"].as_u64().unwrap() >= 1));
+    }
+    let runs_js = std::fs::read_to_string(dir.join("assets/runs.js")).unwrap();
+    assert!(runs_js.contains(r#"\"host\":\"h100-sxm-80gb-x8-runner-2\""#));
+
     // The run with a folder links its report, relative to the run pages.
     let run = index["run_list"]
         .as_array()

@@ -49,6 +49,61 @@ impl Series {
     }
 }
 
+/// Where one host of a hardware key runs a cell: its clean values since the series' last
+/// change point (the level the cell is at now), against the same values of every host.
+/// A CI pool has several runners per hardware key, and one of them running every cell a
+/// few percent below the others is the environment, not a regression: the cell page
+/// shows the hosts apart so a reader can see it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HostLevel {
+    pub host: String,
+    /// Its clean values since the last change point.
+    pub runs: usize,
+    /// Their median.
+    pub median: f64,
+    /// That median against the median of every host's values, relative (-0.02: 2% below).
+    pub rel: f64,
+}
+
+/// The hosts of `s` and where each runs the cell ([`HostLevel`]), the slowest first;
+/// empty when its values since the last change point come from one host only.
+pub(crate) fn host_levels(s: &Series, runs: &[FleetRun]) -> Vec<HostLevel> {
+    let from = s.change_points.last().map_or(0, |c| c.index);
+    let mut by_host: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut all = Vec::new();
+    for v in &s.values[from.min(s.values.len())..] {
+        if !clean(v.verdict.as_deref()) || !v.value.is_finite() {
+            continue;
+        }
+        let host = &runs[v.run].host;
+        match by_host.iter_mut().find(|(h, _)| h == host) {
+            Some((_, xs)) => xs.push(v.value),
+            None => by_host.push((host.clone(), vec![v.value])),
+        }
+        all.push(v.value);
+    }
+    if by_host.len() < 2 {
+        return Vec::new();
+    }
+    let Some(pool) = crate::metrics::stats::median(&all) else {
+        return Vec::new();
+    };
+    let mut levels: Vec<HostLevel> = by_host
+        .into_iter()
+        .filter_map(|(host, xs)| {
+            let median = crate::metrics::stats::median(&xs)?;
+            Some(HostLevel {
+                host,
+                runs: xs.len(),
+                median,
+                rel: median / pool.abs().max(f64::MIN_POSITIVE) - 1.0,
+            })
+        })
+        .collect();
+    levels.sort_by(|a, b| a.rel.total_cmp(&b.rel).then_with(|| a.host.cmp(&b.host)));
+    levels
+}
+
 /// An open regression of one cell: where it started and the last clean run before it.
 #[derive(Debug, Clone)]
 pub(crate) struct Opened {
@@ -320,6 +375,47 @@ mod tests {
             value: v,
             verdict: Some(verdict.into()),
         }
+    }
+
+    #[test]
+    fn a_host_two_percent_below_the_others_is_shown_apart() {
+        // Twelve clean nights alternating between two hosts, host b 2% slower; one
+        // regressed night on a is left out of the levels.
+        let runs: Vec<FleetRun> = (0..13)
+            .map(|i| FleetRun {
+                host: if i % 2 == 0 { "a".into() } else { "b".into() },
+                ..run(&format!("r{i:02}"), &format!("t{i:02}"))
+            })
+            .collect();
+        let values = (0..13)
+            .map(|i| {
+                let (v, verdict) = match i {
+                    12 => (50.0, "regressed"),
+                    i if i % 2 == 0 => (100.0 + (i % 3) as f64 * 0.1, "unchanged"),
+                    _ => (98.0 + (i % 3) as f64 * 0.1, "environment"),
+                };
+                value("c", &format!("r{i:02}"), v, verdict)
+            })
+            .collect();
+        let f = build(runs.clone(), values, Vec::new(), None, 1);
+        let s = &f.series[0];
+        // The environment verdict is not clean: only host a's nights count so far.
+        assert!(host_levels(s, &f.runs).is_empty());
+        let mut s = s.clone();
+        for v in &mut s.values {
+            if v.verdict.as_deref() == Some("environment") {
+                v.verdict = Some("unchanged".into());
+            }
+        }
+        let levels = host_levels(&s, &f.runs);
+        assert_eq!(levels.len(), 2, "{levels:?}");
+        assert_eq!((levels[0].host.as_str(), levels[0].runs), ("b", 6));
+        assert_eq!((levels[1].host.as_str(), levels[1].runs), ("a", 6));
+        assert!((levels[1].median / levels[0].median - 100.0 / 98.0).abs() < 1e-3);
+        assert!(
+            levels[0].rel < -0.005 && levels[1].rel > 0.005,
+            "{levels:?}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::model::{parts, Fleet, Series, SPARK_POINTS};
+use super::model::{host_levels, parts, Fleet, Series, SPARK_POINTS};
 
 const PAGE: &str = include_str!("assets/page.html");
 const SITE_JS: &str = include_str!("assets/site.js");
@@ -133,6 +133,16 @@ struct SeriesView<'a> {
     points: Vec<(usize, f64, Option<&'a str>)>,
     change_points: Vec<ChangeView>,
     segments: Vec<SegmentView<'a>>,
+    /// Where each host runs the cell since the last change point (two hosts or more).
+    hosts: Vec<HostView>,
+}
+
+#[derive(Serialize)]
+struct HostView {
+    host: String,
+    runs: usize,
+    median: f64,
+    rel: f64,
 }
 
 /// A run as `assets/runs.js` lists it for the cell pages.
@@ -143,6 +153,7 @@ struct RunRef<'a> {
     page: Option<String>,
     time: &'a str,
     commit: Option<&'a str>,
+    host: &'a str,
 }
 
 /// A cell as `assets/cells.js` lists it for the run pages.
@@ -303,6 +314,7 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
             page: has.then(|| format!("../{}", run_page(&r.run_id))),
             time: &r.started_at,
             commit: r.commit.as_deref(),
+            host: &r.host,
         })
         .collect();
     write(
@@ -330,7 +342,7 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
             cell,
             parts: parts(cell),
             metric: cx.metric,
-            series: list.iter().map(|s| series_view(s)).collect(),
+            series: list.iter().map(|s| series_view(s, fleet)).collect(),
         };
         write(
             &out.join(cell_page(cell)),
@@ -390,8 +402,17 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
     })
 }
 
-fn series_view(s: &Series) -> SeriesView<'_> {
+fn series_view<'a>(s: &'a Series, fleet: &Fleet) -> SeriesView<'a> {
     SeriesView {
+        hosts: host_levels(s, &fleet.runs)
+            .into_iter()
+            .map(|h| HostView {
+                host: h.host,
+                runs: h.runs,
+                median: h.median,
+                rel: h.rel,
+            })
+            .collect(),
         key: &s.key,
         branch: &s.branch,
         points: s

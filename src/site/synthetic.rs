@@ -170,7 +170,8 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
             git_dirty: false,
             branch: Some(if i % 7 == 6 { "release" } else { "main" }.into()),
             hardware_key: key.clone(),
-            host: format!("{key}-runner-1"),
+            // Two runners of the key take the nights in turn, as a CI pool's would.
+            host: format!("{key}-runner-{}", 1 + (i / keys.len()) % 2),
             matrix_name: "nightly".into(),
             versions: Versions {
                 bench: "0.1.0".into(),

@@ -231,7 +231,7 @@
     const W = Math.max(480, Math.min(1200, main.clientWidth - 40));
     new uPlot({
       width: W, height: 260,
-      series: [{ label: "run", value: (u, v) => (v === null || !pts[v] ? "–" : `${pts[v].run} ${names[v]} ${pts[v].time}`) },
+      series: [{ label: "run", value: (u, v) => (v === null || !pts[v] ? "–" : `${pts[v].run} ${names[v]} ${pts[v].time} on ${pts[v].host}`) },
         { label: data.metric, stroke: "#0969da", width: 1.2, points: { show: pts.length <= 120, size: 4 }, value: (u, v) => si(v) }],
       scales: { x: { time: false } },
       axes: [{ values: (u, vs) => vs.map((v) => (Number.isInteger(v) && names[v] !== undefined ? names[v] : "")) },
@@ -274,6 +274,15 @@
       sec.append(box);
       main.append(sec);
       trendChart(box, s);
+      if (s.hosts.length) {
+        // The hosts of the key apart: a runner uniformly slower than the pool is the
+        // environment, which the trend alone would mix into its noise.
+        const t = el("table", { class: "hosts" });
+        t.append(el("tr", {}, ...["host", "clean runs", "median", "against all hosts"].map((x) => el("th", { text: x }))));
+        for (const h of s.hosts) t.append(el("tr", {}, el("td", { class: "id", text: h.host }), el("td", { class: "num", text: String(h.runs) }),
+          el("td", { class: "num", text: si(h.median) }), el("td", { class: "num", text: pctChange(h.rel) })));
+        sec.append(el("h3", { text: "Hosts since the last change point" }), el("div", { class: "table-box" }, t));
+      }
       if (s.change_points.length) {
         const t = el("table", { class: "changes" });
         t.append(el("tr", {}, ...["first run after", "commit", "before", "after", "change", "p"].map((x) => el("th", { text: x }))));
@@ -293,8 +302,8 @@
       const judged = s.points.filter((p) => p.verdict && p.verdict !== "unchanged" && p.verdict !== "insufficient_history");
       if (judged.length) {
         const t = el("table", { class: "verdicts" });
-        t.append(el("tr", {}, ...["run", "started", "commit", data.metric, "verdict"].map((x) => el("th", { text: x }))));
-        for (const p of judged.slice(-100).reverse()) t.append(el("tr", {}, el("td", {}, link(p.page, p.run)), el("td", { text: p.time }), el("td", { text: short(p.commit) }), el("td", { class: "num", text: si(p.value) }), verdictCell(p.verdict)));
+        t.append(el("tr", {}, ...["run", "started", "commit", "host", data.metric, "verdict"].map((x) => el("th", { text: x }))));
+        for (const p of judged.slice(-100).reverse()) t.append(el("tr", {}, el("td", {}, link(p.page, p.run)), el("td", { text: p.time }), el("td", { text: short(p.commit) }), el("td", { class: "id", text: p.host }), el("td", { class: "num", text: si(p.value) }), verdictCell(p.verdict)));
         sec.append(el("h3", { text: "Verdicts other than unchanged" }), el("div", { class: "table-box" }, t));
       }
     }
