@@ -12,7 +12,8 @@
 //! the same code is `regressed` again; the revert is clean; a host 2% slower at clean code is
 //! `environment` (exit 0); a pull request 3% slower than its base shows the paired ratio in
 //! its comment. A second test runs the README's plain call (`bench matrix FILE --history H`,
-//! the default `results/` folder) and bisects too.
+//! the default `results/` folder) and bisects too; a third runs the GitLab template's call
+//! (`--results-dir shards/$CI_NODE_INDEX`, the merge over `shards/*/$RUN_ID`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -365,4 +366,60 @@ fn the_readme_call_with_the_default_results_folder_bisects() {
         "bisected from the default results/ folder:\n{log}"
     );
     assert!(!log.contains("bisection failed"), "{log}");
+}
+
+/// The GitLab template's call (ci/gitlab/bench.gitlab-ci.yml): each parallel job's results
+/// under `shards/$CI_NODE_INDEX`, the merge over `shards/*/$RUN_ID`, the branch from GitLab's
+/// own variable. The slowed night bisects from that relative folder too.
+#[test]
+fn the_gitlab_template_call_bisects() {
+    let lab = Lab::new();
+    let history = lab.history.display().to_string();
+    let gitlab: &[(&str, &str)] = &[("CI_COMMIT_REF_NAME", "main"), ("CI_NODE_INDEX", "1")];
+    let night = |lab: &Lab, id: &str| {
+        let m = lab.bench(
+            &[
+                "matrix",
+                "bench.yaml",
+                "--run-id",
+                id,
+                "--shard",
+                "1/1",
+                "--results-dir",
+                "shards/1",
+                "--no-progress",
+                "--history",
+                &history,
+                "--triage-budget",
+                "3600",
+            ],
+            gitlab,
+        );
+        // `shards/*/"$RUN_ID"` as the job's shell expands it: one parallel job here.
+        let shard = format!("shards/1/{id}");
+        let out = format!("results/{id}");
+        let merged = lab.bench(&["report", "merge", &shard, "-o", &out], gitlab);
+        (
+            m.status.code().unwrap_or(-1),
+            merged.status.code().unwrap_or(-1),
+            format!("{}\n--- merge ---\n{}", text(&m), text(&merged)),
+        )
+    };
+    for n in 1..=2 {
+        commit(&lab.repo, &format!("night {n}"));
+        let (code, merged, log) = night(&lab, &format!("gl-{n}"));
+        assert_eq!((code, merged), (0, 0), "{log}");
+    }
+    commit(&lab.repo, "refactor: names");
+    lab.speed("foreach", 21000);
+    let culprit = commit(&lab.repo, "foreach: recompute the norm every step");
+    let (code, merged, log) = night(&lab, "gl-3");
+    assert_eq!((code, merged), (1, 1), "{log}");
+    assert!(
+        log.contains(&format!("first bad commit {}", &culprit[..7])),
+        "bisected from shards/1:\n{log}"
+    );
+    assert!(!log.contains("bisection failed"), "{log}");
+    assert_eq!(lab.status("gl-3", "foreach").0, "regression", "{log}");
+    assert_eq!(lab.status("gl-3", "fused").0, "unchanged", "{log}");
 }
