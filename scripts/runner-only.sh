@@ -25,5 +25,8 @@ if ldd "$bin" | grep -E 'torch|c10' >&2; then
   echo "runner-only: the binary links libtorch" >&2
   exit 1
 fi
-echo "runner-only: optimized build ${took} s ($(nproc) CPUs), stripped binary ${size} MB, no libtorch linked"
+line="runner-only: optimized build ${took} s ($(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB), stripped binary ${size} MB, no libtorch linked"
+echo "$line"
+# scripts/test.sh prints this again at the end of a CI run.
+if [ -n "${BENCH_CI_SUMMARY:-}" ]; then echo "$line" >> "$BENCH_CI_SUMMARY"; fi
 cargo test --release --locked --no-default-features --test runner_only

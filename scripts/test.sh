@@ -22,7 +22,24 @@ left_out=()
 say_left_out() {
   for l in "${left_out[@]}"; do echo "test.sh: LEFT OUT: $l" >&2; done
 }
-trap say_left_out EXIT
+# What each long step took, printed again at the very end (where a CI log's tail shows it):
+# the runner-only build's time on a fresh 2-core machine is issue 41's newcomer figure.
+export BENCH_CI_SUMMARY="$ROOT/target/ci-summary.txt"
+mkdir -p "$ROOT/target"
+: > "$BENCH_CI_SUMMARY"
+timed() {
+  local name=$1 s rc=0
+  shift
+  s=$(date +%s)
+  "$@" || rc=$?
+  echo "test.sh: $name took $(( $(date +%s) - s )) s (exit $rc)" >> "$BENCH_CI_SUMMARY"
+  return "$rc"
+}
+at_exit() {
+  cat "$BENCH_CI_SUMMARY" >&2 2>/dev/null || true
+  say_left_out
+}
+trap at_exit EXIT
 say_left_out
 # MaxText 0.2.5, for its CPU cells (tests/frameworks_e2e.rs): it needs Python 3.12 and pins of
 # its own (transformers 5, typeguard 2.13.3) that clash with the main venv's, so it gets a venv
@@ -59,19 +76,23 @@ export BENCH_FUZZ_SECS="${BENCH_FUZZ_SECS:-45}"
 npm ci --no-audit --no-fund --silent
 export BENCH_CHROMIUM="${BENCH_CHROMIUM:-/usr/bin/chromium}"
 # The CI templates, Dockerfiles and shipped matrices against real validators.
-scripts/check-ci-templates.sh "$VENV"
+timed "the CI templates check" scripts/check-ci-templates.sh "$VENV"
 # The runner wing reads dispatcher -> launcher -> executor with no import back up, and only
 # src/cli/ (and main.rs) names the clap types.
 scripts/module-graph.sh
 # The book (docs/, mdBook) builds, and no link or anchor of it or of the README is broken;
 # tests/book_commands.rs checks that every bench command it shows parses.
-scripts/book-check.sh
+timed "the book check" scripts/book-check.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 # The runner-only build (issue 41) has its own lint: other code is compiled out.
 CARGO_TARGET_DIR="$ROOT/target/runner-only" cargo clippy --locked --all-targets --no-default-features -- -D warnings
+# The runner-only build as a user installs it: no libtorch, timed, its own tests. It runs
+# before the tests, on an idle machine, so its time is a newcomer's (issue 41), and a test
+# that fails does not keep the figure from the log.
+timed "the runner-only build and its tests" scripts/runner-only.sh
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --locked --no-fail-fast
+  timed "the tests (nextest)" cargo nextest run --locked --no-fail-fast
   cargo test --locked --doc
 else
   cargo test --locked --no-fail-fast
@@ -79,12 +100,10 @@ fi
 # The site's benchmark (issue 33): `bench site` over 1,000 cells x 365 runs in a release
 # build, failing over 10 s, then opened in chromium. Its release build is its own (see
 # docs/history.md, "The fleet's site", for what it takes on the CI machine).
-scripts/site-bench.sh
+timed "the site benchmark" scripts/site-bench.sh
 # The dry run's scale guard (issue 41): a million-combination `bench matrix --dry-run`, in
 # both formats, on the binary site-bench just built, failing over 2 s (median) or 600 MB.
-scripts/dry-run-bench.sh
+timed "the dry-run benchmark" scripts/dry-run-bench.sh
 # The gate's scale guard (issue 41): a 1,000-cell run judged against 365 generated nights of
 # its history, on the same optimized build, failing when judging costs over 30 s.
-scripts/gate-bench.sh
-# The runner-only build as a user installs it: no libtorch, timed, its own tests.
-scripts/runner-only.sh
+timed "the gate benchmark" scripts/gate-bench.sh
