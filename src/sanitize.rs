@@ -105,9 +105,33 @@ pub fn terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The most characters of one stored text (a commit subject, an author, a reason, a kernel
+/// name, an id) a page or report shows: far above any real one (C++ kernel names run to a
+/// few hundred), so that one hostile 50 MB subject cannot make a 100 MB page.
+pub const MAX_SHOWN_CHARS: usize = 2_000;
+
+/// `text` cut to at most `max` characters, saying how many were left out; borrowed when it
+/// is short enough, which is every real text.
+pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some((at, _)) => {
+            let left = text[at..].chars().count();
+            Cow::Owned(format!("{}… ({left} more characters)", &text[..at]))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_text_is_cut_on_a_character_boundary_saying_how_much_is_left() {
+        assert_eq!(bounded("short", 10), "short");
+        assert_eq!(bounded("ééééé", 2), "éé… (3 more characters)");
+        assert!(matches!(bounded("abc", 3), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn terminal_text_shows_controls_instead_of_acting_on_them() {

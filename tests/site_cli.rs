@@ -121,7 +121,24 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
         );
         assert_eq!(t["probes"].as_array().unwrap().len(), 3, "{t:#}");
     }
-    // Open regressions lead the index's rows' order in the page; the data keeps the store's.
+    // Open regressions lead the index's rows' order in the page (the page's script orders
+    // them; tests/browser/check-site.mjs, run below, checks every open row comes before
+    // every other). The data keeps the store's order, and has open rows to put first.
+    assert!(
+        rows.iter().filter(|r| r["open"] == true).count() >= 2
+            && rows.iter().any(|r| r["open"] == false),
+        "open and other rows to order"
+    );
+    let open_at: Vec<usize> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r["open"] == true)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        open_at.windows(2).any(|w| w[1] > w[0] + 1) || open_at[0] > 0,
+        "the store's order does not already put them first: {open_at:?}"
+    );
     assert!(
         rows.iter()
             .any(|r| r["change_points"].as_u64().unwrap() > 0),

@@ -76,7 +76,8 @@ pub struct SiteArgs {
     /// The history store (a SQLite file or a postgres:// URL).
     #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
     pub history: String,
-    /// The folder to write the site into (index.html, cells/, runs/, assets/).
+    /// The folder to write the site into (index.html, cells/, runs/, assets/). It is
+    /// replaced whole: it must be new, empty or a site bench wrote.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
     /// Only this branch's runs (default: every branch, each its own series).

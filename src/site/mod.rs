@@ -72,13 +72,7 @@ pub(crate) fn command(settings: &SiteSettings) -> Result<i32, CliError> {
 
 /// Builds the site of `settings.history` into `settings.output`.
 pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
-    let out = &settings.output;
-    if out.exists() && !out.is_dir() {
-        return Err(CliError::bad_input(miette::miette!(
-            "-o {}: not a folder (the site is a folder of pages)",
-            out.display()
-        )));
-    }
+    let out = &output_folder(&settings.output)?;
     if let Some(dir) = &settings.runs {
         if !dir.is_dir() {
             return Err(CliError::bad_input(miette::miette!(
@@ -144,14 +138,109 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
         triage,
         generated_at: crate::history::store::now(),
     };
-    let written = pages::write_site(out, &fleet, &cx)
-        .map_err(|m| CliError::internal(miette::miette!("bench site: writing {m}")))?;
+    let written = write_fresh(out, |dir| pages::write_site(dir, &fleet, &cx))?;
     Ok(Built {
         series: fleet.series.len(),
         values: count,
         findings: fleet.findings.len(),
         written,
     })
+}
+
+/// The file a site bench wrote holds at its root: a later `bench site -o` over the folder
+/// knows it is bench's own to replace.
+const MARKER: &str = ".bench-site";
+
+/// The folder `-o` names, checked before anything is read: a new folder, an empty one, or
+/// a site bench wrote (the folder a symbolic link names, when `-o` is one). A folder
+/// holding anything else is refused, since the site replaces its output whole; so are a
+/// file, a dangling link and a path that cannot be read (exit 2, naming `-o`).
+fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
+    let bad = |why: String| CliError::bad_input(miette::miette!("-o {}: {why}", out.display()));
+    let meta = match std::fs::symlink_metadata(out) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out.to_path_buf()),
+        Err(e) => return Err(bad(format!("cannot read it: {e}"))),
+        Ok(m) => m,
+    };
+    let dir = if meta.file_type().is_symlink() {
+        match std::fs::canonicalize(out) {
+            Ok(target) => target,
+            Err(_) => {
+                let to = std::fs::read_link(out).unwrap_or_default();
+                return Err(bad(format!(
+                    "a symbolic link to {}, which does not exist",
+                    to.display()
+                )));
+            }
+        }
+    } else {
+        out.to_path_buf()
+    };
+    if !dir.is_dir() {
+        return Err(bad("not a folder (the site is a folder of pages)".into()));
+    }
+    let mut entries = std::fs::read_dir(&dir).map_err(|e| bad(format!("cannot list it: {e}")))?;
+    let empty = entries.next().is_none();
+    // Sites written before the marker have their index and script.
+    let a_site = dir.join(MARKER).is_file()
+        || (dir.join("index.html").is_file() && dir.join("assets/site.js").is_file());
+    if !empty && !a_site {
+        return Err(bad(format!(
+            "a folder holding files bench site did not write (no {MARKER} in it); the site replaces its output folder whole, so give a new or empty folder, or a site bench wrote"
+        )));
+    }
+    Ok(dir)
+}
+
+/// Writes the site with `write` into a new folder beside `out`, then puts it in `out`'s
+/// place, so `out` holds exactly this build's pages (none of a cell or run the store no
+/// longer has) and a build that fails halfway leaves the previous site as it was.
+fn write_fresh(
+    out: &Path,
+    write: impl FnOnce(&Path) -> Result<Written, String>,
+) -> Result<Written, CliError> {
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        CliError::internal(miette::miette!("bench site: {what} {}: {e}", p.display()))
+    };
+    let out = std::path::absolute(out).map_err(|e| io("cannot resolve", out, e))?;
+    let parent = out.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let staging = tempfile::Builder::new()
+        .prefix(".bench-site-new-")
+        .tempdir_in(&parent)
+        .map_err(|e| {
+            CliError::bad_input(miette::miette!(
+                "-o {}: cannot write beside it in {}: {e}",
+                out.display(),
+                parent.display()
+            ))
+        })?;
+    let mut written = write(staging.path())
+        .map_err(|m| CliError::internal(miette::miette!("bench site: writing {m}")))?;
+    let marker = format!("written by bench site {}\n", env!("CARGO_PKG_VERSION"));
+    std::fs::write(staging.path().join(MARKER), &marker)
+        .map_err(|e| io("cannot write", &staging.path().join(MARKER), e))?;
+    written.bytes += marker.len() as u64;
+    let new = staging.keep();
+    if out.exists() {
+        let old = tempfile::Builder::new()
+            .prefix(".bench-site-old-")
+            .tempdir_in(&parent)
+            .map_err(|e| io("cannot make room in", &parent, e))?
+            .keep();
+        // `old` exists (empty): the rename of a folder onto an empty one replaces it.
+        std::fs::rename(&out, &old).map_err(|e| io("cannot move aside", &out, e))?;
+        if let Err(e) = std::fs::rename(&new, &out) {
+            // Put the previous site back rather than leave no site at all.
+            let _ = std::fs::rename(&old, &out);
+            let _ = std::fs::remove_dir_all(&new);
+            return Err(io("cannot put the new site at", &out, e));
+        }
+        std::fs::remove_dir_all(&old)
+            .map_err(|e| io("cannot remove the previous site", &old, e))?;
+    } else {
+        std::fs::rename(&new, &out).map_err(|e| io("cannot put the new site at", &out, e))?;
+    }
+    Ok(written)
 }
 
 /// What changed between a finding's last good run and the run that opened it (commits,

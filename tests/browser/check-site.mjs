@@ -90,9 +90,13 @@ async function checkIndex(context, problems) {
     expect(d.probes === t.probes.length, `${what}: ${d.probes} probed commits, ${t.probes.length} in the data`, problems);
     expect(d.missing === (!t.kernels && !!t.kernels_missing), `${what}: why no kernels`, problems);
   });
-  // Open regressions come first.
-  const firstOpen = await page.locator("#fleet tr.row").first().getAttribute("class");
-  if (data.rows.some((r) => r.open)) expect(firstOpen.includes("open"), "open regressions first", problems);
+  // Open regressions come first: every open row before every other row, and as many open
+  // rows as the data has open series.
+  const classes = await page.locator("#fleet tr.row").evaluateAll((trs) => trs.map((tr) => tr.className));
+  const isOpen = classes.map((c) => c.split(" ").includes("open"));
+  const lastOpen = isOpen.lastIndexOf(true), firstOther = isOpen.indexOf(false);
+  expect(isOpen.filter(Boolean).length === data.rows.filter((r) => r.open).length, "a row marked open per open series", problems);
+  expect(lastOpen === -1 || firstOther === -1 || lastOpen < firstOther, `open regressions first (last open row ${lastOpen}, first other ${firstOther})`, problems);
 
   // Every filter shows exactly the rows whose value matches, then all again.
   const visible = () => page.locator("#fleet tr.row:not([hidden])").count();
