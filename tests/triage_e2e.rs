@@ -381,19 +381,35 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
     }
     assert!(body.contains("+0.80 ms attention"), "{body}");
 
-    // A pull request's run with the same change: the findings, no bisection.
+    // A pull request's run with the same change: it fails as the nightly did, with the same
+    // two findings, and bisects neither (the change is the pull request's own): each says
+    // why, and no probe runs.
     let o = lab.night("pr1", &[], &[("GITHUB_BASE_REF", "main")]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
     let r = lab.report("pr1");
-    for f in r["findings"].as_array().unwrap() {
-        if f["bisected"].is_object() {
-            assert_eq!(f["bisected"]["status"], "skipped", "{f:#}\n{}", text(&o));
-            assert!(f["bisected"]["evidence"]
-                .as_str()
-                .unwrap()
-                .contains("pull request"));
-        }
+    assert_eq!(r["exit_code"], 1, "{out}");
+    assert_eq!(
+        r["findings"].as_array().unwrap().len(),
+        2,
+        "{:#}\n{out}",
+        r["findings"]
+    );
+    for value in ["model=a", "model=b"] {
+        let f = finding(&r, value);
+        let b = &f["bisected"];
+        assert_eq!(b["status"], "skipped", "{value}: {f:#}\n{out}");
+        assert!(
+            b["evidence"].as_str().unwrap().contains("pull request"),
+            "{value}: {b:#}"
+        );
+        assert!(b["first_bad"].is_null(), "{value}: {b:#}");
+        assert_eq!(b["measured"], 0, "{value}: {b:#}");
     }
-    assert!(!text(&o).contains("bisect: measuring"), "{}", text(&o));
+    assert!(
+        !out.contains("bisect: measuring") && !out.contains(": bisecting "),
+        "{out}"
+    );
 
     // A later job over the same range resumes from the probes the history holds: with a
     // budget of 0.001 GPU-s it still names both commits, running no round; the traced steps do
