@@ -31,7 +31,8 @@ pub struct Verdicts {
 
 impl Verdicts {
     /// The exit code the verdicts give (DESIGN.md): 1 when a cell regressed, failed or timed
-    /// out, else 0.
+    /// out, else 0. The run's, which a signal can make 130, is
+    /// [`crate::results::RunResults::exit_code`] of it.
     pub fn exit_code(&self) -> i32 {
         self.comparison.exit_code()
     }

@@ -226,6 +226,14 @@ pub struct RunResults {
     /// True when the run was stopped (Ctrl-C, --fail-fast) before every cell ran.
     #[serde(default)]
     pub interrupted: bool,
+    /// What a signal (Ctrl-C, SIGTERM) stopped, when one did. The command then exits 130,
+    /// and every report says so, whether written by that command or by `bench report`
+    /// later: the exit code is decided from this document, not from the process that
+    /// wrote it. `interrupted` without it is a run that `--fail-fast` or `--max-fail`
+    /// stopped, which exits with its cells' verdicts (1); so is a document written before
+    /// the field existed, which cannot tell the two apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_in: Option<Interruption>,
     pub environment: Environment,
     /// Where `environment` was captured; absent when on the host that ran `bench` (every
     /// local run, and documents written before the field existed).
@@ -238,6 +246,30 @@ pub struct RunResults {
     pub cells: Vec<CellResult>,
     #[serde(default)]
     pub dropped: Vec<DroppedCell>,
+}
+
+/// The stage of a run that a signal stopped ([`RunResults::interrupted_in`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interruption {
+    /// The cells: some did not run, or were stopped ([`RunResults::interrupted`] too).
+    Cells,
+    /// The confirmation of the verdicts, after every cell ran: the side-by-side pairs or
+    /// the re-runs.
+    Confirmation,
+    /// Triage, after the verdicts: a finding's bisection (its setup, a probe or a trace).
+    Triage,
+}
+
+impl Interruption {
+    /// What the run did not finish, as the reports say it after "the run was interrupted".
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            Interruption::Cells => "before every cell ran",
+            Interruption::Confirmation => "while its verdicts were being confirmed",
+            Interruption::Triage => "during triage, before its bisections finished",
+        }
+    }
 }
 
 /// The journal at `path`, open for reading, or `None` when there is none. Anything but a
@@ -352,6 +384,22 @@ impl CellResult {
 impl RunResults {
     /// The file name inside a run directory.
     pub const FILE: &'static str = "results.json";
+
+    /// The run's exit code, given the one its verdicts give (`verdict`: 0, or 1 for
+    /// regressions and failed cells): 130 when a signal stopped it, whatever its verdicts.
+    /// The command returns it and every report states it, so no two of them can disagree.
+    pub fn exit_code(&self, verdict: i32) -> i32 {
+        // A run stopped before every cell ran is never a pass. `--fail-fast` and
+        // `--max-fail` stop only after a failed cell (verdict 1), so one stopped with a
+        // verdict of 0 was stopped by a signal, in a document written before
+        // `interrupted_in` was.
+        let stopped_clean = self.interrupted && verdict == crate::exit::bench::OK;
+        if self.interrupted_in.is_some() || stopped_clean {
+            crate::exit::bench::INTERRUPTED
+        } else {
+            verdict
+        }
+    }
 
     /// GPU-seconds the run's cells took (one a second for a CPU cell).
     pub(crate) fn gpu_seconds(&self) -> f64 {

@@ -87,6 +87,7 @@ fn run(id: &str, minute: u32, commit: &str, cells: &[(&str, f64)], loss: &[f64])
         started_at: format!("2026-11-22T10:{minute:02}:00Z"),
         finished_at: Some(format!("2026-11-22T10:{minute:02}:30Z")),
         interrupted: false,
+        interrupted_in: None,
         environment: env("h100-sxm-80gb", commit),
         environment_source: None,
         launcher: None,

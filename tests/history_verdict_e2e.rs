@@ -266,8 +266,51 @@ fn a_pull_request_is_judged_against_its_base_branch_not_its_own_pushes() {
             "{h}"
         );
     }
-    // The pull request's runs did not become main's history.
+    // The pull request's runs did not become main's history: the store holds them under
+    // the pull request's own branch, main's trend of the cell has only main's nights, and
+    // main's next night is judged clean against them.
     clean(&lab, "m6");
+    let db = rusqlite::Connection::open(lab.dir.join("h.sqlite")).unwrap();
+    let branch_of = |run: &str| -> Option<String> {
+        db.query_row(
+            "SELECT branch FROM bench_runs WHERE run_id = ?1",
+            [run],
+            |row| row.get(0),
+        )
+        .unwrap_or_else(|e| panic!("{run} is not in the store: {e}"))
+    };
+    for id in ["pr1", "pr2"] {
+        assert_eq!(branch_of(id).as_deref(), Some("feature"), "{id}");
+    }
+    // Every run the pull request's jobs recorded (their side-by-side pairs too) is off main.
+    let mut stmt = db
+        .prepare("SELECT run_id, branch FROM bench_runs WHERE run_id LIKE 'pr%'")
+        .unwrap();
+    let pr_rows: Vec<(String, Option<String>)> = stmt
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(pr_rows.len() >= 2, "{pr_rows:?}");
+    for (run, branch) in &pr_rows {
+        assert_ne!(branch.as_deref(), Some("main"), "{run}: {pr_rows:?}");
+    }
+    let mut stmt = db
+        .prepare(
+            "SELECT DISTINCT r.run_id FROM bench_runs r JOIN bench_metrics m ON m.run_id = r.run_id
+             WHERE r.branch = 'main' AND m.metric = 'tokens_per_s' ORDER BY r.started_at",
+        )
+        .unwrap();
+    let main_trend: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        main_trend,
+        ["m1", "m2", "m3", "m4", "m5", "m6"],
+        "{pr_rows:?}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! night triggers no triage; a pull request's run does not bisect; a later job resumes from
 //! the probes the history holds.
 
+mod common;
 mod publish_server;
 
 use std::path::{Path, PathBuf};
@@ -132,6 +133,11 @@ impl Lab {
     /// `bench matrix matrix.yaml --history` in the repository, as the nightly template
     /// runs it (on branch main, not a pull request).
     fn night(&self, id: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
+        self.night_command(id, extra, env).output().unwrap()
+    }
+
+    /// The command [`Lab::night`] runs, to start it and signal it.
+    fn night_command(&self, id: &str, extra: &[&str], env: &[(&str, &str)]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_bench"));
         cmd.current_dir(&self.repo)
             .args(["matrix", "matrix.yaml", "--no-progress", "--run-id", id])
@@ -157,7 +163,7 @@ impl Lab {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.output().unwrap()
+        cmd
     }
 
     fn file(&self, id: &str, name: &str) -> String {
@@ -375,19 +381,35 @@ fn two_causes_give_two_findings_each_bisected_to_its_commit_with_its_kernels() {
     }
     assert!(body.contains("+0.80 ms attention"), "{body}");
 
-    // A pull request's run with the same change: the findings, no bisection.
+    // A pull request's run with the same change: it fails as the nightly did, with the same
+    // two findings, and bisects neither (the change is the pull request's own): each says
+    // why, and no probe runs.
     let o = lab.night("pr1", &[], &[("GITHUB_BASE_REF", "main")]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
     let r = lab.report("pr1");
-    for f in r["findings"].as_array().unwrap() {
-        if f["bisected"].is_object() {
-            assert_eq!(f["bisected"]["status"], "skipped", "{f:#}\n{}", text(&o));
-            assert!(f["bisected"]["evidence"]
-                .as_str()
-                .unwrap()
-                .contains("pull request"));
-        }
+    assert_eq!(r["exit_code"], 1, "{out}");
+    assert_eq!(
+        r["findings"].as_array().unwrap().len(),
+        2,
+        "{:#}\n{out}",
+        r["findings"]
+    );
+    for value in ["model=a", "model=b"] {
+        let f = finding(&r, value);
+        let b = &f["bisected"];
+        assert_eq!(b["status"], "skipped", "{value}: {f:#}\n{out}");
+        assert!(
+            b["evidence"].as_str().unwrap().contains("pull request"),
+            "{value}: {b:#}"
+        );
+        assert!(b["first_bad"].is_null(), "{value}: {b:#}");
+        assert_eq!(b["measured"], 0, "{value}: {b:#}");
     }
-    assert!(!text(&o).contains("bisect: measuring"), "{}", text(&o));
+    assert!(
+        !out.contains("bisect: measuring") && !out.contains(": bisecting "),
+        "{out}"
+    );
 
     // A later job over the same range resumes from the probes the history holds: with a
     // budget of 0.001 GPU-s it still names both commits, running no round; the traced steps do
@@ -617,4 +639,102 @@ fn a_setup_that_hangs_is_stopped_when_the_budget_runs_out_and_the_reports_stay()
             .contains("--setup 'sleep 600'"),
         "{b:#}"
     );
+}
+
+/// Issue 42: Ctrl-C while a triage setup hangs stops the nightly with 130, and every output
+/// says 130: the terminal's last line, summary.txt, report.json, summary.md and JUnit
+/// (written before the bisection began, saying exit 1, and written again after it), and
+/// `bench report` of the folder later.
+#[test]
+fn ctrl_c_during_a_triage_setup_gives_130_in_every_output() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    let lab = Lab::new();
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let o = lab.night(&format!("night{n}"), &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let base = git(&lab.repo, &["rev-parse", "HEAD"]);
+    for i in 1..=3 {
+        if i == 2 {
+            std::fs::write(
+                lab.repo.join("kernels.a.txt"),
+                format!("{KERNELS}elementwise_copy_kernel 320\n"),
+            )
+            .unwrap();
+        } else {
+            std::fs::write(lab.repo.join("NOTES"), format!("change {i}\n")).unwrap();
+        }
+        commit(&lab.repo, &format!("change {i}"));
+    }
+    // The side-by-side pairs set up the last good commit (quickly); the bisection's setup of
+    // a commit inside the range says it started, then hangs.
+    let started = lab.repo.parent().unwrap().join("setup-started");
+    let setup = format!(
+        "[ \"$BENCH_BISECT_COMMIT\" = {base} ] || {{ touch '{}'; sleep 600; }}",
+        started.display()
+    );
+    let mut cmd = lab.night_command("night6", &["--triage-setup", &setup], &[]);
+    cmd.stdout(std::process::Stdio::piped()).process_group(0);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !started.exists() {
+        seen.extend(lines.try_iter());
+        assert!(
+            Instant::now() < deadline,
+            "the bisection's setup never started: {seen:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
+    let mut shown = String::new();
+    stdout.read_to_string(&mut shown).unwrap();
+    let all = format!("{shown}\n{}", seen.join("\n"));
+    let last = shown
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("result:"))
+        .unwrap_or_else(|| panic!("no result line: {all}"));
+    assert!(last.starts_with("result: INTERRUPTED (exit 130)"), "{all}");
+    assert!(last.contains("during triage"), "{all}");
+
+    let says_130 = |what: &str| {
+        let txt = lab.file("night6", "summary.txt");
+        assert_eq!(txt.lines().last(), Some(last), "{what}: summary.txt: {txt}");
+        assert!(!txt.contains("FAILED (exit 1)"), "{what}: {txt}");
+        let r = lab.report("night6");
+        assert_eq!(r["exit_code"], 130, "{what}: report.json: {r:#}");
+        assert_eq!(r["interrupted_in"], "triage", "{what}: {r:#}");
+        let b = &finding(&r, "model=a")["bisected"];
+        assert_eq!(b["status"], "interrupted", "{what}: {b:#}\n{all}");
+        let md = lab.file("night6", "summary.md");
+        let headline = md.lines().next().unwrap_or_default();
+        assert!(headline.contains("(exit 130)"), "{what}: summary.md: {md}");
+        assert!(!md.contains("(exit 1)"), "{what}: summary.md: {md}");
+        let junit = lab.file("night6", "junit.xml");
+        assert!(
+            junit.contains("run.interrupted") && junit.contains("exit 130"),
+            "{what}: junit.xml: {junit}"
+        );
+    };
+    says_130("the interrupted nightly");
+    let results: serde_json::Value =
+        serde_json::from_str(&lab.file("night6", "results.json")).unwrap();
+    assert_eq!(results["interrupted_in"], "triage", "{results:#}");
+    // Rendered again from the folder: the same code, from the process as from the files.
+    let again = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("report")
+        .arg(lab.results.join("night6"))
+        .arg("--baselines")
+        .arg(&lab.baselines)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(130), "{}", text(&again));
+    says_130("bench report");
 }

@@ -3,18 +3,18 @@
 //! want) -> report.
 
 use crate::error::CliError;
-use crate::exit::bench as exit;
 use crate::history::gate::{confirm_run_id, ConfirmOutcome, Confirmation};
 use crate::history::History;
-use crate::results::RunResults;
+use crate::results::{Interruption, RunResults};
 use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
 
 /// `bench matrix FILE`: load and check the matrix (and the history it will be judged
 /// against) before the first cell, run the cells, judge them (re-running what the verdicts
 /// want confirmed), and write every report.
 ///
-/// Exit code: 130 when interrupted (the reports of the finished cells are still written);
-/// otherwise 1 when a cell failed, timed out or regressed, else 0.
+/// Exit code: 130 when interrupted, in the cells, the confirmation or triage (the reports
+/// are still written, and say 130: the stage is kept in `results.json` as
+/// `interrupted_in`); otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     let mut expansion = crate::matrix::cmd::load(&args.source)?;
     with_repeats(&mut expansion, args.repeats);
@@ -43,7 +43,7 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     crate::baseline::Baselines::check_dir(&args.baselines)?;
     let mut store = open_history(args)?;
     let args = &run_settings(args, &mut expansion, store.as_mut())?;
-    let outcome = match store.as_mut() {
+    let mut outcome = match store.as_mut() {
         Some(s) => {
             let branch = crate::history::record::current_branch();
             let mut recorder = crate::history::recorder::Recorder::new(s, branch);
@@ -58,14 +58,22 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
     if let (Some(s), true) = (store.as_mut(), args.config.trace_kernels) {
         super::triage::keep_kernels(s, &outcome.results, &outcome.run_dir)?;
     }
-    let mut interrupted = outcome.interrupted;
+    // The cells' interruption is in the results already (the runner's); a later stage's is
+    // laid on them here and saved, so that the reports written below and `bench report`
+    // later state the 130 this command returns.
+    let mut stopped = None;
     if let Some(s) = store.as_mut() {
-        interrupted |= judge_against_history(args, &recipe, s, &outcome)?;
+        if judge_against_history(args, &recipe, s, &outcome)? {
+            stopped = Some(Interruption::Confirmation);
+        }
     }
+    interrupt(&mut outcome, stopped)?;
     let verdicts = crate::judge::of_run(&outcome.results, &args.baselines, Some(&outcome.run_dir))?;
     let mut findings = crate::triage::findings(&outcome.results, &verdicts);
-    if let (Some(t), false) = (&triage, interrupted) {
+    if let (Some(t), None) = (&triage, outcome.results.interrupted_in) {
         // The bisections can take long: the run's reports are on disk before they start.
+        // They are written again below, so an interrupted triage leaves none saying
+        // otherwise than the 130 the command then returns.
         let o = &outcome;
         crate::report::write_files(
             &o.run_dir,
@@ -74,8 +82,9 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
             &findings,
             args.gpu_hour_price,
         )?;
-        interrupted |=
-            super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)?;
+        if super::triage::chase(args, t, &outcome.results, &outcome.run_dir, &mut findings)? {
+            interrupt(&mut outcome, Some(Interruption::Triage))?;
+        }
     }
     if let (Some(h), true) = (&args.history, args.config.trace_kernels) {
         super::triage::diff_from_history(h, &outcome.results, &verdicts, &mut findings);
@@ -102,10 +111,24 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         args.verbose,
         args.gpu_hour_price,
     )?;
-    if interrupted {
-        return Ok(exit::INTERRUPTED);
-    }
+    // `verdict` is the run's code as every report states it (130 when a signal stopped any
+    // stage); the cells' own outcome can only confirm it.
     Ok(verdict.max(outcome.exit_code()))
+}
+
+/// Marks the run as stopped by a signal in `stage` (unless an earlier stage already was)
+/// and saves `results.json` with it, so that its reports, written now or by `bench report`
+/// later, state the 130 the command returns.
+fn interrupt(outcome: &mut RunOutcome, stage: Option<Interruption>) -> Result<(), CliError> {
+    let Some(stage) = stage else {
+        return Ok(());
+    };
+    if outcome.results.interrupted_in.is_some() {
+        return Ok(());
+    }
+    outcome.results.interrupted_in = Some(stage);
+    outcome.results.save_atomic(&outcome.run_dir)?;
+    Ok(())
 }
 
 /// The settings the run takes: `args`, with the cells of this shard only (`--shard`, whose

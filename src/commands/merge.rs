@@ -496,6 +496,7 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
                 started_at: String::new(),
                 finished_at: None,
                 interrupted: true,
+                interrupted_in: None,
                 environment: crate::results::Environment {
                     hardware_key: reference.hardware_key.clone(),
                     ..Default::default()
@@ -534,6 +535,7 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
     // names the shard (Merged::failures), whose exit code (1) every report states, not an
     // interrupted run's 130 that this command never returns.
     results.interrupted = false;
+    results.interrupted_in = None;
     results
         .filters
         .retain(|f| !f.starts_with(crate::results::SHARD_DROP_PREFIX));

@@ -5,7 +5,8 @@
 //!
 //! The post's verdict is the run's, not the post's: a missing token, a missing pull request
 //! or a failed request is reported as a warning, and the command still exits with the code
-//! the verdicts give (0, or 1 for regressions and failed cells), so a CI job's pass/fail
+//! the run gives (0, 1 for regressions and failed cells, 130 for a run a signal stopped:
+//! `RunResults::exit_code`), so a CI job's pass/fail
 //! never depends on the forge's API being up.
 
 use std::path::{Path, PathBuf};
@@ -191,7 +192,8 @@ pub(crate) fn post_with_env(
     }
     let (results, verdicts, findings) = judged(&args.run_dir, &args.baselines)?;
     let comparison = &verdicts.comparison;
-    let verdict = verdicts.exit_code();
+    // The run's code, as its reports state it: 130 for a run a signal stopped.
+    let verdict = results.exit_code(verdicts.exit_code());
     let body = |artifacts_url: Option<&str>| {
         crate::report::markdown::render_comment(
             &results,
@@ -242,7 +244,7 @@ fn post_fleet(
         let (results, verdicts, findings) = judged(dir, &args.baselines)?;
         // The fleet's index keeps each run's exit code (a shard that did not finish fails
         // a run whose cells all passed); the verdicts alone cannot be worse than it.
-        let exit = (*exit).max(verdicts.exit_code());
+        let exit = (*exit).max(results.exit_code(verdicts.exit_code()));
         loaded.push((dir, results, verdicts, findings, exit));
     }
     let parts: Vec<crate::report::fleet::FleetPart<'_>> = loaded

@@ -42,6 +42,7 @@ impl Reporter for Recorder<'_> {
             started_at: run.started_at.clone(),
             finished_at: None,
             interrupted: false,
+            interrupted_in: None,
             environment: run.environment.clone(),
             environment_source: None,
             launcher: None,

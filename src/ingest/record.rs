@@ -217,6 +217,7 @@ pub(crate) fn results(
         started_at: started.clone(),
         finished_at: Some(started),
         interrupted: false,
+        interrupted_in: None,
         environment: Environment {
             gpu_model,
             gpu_count: s.gpus,

@@ -441,7 +441,7 @@ impl HtmlData {
                 bench_version: env.bench_version.clone(),
                 started_at: results.started_at.clone(),
                 finished_at: results.finished_at.clone(),
-                interrupted: results.interrupted,
+                interrupted: results.interrupted || results.interrupted_in.is_some(),
                 filters: results.filters.clone(),
                 filtered_out: filtered_out(results),
                 mfu_policies: crate::report::input::mfu_policies(results),

@@ -144,8 +144,10 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
         if env.git_dirty { " (dirty)" } else { "" },
         env.bench_version
     );
-    if r.interrupted {
-        out.push_str("the run was interrupted before every cell ran\n");
+    if let Some(stage) = r.interrupted_in {
+        out.push_str(&format!("the run was interrupted {}\n", stage.words()));
+    } else if r.interrupted {
+        out.push_str("the run was stopped before every cell ran\n");
     }
     if let Some(h) = input.history.filter(|h| !h.cells.is_empty()) {
         out.push_str(&format!(
@@ -312,16 +314,26 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
         n.cells,
         counts.join(", ")
     ));
-    let code = cmp.exit_code();
+    // The code the command returns, whichever stage a signal stopped: the last line must
+    // never state another.
+    let code = input.exit_code();
     // An interrupted run is never a pass: its last line is what a job log or a person
     // reads first, and the cells it did not run were judged by nobody.
-    out.push_str(&if r.interrupted {
+    out.push_str(&if code == crate::exit::bench::INTERRUPTED {
+        let stage = match r.interrupted_in {
+            Some(s) if !r.interrupted => format!(" {}", s.words()),
+            _ => String::new(),
+        };
         format!(
-            "result: INTERRUPTED (exit {}): {} regressed, {} failed, {} timed out among the cells that ran\n",
-            crate::exit::bench::INTERRUPTED,
+            "result: INTERRUPTED (exit {code}){stage}: {} regressed, {} failed, {} timed out{}\n",
             n.regression,
             n.failed,
-            n.timed_out
+            n.timed_out,
+            if r.interrupted {
+                " among the cells that ran"
+            } else {
+                ""
+            }
         )
     } else if code == 0 && n.suspect > 0 {
         // Not a pass either: a breach the confirmation could not settle.

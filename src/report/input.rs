@@ -86,6 +86,12 @@ impl<'a> ReportInput<'a> {
             findings,
         }
     }
+
+    /// The exit code the run gives ([`RunResults::exit_code`]): the one every sink states
+    /// and the command returns.
+    pub fn exit_code(&self) -> i32 {
+        self.results.exit_code(self.comparison.exit_code())
+    }
 }
 
 /// One report format.

@@ -18,6 +18,10 @@ struct JsonReport<'a> {
     started_at: &'a str,
     finished_at: Option<&'a str>,
     interrupted: bool,
+    /// What a signal stopped (the cells, the confirmation, triage), when one did: the run
+    /// then exits 130.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interrupted_in: Option<crate::results::Interruption>,
     hardware_key: &'a str,
     hardware: String,
     commit: Option<&'a str>,
@@ -25,7 +29,8 @@ struct JsonReport<'a> {
     bench_version: &'a str,
     baseline_file: &'a str,
     baseline_exists: bool,
-    /// DESIGN.md exit code the verdict implies (0 or 1).
+    /// The exit code the command returns (DESIGN.md): 0 or 1 as the verdicts give it, 130
+    /// when a signal stopped the run.
     exit_code: i32,
     /// Why the run fails beyond its cells (a merged run's unfinished shard), one line each.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -58,6 +63,7 @@ impl Exporter for JsonExporter {
             started_at: &r.started_at,
             finished_at: r.finished_at.as_deref(),
             interrupted: r.interrupted,
+            interrupted_in: r.interrupted_in,
             hardware_key: &env.hardware_key,
             hardware: hardware_words(env),
             commit: env.git_commit.as_deref(),
@@ -65,7 +71,7 @@ impl Exporter for JsonExporter {
             bench_version: &env.bench_version,
             baseline_file: &c.baseline_file,
             baseline_exists: c.baseline_exists,
-            exit_code: c.exit_code(),
+            exit_code: input.exit_code(),
             run_failures: &c.run_failures,
             counts: c.counts(),
             mfu_policies: crate::report::input::mfu_policies(r),

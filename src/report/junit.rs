@@ -188,15 +188,21 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
             let finding = input.findings.iter().find(|f| f.has(&cell.id));
             suite.add_test_case(testcase(cell, result, &r.matrix_name, finding));
         }
-        if r.interrupted {
+        if r.interrupted || r.interrupted_in.is_some() {
             // A cancelled run is not a pass: without this case a CI test view would show
-            // every cell that ran as green and say nothing of those that never ran.
+            // every cell that ran as green and say nothing of those that never ran (or of a
+            // triage a signal cut short, which makes the run's exit code 130).
             let ran = r.cells.len();
-            let message = format!(
-                "the run was interrupted before every cell ran ({ran} cell{} ran); exit {}",
-                if ran == 1 { "" } else { "s" },
-                crate::exit::bench::INTERRUPTED
-            );
+            let what = match r.interrupted_in {
+                Some(stage) => format!("the run was interrupted {}", stage.words()),
+                None => "the run was stopped before every cell ran".to_string(),
+            };
+            let cells = if r.interrupted {
+                format!(" ({ran} cell{} ran)", if ran == 1 { "" } else { "s" })
+            } else {
+                String::new()
+            };
+            let message = format!("{what}{cells}; exit {}", input.exit_code());
             let mut tc = TestCase::new(
                 "run.interrupted",
                 non_success(NonSuccessKind::Error, "interrupted", &message),
@@ -207,7 +213,7 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
         // A failure of the run beyond its cells (a merged run's shard that did not finish):
         // a CI test view must not show the run green while its exit code is 1.
         for (i, why) in input.comparison.run_failures.iter().enumerate() {
-            let message = format!("{why}; exit {}", input.comparison.exit_code());
+            let message = format!("{why}; exit {}", input.exit_code());
             let mut tc = TestCase::new(
                 format!("run.failure.{}", i + 1),
                 non_success(NonSuccessKind::Failure, "run", &message),

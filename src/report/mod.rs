@@ -120,8 +120,9 @@ pub(crate) fn write_files(
 /// Everything after the judge: writes `junit.xml`, `summary.md`, `report.json`,
 /// `report.html` (and `frameworks.md` for framework cells) atomically into `run_dir`,
 /// appends the summary to `$GITHUB_STEP_SUMMARY` when set, prints the human summary (or,
-/// with `--format json`, the JSON report) on stdout, and returns the exit code the verdicts
-/// give (DESIGN.md: 1 when a cell regressed, failed or timed out, else 0). `verbose` lists
+/// with `--format json`, the JSON report) on stdout, and returns the exit code the run gives
+/// (DESIGN.md: 1 when a cell regressed, failed or timed out, else 0; 130 when a signal
+/// stopped it, [`RunResults::exit_code`]), which every report states. `verbose` lists
 /// the ids of the dropped cells in the printed summary (`summary.txt` keeps only their
 /// counts). It renders the verdicts it is given and judges nothing.
 pub(crate) fn finish_run(
@@ -147,5 +148,5 @@ pub(crate) fn finish_run(
     // A closed pipe (`bench report ... | head`) must not turn a verdict into a panic.
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
-    Ok(verdicts.exit_code())
+    Ok(input.exit_code())
 }

@@ -189,6 +189,7 @@ fn run(cells: &[(&str, f64)]) -> RunResults {
         started_at: "2026-11-22T12:00:00Z".into(),
         finished_at: None,
         interrupted: false,
+        interrupted_in: None,
         environment: Environment {
             cpu: "cpu".into(),
             hardware_key: "cpu-x86_64".into(),

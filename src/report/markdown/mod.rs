@@ -246,8 +246,8 @@ fn upper_first(s: &str) -> String {
 /// [`headline`], led by the failures of the run beyond its cells (a merged run's shard
 /// that did not finish) and the exit code they give: such a run never reads "no
 /// regressions".
-fn run_headline(c: &Counts, interrupted: bool, failures: &[String]) -> String {
-    let cells = headline(c, interrupted);
+fn run_headline(c: &Counts, stopped: Option<&str>, failures: &[String]) -> String {
+    let cells = headline(c, stopped);
     if failures.is_empty() {
         return cells;
     }
@@ -264,11 +264,28 @@ fn run_headline(c: &Counts, interrupted: bool, failures: &[String]) -> String {
     }
 }
 
-fn headline(c: &Counts, interrupted: bool) -> String {
+/// What ended the run early, as its headline says it: with the exit code when it is the
+/// 130 of a run a signal stopped (the code the command returns, which the job summary
+/// and the PR comment must not contradict), `None` for a run that ran to its end.
+fn stopped(results: &RunResults, cmp: &Comparison) -> Option<String> {
+    let code = results.exit_code(cmp.exit_code());
+    if code == crate::exit::bench::INTERRUPTED {
+        let stage = results
+            .interrupted_in
+            .unwrap_or(crate::results::Interruption::Cells);
+        Some(format!("interrupted {} (exit {code})", stage.words()))
+    } else if results.interrupted {
+        Some("stopped before every cell ran".to_string())
+    } else {
+        None
+    }
+}
+
+fn headline(c: &Counts, stopped: Option<&str>) -> String {
     let mut bad = Vec::new();
     // A cancelled nightly must not read as green in a job summary or a PR comment.
-    if interrupted {
-        bad.push("interrupted before every cell ran".to_string());
+    if let Some(stopped) = stopped {
+        bad.push(stopped.to_string());
     }
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
@@ -495,6 +512,7 @@ fn render(
     collapse: bool,
 ) -> String {
     let env = &results.environment;
+    let stopped = stopped(results, cmp);
     let mut counts = cmp.counts();
     // The filter's drops are a count in the footer, not a status of this run.
     counts.dropped = counts.dropped.saturating_sub(filtered_out(results));
@@ -502,17 +520,17 @@ fn render(
         "### bench: {} on {}: {}\n\n",
         code(&results.matrix_name),
         code(&env.hardware_key),
-        run_headline(&counts, results.interrupted, &cmp.run_failures)
+        run_headline(&counts, stopped.as_deref(), &cmp.run_failures)
     );
     head.push_str(&counts_line(&counts));
     head.push_str("\n\n");
-    if results.interrupted {
-        head.push_str("> The run was interrupted before every cell ran.\n\n");
+    if let Some(stopped) = &stopped {
+        head.push_str(&format!("> The run was {stopped}.\n\n"));
     }
     for why in &cmp.run_failures {
         head.push_str(&format!(
             "> **The run fails (exit {}): {}**\n\n",
-            cmp.exit_code(),
+            results.exit_code(cmp.exit_code()),
             text(why)
         ));
     }

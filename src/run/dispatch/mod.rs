@@ -372,6 +372,10 @@ impl Dispatcher<'_> {
             self.reporter.on_event(&RunEvent::Warning { message });
         }
         self.book.doc.interrupted = self.stop.is_some();
+        // A signal, not --fail-fast: the reports then state the 130 the command returns.
+        self.book.doc.interrupted_in = self
+            .interrupted
+            .then_some(crate::results::Interruption::Cells);
         self.book.doc.finished_at = Some(now_rfc3339());
         self.book.save()?;
         let (mut passed, mut failed, mut skipped_n) = (0, 0, 0);

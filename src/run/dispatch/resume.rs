@@ -103,6 +103,7 @@ pub(crate) fn open_run(
             doc.environment_source = elsewhere.then_some(EnvironmentSource::SubmitHost);
         }
         doc.interrupted = false;
+        doc.interrupted_in = None;
         doc.finished_at = None;
         return Ok((dir, doc));
     }
@@ -137,6 +138,7 @@ pub(crate) fn open_run(
         started_at: now_rfc3339(),
         finished_at: None,
         interrupted: false,
+        interrupted_in: None,
         environment: env.clone(),
         environment_source: elsewhere.then_some(EnvironmentSource::SubmitHost),
         launcher: None,
