@@ -42,6 +42,22 @@ pub const MAX_WORLD_SIZE: u64 = 1 << 20;
 /// or merged) and on the way out of the history: no cell repeats ten thousand times, and a
 /// forged row of a million samples made `bench history study` run for minutes.
 pub const MAX_SAMPLES: usize = 10_000;
+/// The widest relative spread (half the range of a value's repeats over their median)
+/// believed, for any metric: a million times the median. Loose, since a metric whose
+/// median lies near zero (a loss, an exposed-communication time) can spread wide; what it
+/// refuses is an overflow or a forged figure (`1e300`, printed as 300 digits of percent).
+pub const MAX_REL_SPREAD: f64 = 1e6;
+
+/// Refuses a relative spread that is not a finite number in `[0, MAX_REL_SPREAD]`.
+pub fn check_rel_spread(v: f64) -> Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_REL_SPREAD).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{v:e} is not a relative spread (a finite number from 0 to {MAX_REL_SPREAD})"
+        ))
+    }
+}
 
 /// The closed range `[lo, hi]` a metric's value lies in (`lo_open`: above `lo`).
 #[derive(Debug, Clone, Copy, PartialEq)]

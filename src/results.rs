@@ -539,6 +539,13 @@ impl RunResults {
                         crate::bounds::MAX_SAMPLES
                     ));
                 }
+                if let Err(why) = crate::bounds::check_rel_spread(m.rel_spread) {
+                    return Some(format!(
+                        "cells[{i}] ({}).metrics.{}.rel_spread: {why}",
+                        crate::sanitize::terminal(cell.id.as_str()),
+                        crate::sanitize::terminal(name),
+                    ));
+                }
                 let values = std::iter::once((String::from("value"), m.value)).chain(
                     m.samples
                         .iter()

@@ -38,10 +38,29 @@ impl vte::Perform for Printable {
     }
 }
 
-/// Characters that are never kept: controls (C0, DEL, C1) and the two noncharacters XML
-/// forbids.
+/// Characters that are never kept: controls (C0, DEL, C1), the two noncharacters XML
+/// forbids, and the bidirectional controls and line separators ([`is_bidi_or_separator`]).
 fn is_unsafe_char(c: char) -> bool {
-    c.is_control() || c == '\u{FFFE}' || c == '\u{FFFF}'
+    c.is_control() || c == '\u{FFFE}' || c == '\u{FFFF}' || is_bidi_or_separator(c)
+}
+
+/// The characters that reorder or break what a reader sees without being seen themselves:
+/// the bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069;
+/// "Trojan Source", CVE-2021-42574), the directional marks (U+200E, U+200F, U+061C), and
+/// the line and paragraph separators (U+2028, U+2029), which end a line where none shows.
+/// A commit subject or matrix name holding one could make a terminal or a comment show
+/// text in another order than it has.
+fn is_bidi_or_separator(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{061C}'
+            | '\u{2028}'
+            | '\u{2029}'
+    )
 }
 
 /// Worker bytes as safe text: invalid UTF-8 replaced by U+FFFD, escape sequences and
@@ -86,7 +105,7 @@ pub fn xml_chars(xml: &str) -> Cow<'_, str> {
 /// (the layout of what bench prints); every other C0/C1 control and DEL is written as
 /// `\x1b` / `\u{9b}`, so the reader sees that it was there.
 pub fn terminal(text: &str) -> Cow<'_, str> {
-    let shown = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let shown = |c: char| (c.is_control() && c != '\n' && c != '\t') || is_bidi_or_separator(c);
     if !text.chars().any(shown) {
         return Cow::Borrowed(text);
     }
@@ -125,6 +144,13 @@ pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bidirectional_controls_are_shown_or_removed_never_acted_on() {
+        assert_eq!(terminal("a\u{202e}evil"), "a\\u{202e}evil");
+        assert_eq!(clean("ev\u{202e}il\u{2066}x\u{2028}y"), "evilxy");
+        assert_eq!(clean("plain ✓ é"), "plain ✓ é");
+    }
 
     #[test]
     fn a_long_text_is_cut_on_a_character_boundary_saying_how_much_is_left() {

@@ -274,3 +274,104 @@ fn samples_that_overflow_or_number_a_million_are_skipped_and_the_study_stays_bou
         text(&o)
     );
 }
+
+#[test]
+fn an_impossible_stored_spread_is_skipped_and_refused_at_import() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let night = run_id(5);
+    for (i, spread) in ["1e999", "-3", "1e300", "'wide'"].into_iter().enumerate() {
+        let db = edited(
+            &db,
+            &format!("s{i}.sqlite"),
+            &format!(
+                "UPDATE bench_metrics SET rel_spread = {spread} WHERE run_id = '{night}' AND metric = 'tokens_per_s'"
+            ),
+        );
+        let o = history(tmp.path(), &db);
+        assert_eq!(o.status.code(), Some(0), "{spread}: {}", text(&o));
+        let shown = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            shown.contains("19 runs") && !shown.contains("inf%") && !shown.contains("-300"),
+            "{spread}: {}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(&format!("run {night} cell {CELL}")),
+            "{spread}: {}",
+            text(&o)
+        );
+    }
+    let folder = tmp.path().join(run_id(9));
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.join("results.json")).unwrap()).unwrap();
+    doc["run_id"] = "20261130T090000Z".into();
+    doc["cells"][0]["metrics"]["tokens_per_s"]["rel_spread"] = serde_json::json!(1e300);
+    let wide = tmp.path().join("wide");
+    std::fs::create_dir_all(&wide).unwrap();
+    std::fs::write(wide.join("results.json"), doc.to_string()).unwrap();
+    let o = bench(
+        tmp.path(),
+        &["history", "import", "wide", "--history", "h.sqlite"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!(
+            "cells[0] ({CELL}).metrics.tokens_per_s.rel_spread"
+        )),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn many_samples_in_every_row_keep_the_study_bounded() {
+    // Each row under the import's cap of 10,000 samples, all of them large: 20 rows of
+    // 10,000 ran for more than 400 s. The study resamples at most 20 repeats of a run.
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let many: Vec<String> = (0..10_000).map(|i| format!("{}", 52_000 + i % 7)).collect();
+    c.execute(
+        "UPDATE bench_metrics SET samples = ?1 WHERE metric = 'tokens_per_s'",
+        [format!("[{}]", many.join(","))],
+    )
+    .unwrap();
+    drop(c);
+    let started = Instant::now();
+    let o = bench(
+        tmp.path(),
+        &[
+            "history",
+            "study",
+            "--history",
+            db.to_str().unwrap(),
+            "--detect-trials",
+            "20",
+            "--alarm-trials",
+            "20",
+        ],
+    );
+    let took = started.elapsed();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(took < Duration::from_secs(120), "study took {took:?}");
+}
+
+#[test]
+fn bidirectional_controls_are_shown_not_acted_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let o = bench(
+        tmp.path(),
+        &[
+            "history",
+            "a\u{202e}evil",
+            "--history",
+            db.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let all = text(&o);
+    assert!(!all.contains('\u{202e}'), "{all}");
+    assert!(all.contains("a\\u{202e}evil"), "{all}");
+}

@@ -439,14 +439,31 @@ pub(crate) fn store_points(
             } else {
                 cell.clone()
             };
-            for p in store.trend(&cell, key, metric)? {
+            for mut p in store.trend(&cell, key, metric)? {
                 if !super::gate::is_confirm_run(&p.run_id) {
+                    thin(&mut p.samples);
                     out.push((name.clone(), p));
                 }
             }
         }
     }
     Ok(out)
+}
+
+/// The most repeats of one run the study resamples. Real runs have a few (3 to 20); a
+/// store written by another tool may hold up to [`crate::bounds::MAX_SAMPLES`] per row,
+/// and the bootstrap's tests grow with the pools, so 20 rows of 10,000 samples ran for
+/// more than 400 s where the same store with 3 took a second.
+pub(crate) const STUDY_MAX_REPEATS: usize = 20;
+
+/// `samples` cut to [`STUDY_MAX_REPEATS`] evenly spaced ones, in order.
+fn thin(samples: &mut Vec<f64>) {
+    let n = samples.len();
+    if n > STUDY_MAX_REPEATS {
+        *samples = (0..STUDY_MAX_REPEATS)
+            .map(|i| samples[i * n / STUDY_MAX_REPEATS])
+            .collect();
+    }
 }
 
 /// [`pools`] from a history store ([`store_points`]).

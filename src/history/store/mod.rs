@@ -66,6 +66,17 @@ fn implausible(metric: &str, value: Option<f64>, samples: &[f64]) -> Option<Stri
     })
 }
 
+/// Why a stored relative spread cannot be one: a spread is `(max - min) / median` of a
+/// run's repeats, never negative nor a number, and at most [`crate::bounds::MAX_REL_SPREAD`].
+fn implausible_spread(spread: Option<f64>) -> Option<String> {
+    match spread {
+        None => Some("rel_spread is not a number".into()),
+        Some(s) => crate::bounds::check_rel_spread(s)
+            .err()
+            .map(|why| format!("rel_spread: {why}")),
+    }
+}
+
 /// What a `--history` value names.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Location {
@@ -740,11 +751,18 @@ impl History {
                     samples_text.len()
                 ))
             } else {
-                // Samples that do not read as numbers (`1e999` overflows JSON's numbers, a
-                // text) are as implausible as an infinite value: the row is skipped like it.
+                // A sample past f64 (`1e999`) is as implausible as an infinite value: the row
+                // is skipped like it. Text that is not a JSON list of numbers is a damaged row,
+                // which makes the store bad input, as every reader of it says.
                 match serde_json::from_str::<Vec<Option<f64>>>(samples_text) {
-                    Ok(samples) => implausible(metric, r[6].real(), &nan_from_null(samples)),
-                    Err(e) => Some(format!("samples do not read as numbers: {e}")),
+                    Ok(samples) => implausible(metric, r[6].real(), &nan_from_null(samples))
+                        .or_else(|| implausible_spread(r[7].real())),
+                    Err(e) if e.to_string().starts_with("number out of range") => {
+                        Some(format!("samples do not read as numbers: {e}"))
+                    }
+                    Err(e) => {
+                        return Err(self.bad_row(cell, &r, format!("bench_metrics.samples: {e}")))
+                    }
                 }
             };
             if self.keep_row(&text(&r[0]), cell, metric, why) {
