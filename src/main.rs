@@ -12,7 +12,10 @@ fn main() {
         Err(e) => {
             // Plain rendering: our messages already carry `file:line:column` and a caret
             // under the source, which a boxed, re-wrapped diagnostic would misalign.
-            eprintln!("error: {:#}", e.report());
+            // An argument echoed in the message (a path, `--branch`, `--metric`) is the
+            // user's text, not bench's: its escapes are shown, never sent to the terminal.
+            let message = format!("{:#}", e.report());
+            eprintln!("error: {}", bench::sanitize::terminal(&message));
             e.exit_code()
         }
     };

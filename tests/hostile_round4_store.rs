@@ -374,4 +374,32 @@ fn bidirectional_controls_are_shown_not_acted_on() {
     let all = text(&o);
     assert!(!all.contains('\u{202e}'), "{all}");
     assert!(all.contains("a\\u{202e}evil"), "{all}");
+    // Every other argument an error echoes (a branch, a path) is shown the same way.
+    for args in [
+        vec![
+            "site",
+            "--history",
+            db.to_str().unwrap(),
+            "-o",
+            "s",
+            "--branch",
+            "x\u{1b}]0;pwned\u{7}",
+        ],
+        vec![
+            "history",
+            "import",
+            "x\u{1b}]0;pwned\u{7}",
+            "--history",
+            "h.sqlite",
+        ],
+    ] {
+        let o = bench(tmp.path(), &args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(!o.stderr.contains(&0x1b), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("x\\x1b]0;pwned\\x07"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
 }
