@@ -18,6 +18,9 @@ pub mod bench {
     pub(crate) const INTERNAL: i32 = 3;
     /// Interrupted by Ctrl-C (128 + SIGINT, as shells report it).
     pub(crate) const INTERRUPTED: i32 = 130;
+    /// The reader of standard error or output went away (a closed pipe): 128 + SIGPIPE, as
+    /// a shell reports a program that SIGPIPE ended.
+    pub const BROKEN_PIPE: i32 = 141;
 }
 
 /// Exit codes of `bench worker` (and of any command workload that wants its failures

@@ -403,3 +403,22 @@ fn bidirectional_controls_are_shown_not_acted_on() {
         );
     }
 }
+
+#[test]
+fn a_closed_standard_error_ends_bench_as_sigpipe_would_not_with_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    // A pipe whose reader is gone before bench writes: every message fails with EPIPE.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["history", "nope", "--history"])
+        .arg(&db)
+        .current_dir(tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .env_remove("BENCH_HISTORY")
+        .status()
+        .unwrap();
+    assert_eq!(o.code(), Some(141), "{o:?}");
+}
