@@ -422,3 +422,34 @@ fn a_closed_standard_error_ends_bench_as_sigpipe_would_not_with_a_panic() {
         .unwrap();
     assert_eq!(o.code(), Some(141), "{o:?}");
 }
+
+#[test]
+fn bench_report_refuses_a_metric_no_measurement_gives() {
+    // The re-render door holds a folder to the same bounds as merge and import: a forged
+    // 1e308 tok/s was reported as a 300-digit improvement, -5 as "same speed".
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/cpu-ok");
+    for (i, v) in [1e308, -5.0].into_iter().enumerate() {
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture.join("results.json")).unwrap()).unwrap();
+        doc["cells"][0]["metrics"]["tokens_per_s"]["value"] = serde_json::json!(v);
+        let dir = tmp.path().join(format!("r{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("results.json"), doc.to_string()).unwrap();
+        let o = bench(tmp.path(), &["report", dir.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{v}: {}", text(&o));
+        assert!(
+            text(&o).contains(&format!("cells[0] ({CELL}).metrics.tokens_per_s.value")),
+            "{v}: {}",
+            text(&o)
+        );
+        assert!(!dir.join("summary.md").exists(), "{v}: reports written");
+    }
+    // A copy of the committed run itself still reports.
+    let ok = tmp.path().join("ok");
+    std::fs::create_dir_all(&ok).unwrap();
+    std::fs::copy(fixture.join("results.json"), ok.join("results.json")).unwrap();
+    let o = bench(tmp.path(), &["report", ok.to_str().unwrap()]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    assert!(ok.join("summary.md").exists());
+}

@@ -36,6 +36,25 @@ pub(crate) struct ReportSettings {
 
 /// `bench report RUN_DIR [--baselines DIR] [--format human|json]`: renders every report of
 /// a finished run again from its `results.json`, against the baselines as they are now.
+/// A run folder's results, refused (exit 2, naming the key path) when a metric is one no
+/// measurement gives: the same bounds `bench report merge` and `bench history import`
+/// hold a folder to, so a forged 1e308 tok/s is not rendered as a 300-digit improvement.
+fn load_checked(dir: &Path) -> Result<RunResults, CliError> {
+    let results = RunResults::load(dir)?;
+    if let Some(why) = results.implausible_metric() {
+        let file = if dir.is_dir() {
+            dir.join(RunResults::FILE)
+        } else {
+            dir.to_path_buf()
+        };
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: {why}; not reported",
+            file.display()
+        )));
+    }
+    Ok(results)
+}
+
 pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
     let run_dir = &settings.run_dir;
     if let Some(index) = super::fleet::runs_of(run_dir)? {
@@ -50,7 +69,7 @@ pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
             names.join(", ")
         )));
     }
-    let results = RunResults::load(run_dir)?;
+    let results = load_checked(run_dir)?;
     let dir = if run_dir.is_dir() {
         run_dir.clone()
     } else {
@@ -222,7 +241,7 @@ fn judged(
     ),
     CliError,
 > {
-    let results = RunResults::load(dir)?;
+    let results = load_checked(dir)?;
     let mut verdicts = crate::judge::of_run(&results, baselines, Some(dir))?;
     if dir.is_dir() {
         verdicts.comparison.run_failures = super::merge::shard_failures(dir)?;
