@@ -745,36 +745,39 @@ impl History {
         let mut kept = Vec::with_capacity(rows.len());
         for r in rows {
             let samples_text = r[8].text().unwrap_or("[]");
-            let why = if samples_text.len() > MAX_SAMPLES_TEXT {
-                Some(format!(
+            // The samples are parsed once, for the check and for the point.
+            let (samples, why) = if samples_text.len() > MAX_SAMPLES_TEXT {
+                let why = format!(
                     "samples of {} bytes, more than {MAX_SAMPLES} samples hold",
                     samples_text.len()
-                ))
+                );
+                (Vec::new(), Some(why))
             } else {
                 // A sample past f64 (`1e999`) is as implausible as an infinite value: the row
                 // is skipped like it. Text that is not a JSON list of numbers is a damaged row,
                 // which makes the store bad input, as every reader of it says.
                 match serde_json::from_str::<Vec<Option<f64>>>(samples_text) {
-                    Ok(samples) => implausible(metric, r[6].real(), &nan_from_null(samples))
-                        .or_else(|| implausible_spread(r[7].real())),
-                    Err(e) if e.to_string().starts_with("number out of range") => {
-                        Some(format!("samples do not read as numbers: {e}"))
+                    Ok(samples) => {
+                        let samples = nan_from_null(samples);
+                        let why = implausible(metric, r[6].real(), &samples)
+                            .or_else(|| implausible_spread(r[7].real()));
+                        (samples, why)
                     }
+                    Err(e) if e.to_string().starts_with("number out of range") => (
+                        Vec::new(),
+                        Some(format!("samples do not read as numbers: {e}")),
+                    ),
                     Err(e) => {
                         return Err(self.bad_row(cell, &r, format!("bench_metrics.samples: {e}")))
                     }
                 }
             };
             if self.keep_row(&text(&r[0]), cell, metric, why) {
-                kept.push(r);
+                kept.push((r, samples));
             }
         }
         kept.into_iter()
-            .map(|r| {
-                let samples: Vec<Option<f64>> = serde_json::from_str(r[8].text().unwrap_or("[]"))
-                    .map_err(|e| {
-                    self.bad_row(cell, &r, format!("bench_metrics.samples: {e}"))
-                })?;
+            .map(|(r, samples)| {
                 let loss_curve: Vec<Option<f64>> =
                     serde_json::from_str(r[9].text().unwrap_or("[]")).map_err(|e| {
                         self.bad_row(cell, &r, format!("bench_cells.loss_curve: {e}"))
@@ -829,7 +832,7 @@ impl History {
                     throttled: r[5].int().unwrap_or(0) != 0,
                     value: r[6].real().unwrap_or(f64::NAN),
                     rel_spread: r[7].real().unwrap_or(0.0),
-                    samples: nan_from_null(samples),
+                    samples,
                     loss_curve: nan_from_null(loss_curve),
                 })
             })
