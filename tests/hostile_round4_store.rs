@@ -77,6 +77,18 @@ fn store(dir: &Path) -> PathBuf {
     dir.join("h.sqlite")
 }
 
+/// Folder `name` in `dir`: the run folder [`store`] imported for `day`, as a new run with
+/// `edit` applied to its cell's tokens_per_s, for the import door to judge.
+fn new_night(dir: &Path, day: usize, name: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let from = dir.join(run_id(day)).join("results.json");
+    let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(from).unwrap()).unwrap();
+    doc["run_id"] = "20261130T090000Z".into();
+    edit(&mut doc["cells"][0]["metrics"]["tokens_per_s"]);
+    let to = dir.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    std::fs::write(to.join("results.json"), doc.to_string()).unwrap();
+}
+
 /// A copy of `db` named `name` with `sql` applied to it.
 fn edited(db: &Path, name: &str, sql: &str) -> PathBuf {
     let to = db.with_file_name(name);
@@ -252,15 +264,9 @@ fn samples_that_overflow_or_number_a_million_are_skipped_and_the_study_stays_bou
     );
     assert!(took < Duration::from_secs(120), "study took {took:?}");
     // The import door refuses the same count, naming the key path.
-    let folder = tmp.path().join(run_id(8));
-    let mut doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.join("results.json")).unwrap()).unwrap();
-    doc["run_id"] = "20261130T090000Z".into();
-    doc["cells"][0]["metrics"]["tokens_per_s"]["samples"] =
-        serde_json::json!(vec![52_000.0; 10_001]);
-    let many = tmp.path().join("many");
-    std::fs::create_dir_all(&many).unwrap();
-    std::fs::write(many.join("results.json"), doc.to_string()).unwrap();
+    new_night(tmp.path(), 8, "many", |m| {
+        m["samples"] = serde_json::json!(vec![52_000.0; 10_001]);
+    });
     let o = bench(
         tmp.path(),
         &["history", "import", "many", "--history", "h.sqlite"],
@@ -302,14 +308,9 @@ fn an_impossible_stored_spread_is_skipped_and_refused_at_import() {
             text(&o)
         );
     }
-    let folder = tmp.path().join(run_id(9));
-    let mut doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(folder.join("results.json")).unwrap()).unwrap();
-    doc["run_id"] = "20261130T090000Z".into();
-    doc["cells"][0]["metrics"]["tokens_per_s"]["rel_spread"] = serde_json::json!(1e300);
-    let wide = tmp.path().join("wide");
-    std::fs::create_dir_all(&wide).unwrap();
-    std::fs::write(wide.join("results.json"), doc.to_string()).unwrap();
+    new_night(tmp.path(), 9, "wide", |m| {
+        m["rel_spread"] = serde_json::json!(1e300);
+    });
     let o = bench(
         tmp.path(),
         &["history", "import", "wide", "--history", "h.sqlite"],
