@@ -8,7 +8,7 @@
 # moved.
 #
 # The lent GPU hosts have no Rust toolchain, so "building" a commit is a build-cache lookup:
-# the repository holds bench's src/workload/mod.rs as each commit has it, and build.sh
+# the repository holds bench's src/workload/engine.rs as each commit has it, and build.sh
 # copies the binary that was built from exactly that file (on the build machine, keyed by
 # the file's SHA-256) into worker/bench. A commit whose source no build matches fails its
 # setup, as a broken build would.
@@ -17,8 +17,8 @@
 #   PHASE  clean:N   N clean nights (a new repository and history unless OUT_DIR/state has one)
 #          slow      the commit range with the slowdown, then the night that triages it
 # Prepare on the build machine (.gpu-triage is excluded from git):
-#   .gpu-triage/builds/<sha256 of mod.rs>/bench   the stripped release binaries
-#   .gpu-triage/src/{good,slow}/mod.rs             the two versions of src/workload/mod.rs
+#   .gpu-triage/builds/<sha256 of engine.rs>/bench   the stripped release binaries
+#   .gpu-triage/src/{good,slow}/engine.rs             the two versions of src/workload/engine.rs
 #                                                  (scripts/gpu-triage/make-sources.sh writes them)
 # State between device calls (the repository and the history) travels as
 # OUT_DIR/state.tgz; give it back as .gpu-triage/state.tgz to the next call.
@@ -40,13 +40,13 @@ fi
 gitc() { git -C "$REPO" -c user.name="Nightly Dev" -c user.email=dev@example.com "$@"; }
 if [ ! -d "$REPO/.git" ]; then
   mkdir -p "$REPO/src/workload" && git -C "$REPO" init -q -b main
-  cp "$G/src/good/mod.rs" "$REPO/src/workload/mod.rs"
+  cp "$G/src/good/engine.rs" "$REPO/src/workload/engine.rs"
   printf 'worker/\n' > "$REPO/.gitignore"
   cat > "$REPO/build.sh" <<'EOF'
 #!/bin/sh
 # The build: the binary built from this commit's source (see scripts/gpu-triage.sh).
 set -eu
-h=$(sha256sum src/workload/mod.rs | cut -c1-64)
+h=$(sha256sum src/workload/engine.rs | cut -c1-64)
 [ -x "$BUILDS/$h/bench" ] || { echo "no build of source $h" >&2; exit 1; }
 mkdir -p worker && cp "$BUILDS/$h/bench" worker/bench
 EOF
@@ -110,7 +110,7 @@ case $PHASE in
              "optim: libtorch's fused AdamW over fp32 parameters by default" \
              "ci: cache the venv" "tests: more precision cases" "style: fmt"; do
       case $s in
-        optim:*) cp "$G/src/slow/mod.rs" "$REPO/src/workload/mod.rs" ;;
+        optim:*) cp "$G/src/slow/engine.rs" "$REPO/src/workload/engine.rs" ;;
         *) echo "$s" >> "$REPO/NOTES" ;;
       esac
       gitc add -A && gitc commit -q -m "$s"

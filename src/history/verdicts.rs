@@ -83,6 +83,12 @@ pub struct CellJudgement {
     /// pair alike, so such a cell is confirmed by re-runs. Not kept in `history.json`.
     #[serde(skip)]
     pub only_code_changed: bool,
+    /// Whether the cell's last settled run was a regression not yet fixed or accepted: no
+    /// run has shown it good since (see `gate::open_regression`). Such a cell is measured
+    /// side by side whatever its screen says, and its night is never stored as clean.
+    /// Not kept in `history.json`.
+    #[serde(skip)]
+    pub open_regression: bool,
 }
 
 /// A cell measured at its last good commit (A) and at this run's commit (B) in the same

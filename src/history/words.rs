@@ -291,6 +291,7 @@ pub(crate) mod tests {
             last_good_commit: Some("9876543210".into()),
             pairs: None,
             only_code_changed: false,
+            open_regression: false,
         };
         c.line = verdict_line(&c);
         c
