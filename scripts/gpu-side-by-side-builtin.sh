@@ -31,7 +31,16 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 G=$ROOT/.gpu-triage
 mkdir -p "$FINAL"; FINAL=$(cd "$FINAL" && pwd)
 WORK=${SBS_WORK:-/tmp/gpu-sbs-builtin}
-rm -rf "$WORK"; mkdir -p "$WORK"
+rm -rf "$WORK"; mkdir -p "$WORK/out"
+# Everything is written under $WORK/out and goes to FINAL as one tarball after every night,
+# beside the nights' table: a lent machine returns only a few files (on 2026-11-29 a call
+# cut at its limit returned the first eight files and lost the table), and only what is
+# there when a call ends.
+OUTD=$WORK/out
+sync_out() {
+  tar czf "$FINAL/sbs-builtin.tgz.tmp" -C "$WORK" out && mv "$FINAL/sbs-builtin.tgz.tmp" "$FINAL/sbs-builtin.tgz"
+  cp "$OUTD/nights.txt" "$FINAL/" 2>/dev/null
+}
 TL=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib
 export LD_LIBRARY_PATH=$TL:$TL/../../nvidia/nccl/lib:$TL/../../nvidia/cu13/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 GITHUB_REF_NAME=main BUILDS=$G/builds
@@ -42,7 +51,7 @@ mkdir -p "$BUILDS/$good" && cp "$ROOT/.gpu/bench" "$BUILDS/$good/bench"
 REPO=$WORK/repo
 HISTORY=$WORK/bench-history.sqlite
 host=$(hostname)
-echo "host $host $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) start $(date -u +%FT%TZ)" >> "$FINAL/hosts.txt"
+echo "host $host $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) start $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
 gitc() { git -C "$REPO" -c user.name="Nightly Dev" -c user.email=dev@example.com "$@"; }
 if [ -n "$STATE" ] && [ -f "$STATE" ]; then
   tar xzf "$STATE" -C "$WORK"
@@ -84,21 +93,21 @@ EOF
   gitc add -A && gitc commit -q -m "nightly: gpt2-125m on one GPU"
 fi
 cd "$REPO" || exit 1
-night_no=$(wc -l < "$FINAL/nights.txt" 2>/dev/null || echo 0)
+night_no=0
 [ -f "$WORK/nights.txt" ] && night_no=$(wc -l < "$WORK/nights.txt")
 night() { # id
   local id=$1; local t0=$SECONDS
-  sh build.sh > "$FINAL/$id.build.log" 2>&1
+  sh build.sh > "$OUTD/$id.build.log" 2>&1
   timeout 560 worker/bench matrix matrix.yaml --run-id "$id" --shard 1/1 --results-dir shards \
-    --no-progress --history "$HISTORY" --triage-budget 3600 > "$FINAL/$id.matrix.log" 2>&1
+    --no-progress --history "$HISTORY" --triage-budget 3600 > "$OUTD/$id.matrix.log" 2>&1
   local rc=$?
-  worker/bench report merge "shards/$id/" -o "results/$id" > "$FINAL/$id.merge.log" 2>&1
+  worker/bench report merge "shards/$id/" -o "results/$id" > "$OUTD/$id.merge.log" 2>&1
   local mrc=$?
   local wall=$((SECONDS - t0))
-  mkdir -p "$FINAL/$id"
-  cp "results/$id/summary.md" "results/$id/report.json" "results/$id/junit.xml" "$FINAL/$id/" 2>/dev/null
-  cp "shards/$id/history.json" "$FINAL/$id/" 2>/dev/null
-  python3 - "$id" "$rc" "$mrc" "$wall" "$host" "$(git rev-parse --short HEAD)" <<'PY' | tee -a "$WORK/nights.txt" >> "$FINAL/nights.txt"
+  mkdir -p "$OUTD/$id"
+  cp "results/$id/summary.md" "results/$id/report.json" "results/$id/junit.xml" "$OUTD/$id/" 2>/dev/null
+  cp "shards/$id/history.json" "$OUTD/$id/" 2>/dev/null
+  python3 - "$id" "$rc" "$mrc" "$wall" "$host" "$(git rev-parse --short HEAD)" <<'PY' | tee -a "$WORK/nights.txt" >> "$OUTD/nights.txt"
 import json, sys
 id, rc, mrc, wall, host, head = sys.argv[1:]
 try:
@@ -111,12 +120,13 @@ cells = "; ".join(f"{x['cell_id']}={x['judgement']['verdict']}" for x in h["cell
 fb = [f["bisected"]["first_bad"]["subject"] for f in r.get("findings", []) if (f.get("bisected") or {}).get("first_bad")]
 print(f"{id}\t{host}\t{head}\trc={rc}\tmerge={mrc}\t{wall}s\tmeasure={c.get('measuring_gpu_s',0):.0f}\tpairs={c.get('pairs_gpu_s',0):.0f}\treruns={c.get('reruns_gpu_s',0):.0f}\ttriage={c.get('triage_gpu_s',0):.0f}\t{cells}\tfirst_bad={fb}")
 PY
-  grep -h "^history:\|^triage: F\|^result" "$FINAL/$id.matrix.log" | cut -c1-600 >> "$FINAL/lines.txt"
-  tail -1 "$FINAL/nights.txt"
+  grep -h "^history:\|^triage: F\|^result" "$OUTD/$id.matrix.log" | cut -c1-600 >> "$OUTD/lines.txt"
+  tail -1 "$OUTD/nights.txt"
   # The repository and the history after every night: a call cut at its time limit keeps
   # the nights it finished.
   (cd "$WORK" && tar czf "$FINAL/state.tgz.tmp" --exclude=repo/worker --exclude=repo/shards \
      --exclude=repo/results repo bench-history.sqlite nights.txt && mv "$FINAL/state.tgz.tmp" "$FINAL/state.tgz")
+  sync_out
 }
 for phase in "$@"; do
   night_no=$((night_no + 1)); id=$(printf 'b%02d-%s' "$night_no" "$phase")
@@ -145,4 +155,5 @@ for phase in "$@"; do
       kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null ;;
   esac
 done
-echo "end $(date -u +%FT%TZ)" >> "$FINAL/hosts.txt"
+echo "end $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
+sync_out
