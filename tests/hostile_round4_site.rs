@@ -4,8 +4,8 @@
 //! exit 3's "File exists"), and one 50 MB text in the store cannot make a 100 MB page.
 //!
 //! And the same at every other door that writes: each command's folder (or file) to write
-//! is checked before any work, and `bench report merge` writes nothing when a baseline file
-//! is damaged.
+//! is checked before any work, `bench report merge` writes nothing when a baseline file is
+//! damaged, and one 50 MB text in a run folder makes no 50 MB report.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -386,4 +386,55 @@ fn a_merge_refused_for_a_damaged_baseline_writes_nothing() {
         .filter(|n| n.contains(".merging-"))
         .collect();
     assert!(left.is_empty(), "left beside the output: {left:?}");
+}
+
+/// A run folder whose results.json holds a 50 MB matrix name and a 50 MB failure reason (a
+/// results file from another tool, or edited): `bench report` shows each cut to a few
+/// thousand characters saying how many more there were, in the terminal, summary.txt,
+/// summary.md, junit.xml (where the name was written once per cell: 545 MB) and report.html.
+#[test]
+fn a_50_mb_text_in_a_run_folder_makes_no_50_mb_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let run = fixture_run(d, "mixed");
+    let file = run.join("results.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let huge = "x".repeat(50 << 20);
+    doc["matrix_name"] = huge.clone().into();
+    let failed = doc["cells"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["status"] == "failed")
+        .unwrap();
+    failed["reason"] = huge.into();
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let o = bench(d, &["report", run.to_str().unwrap(), "--baselines", "bl"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        &text(&o)[..2000.min(text(&o).len())]
+    );
+    assert!(
+        o.stdout.len() < 100_000,
+        "{} bytes on the terminal",
+        o.stdout.len()
+    );
+    assert!(text(&o).contains("more characters)"), "the cut says so");
+    for (f, most) in [
+        ("summary.txt", 100_000),
+        ("summary.md", 100_000),
+        ("junit.xml", 200_000),
+        ("report.html", 1_000_000),
+    ] {
+        let size = std::fs::metadata(run.join(f)).unwrap().len();
+        assert!(size < most, "{f} is {size} bytes");
+    }
+    let md = std::fs::read_to_string(run.join("summary.md")).unwrap();
+    assert!(
+        md.contains("more characters\\)"),
+        "summary.md says what was cut"
+    );
 }
