@@ -41,6 +41,14 @@ impl From<crate::ids::IdError> for CliError {
     }
 }
 
+/// A path to write that cannot be written (a dangling link, a file where a folder must be,
+/// a read-only place): the user's to fix, so bad input.
+impl From<crate::files::OutputError> for CliError {
+    fn from(e: crate::files::OutputError) -> Self {
+        CliError::bad_input(miette::miette!("{e}"))
+    }
+}
+
 impl From<crate::results::ResultsError> for CliError {
     fn from(e: crate::results::ResultsError) -> Self {
         use crate::results::ResultsError as E;

@@ -9,6 +9,13 @@
 //! be swapped in between) and refuses anything but a regular file; [`read_bounded`] and
 //! [`read_to_string_bounded`] read such a file up to a limit and refuse a larger one.
 //! Every read of a user-given path goes through here.
+//!
+//! A path bench is told to write into (`-o`, `--results-dir`, `--work-dir`, the
+//! `--baselines` that `bench baseline update` writes) is checked by [`output_folder`] and
+//! [`output_file`] before the command does any work: a dangling link, a file where a folder
+//! must be, or a place nobody can write is the user's to fix (exit 2, naming the flag and
+//! the path), where it used to surface as an internal failure (exit 3, "File exists") after
+//! the work was done.
 
 use std::fs::File;
 use std::io::Read;
@@ -134,9 +141,197 @@ pub fn read_to_string_bounded(path: &Path, limit: u64) -> std::io::Result<String
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
+/// Why a path bench was told to write to cannot take what the command writes. Each names
+/// the flag and the path as given, and says which part of the path is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{flag} {path}: {link}a symbolic link to {target}, which does not exist: give a folder, or remove the link")]
+    Dangling {
+        flag: &'static str,
+        path: String,
+        /// Empty when the link is the path itself, else `"PART is "`.
+        link: String,
+        target: String,
+    },
+    #[error("{flag} {path}: {part}not a folder but {kind}{under}")]
+    NotAFolder {
+        flag: &'static str,
+        path: String,
+        /// Empty when the path itself is not a folder, else `"PART is "`.
+        part: String,
+        kind: &'static str,
+        /// Empty when the path itself is not a folder; else why that matters.
+        under: &'static str,
+    },
+    #[error("{flag} {path}: a folder, where bench writes a file")]
+    NotAFile { flag: &'static str, path: String },
+    #[error("{flag} {path}: cannot write in {folder}: {source}")]
+    Unwritable {
+        flag: &'static str,
+        path: String,
+        folder: String,
+        source: std::io::Error,
+    },
+    #[error("{flag} {path}: cannot read {part}: {source}")]
+    Unreadable {
+        flag: &'static str,
+        path: String,
+        part: String,
+        source: std::io::Error,
+    },
+}
+
+/// What a file type is, in the words of an output error.
+fn kind_of_output(ft: std::fs::FileType) -> &'static str {
+    if ft.is_file() {
+        "a file"
+    } else {
+        kind_of(ft)
+    }
+}
+
+/// Checks that `path`, given with `flag`, can be the folder a command writes (or creates)
+/// before the command does its work: the path, or the nearest of its ancestors that
+/// exists, must be a folder (a link to one is followed; a dangling link is refused, since
+/// creating through it fails with "File exists") in which this process can create a file
+/// (tried with an unnamed temporary file, which leaves nothing behind; a permission check
+/// would be wrong for root and for read-only mounts).
+pub fn output_folder(flag: &'static str, path: &Path) -> Result<(), OutputError> {
+    writable(flag, path, path)
+}
+
+/// Checks that `path`, given with `flag`, can be the file a command writes: not a folder,
+/// and in a folder [`output_folder`] accepts (or one that can be created).
+pub fn output_file(flag: &'static str, path: &Path) -> Result<(), OutputError> {
+    if path.is_dir() {
+        return Err(OutputError::NotAFile {
+            flag,
+            path: path.display().to_string(),
+        });
+    }
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => writable(flag, path, p),
+        _ => writable(flag, path, Path::new(".")),
+    }
+}
+
+/// The check of [`output_folder`] on `start`, reported as a fault of `shown`.
+fn writable(flag: &'static str, shown: &Path, start: &Path) -> Result<(), OutputError> {
+    let path = shown.display().to_string();
+    let part = |p: &Path| {
+        if p == shown {
+            String::new()
+        } else {
+            format!("{} is ", p.display())
+        }
+    };
+    // The nearest part of the path that exists, without following a link at its end. A
+    // missing part, or a file above it ("not a directory"), sends the search upwards, where
+    // the part at fault is found.
+    let mut at = start.to_path_buf();
+    let meta = loop {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) => break m,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+            {
+                at = match at.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => std::path::PathBuf::from("."),
+                };
+            }
+            Err(source) => {
+                return Err(OutputError::Unreadable {
+                    flag,
+                    path,
+                    part: at.display().to_string(),
+                    source,
+                })
+            }
+        }
+    };
+    let meta = if meta.file_type().is_symlink() {
+        match std::fs::metadata(&at) {
+            Ok(m) => m,
+            Err(_) => {
+                return Err(OutputError::Dangling {
+                    flag,
+                    link: part(&at),
+                    target: std::fs::read_link(&at)
+                        .map(|t| t.display().to_string())
+                        .unwrap_or_default(),
+                    path,
+                })
+            }
+        }
+    } else {
+        meta
+    };
+    if !meta.is_dir() {
+        let own = at == shown;
+        return Err(OutputError::NotAFolder {
+            flag,
+            part: part(&at),
+            kind: kind_of_output(meta.file_type()),
+            under: if own {
+                ""
+            } else {
+                ", so nothing can be made under it"
+            },
+            path,
+        });
+    }
+    tempfile::tempfile_in(&at).map_err(|source| OutputError::Unwritable {
+        flag,
+        path,
+        folder: at.display().to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_path_that_cannot_be_written_says_which_part_is_at_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("file"), "x").unwrap();
+        std::os::unix::fs::symlink(d.join("gone"), d.join("dangling")).unwrap();
+        assert!(output_folder("-o", &d.join("new/deeper")).is_ok());
+        assert!(output_folder("-o", d).is_ok());
+        let e = output_folder("-o", &d.join("dangling")).unwrap_err();
+        assert!(
+            matches!(&e, OutputError::Dangling { link, .. } if link.is_empty()),
+            "{e}"
+        );
+        let e = output_folder("-o", &d.join("dangling/run")).unwrap_err();
+        assert!(
+            e.to_string().contains("dangling is a symbolic link to "),
+            "{e}"
+        );
+        let e = output_folder("-o", &d.join("file")).unwrap_err();
+        assert!(
+            e.to_string().ends_with("file: not a folder but a file"),
+            "{e}"
+        );
+        let e = output_folder("-o", &d.join("file/run")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("file is not a folder but a file, so nothing"),
+            "{e}"
+        );
+        let e = output_file("-o", d).unwrap_err();
+        assert!(matches!(e, OutputError::NotAFile { .. }), "{e}");
+        assert!(output_file("-o", &d.join("file")).is_ok());
+        if Path::new("/proc/self").is_dir() {
+            let e = output_folder("--results-dir", Path::new("/proc/bench-x")).unwrap_err();
+            assert!(matches!(e, OutputError::Unwritable { .. }), "{e}");
+        }
+    }
 
     #[test]
     fn fifos_devices_and_directories_are_refused_without_blocking() {

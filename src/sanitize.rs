@@ -14,6 +14,11 @@
 //! [`xml_chars`] is the last guard of XML writers: it removes only what XML cannot hold,
 //! for text that may not have come through [`clean`] (a results file written by an older
 //! bench, or edited by hand).
+//!
+//! [`bounded`] cuts one text bench did not write to [`MAX_SHOWN_CHARS`] characters where
+//! it is shown (the site's pages, the terminal and Markdown reports, `junit.xml`), and
+//! [`bounded_json`] every string of a page's embedded data, so that an output's size
+//! follows the number of its cells and runs, not its longest stored text.
 
 use std::borrow::Cow;
 
@@ -136,9 +141,33 @@ pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
         None => Cow::Borrowed(text),
         Some((at, _)) => {
             let left = text[at..].chars().count();
-            Cow::Owned(format!("{}… ({left} more characters)", &text[..at]))
+            let s = if left == 1 { "" } else { "s" };
+            Cow::Owned(format!("{}… ({left} more character{s})", &text[..at]))
         }
     }
+}
+
+/// `data` as JSON with every string in it cut to [`MAX_SHOWN_CHARS`] ([`bounded`]), for
+/// the data a page embeds (`bench site`'s pages and tables, `report.html`): their texts
+/// are whatever a store's or a results file's writers put there, and a page's size must
+/// follow the number of its cells and runs, not its longest commit subject or reason.
+/// Keys keep their order (serde_json's `preserve_order`).
+pub fn bounded_json(data: &impl serde::Serialize) -> serde_json::Result<String> {
+    fn cut(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::String(s) => {
+                if let Cow::Owned(b) = bounded(s, MAX_SHOWN_CHARS) {
+                    *s = b;
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(cut),
+            serde_json::Value::Object(o) => o.values_mut().for_each(cut),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(data)?;
+    cut(&mut v);
+    serde_json::to_string(&v)
 }
 
 #[cfg(test)]
@@ -157,6 +186,14 @@ mod tests {
         assert_eq!(bounded("short", 10), "short");
         assert_eq!(bounded("ééééé", 2), "éé… (3 more characters)");
         assert!(matches!(bounded("abc", 3), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn embedded_data_has_every_string_cut_and_its_keys_in_order() {
+        let long = "z".repeat(MAX_SHOWN_CHARS + 1);
+        let json = bounded_json(&serde_json::json!({"b": [long], "a": 1.5})).unwrap();
+        let cut = format!("{}… (1 more character)", "z".repeat(MAX_SHOWN_CHARS));
+        assert_eq!(json, format!("{{\"b\":[\"{cut}\"],\"a\":1.5}}"));
     }
 
     #[test]

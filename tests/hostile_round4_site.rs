@@ -2,6 +2,10 @@
 //! of a cell or run the store no longer holds survives a rebuild), a folder bench did not
 //! write is never replaced, `-o` naming a dangling link or a file is bad input (exit 2, not
 //! exit 3's "File exists"), and one 50 MB text in the store cannot make a 100 MB page.
+//!
+//! And the same at every other door that writes: each command's folder (or file) to write
+//! is checked before any work, `bench report merge` writes nothing when a baseline file is
+//! damaged, and one 50 MB text in a run folder makes no 50 MB report.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -156,4 +160,281 @@ fn a_50_mb_text_in_the_store_makes_no_50_mb_page() {
     );
     let runs = std::fs::read_to_string(tmp.path().join("hostile/assets/runs.js")).unwrap();
     assert!(runs.contains("more characters)"), "the cut says so");
+}
+
+/// `bench ARGS` in `dir`, with no variable of the CI or the user's setup reaching it.
+fn bench(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .current_dir(dir)
+        .args(args)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env_remove("BENCH_HISTORY")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap()
+}
+
+/// A copy of the fixture run folder `tests/fixtures/runs/NAME` as `dir/runs/NAME`.
+fn fixture_run(dir: &Path, name: &str) -> std::path::PathBuf {
+    let to = dir.join("runs").join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/runs/{name}/results.json")),
+        to.join("results.json"),
+    )
+    .unwrap();
+    to
+}
+
+/// Every command with a folder (or file) to write refuses, as bad input naming the flag and
+/// the path, a dangling link (creating through one was exit 3, "File exists"), a file where
+/// the folder must be or above it, and a place nobody can write (`/proc`, whose refusal was
+/// exit 3 too): before any work, and without creating the link's target.
+#[test]
+fn every_output_flag_refuses_a_dangling_link_a_file_or_an_unwritable_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let db = store(d, "h.sqlite", 2, 2);
+    let run = fixture_run(d, "cpu-ok");
+    let worker = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_worker.sh");
+    std::fs::write(
+        d.join("m.yaml"),
+        format!(
+            "name: m\naxes:\n  model: [a]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 1\n  timeout: 60s\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"0.01\"]\n",
+            worker.display()
+        ),
+    )
+    .unwrap();
+    let log = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ingest/nemo-24.09-llama31-405b-576gpu-fp8.log");
+    std::os::unix::fs::symlink(d.join("nowhere"), d.join("dangling")).unwrap();
+    std::fs::write(d.join("file"), "x").unwrap();
+    let (run, db, log) = (
+        run.to_str().unwrap().to_string(),
+        db.to_str().unwrap().to_string(),
+        log.to_str().unwrap().to_string(),
+    );
+    // (flag, the command with the path to write last).
+    let commands: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "--results-dir",
+            vec![
+                "matrix",
+                "m.yaml",
+                "--no-progress",
+                "--gpus",
+                "0",
+                "--results-dir",
+            ],
+        ),
+        (
+            "--results-dir",
+            vec![
+                "ingest",
+                &log,
+                "--model",
+                "llama-3.1-405b",
+                "--global-batch",
+                "252",
+                "--seq-len",
+                "8192",
+                "--gpus",
+                "576",
+                "--dtype",
+                "fp8",
+                "--skip-steps",
+                "0",
+                "--results-dir",
+            ],
+        ),
+        (
+            "--work-dir",
+            vec![
+                "bisect",
+                "a.cell",
+                "--good",
+                "HEAD~1",
+                "--bad",
+                "HEAD",
+                "--matrix",
+                "m.yaml",
+                "--work-dir",
+            ],
+        ),
+        (
+            "--baselines",
+            vec!["baseline", "update", &run, "--baselines"],
+        ),
+        ("-o", vec!["report", "merge", &run, "-o"]),
+        ("-o", vec!["site", "--history", &db, "-o"]),
+    ];
+    let mut bad = vec![
+        ("dangling", "dangling: a symbolic link to "),
+        ("dangling/sub", "dangling is a symbolic link to "),
+        ("file", "file: not a folder but a file"),
+        (
+            "file/sub",
+            "file is not a folder but a file, so nothing can be made under it",
+        ),
+    ];
+    if Path::new("/proc/self").is_dir() {
+        bad.push(("/proc/bench-nowhere", "cannot write in /proc"));
+    }
+    for (flag, args) in &commands {
+        for (path, says) in &bad {
+            let mut a = args.clone();
+            a.push(path);
+            let o = bench(d, &a);
+            let what = format!("bench {}", a.join(" "));
+            assert_eq!(o.status.code(), Some(2), "{what}: {}", text(&o));
+            assert!(
+                text(&o).contains(&format!("{flag} {path}: ")) && text(&o).contains(says),
+                "{what}: {says:?} not in {}",
+                text(&o)
+            );
+            assert!(
+                !d.join("nowhere").exists(),
+                "{what} created the link's target"
+            );
+        }
+    }
+    // The page of `bench report html -o FILE`: a folder, or a file in no writable folder.
+    for (path, says) in [
+        ("runs", "-o runs: a folder, where bench writes a file"),
+        ("file/r.html", "-o file/r.html: file is not a folder"),
+    ] {
+        let o = bench(d, &["report", "html", &run, "-o", path]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains(says), "{says:?} not in {}", text(&o));
+    }
+    // Nothing was written where the commands' work would have gone.
+    for made in ["results", "baselines", "r.html"] {
+        assert!(!d.join(made).exists(), "{made} was written");
+    }
+}
+
+/// The names and bytes of every file under `dir`.
+fn contents(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(contents(&p));
+        } else {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A damaged baseline file is found before `bench report merge` writes anything: an earlier
+/// merge in `-o` stays byte for byte, a new `-o` is not made, nothing is left beside it,
+/// and a fleet whose last run's key has the damaged file prints no run as merged (it used
+/// to merge the first run, and append its summary to the job's page, before finding it).
+#[test]
+fn a_merge_refused_for_a_damaged_baseline_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let cpu = fixture_run(d, "cpu-ok");
+    let h100 = fixture_run(d, "mixed");
+    let (cpu, h100) = (cpu.to_str().unwrap(), h100.to_str().unwrap());
+    std::fs::create_dir(d.join("bl")).unwrap();
+    let merge = |inputs: &[&str], out: &str| {
+        let mut a = vec!["report", "merge"];
+        a.extend(inputs);
+        a.extend(["-o", out, "--baselines", "bl"]);
+        bench(d, &a)
+    };
+    let o = merge(&[cpu], "out");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = merge(&[cpu, h100], "fleet");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let (before, fleet_before) = (contents(&d.join("out")), contents(&d.join("fleet")));
+    for key in ["cpu-x86_64", "h100-sxm-80gb"] {
+        std::fs::write(d.join(format!("bl/{key}.yaml")), "cells: [damaged").unwrap();
+    }
+    let refused = |o: &Output, key: &str| {
+        assert_eq!(o.status.code(), Some(2), "{}", text(o));
+        assert!(text(o).contains(&format!("bl/{key}.yaml")), "{}", text(o));
+        assert!(
+            !text(o).contains("merged into"),
+            "a run was merged: {}",
+            text(o)
+        );
+    };
+    refused(&merge(&[cpu], "out"), "cpu-x86_64");
+    assert!(
+        contents(&d.join("out")) == before,
+        "the earlier merge changed"
+    );
+    refused(&merge(&[cpu], "new"), "cpu-x86_64");
+    assert!(!d.join("new").exists());
+    // Only the fleet's second key is damaged now.
+    std::fs::remove_file(d.join("bl/cpu-x86_64.yaml")).unwrap();
+    refused(&merge(&[cpu, h100], "fleet"), "h100-sxm-80gb");
+    assert!(
+        contents(&d.join("fleet")) == fleet_before,
+        "the earlier fleet changed"
+    );
+    refused(&merge(&[cpu, h100], "new-fleet"), "h100-sxm-80gb");
+    assert!(!d.join("new-fleet").exists());
+    let left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".merging-"))
+        .collect();
+    assert!(left.is_empty(), "left beside the output: {left:?}");
+}
+
+/// A run folder whose results.json holds a 50 MB matrix name and a 50 MB failure reason (a
+/// results file from another tool, or edited): `bench report` shows each cut to a few
+/// thousand characters saying how many more there were, in the terminal, summary.txt,
+/// summary.md, junit.xml (where the name was written once per cell: 545 MB) and report.html.
+#[test]
+fn a_50_mb_text_in_a_run_folder_makes_no_50_mb_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let run = fixture_run(d, "mixed");
+    let file = run.join("results.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let huge = "x".repeat(50 << 20);
+    doc["matrix_name"] = huge.clone().into();
+    let failed = doc["cells"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["status"] == "failed")
+        .unwrap();
+    failed["reason"] = huge.into();
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let o = bench(d, &["report", run.to_str().unwrap(), "--baselines", "bl"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        &text(&o)[..2000.min(text(&o).len())]
+    );
+    assert!(
+        o.stdout.len() < 100_000,
+        "{} bytes on the terminal",
+        o.stdout.len()
+    );
+    assert!(text(&o).contains("more characters)"), "the cut says so");
+    for (f, most) in [
+        ("summary.txt", 100_000),
+        ("summary.md", 100_000),
+        ("junit.xml", 200_000),
+        ("report.html", 1_000_000),
+    ] {
+        let size = std::fs::metadata(run.join(f)).unwrap().len();
+        assert!(size < most, "{f} is {size} bytes");
+    }
+    let md = std::fs::read_to_string(run.join("summary.md")).unwrap();
+    assert!(
+        md.contains("more characters\\)"),
+        "summary.md says what was cut"
+    );
 }

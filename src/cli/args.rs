@@ -77,7 +77,9 @@ pub struct SiteArgs {
     #[arg(long, env = "BENCH_HISTORY", default_value = crate::history::DEFAULT_LOCATION, value_name = "FILE|URL")]
     pub history: String,
     /// The folder to write the site into (index.html, cells/, runs/, assets/). It is
-    /// replaced whole: it must be new, empty or a site bench wrote.
+    /// replaced whole (built beside it, then put in its place), so it must be new, empty
+    /// or a site bench wrote; a folder of other files, a file, a dangling link or a place
+    /// that cannot be written is refused (exit 2) and left as it was.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: PathBuf,
     /// Only this branch's runs (default: every branch, each its own series).

@@ -24,7 +24,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Schema => crate::matrix::cmd::schema(),
         Command::Worker(args) => Ok(crate::workload::run_worker(&resolve::worker(&args))),
         Command::Baseline(args) => match &args.command {
-            BaselineCommand::Update(u) => crate::baseline::cmd::update(&resolve::update(u)),
+            BaselineCommand::Update(u) => crate::baseline::cmd::update(&resolve::update(u)?),
             BaselineCommand::Accept(a) => crate::history::cmd::accept(&resolve::accept(a)?),
         },
         Command::Report(args) => match &args.command {
@@ -32,7 +32,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
                 crate::commands::report::post_command(&resolve::post(p)?)
             }
             Some(ReportCommand::Html(h)) => {
-                crate::commands::report::html_command(&resolve::html(h))
+                crate::commands::report::html_command(&resolve::html(h)?)
             }
             Some(ReportCommand::Merge(m)) => {
                 crate::commands::fleet::merge_command(&resolve::merge(m))

@@ -2,7 +2,9 @@
 //!
 //! Defaults that clap cannot express and checks of single values live here (a grace
 //! period that is not a number of seconds, `--jobs 0`, a run id that would name a folder
-//! outside `--results-dir`), failing as bad input (exit 2) before any stage starts.
+//! outside `--results-dir`, a folder to write that is a dangling link, a file or read-only
+//! ([`crate::files::output_folder`])), failing as bad input (exit 2) before any stage
+//! starts.
 //! Environment fallbacks declared on the arguments (`BENCH_MAX_CELLS`, `BENCH_HISTORY`,
 //! `BENCH_GPU_HOUR_PRICE`) are already applied by clap when these functions run; settings
 //! that merge the matrix file with the environment (Slurm) are resolved by their stage once
@@ -125,6 +127,11 @@ fn run_config(args: &MatrixArgs) -> Result<RunConfig, CliError> {
     if let Some(id) = &args.run_id {
         check_run_id(id)?;
     }
+    // A resumed run writes into its own folder, which --resume names; only a new one is
+    // made under --results-dir.
+    if args.resume.is_none() {
+        crate::files::output_folder("--results-dir", &args.results_dir)?;
+    }
     let jobs = match args.jobs {
         Some(0) => {
             return Err(CliError::bad_input(miette::miette!(
@@ -208,7 +215,7 @@ pub(crate) fn post(args: &PostArgs) -> Result<PostSettings, CliError> {
     })
 }
 
-/// `bench report merge`.
+/// `bench report merge` (its `-o` is checked with its inputs, `commands::fleet`).
 pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
     MergeSettings {
         run_dirs: args.run_dirs.clone(),
@@ -221,14 +228,17 @@ pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
     }
 }
 
-/// `bench report html`.
-pub(crate) fn html(args: &HtmlArgs) -> HtmlSettings {
-    HtmlSettings {
+/// `bench report html`: a `-o` that cannot be written is bad input before any run is read.
+pub(crate) fn html(args: &HtmlArgs) -> Result<HtmlSettings, CliError> {
+    if let Some(out) = &args.output {
+        crate::files::output_file("-o", out)?;
+    }
+    Ok(HtmlSettings {
         run_dirs: args.run_dirs.clone(),
         history: args.history.clone(),
         baselines: args.baselines.clone(),
         output: args.output.clone(),
-    }
+    })
 }
 
 /// `bench site`: an empty branch or metric names nothing (exit 2, naming the flag).
@@ -257,14 +267,16 @@ pub(crate) fn env(args: &EnvArgs) -> EnvSettings {
     }
 }
 
-/// `bench baseline update`.
-pub(crate) fn update(args: &BaselineUpdateArgs) -> UpdateSettings {
-    UpdateSettings {
+/// `bench baseline update`: it writes into `--baselines`, which must be a folder it can
+/// write (or make).
+pub(crate) fn update(args: &BaselineUpdateArgs) -> Result<UpdateSettings, CliError> {
+    crate::files::output_folder("--baselines", &args.baselines)?;
+    Ok(UpdateSettings {
         run_dir: args.run_dir.clone(),
         filters: args.filters.clone(),
         only_improvements: args.only_improvements,
         baselines: args.baselines.clone(),
-    }
+    })
 }
 
 /// `bench baseline accept`: the hardware key and run id are checked as every command
@@ -397,7 +409,8 @@ pub(crate) fn study(args: &HistoryStudyArgs) -> Result<StudySettings, CliError> 
 }
 
 /// `bench bisect`: the matrix must be a relative path (it is read in each probed commit's
-/// tree), `--max-repeats` at least 1 and a `--setup` command not blank.
+/// tree), `--max-repeats` at least 1, a `--setup` command not blank and a `--work-dir` a
+/// folder it can write.
 pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
     if args.matrix.is_absolute()
         || args
@@ -432,6 +445,9 @@ pub(crate) fn bisect(args: &BisectArgs) -> Result<BisectSettings, CliError> {
             "--setup: the command is empty; leave the flag out to run no setup"
         )));
     }
+    if let Some(dir) = &args.work_dir {
+        crate::files::output_folder("--work-dir", dir)?;
+    }
     Ok(BisectSettings {
         cell: args.cell.clone(),
         good: args.good.clone(),
@@ -454,8 +470,9 @@ pub(crate) const MAX_PARAMS_BILLION: f64 = 1e5;
 pub(crate) const MIN_PEAK_TFLOPS: f64 = 0.01;
 
 /// `bench ingest`: the run id and hardware key first (nothing is read or written under a
-/// name that could leave its folder), counts above zero, a parameter count, peak and GPU
-/// count within physical bounds; the model, peak and cell are checked by the stage (`ingest::model`, `ingest::figures`).
+/// name that could leave its folder), a `--results-dir` it can write, counts above zero,
+/// a parameter count, peak and GPU count within physical bounds; the model, peak and cell
+/// are checked by the stage (`ingest::model`, `ingest::figures`).
 pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings, CliError> {
     use crate::ingest::{model::ModelSpec, PeakSource};
     let bad = |m: String| CliError::bad_input(miette::miette!("{m}"));
@@ -465,6 +482,7 @@ pub(crate) fn ingest(args: &IngestArgs) -> Result<crate::ingest::IngestSettings,
     if let Some(key) = &args.hardware_key {
         crate::ids::check_hardware_key("--hardware-key", key)?;
     }
+    crate::files::output_folder("--results-dir", &args.results_dir)?;
     for (flag, v) in [
         ("--global-batch", args.global_batch),
         ("--seq-len", args.seq_len),

@@ -176,12 +176,19 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
         folders.push(merge::read_folder(dir)?);
     }
     let out = check_output(&args.output, &args.run_dirs)?;
-    let mut runs = merge::by_run(folders);
+    let runs = merge::by_run(folders);
     let missing = missing_kinds(&expected, &runs);
+    // Every run is merged and checked (its baseline file too) before anything is written:
+    // a fleet whose second run is refused must not have written its first run's folder
+    // and summary lines already.
+    let mut runs = runs
+        .into_iter()
+        .map(|folders| merge::check_run(folders, args))
+        .collect::<Result<Vec<_>, _>>()?;
     let stage = Stage::new(&out)?;
     let exit = if runs.len() == 1 && expected.is_empty() {
-        let folders = runs.remove(0);
-        merge::merge_run(folders, stage.path(), args).map(|m| m.exit)
+        let run = runs.remove(0);
+        merge::merge_run(run, stage.path(), args).map(|m| m.exit)
     } else {
         merge_fleet(runs, stage.path(), &out, &missing, args)
     };
@@ -279,25 +286,12 @@ fn resolved(path: &Path) -> PathBuf {
 
 /// The output must be a folder apart from every input (written over an input it would
 /// truncate that shard's logs while copying them onto themselves and replace its
-/// results), new, empty or an earlier merge's (it is replaced whole), and not a link that
-/// leads nowhere. Returns the folder to write: where a link to a folder leads.
+/// results), new, empty or an earlier merge's (it is replaced whole), and a folder that
+/// can be written ([`crate::files::output_folder`]: not a link that leads nowhere, a file,
+/// or under one, nor read-only). Returns the folder to write: where a link to a folder
+/// leads.
 fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
-    let is_link = std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink());
-    if is_link && !out.exists() {
-        return Err(CliError::bad_input(miette::miette!(
-            "-o {}: a link that leads nowhere ({}): give a folder, or remove the link",
-            out.display(),
-            std::fs::read_link(out)
-                .map(|t| t.display().to_string())
-                .unwrap_or_default()
-        )));
-    }
-    if out.exists() && !out.is_dir() {
-        return Err(CliError::bad_input(miette::miette!(
-            "-o {}: not a folder",
-            out.display()
-        )));
-    }
+    crate::files::output_folder("-o", out)?;
     let o = resolved(out);
     for input in inputs {
         let i = resolved(input);
@@ -328,7 +322,7 @@ fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
 /// the user named) and writes the fleet's files; returns the worst run's exit code, or 1
 /// when an expected kind is `missing`.
 pub(crate) fn merge_fleet(
-    runs: Vec<Vec<Folder>>,
+    runs: Vec<merge::Checked>,
     out: &Path,
     shown: &Path,
     missing: &[String],
@@ -338,16 +332,16 @@ pub(crate) fn merge_fleet(
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
     let mut merged: Vec<(String, MergedRun)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
-    for folders in runs {
-        let key = merge::hardware_key(&folders);
-        let name = folder_name(&key, merge::run_id(&folders), &names);
+    for checked in runs {
+        let key = checked.key().to_string();
+        let name = folder_name(&key, checked.run_id(), &names);
         names.push(name.clone());
         eprintln!(
             "== run {} on {key}: merged into {} ==",
-            merge::run_id(&folders),
+            checked.run_id(),
             shown.join(&name).display()
         );
-        let run = merge::merge_run(folders, &out.join(&name), args)?;
+        let run = merge::merge_run(checked, &out.join(&name), args)?;
         merged.push((name, run));
     }
     let parts: Vec<FleetPart<'_>> = merged

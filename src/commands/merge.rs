@@ -219,15 +219,32 @@ pub(crate) fn shard_count(folders: &[Folder]) -> u32 {
         })
 }
 
-/// Merges the folders of one run into `out`, judges it against the baselines of its own
-/// hardware key and the shards' history verdicts, writes every report there and prints its
-/// summary. Every input is read and checked (the shards, their history and triage files,
-/// the baselines) before the first file is written.
-pub(crate) fn merge_run(
-    folders: Vec<Folder>,
-    out: &Path,
-    args: &MergeSettings,
-) -> Result<MergedRun, CliError> {
+/// A run's folders merged in memory and checked as a whole (one plan, one build, each
+/// cell once, its triage files and its key's baseline file readable, the merged results
+/// within the size a results.json may have), nothing written yet: `bench report merge`
+/// checks every run of a fleet so before it writes the first, so that a refused merge
+/// writes nothing (no run's folder, no line in the job's summary page).
+pub(crate) struct Checked {
+    dirs: Vec<PathBuf>,
+    homes: HashMap<String, PathBuf>,
+    merged: Merged,
+}
+
+impl Checked {
+    /// The run's hardware key.
+    pub(crate) fn key(&self) -> &str {
+        &self.merged.results.environment.hardware_key
+    }
+
+    /// The run's id.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.merged.results.run_id
+    }
+}
+
+/// Merges and checks the folders of one run ([`Checked`]); bad input is refused here,
+/// before anything is written.
+pub(crate) fn check_run(folders: Vec<Folder>, args: &MergeSettings) -> Result<Checked, CliError> {
     let dirs: Vec<PathBuf> = folders.iter().map(|f| f.dir.clone()).collect();
     super::triage::check(&dirs)?;
     let homes = log_homes(&folders);
@@ -249,6 +266,27 @@ pub(crate) fn merge_run(
             Ok(())
         }
     })?;
+    Ok(Checked {
+        dirs,
+        homes,
+        merged,
+    })
+}
+
+/// Merges the folders of one run into `out`, judges it against the baselines of its own
+/// hardware key and the shards' history verdicts, writes every report there and prints its
+/// summary. Every input was read and checked by [`check_run`] (the shards, their history
+/// and triage files, the baselines) before this writes the first file.
+pub(crate) fn merge_run(
+    checked: Checked,
+    out: &Path,
+    args: &MergeSettings,
+) -> Result<MergedRun, CliError> {
+    let Checked {
+        dirs,
+        homes,
+        merged,
+    } = checked;
     std::fs::create_dir_all(out)
         .map_err(|e| CliError::internal(miette::miette!("{}: {e}", out.display())))?;
     copy_logs(&homes, &merged.results, out);

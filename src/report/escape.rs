@@ -18,15 +18,22 @@
 //!   table row, where `|` must be escaped even in code. Control characters and terminal
 //!   escapes are removed from a code span as from prose.
 //!
+//! Every one of them first cuts its value to [`crate::sanitize::MAX_SHOWN_CHARS`]
+//! characters ([`crate::sanitize::bounded`], as `bench site` cuts the store's texts): a
+//! 50 MB commit subject in a triage.json, or matrix name or failure reason in a
+//! results.json, then shows as its first 2,000 characters and how many more there were,
+//! and `summary.md`'s size follows the number of cells, not the longest text.
+//!
 //! It sits beside the sinks rather than inside [`super::markdown`]: the history and
 //! framework reports escape with it too, and the Markdown summary includes the history
 //! report, so inside `markdown` it made the two import each other.
 
 use crate::report::text::one_line;
+use crate::sanitize::{bounded, MAX_SHOWN_CHARS};
 
 /// Untrusted text as Markdown prose or a table cell's text (see the module doc).
 pub(crate) fn text(s: &str) -> String {
-    let line = one_line(&crate::sanitize::clean(s));
+    let line = one_line(&crate::sanitize::clean(&bounded(s, MAX_SHOWN_CHARS)));
     let mut out = String::with_capacity(line.len() + 8);
     for c in line.chars() {
         match c {
@@ -50,7 +57,8 @@ pub(crate) fn text(s: &str) -> String {
 /// Untrusted text inside HTML, in an element's text or a quoted attribute: `&`, `<`, `>`,
 /// `"` and `'` as entities (report.html's title, the fleet's report.html).
 pub(crate) fn html(s: &str) -> String {
-    s.replace('&', "&amp;")
+    bounded(s, MAX_SHOWN_CHARS)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -59,7 +67,7 @@ pub(crate) fn html(s: &str) -> String {
 
 /// Untrusted text as an inline code span (see the module doc); outside a table.
 pub(crate) fn code(s: &str) -> String {
-    let line = one_line(&crate::sanitize::clean(s));
+    let line = one_line(&crate::sanitize::clean(&bounded(s, MAX_SHOWN_CHARS)));
     if line.is_empty() {
         // An empty span is not a code span; one space is.
         return "` `".into();
@@ -111,6 +119,15 @@ mod tests {
         );
         assert_eq!(text("a\x1b]0;pwned\x07b\x1b[2Jc\u{9b}d"), "abcd");
         assert_eq!(code("k\x1b[31m_x"), "`k_x`");
+    }
+
+    #[test]
+    fn a_long_value_is_cut_in_every_form() {
+        let long = "y".repeat(MAX_SHOWN_CHARS + 5);
+        let cut = format!("{}… \\(5 more characters\\)", "y".repeat(MAX_SHOWN_CHARS));
+        assert_eq!(text(&long), cut);
+        assert!(code(&long).ends_with("… (5 more characters)`"));
+        assert!(html(&long).ends_with("… (5 more characters)"));
     }
 
     #[test]

@@ -502,7 +502,9 @@ impl HtmlData {
 
 /// The page: the template with the data, the script, uPlot and the styles inlined.
 pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
-    let json = serde_json::to_string(data).map_err(|e| ReportError::Render {
+    // Every string cut to a few thousand characters, as `bench site` cuts its pages' data:
+    // one 50 MB matrix name or failure reason makes no 50 MB page.
+    let json = crate::sanitize::bounded_json(data).map_err(|e| ReportError::Render {
         format: "report.html",
         message: e.to_string(),
     })?;

@@ -3,6 +3,11 @@
 //! the baseline, time, verdict), then regressions with their
 //! numbers, failed and skipped cells with their reasons, one line per matrix rule with the
 //! number of cells it dropped (their ids with `--verbose`), the counts and the total time.
+//!
+//! Every text it did not write (ids, names, reasons, verdict lines, a finding's commit
+//! subject and author) is shown through [`shown`], cut to
+//! [`crate::sanitize::MAX_SHOWN_CHARS`] characters as the Markdown and the site cut it, so
+//! one 50 MB value makes no 50 MB terminal summary.
 
 use crate::baseline::compare::{CellComparison, CellStatus, Comparison};
 use crate::baseline::store::hardware_words;
@@ -11,6 +16,13 @@ use crate::report::text::{
     cell_change, duration, filtered_out, group_changes, one_line, pct, rule_drops, si, three_digits,
 };
 use crate::results::RunResults;
+use crate::sanitize::{bounded, MAX_SHOWN_CHARS};
+
+/// A text bench did not write, cut to [`MAX_SHOWN_CHARS`] characters (saying how many were
+/// left out); borrowed, as every real one is short enough.
+fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    bounded(s, MAX_SHOWN_CHARS)
+}
 
 /// The terminal summary sink (printed, and kept in the run folder as `summary.txt`),
 /// without the ids of dropped cells.
@@ -73,7 +85,7 @@ fn section(
     }
     out.push_str(&format!("\n{title}:\n"));
     for c in cells {
-        out.push_str(&format!("  {}\n", c.id));
+        out.push_str(&format!("  {}\n", shown(&c.id)));
         for line in body(c) {
             out.push_str(&format!("    {line}\n"));
         }
@@ -99,12 +111,12 @@ fn dropped(out: &mut String, results: &RunResults, verbose: bool) {
             out.push_str(&format!(
                 "  {:>w$} {cells}  {}: {}\n",
                 g.ids.len(),
-                g.by,
-                one_line(g.reason)
+                shown(g.by),
+                one_line(&shown(g.reason))
             ));
             if verbose {
                 for id in &g.ids {
-                    out.push_str(&format!("      {id}\n"));
+                    out.push_str(&format!("      {}\n", shown(id)));
                 }
             }
         }
@@ -116,7 +128,7 @@ fn dropped(out: &mut String, results: &RunResults, verbose: bool) {
     if filtered > 0 {
         out.push_str(&format!(
             "\nFilter {}: {filtered} other combinations of the matrix not selected\n",
-            results.filters.join(" and ")
+            shown(&results.filters.join(" and "))
         ));
     }
 }
@@ -136,13 +148,13 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
     let env = &r.environment;
     let mut out = format!(
         "bench {}: matrix {} on {} ({}), commit {}{}, bench {}\n",
-        r.run_id,
-        r.matrix_name,
-        env.hardware_key,
-        hardware_words(env),
-        env.git_commit.as_deref().unwrap_or("unknown"),
+        shown(&r.run_id),
+        shown(&r.matrix_name),
+        shown(&env.hardware_key),
+        shown(&hardware_words(env)),
+        shown(env.git_commit.as_deref().unwrap_or("unknown")),
         if env.git_dirty { " (dirty)" } else { "" },
-        env.bench_version
+        shown(&env.bench_version)
     );
     if let Some(stage) = r.interrupted_in {
         out.push_str(&format!("the run was interrupted {}\n", stage.words()));
@@ -152,23 +164,29 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
     if let Some(h) = input.history.filter(|h| !h.cells.is_empty()) {
         out.push_str(&format!(
             "judged against the history in {} ({})\n",
-            h.store, h.scope
+            shown(&h.store),
+            shown(&h.scope)
         ));
     } else if !cmp.baseline_exists {
         out.push_str(&format!(
             "no baselines at {}: every cell is new (write them with `bench baseline update`)\n",
-            cmp.baseline_file
+            shown(&cmp.baseline_file)
         ));
     }
 
     for f in input.findings {
-        out.push_str(&format!("finding {}\n", f.headline()));
+        // The headline holds a culprit's subject and author, each of which can be long,
+        // and several cell ids: cut whole at a few values' worth.
+        out.push_str(&format!(
+            "finding {}\n",
+            bounded(&f.headline(), 4 * MAX_SHOWN_CHARS)
+        ));
         // The first bad commit is in the headline; any other ending says what happened.
         if let Some(b) = f.bisected.as_ref().filter(|b| b.first_bad.is_none()) {
-            out.push_str(&format!("  {}\n", b.line()));
+            out.push_str(&format!("  {}\n", shown(&b.line())));
         }
         if let (None, Some(why)) = (&f.kernels, &f.kernels_missing) {
-            out.push_str(&format!("  kernels not diffed: {why}\n"));
+            out.push_str(&format!("  kernels not diffed: {}\n", shown(why)));
         }
     }
     // Dropped cells get a line per rule below, not a row of dashes each: a filtered
@@ -178,7 +196,14 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
         .iter()
         .filter(|c| c.status != CellStatus::Dropped)
         .collect();
-    let width = rows.iter().map(|c| c.id.len()).max().unwrap_or(4).max(4);
+    // Each id as shown, so that one long id widens the column by at most its cut.
+    let ids: Vec<std::borrow::Cow<'_, str>> = rows.iter().map(|c| shown(&c.id)).collect();
+    let width = ids
+        .iter()
+        .map(|id| id.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     // Tokens per joule sits beside the throughput when some cell measured its GPUs' power;
     // a run without GPU telemetry keeps the table it always had.
     let energy = rows.iter().any(|c| has_energy(c));
@@ -200,10 +225,10 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
         "time",
         "verdict"
     ));
-    for c in &rows {
+    for (c, id) in rows.iter().zip(&ids) {
         out.push_str(&format!(
             "  {:<width$}  {:>9}{}  {:>11}  {:>6}  {:<24}  {:>8}  {}\n",
-            c.id,
+            id,
             figure(c, "tokens_per_s_per_gpu"),
             tok_j(figure(c, "tokens_per_joule")),
             figure(c, "tflops_per_gpu"),
@@ -228,7 +253,7 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
             .history
             .and_then(|h| h.cell(&c.id))
             .filter(|j| !j.line.is_empty())
-            .map(|j| j.line.clone())
+            .map(|j| shown(&j.line).into_owned())
     };
     section(&mut out, "Regressions", &of(CellStatus::Regression), |c| {
         let mut lines: Vec<String> = judged(c).into_iter().collect();
@@ -240,7 +265,7 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
             .and_then(|h| h.cell(&c.id))
             .and_then(|j| j.bisect.clone())
         {
-            lines.push(format!("find the commit: {cmd}"));
+            lines.push(format!("find the commit: {}", shown(&cmd)));
         }
         lines
     });
@@ -262,7 +287,7 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
         vec![format!(
             "{}: {}",
             c.status.as_str(),
-            one_line(c.reason.as_deref().unwrap_or("no reason given"))
+            one_line(&shown(c.reason.as_deref().unwrap_or("no reason given")))
         )]
     };
     section(&mut out, "Failed", &failed, reason);
@@ -351,7 +376,7 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
             // From the merged folder's shards.json: shown, never sent to the terminal.
             cmp.run_failures
                 .iter()
-                .map(|f| crate::sanitize::terminal(&one_line(f)).into_owned())
+                .map(|f| crate::sanitize::terminal(&one_line(&shown(f))).into_owned())
                 .collect::<Vec<_>>()
                 .join("; "),
             n.regression,

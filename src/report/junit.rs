@@ -12,6 +12,11 @@
 //! property instead (`dropped rules[1] (name)` = `3 cells: reason`); cells `--filter`
 //! removed do not appear at all.
 //!
+//! Every text bench did not write (the matrix's name, a host, a reason, a finding's
+//! headline) is cut to [`MAX_SHOWN_CHARS`] characters, as the terminal and Markdown reports
+//! cut it: the matrix's name is each testcase's class, so uncut one 50 MB name was
+//! written once per cell.
+//!
 //! The document is built with quick-junit (nextest's JUnit model), which has properties
 //! and flaky reruns, so no second pass over the XML is needed.
 
@@ -24,6 +29,7 @@ use crate::baseline::store::hardware_words;
 use crate::report::input::{Exporter, ReportError, ReportInput};
 use crate::report::text::{group_changes, metric_change, one_line, rule_drops};
 use crate::results::CellResult;
+use crate::sanitize::{bounded, MAX_SHOWN_CHARS};
 
 /// The `junit.xml` sink.
 pub struct JunitExporter;
@@ -40,6 +46,12 @@ fn seconds(s: Option<f64>) -> std::time::Duration {
     // report never panics on one: `from_secs_f64` does past u64::MAX seconds.
     s.and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
         .unwrap_or_default()
+}
+
+/// A text bench did not write, cut to [`MAX_SHOWN_CHARS`] characters as the terminal and
+/// Markdown reports cut it.
+fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    bounded(s, MAX_SHOWN_CHARS)
 }
 
 fn non_success(kind: NonSuccessKind, ty: &str, message: &str) -> TestCaseStatus {
@@ -60,9 +72,16 @@ fn testcase(
     classname: &str,
     finding: Option<&crate::triage::Finding>,
 ) -> TestCase {
-    let mut reason = one_line(cell.reason.as_deref().unwrap_or(""));
+    // Cut as the terminal and Markdown cut them: a finding's headline (a culprit's subject
+    // and author) is repeated on every cell of the finding, so one 50 MB subject would
+    // otherwise make a junit.xml of that many times 50 MB.
+    let mut reason = one_line(&bounded(
+        cell.reason.as_deref().unwrap_or(""),
+        MAX_SHOWN_CHARS,
+    ));
     // Each failure names the finding its cause is grouped under.
-    let of_finding = finding.map(|f| format!(" [finding {}]", f.headline()));
+    let of_finding =
+        finding.map(|f| format!(" [finding {}]", bounded(&f.headline(), 4 * MAX_SHOWN_CHARS)));
     if let Some(f) = &of_finding {
         reason.push_str(f);
     }
@@ -145,7 +164,7 @@ impl Exporter for JunitExporter {
     }
 
     fn render(&self, input: &ReportInput<'_>) -> Result<String, ReportError> {
-        let mut report = Report::new(input.results.matrix_name.as_str());
+        let mut report = Report::new(shown(&input.results.matrix_name).as_ref());
         report.add_test_suite(suite(input)?);
         let mut out = report.to_string().map_err(render_err)?;
         if !out.ends_with('\n') {
@@ -163,14 +182,17 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
     {
         let r = input.results;
         let env = &r.environment;
-        let mut suite = TestSuite::new(r.matrix_name.as_str());
+        // The matrix's name is every testcase's class: cut once, as the other reports cut
+        // it, or one 50 MB name would be written once per cell.
+        let name = shown(&r.matrix_name);
+        let mut suite = TestSuite::new(name.as_ref());
         suite.extra.insert(
             "package".into(),
             format!("bench/{}", env.hardware_key).into(),
         );
         suite
             .extra
-            .insert("hostname".into(), env.host.as_str().into());
+            .insert("hostname".into(), shown(&env.host).as_ref().into());
         // The suite's time is the run's start, so that rendering a report again later does
         // not change it.
         if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&r.started_at) {
@@ -186,7 +208,7 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
             let result = r.cells.iter().find(|c| c.id.as_str() == cell.id);
             total += cell.duration_s.unwrap_or(0.0);
             let finding = input.findings.iter().find(|f| f.has(&cell.id));
-            suite.add_test_case(testcase(cell, result, &r.matrix_name, finding));
+            suite.add_test_case(testcase(cell, result, &name, finding));
         }
         if r.interrupted || r.interrupted_in.is_some() {
             // A cancelled run is not a pass: without this case a CI test view would show
@@ -207,18 +229,18 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
                 "run.interrupted",
                 non_success(NonSuccessKind::Error, "interrupted", &message),
             );
-            tc.set_classname(r.matrix_name.as_str());
+            tc.set_classname(name.as_ref());
             suite.add_test_case(tc);
         }
         // A failure of the run beyond its cells (a merged run's shard that did not finish):
         // a CI test view must not show the run green while its exit code is 1.
         for (i, why) in input.comparison.run_failures.iter().enumerate() {
-            let message = format!("{why}; exit {}", input.exit_code());
+            let message = format!("{}; exit {}", shown(why), input.exit_code());
             let mut tc = TestCase::new(
                 format!("run.failure.{}", i + 1),
                 non_success(NonSuccessKind::Failure, "run", &message),
             );
-            tc.set_classname(r.matrix_name.as_str());
+            tc.set_classname(name.as_ref());
             suite.add_test_case(tc);
         }
         suite.set_time(seconds(Some(total)));
@@ -254,11 +276,15 @@ pub(crate) fn suite(input: &ReportInput<'_>) -> Result<TestSuite, ReportError> {
         for g in rule_drops(r) {
             let cells = if g.ids.len() == 1 { "cell" } else { "cells" };
             props.push((
-                format!("dropped {}", g.by),
-                format!("{} {cells}: {}", g.ids.len(), one_line(g.reason)),
+                format!("dropped {}", shown(g.by)),
+                format!("{} {cells}: {}", g.ids.len(), one_line(&shown(g.reason))),
             ));
         }
-        suite.add_properties(props.into_iter().map(|(k, v)| Property::new(k, v)));
+        suite.add_properties(
+            props
+                .into_iter()
+                .map(|(k, v)| Property::new(k, shown(&v).into_owned())),
+        );
         Ok(suite)
     }
 }

@@ -154,31 +154,22 @@ const MARKER: &str = ".bench-site";
 /// The folder `-o` names, checked before anything is read: a new folder, an empty one, or
 /// a site bench wrote (the folder a symbolic link names, when `-o` is one). A folder
 /// holding anything else is refused, since the site replaces its output whole; so are a
-/// file, a dangling link and a path that cannot be read (exit 2, naming `-o`).
+/// file, a dangling link and a path that cannot be read or written (exit 2, naming `-o`;
+/// [`crate::files::output_folder`], as every command's output folder).
 fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
     let bad = |why: String| CliError::bad_input(miette::miette!("-o {}: {why}", out.display()));
+    crate::files::output_folder("-o", out)?;
     let meta = match std::fs::symlink_metadata(out) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out.to_path_buf()),
         Err(e) => return Err(bad(format!("cannot read it: {e}"))),
         Ok(m) => m,
     };
+    // A link's folder exists: the check above refused a dangling one.
     let dir = if meta.file_type().is_symlink() {
-        match std::fs::canonicalize(out) {
-            Ok(target) => target,
-            Err(_) => {
-                let to = std::fs::read_link(out).unwrap_or_default();
-                return Err(bad(format!(
-                    "a symbolic link to {}, which does not exist",
-                    to.display()
-                )));
-            }
-        }
+        std::fs::canonicalize(out).map_err(|e| bad(format!("cannot follow the link: {e}")))?
     } else {
         out.to_path_buf()
     };
-    if !dir.is_dir() {
-        return Err(bad("not a folder (the site is a folder of pages)".into()));
-    }
     let mut entries = std::fs::read_dir(&dir).map_err(|e| bad(format!("cannot list it: {e}")))?;
     let empty = entries.next().is_none();
     // Sites written before the marker have their index and script.
@@ -204,6 +195,9 @@ fn write_fresh(
     };
     let out = std::path::absolute(out).map_err(|e| io("cannot resolve", out, e))?;
     let parent = out.parent().unwrap_or(Path::new("/")).to_path_buf();
+    // `-o public/site` where `public` is new: the staging folder goes beside the site, so
+    // the folders above it are made first (the output check found them writable).
+    std::fs::create_dir_all(&parent).map_err(|e| io("cannot make", &parent, e))?;
     let staging = tempfile::Builder::new()
         .prefix(".bench-site-new-")
         .tempdir_in(&parent)

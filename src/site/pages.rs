@@ -229,7 +229,9 @@ const CELLS_SCRIPT: &str = r#"<script src="../assets/cells.js"></script>"#;
 /// which site.js parses as it parses a page's own data. A JSON string is a JavaScript
 /// string literal, so no value can end it or run as code.
 fn table_js(var: &str, table: &impl Serialize) -> Result<String, String> {
-    let json = bounded_json(table)?;
+    // Every string cut (`sanitize::bounded_json`): the store's texts are whatever its
+    // writers put there. Links and file names were made from the whole ids before this.
+    let json = crate::sanitize::bounded_json(table).map_err(|e| e.to_string())?;
     // `<` as `\u003c`, as in the pages: the file holds no markup even as text.
     let literal = serde_json::to_string(&json)
         .map_err(|e| e.to_string())?
@@ -239,32 +241,8 @@ fn table_js(var: &str, table: &impl Serialize) -> Result<String, String> {
     ))
 }
 
-/// `data` as JSON with every string of it cut to [`crate::sanitize::MAX_SHOWN_CHARS`]: the
-/// store's texts are whatever its writers put there, and the page's size must follow the
-/// number of cells and runs, not the longest commit subject. The pages' links and file
-/// names are made from the whole ids before this, so a cut id still names its page.
-fn bounded_json(data: &impl Serialize) -> Result<String, String> {
-    fn cut(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::String(s) => {
-                if let std::borrow::Cow::Owned(b) =
-                    crate::sanitize::bounded(s, crate::sanitize::MAX_SHOWN_CHARS)
-                {
-                    *s = b;
-                }
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(cut),
-            serde_json::Value::Object(o) => o.values_mut().for_each(cut),
-            _ => {}
-        }
-    }
-    let mut v = serde_json::to_value(data).map_err(|e| e.to_string())?;
-    cut(&mut v);
-    serde_json::to_string(&v).map_err(|e| e.to_string())
-}
-
 fn page(title: &str, data: &impl Serialize, root: &str, shared: &str) -> Result<String, String> {
-    let json = bounded_json(data)?;
+    let json = crate::sanitize::bounded_json(data).map_err(|e| e.to_string())?;
     let title = crate::sanitize::bounded(title, 200);
     // As report.html does: `<` only occurs inside JSON strings, where `\u003c` means the
     // same, so no value can close the script element early.
