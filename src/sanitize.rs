@@ -129,6 +129,21 @@ pub fn terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A value from outside (a command-line argument such as a cell id, a stored id) as it is
+/// shown inside one line of a message: [`terminal`], with newlines, carriage returns and
+/// tabs written as `\n`, `\r` and `\t` too, so that a value cannot start a line of its
+/// own that reads as bench's (`bench history $'x\nerror: ...'`).
+pub fn inline(text: &str) -> Cow<'_, str> {
+    if !text.contains(['\n', '\r', '\t']) {
+        return terminal(text);
+    }
+    let escaped = text
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t");
+    Cow::Owned(terminal(&escaped).into_owned())
+}
+
 /// The most characters of one stored text (a commit subject, an author, a reason, a kernel
 /// name, an id) a page or report shows: far above any real one (C++ kernel names run to a
 /// few hundred), so that one hostile 50 MB subject cannot make a 100 MB page.
@@ -249,5 +264,15 @@ mod tests {
             "<a x=\"1\">t\tu\r\nv</a>"
         );
         assert_eq!(xml_chars("<a>\0\x1b[0m\u{FFFE}</a>"), "<a>[0m</a>");
+    }
+
+    #[test]
+    fn an_inline_value_cannot_start_a_line() {
+        assert_eq!(inline("a.b_c"), "a.b_c");
+        assert_eq!(
+            inline("cell\nerror: forged\r\tx\x1b]0;t\x07"),
+            "cell\\nerror: forged\\r\\tx\\x1b]0;t\\x07"
+        );
+        assert!(!inline("x\ny").contains('\n'));
     }
 }

@@ -454,3 +454,33 @@ fn bench_report_refuses_a_metric_no_measurement_gives() {
     assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
     assert!(ok.join("summary.md").exists());
 }
+
+/// A cell argument holding a newline is shown escaped in the message naming it, so it
+/// cannot print a line of its own that reads as bench's.
+#[test]
+fn a_cell_argument_with_a_newline_cannot_forge_a_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let db = db.display().to_string();
+    for args in [
+        vec!["history", "cell\nerror: forged", "--history", &db],
+        vec![
+            "baseline",
+            "accept",
+            "cell\nerror: forged",
+            "--reason",
+            "r",
+            "--history",
+            &db,
+        ],
+    ] {
+        let o = bench(tmp.path(), &args);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("cell\\nerror: forged"), "{args:?}: {err}");
+        assert!(
+            !err.lines().any(|l| l.starts_with("error: forged")),
+            "{args:?}: {err}"
+        );
+    }
+}

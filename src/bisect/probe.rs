@@ -207,7 +207,7 @@ pub(crate) fn check_cell(
         ids.join(", ")
     };
     Err(BisectError::UnknownCell {
-        cell: settings.cell.clone(),
+        cell: crate::sanitize::inline(&settings.cell).into_owned(),
         matrix,
         flag: flag.to_string(),
         commit: commit.short().to_string(),
@@ -805,7 +805,7 @@ impl<'a> Prober<'a> {
         else {
             return Err(failed(format!(
                 "the run has no cell {}",
-                self.settings.cell
+                crate::sanitize::inline(&self.settings.cell)
             )));
         };
         let reason = match &cell.outcome {

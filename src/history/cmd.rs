@@ -357,7 +357,7 @@ pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
                 "{}: --hardware {}: no run of cell {} on that hardware key has {} (keys with history: {})",
                 store.location,
                 crate::sanitize::terminal(k),
-                crate::sanitize::terminal(cell),
+                crate::sanitize::inline(cell),
                 args.metric,
                 if known.is_empty() { "none".to_string() } else { crate::sanitize::terminal(&known.join(", ")).into_owned() }
             )))
@@ -372,7 +372,7 @@ pub(crate) fn show(args: &ShowSettings) -> Result<i32, CliError> {
             crate::sanitize::terminal(&args.metric),
             // The argument is text from outside: its escape sequences never reach the
             // terminal (issue 42).
-            crate::sanitize::terminal(cell)
+            crate::sanitize::inline(cell)
         )));
     }
     for key in keys {
@@ -402,13 +402,13 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
                     return Err(CliError::bad_input(miette::miette!(
                         "{}: no run in the history has cell {}",
                         store.location,
-                        crate::sanitize::terminal(&args.cell)
+                        crate::sanitize::inline(&args.cell)
                     )))
                 }
                 many => {
                     return Err(CliError::bad_input(miette::miette!(
                     "cell {} has history on several hardware keys ({}): name one with --hardware",
-                    args.cell,
+                    crate::sanitize::inline(&args.cell),
                     many.join(", ")
                 )))
                 }
@@ -431,7 +431,7 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
                     return Err(CliError::bad_input(miette::miette!(
                         "{}: no run of cell {} on {key}",
                         store.location,
-                        args.cell
+                        crate::sanitize::inline(&args.cell)
                     )))
                 }
             }

@@ -377,8 +377,7 @@ impl Judge<'_> {
             // leave the night unknown, never clean on the screen's word.
             if open
                 && judgement.verdict == HistoryVerdict::Unchanged
-                && p
-                    .measured()
+                && p.measured()
                     .is_some_and(|r| r.answer == super::paired::Answer::Unknown)
             {
                 judgement.verdict = HistoryVerdict::Unknown;
@@ -1537,7 +1536,13 @@ mod tests {
         assert!(open(&["unchanged", "regressed"], None));
         // Nights that settled nothing (busy, undecided) keep it open.
         assert!(open(
-            &["unchanged", "regressed", "environment", "unknown", "suspect"],
+            &[
+                "unchanged",
+                "regressed",
+                "environment",
+                "unknown",
+                "suspect"
+            ],
             None
         ));
         assert!(!open(&["unchanged", "regressed", "unchanged"], None));

@@ -357,12 +357,16 @@ pub(crate) fn split_disturbed(cell: &mut CellRuns) {
     cell.disturbed.extend(busy);
 }
 
-/// A rate with its counts; `< x` (the rule of three) when no event happened.
+/// A rate with its counts; `< x` (the exact 95% upper bound, [`super::study::zero_event_bound`])
+/// when no event happened.
 fn rate(events: usize, of: usize) -> String {
     if of == 0 {
         "-".into()
     } else if events == 0 {
-        format!("0 of {of} (< {:.2}%)", 300.0 / of as f64)
+        format!(
+            "0 of {of} (< {:.2}%)",
+            100.0 * super::study::zero_event_bound(of)
+        )
     } else {
         format!(
             "{events} of {of} ({:.2}%)",

@@ -23,7 +23,8 @@
 //!
 //! A slowdown's size is measured in the same study: 1 - median(slow pool) / median(clean
 //! pool). False-alarm rates this small need many trials: a rate printed as `< x` had no
-//! event in the trials, `x` being the rule-of-three 95% upper bound 3 / trials (Hanley &
+//! event in the trials, `x` being the exact 95% upper bound 1 - 0.05^(1/trials) (Clopper &
+//! Pearson 1934), which for many trials is the rule of three's 3 / trials (Hanley &
 //! Lippman-Hand 1983, JAMA 249(13)). A bootstrap from a finite pool cannot produce values
 //! outside it, so rare tail events of the real process are under-represented: the pool
 //! sizes are printed with the table.
@@ -212,13 +213,21 @@ pub(crate) fn simulate(
     }
 }
 
-/// A rate as a percentage, or `< 3/trials` when no trial had the event.
+/// A rate as a percentage, or `< x` when no trial had the event, `x` the exact one-sided
+/// 95% upper bound for no event in `trials` (Clopper & Pearson 1934, Biometrika 26(4)):
+/// `1 - 0.05^(1/trials)`. For many trials it is the rule of three's `3/trials`; for few it
+/// stays a rate (2 trials: < 77.6%), where `3/trials` printed "< 150.00%".
 pub(crate) fn pct(rate: f64, trials: usize) -> String {
     if rate == 0.0 {
-        format!("< {:.3}%", 300.0 / trials.max(1) as f64)
+        format!("< {:.3}%", 100.0 * zero_event_bound(trials))
     } else {
         format!("{:.2}%", rate * 100.0)
     }
+}
+
+/// The exact 95% upper bound of a rate with no event in `trials` trials.
+pub(crate) fn zero_event_bound(trials: usize) -> f64 {
+    1.0 - 0.05f64.powf(1.0 / trials.max(1) as f64)
 }
 
 /// The study's Markdown table for `cells` under `policy`, with `repeat_counts` repeats per
@@ -304,7 +313,7 @@ pub(crate) fn table(
     }
     let _ = writeln!(
         out,
-        "\nRates by bootstrap resampling of the pools: {detect_trials} trials per detection rate, {alarm_trials} per false-alarm rate; `< x` means no event, x = 3/trials (95% upper bound)."
+        "\nRates by bootstrap resampling of the pools: {detect_trials} trials per detection rate, {alarm_trials} per false-alarm rate; `< x` means no event, x = 1 - 0.05^(1/trials) (the exact 95% upper bound; about 3/trials for many trials)."
     );
     out
 }
@@ -540,6 +549,18 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_with_no_event_is_bounded_below_one_hundred_percent() {
+        assert_eq!(pct(0.0, 2), "< 77.639%");
+        assert_eq!(pct(0.0, 1), "< 95.000%");
+        // Many trials: the rule of three, 3/trials (3/3000 = 0.1%).
+        let b = zero_event_bound(3000);
+        assert!((b - 0.001).abs() < 2e-6, "{b}");
+        for n in 1..200 {
+            assert!(zero_event_bound(n) < 1.0 && zero_event_bound(n) > 0.0);
+        }
+    }
+
+    #[test]
     fn the_table_states_its_pools_and_bounds() {
         let c = CellPools {
             cell: "c".into(),
@@ -563,8 +584,9 @@ mod tests {
             t.contains("BENCH_FUSED_ADAMW=0 (detection) | 10 repeats / 1 runs | 2.96% | 3 |"),
             "{t}"
         );
-        assert!(t.contains("< 1.000%"), "{t}");
-        assert_eq!(pct(0.0, 300), "< 1.000%");
+        // No false alarm in 300 trials: below the exact bound 1 - 0.05^(1/300).
+        assert!(t.contains("< 0.994%"), "{t}");
+        assert_eq!(pct(0.0, 300), "< 0.994%");
     }
 
     /// A busy GPU's telemetry: `clock` MHz, SW power cap in every sample.
