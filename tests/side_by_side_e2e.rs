@@ -294,9 +294,11 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
     assert_eq!((m, g), (0, 0), "the revert is clean:\n{log}");
     let (status, reason) = lab.status("n5", "fused");
     assert_eq!(status, "unchanged", "{reason}\n{log}");
+    // Closed by the screen (the same as the clean nights before the regression), or by the
+    // pairs where the screen could not tell.
     assert!(
-        reason.contains("side by side against") && reason.contains("same"),
-        "the revert closes the regression on the pairs: {reason}"
+        reason.contains("same"),
+        "the revert closes the regression: {reason}"
     );
 
     // A host 2% slower at clean code: the pairs say the code is the same.

@@ -370,18 +370,8 @@ impl Judge<'_> {
             .find(|p| Some(p.run_id.as_str()) == accepted || vouches(p))
             .copied();
         let pairs = self.pairs.iter().find(|p| p.cell_id == id).cloned();
-        let open = open_regression(&scoped, accepted);
         if let Some(p) = &pairs {
             after_pairs(&mut judgement, p);
-            // Pairs that could not tell whether a regression not yet fixed is still there
-            // leave the night unknown, never clean on the screen's word.
-            if open
-                && judgement.verdict == HistoryVerdict::Unchanged
-                && p.measured()
-                    .is_some_and(|r| r.answer == super::paired::Answer::Unknown)
-            {
-                judgement.verdict = HistoryVerdict::Unknown;
-            }
         } else if let Some(good) = clean.last() {
             same_code_elsewhere(&mut judgement, good, self.results);
         }
@@ -456,7 +446,7 @@ impl Judge<'_> {
                     .iter()
                     .all(|c| c.what == "commit" || c.what == "host")
             }),
-            open_regression: open,
+            open_regression: open_regression(&scoped, accepted),
         };
         j.bisect = bisect_command(&j, self.results, &self.store.location);
         j.line = super::words::verdict_line(&j);
@@ -1030,9 +1020,12 @@ impl<'a> Confirmation<'a> {
             let drop = c.judgement.rel_change.is_some_and(|r| r < 0.0);
             match c.verdict() {
                 HistoryVerdict::Regressed | HistoryVerdict::Suspect => Some(0),
-                // A regression not yet fixed: the pairs say whether this night still has it
-                // (the same code again) or not (a revert), where the screen cannot.
-                _ if c.open_regression => Some(0),
+                // A regression not yet fixed, which the screen could not clear: the pairs
+                // say whether this night still has it (the same code again) or not (a
+                // revert). A screen that finds the night the same as the clean nights
+                // before the regression closes it without pairs (a revert night on a
+                // 2-core host spent the whole budget on pairs that could not tell).
+                v if c.open_regression && v != HistoryVerdict::Unchanged => Some(0),
                 // Too few repeats to tell, but a shift past the floor: as good as a breach.
                 HistoryVerdict::Unknown if shows_shift(c, floor) => Some(1),
                 HistoryVerdict::Environment if drop => Some(2),
