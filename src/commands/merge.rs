@@ -692,7 +692,7 @@ fn check_cells(f: &Folder) -> Result<(), CliError> {
             }
         }
     }
-    if let Some(why) = r.implausible_metric() {
+    if let Some(why) = r.implausible_measurement() {
         return Err(CliError::bad_input(miette::miette!(
             "{}: {why}; not merged",
             file.display()
