@@ -1,8 +1,11 @@
-//! Issue 42, hostile round 4, through the built binary: what a run folder's results may
-//! not claim beyond its metrics. A repeat's steps or summary that no worker can report (a
-//! step of 1e308 s, 0 s or -1 s, a summary of -1 tok/s) are refused with exit 2 naming
-//! the file and key path by `bench report merge` (writing nothing), `bench report` and
-//! `bench history import`: the same rule the worker's door holds every event to.
+//! Issue 42, hostile round 4, through the built binary: what a shard folder's results may
+//! not claim beyond its metrics. A cell measured with other parameters than the run's plan
+//! (`shard.json`), shards measured on another GPU model or count under one hardware key,
+//! and a repeat's steps or summary that no worker can report (a step of 1e308 s, 0 s or
+//! -1 s, a summary of -1 tok/s) are refused with exit 2 naming the file and key path, by
+//! `bench report merge` (writing nothing), and for the steps and summaries by
+//! `bench report` and `bench history import` too: the same rule the worker's door holds
+//! every event to.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -112,6 +115,108 @@ fn refused(o: &Output, out: &Path, says: &[&str]) {
         assert!(text(o).contains(s), "{s:?} not in {}", text(o));
     }
     assert!(!out.exists(), "a refused merge wrote {}", out.display());
+}
+
+/// A cell whose results carry other parameters (or axis values) than the plan gave it is
+/// refused naming the results file, the key path, the value and what the plan says; the
+/// shards as they ran merge.
+#[test]
+fn a_cell_run_with_other_params_than_its_plan_is_refused_naming_the_key_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    let id = read_json(&s1.join("results.json"))["cells"][1]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (name, key, value, says) in [
+        (
+            "repeats",
+            &["params", "repeats"][..],
+            Value::from(5),
+            "is 5",
+        ),
+        ("steps", &["params", "steps"][..], 50.into(), "is 50"),
+        (
+            "seq_len",
+            &["params", "seq_len"][..],
+            4096.into(),
+            "is 4096",
+        ),
+        (
+            "extra",
+            &["params", "extra", "step_time"][..],
+            "0.02".into(),
+            "is \"0.02\"",
+        ),
+        ("values", &["values", "gpus"][..], 8.into(), "is 8"),
+    ] {
+        let d = edited(&s1, dir, name, |r| {
+            let mut at = &mut r["cells"][1];
+            for k in &key[..key.len() - 1] {
+                at = &mut at[*k];
+            }
+            at[key[key.len() - 1]] = value;
+        });
+        let plan = d.join("shard.json");
+        let o = merge(dir, &[&d, &s2], &out);
+        refused(
+            &o,
+            &out,
+            &[
+                &format!(
+                    "{name}/night/results.json: cells[1] ({id}).{}",
+                    key.join(".")
+                ),
+                says,
+                &format!("while {} plans", plan.display()),
+            ],
+        );
+    }
+    let o = merge(dir, &[&s1, &s2], &out);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// Shards under one hardware key measured on another GPU model or another GPU count are
+/// refused naming both shards' files and both values.
+#[test]
+fn shards_on_another_gpu_model_or_count_under_one_key_are_refused_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("out");
+    let env = read_json(&s1.join("results.json"))["environment"].clone();
+    // A host without a GPU has no model, which the message says as `none`.
+    let model = match &env["gpu_model"] {
+        Value::Null => "none".to_string(),
+        m => m.to_string(),
+    };
+    let count = env["gpu_count"].to_string();
+    for (name, field, value, ours) in [
+        (
+            "model",
+            "gpu_model",
+            Value::from("NVIDIA H100 80GB HBM3"),
+            model,
+        ),
+        ("count", "gpu_count", Value::from(8), count),
+    ] {
+        let d = edited(&s2, dir, name, |r| r["environment"][field] = value.clone());
+        let o = merge(dir, &[&s1, &d], &out);
+        refused(
+            &o,
+            &out,
+            &[
+                &format!(
+                    "{name}/night/results.json: environment.{field} is {}",
+                    value
+                ),
+                &format!("while {} has {ours}", s1.join("results.json").display()),
+                "one GPU model and count",
+            ],
+        );
+    }
 }
 
 /// `bench report DIR` and `bench history import DIR` of a folder: exit 2 with `says`.
