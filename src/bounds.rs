@@ -24,6 +24,17 @@
 //! Every value must also be a finite, normal `f64` (a subnormal is an underflow, not a
 //! measurement): NaN, infinities and denormals are refused for every metric.
 //!
+//! A results document is held to them beyond its metrics, by every reader that renders,
+//! merges or imports it (`RunResults::implausible_measurement`), with the rule the
+//! worker's door holds events to (`StepEvent::implausible`, `SummaryEvent::implausible`):
+//! each step of each repeat (`repeats[].steps[].step_time_s` finite, above 0 and within
+//! the step time's 1 µs to 1 day; `tokens`, a count that cannot be negative, at most 2^53)
+//! and each repeat's summary (each metric within its bound; the FLOPs per token above 0
+//! and the time to the first step not negative, both below 1e300; a world size of 1 to
+//! [`MAX_WORLD_SIZE`] ranks). The HTML report draws those step times, the gate reads them
+//! and the history keeps the loss curve beside them, so a forged step of 1e308 s or a
+//! summary of -1 tok/s would otherwise pass for a measurement there.
+//!
 
 /// The peak a device the table does not know (a CPU, a newer GPU) is held to: ten times the
 /// fastest peak known, so no real device is refused and a forged figure still is. It lives

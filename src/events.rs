@@ -288,6 +288,120 @@ const KINDS: [&str; 5] = ["start", "step", "summary", "notice", "error"];
 /// statistics are computed, and no step processes that many tokens.
 pub const MAX_TOKENS: u64 = 1 << 53;
 
+/// Why a figure that must be a finite number above 0 is not one (`None`: it is).
+fn not_positive(name: &str, v: f64) -> Option<String> {
+    (!(v.is_finite() && v > 0.0)).then(|| format!("{name} {v}: it must be a finite number above 0"))
+}
+
+/// Why a figure that must be a finite number, 0 or more, is not one (`None`: it is).
+fn negative(name: &str, v: f64) -> Option<String> {
+    (!(v.is_finite() && v >= 0.0))
+        .then(|| format!("{name} {v}: it must be a finite number, 0 or more"))
+}
+
+/// Why a world size is no run's (`None`: it is one).
+fn world_size_implausible(w: u32) -> Option<String> {
+    (w == 0 || u64::from(w) > crate::bounds::MAX_WORLD_SIZE).then(|| {
+        format!(
+            "world_size {w}: a run has 1 to {} ranks",
+            crate::bounds::MAX_WORLD_SIZE
+        )
+    })
+}
+
+impl StepEvent {
+    /// The first figure of the step that no measurement can have, as its field and why
+    /// (`None`: every figure is plausible). The worker's door ([`Event::read_line`]) and
+    /// every reader of a results document (`RunResults::implausible_measurement`) hold a
+    /// step to this one rule, so a figure refused from a worker is refused from a file.
+    pub(crate) fn implausible(&self) -> Option<(String, String)> {
+        let field = |f: &str, why: String| Some((f.to_string(), why));
+        if let Some(why) = not_positive("step_time_s", self.step_time_s) {
+            return field("step_time_s", why);
+        }
+        // Each step within the step time's plausibility bound (crate::bounds): a
+        // microsecond to a day.
+        if let Err(why) = crate::bounds::check("step_time_s", self.step_time_s) {
+            return field("step_time_s", why);
+        }
+        if self.tokens > MAX_TOKENS {
+            return field(
+                "tokens",
+                format!(
+                    "tokens {}: more than 2^53 tokens in one step is not a measurement",
+                    self.tokens
+                ),
+            );
+        }
+        if !self.loss.is_finite() {
+            return field(
+                "loss",
+                format!(
+                    "loss {}: report a non-finite loss as an `error` event of kind nan_loss",
+                    self.loss
+                ),
+            );
+        }
+        None
+    }
+}
+
+impl SummaryEvent {
+    /// The first figure of the summary that no measurement can have, as its field (with
+    /// its index for a figure per rank) and why (`None`: every figure is plausible). Held
+    /// at the worker's door and by every reader of a results document, as
+    /// [`StepEvent::implausible`].
+    pub(crate) fn implausible(&self) -> Option<(String, String)> {
+        let positive = [
+            ("tokens_per_s", self.tokens_per_s),
+            ("tokens_per_s_per_gpu", self.tokens_per_s_per_gpu),
+            ("step_time_s", self.step_time_s),
+            ("flops_per_token", self.flops_per_token),
+        ];
+        // 0 is a workload's "could not compute it" (no peak known for the device), which
+        // [`Event::sanitized`] makes absent: not a measurement to bound.
+        let non_negative = [
+            ("tflops_per_gpu", self.tflops_per_gpu),
+            ("mfu", self.mfu),
+            ("time_to_first_step_s", self.time_to_first_step_s),
+        ];
+        for (name, v) in positive {
+            if let Some(why) = v.and_then(|v| not_positive(name, v)) {
+                return Some((name.to_string(), why));
+            }
+        }
+        for (name, v) in non_negative {
+            if let Some(why) = v.and_then(|v| negative(name, v)) {
+                return Some((name.to_string(), why));
+            }
+        }
+        // Each figure within its metric's plausibility bound (crate::bounds); a figure
+        // outside the catalog (flops_per_token, time_to_first_step_s) is held to its
+        // generic rule, which refuses an overflow such as 1e308.
+        for (name, v) in positive.into_iter().chain(non_negative) {
+            let v =
+                v.filter(|v| !(*v == 0.0 && crate::bounds::ZERO_IS_NOT_COMPUTED.contains(&name)));
+            if let Err(why) = crate::bounds::check_opt(name, v) {
+                return Some((name.to_string(), why));
+            }
+        }
+        for (r, b) in self.peak_mem_bytes.iter().enumerate() {
+            if let Err(why) = crate::bounds::check("peak_mem_bytes", *b as f64) {
+                return Some((format!("peak_mem_bytes[{r}]"), why));
+            }
+        }
+        if let Some(why) = self.world_size.and_then(world_size_implausible) {
+            return Some(("world_size".to_string(), why));
+        }
+        match self.final_loss {
+            Some(l) if !l.is_finite() => {
+                Some(("final_loss".to_string(), format!("final_loss {l}")))
+            }
+            _ => None,
+        }
+    }
+}
+
 impl Event {
     /// Parses one output line; `None` for log text and for an event that breaks the
     /// contract (see [`Event::read_line`] to tell them apart).
@@ -329,89 +443,18 @@ impl Event {
 
     /// The figures of an event that no measurement can have.
     fn check(&self) -> Result<(), String> {
-        fn positive(name: &str, v: f64) -> Result<(), String> {
-            if v.is_finite() && v > 0.0 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "with {name} {v}: it must be a finite number above 0"
-                ))
-            }
-        }
-        fn non_negative(name: &str, v: Option<f64>) -> Result<(), String> {
-            match v {
-                Some(v) if !(v.is_finite() && v >= 0.0) => Err(format!(
-                    "with {name} {v}: it must be a finite number, 0 or more"
-                )),
-                _ => Ok(()),
-            }
-        }
-        // Each figure within its metric's plausibility bound (crate::bounds).
-        fn bounded(name: &str, v: Option<f64>) -> Result<(), String> {
-            crate::bounds::check_opt(name, v).map_err(|why| format!("with {why}"))
-        }
-        match self {
-            Event::Step(s) => {
-                positive("step_time_s", s.step_time_s)?;
-                bounded("step_time_s", Some(s.step_time_s))?;
-                if s.tokens > MAX_TOKENS {
-                    return Err(format!(
-                        "with tokens {}: more than 2^53 tokens in one step is not a measurement",
-                        s.tokens
-                    ));
-                }
-                if !s.loss.is_finite() {
-                    return Err(format!("with loss {}: report a non-finite loss as an `error` event of kind nan_loss", s.loss));
-                }
-                Ok(())
-            }
-            Event::Summary(s) => {
-                if let Some(v) = s.tokens_per_s {
-                    positive("tokens_per_s", v)?;
-                }
-                if let Some(v) = s.tokens_per_s_per_gpu {
-                    positive("tokens_per_s_per_gpu", v)?;
-                }
-                if let Some(v) = s.step_time_s {
-                    positive("step_time_s", v)?;
-                }
-                if let Some(v) = s.flops_per_token {
-                    positive("flops_per_token", v)?;
-                }
-                non_negative("tflops_per_gpu", s.tflops_per_gpu)?;
-                non_negative("mfu", s.mfu)?;
-                bounded("tokens_per_s", s.tokens_per_s)?;
-                bounded("tokens_per_s_per_gpu", s.tokens_per_s_per_gpu)?;
-                bounded("step_time_s", s.step_time_s)?;
-                // 0 is a workload's "could not compute it" (no peak known for the device),
-                // which [`Event::sanitized`] makes absent: not a measurement to bound.
-                bounded("tflops_per_gpu", s.tflops_per_gpu.filter(|v| *v != 0.0))?;
-                bounded("mfu", s.mfu.filter(|v| *v != 0.0))?;
-                for b in &s.peak_mem_bytes {
-                    bounded("peak_mem_bytes", Some(*b as f64))?;
-                }
-                if let Some(w) = s.world_size {
-                    if w == 0 || u64::from(w) > crate::bounds::MAX_WORLD_SIZE {
-                        return Err(format!(
-                            "with world_size {w}: a run has 1 to {} ranks",
-                            crate::bounds::MAX_WORLD_SIZE
-                        ));
-                    }
-                }
-                non_negative("time_to_first_step_s", s.time_to_first_step_s)?;
-                match s.final_loss {
-                    Some(l) if !l.is_finite() => Err(format!("with final_loss {l}")),
-                    _ => Ok(()),
-                }
-            }
+        let why = match self {
+            Event::Step(s) => s.implausible(),
+            Event::Summary(s) => s.implausible(),
             Event::Start {
                 world_size: Some(w),
                 ..
-            } if *w == 0 || u64::from(*w) > crate::bounds::MAX_WORLD_SIZE => Err(format!(
-                "with world_size {w}: a run has 1 to {} ranks",
-                crate::bounds::MAX_WORLD_SIZE
-            )),
-            Event::Start { .. } | Event::Notice { .. } | Event::Error { .. } => Ok(()),
+            } => world_size_implausible(*w).map(|why| ("world_size".to_string(), why)),
+            Event::Start { .. } | Event::Notice { .. } | Event::Error { .. } => None,
+        };
+        match why {
+            Some((_, why)) => Err(format!("with {why}")),
+            None => Ok(()),
         }
     }
 

@@ -521,10 +521,48 @@ impl RunResults {
         None
     }
 
+    /// The first value of the document no measurement can have given, as its key path and
+    /// why: a metric ([`crate::bounds::check`]; one the run could not compute,
+    /// [`crate::bounds::not_computed`], is no measurement and is not checked), then each
+    /// repeat's steps and summary ([`StepEvent::implausible`],
+    /// [`SummaryEvent::implausible`]: the rule the worker's door holds them to). Every
+    /// reader that renders, merges or imports a run folder holds it to this one check.
+    pub(crate) fn implausible_measurement(&self) -> Option<String> {
+        self.implausible_metric()
+            .or_else(|| self.implausible_repeat())
+    }
+
+    /// The first step or repeat summary of the document no worker could have reported, as
+    /// its key path and why. The HTML report draws every repeat's step times, the gate
+    /// reads the measured steps and the history keeps the first repeat's loss curve, so a
+    /// forged 1e308 s step or a -1 tok/s summary would be taken for a measurement there,
+    /// though the worker's door refuses both.
+    fn implausible_repeat(&self) -> Option<String> {
+        for (i, cell) in self.cells.iter().enumerate() {
+            let at = || {
+                format!(
+                    "cells[{i}] ({})",
+                    crate::sanitize::terminal(cell.id.as_str())
+                )
+            };
+            for (j, r) in cell.repeats.iter().enumerate() {
+                for (k, step) in r.steps.iter().enumerate() {
+                    if let Some((field, why)) = step.implausible() {
+                        return Some(format!("{}.repeats[{j}].steps[{k}].{field}: {why}", at()));
+                    }
+                }
+                if let Some((field, why)) = r.summary.implausible() {
+                    return Some(format!("{}.repeats[{j}].summary.{field}: {why}", at()));
+                }
+            }
+        }
+        None
+    }
+
     /// The first metric value of the document no measurement can have given
     /// ([`crate::bounds::check`]), as its key path and why; a metric the run could not
     /// compute ([`crate::bounds::not_computed`]) is no measurement and is not checked.
-    pub(crate) fn implausible_metric(&self) -> Option<String> {
+    fn implausible_metric(&self) -> Option<String> {
         for (i, cell) in self.cells.iter().enumerate() {
             for (name, m) in &cell.metrics {
                 if crate::bounds::not_computed(name, m.value, &m.samples) {
@@ -663,6 +701,7 @@ impl RunResults {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::MAX_STEP_S;
 
     fn cell(id: &str, reason: &str) -> CellResult {
         serde_json::from_value(serde_json::json!({
@@ -803,6 +842,40 @@ mod tests {
         }
         r.cells[0].duration_s = MAX_CELL_S;
         assert_eq!(r.implausible_duration(), None);
+    }
+
+    /// A repeat's step or summary figure that the worker's door refuses is found with its
+    /// key path; the figures a worker reports pass.
+    #[test]
+    fn implausible_steps_and_summaries_are_named() {
+        let dir = folder(&[cell("a", "x")], b"");
+        let mut r = RunResults::load(dir.path()).unwrap();
+        let repeat: Repeat = serde_json::from_value(serde_json::json!({
+            "steps": [
+                {"step": 0, "step_time_s": 1.0, "tokens": 1024, "loss": 2.5, "warmup": true},
+                {"step": 1, "step_time_s": 0.01, "tokens": 1024, "loss": 2.5},
+            ],
+            "summary": {"tokens_per_s": 102400.0, "peak_mem_bytes": [1000], "mfu": 0.0},
+        }))
+        .unwrap();
+        r.cells[0].repeats = vec![repeat.clone(), repeat];
+        assert_eq!(r.implausible_measurement(), None);
+        for v in [1e308, -1.0, 0.0, f64::NAN, MAX_STEP_S * 2.0] {
+            let mut bad = r.clone();
+            bad.cells[0].repeats[1].steps[1].step_time_s = v;
+            let why = bad.implausible_measurement().unwrap();
+            assert!(
+                why.starts_with("cells[0] (a).repeats[1].steps[1].step_time_s: "),
+                "{why}"
+            );
+        }
+        let mut bad = r.clone();
+        bad.cells[0].repeats[0].summary.tokens_per_s = Some(-1.0);
+        let why = bad.implausible_measurement().unwrap();
+        assert!(
+            why.starts_with("cells[0] (a).repeats[0].summary.tokens_per_s: tokens_per_s -1"),
+            "{why}"
+        );
     }
 
     /// A journal that is not a regular file is an error, not a reader that blocks on a FIFO

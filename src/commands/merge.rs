@@ -453,6 +453,7 @@ fn merge(mut folders: Vec<Folder>) -> Result<Merged, CliError> {
         }
     }
     check_plans(&folders)?;
+    check_same_hardware(&folders, &run_id)?;
     check_same_build(&folders, &run_id)?;
     for f in &folders {
         check_cells(f)?;
@@ -647,37 +648,76 @@ fn check_plans(folders: &[Folder]) -> Result<(), CliError> {
 /// The shards of one run are one build of one matrix on one software stack: results of
 /// another matrix, commit or driver merged in would be reported as this run's.
 fn check_same_build(folders: &[Folder], run_id: &str) -> Result<(), CliError> {
+    check_agree(
+        folders,
+        run_id,
+        "one matrix built from one commit on one software stack",
+        |r| {
+            let e = &r.environment;
+            let show = |v: &Option<String>| format!("{v:?}");
+            vec![
+                ("matrix_sha256", show(&r.matrix_sha256)),
+                ("matrix_name", format!("{:?}", r.matrix_name)),
+                ("launcher", show(&r.launcher)),
+                ("environment.git_commit", show(&e.git_commit)),
+                ("environment.git_dirty", e.git_dirty.to_string()),
+                (
+                    "environment.bench_version",
+                    format!("{:?}", e.bench_version),
+                ),
+                ("environment.driver", show(&e.driver)),
+                ("environment.cuda", show(&e.cuda)),
+                ("environment.rocm", show(&e.rocm)),
+                ("environment.libtorch", show(&e.libtorch)),
+                ("environment.nccl", show(&e.nccl)),
+                ("environment.switches", format!("{:?}", e.switches)),
+            ]
+        },
+    )
+}
+
+/// The shards of one run ran on one GPU model and count: the hardware key names the
+/// baselines they are judged against, and two kinds of GPU (or an 8-GPU host beside a
+/// 4-GPU one, which skips the 8-GPU cells) under one key would be judged as one machine.
+fn check_same_hardware(folders: &[Folder], run_id: &str) -> Result<(), CliError> {
+    check_agree(
+        folders,
+        run_id,
+        "measured on one GPU model and count, as their one hardware key says",
+        |r| {
+            let e = &r.environment;
+            vec![
+                (
+                    "environment.gpu_model",
+                    e.gpu_model
+                        .as_deref()
+                        .map_or_else(|| "none".to_string(), |m| format!("{m:?}")),
+                ),
+                ("environment.gpu_count", e.gpu_count.to_string()),
+            ]
+        },
+    )
+}
+
+/// Every shard with results has the same value of each of `fields` as the first: the
+/// first that differs is bad input naming both shards' files, the field and both values,
+/// and what the shards of a run must be (`must_be`).
+fn check_agree(
+    folders: &[Folder],
+    run_id: &str,
+    must_be: &str,
+    fields: impl Fn(&RunResults) -> Vec<(&'static str, String)>,
+) -> Result<(), CliError> {
     let keyed: Vec<&Folder> = folders.iter().filter(|f| f.results.is_some()).collect();
     let Some(first) = keyed.first() else {
         return Ok(());
-    };
-    let fields = |r: &RunResults| -> Vec<(&'static str, String)> {
-        let e = &r.environment;
-        let show = |v: &Option<String>| format!("{v:?}");
-        vec![
-            ("matrix_sha256", show(&r.matrix_sha256)),
-            ("matrix_name", format!("{:?}", r.matrix_name)),
-            ("launcher", show(&r.launcher)),
-            ("environment.git_commit", show(&e.git_commit)),
-            ("environment.git_dirty", e.git_dirty.to_string()),
-            (
-                "environment.bench_version",
-                format!("{:?}", e.bench_version),
-            ),
-            ("environment.driver", show(&e.driver)),
-            ("environment.cuda", show(&e.cuda)),
-            ("environment.rocm", show(&e.rocm)),
-            ("environment.libtorch", show(&e.libtorch)),
-            ("environment.nccl", show(&e.nccl)),
-            ("environment.switches", format!("{:?}", e.switches)),
-        ]
     };
     let want = fields(first.results.as_ref().expect("keyed"));
     for f in &keyed[1..] {
         let got = fields(f.results.as_ref().expect("keyed"));
         if let Some(((name, a), (_, b))) = want.iter().zip(&got).find(|(a, b)| a.1 != b.1) {
             return Err(CliError::bad_input(miette::miette!(
-                "{}: {name} is {}, while {} has {}: the shards of run {run_id} must be one matrix built from one commit on one software stack",
+                "{}: {name} is {}, while {} has {}: the shards of run {run_id} must be {must_be}",
                 results_file(f).display(),
                 crate::sanitize::terminal(b),
                 results_file(first).display(),
@@ -688,18 +728,19 @@ fn check_same_build(folders: &[Folder], run_id: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A shard's results hold each cell once, only cells its plan gave it, and measurements
-/// within their bounds: what `bench history import` refuses is not reported here either.
+/// A shard's results hold each cell once, only cells its plan gave it, each with the
+/// values and parameters its plan gave it ([`check_as_planned`]), and measurements within
+/// their bounds: what `bench history import` refuses is not reported here either.
 fn check_cells(f: &Folder) -> Result<(), CliError> {
     let Some(r) = &f.results else {
         return Ok(());
     };
     let file = results_file(f);
-    let shard_of: HashMap<&str, u32> = f
+    let planned: HashMap<&str, &super::shard::Planned> = f
         .plan
         .cells
         .iter()
-        .map(|p| (p.cell.id.as_str(), p.shard))
+        .map(|p| (p.cell.id.as_str(), p))
         .collect();
     let mine = f.plan.shard.index;
     let mut seen: HashSet<&str> = HashSet::new();
@@ -711,9 +752,9 @@ fn check_cells(f: &Folder) -> Result<(), CliError> {
                 file.display()
             )));
         }
-        match shard_of.get(c.id.as_str()) {
-            Some(&s) if s == mine => {}
-            Some(&s) => {
+        match planned.get(c.id.as_str()).map(|p| (p.shard, p)) {
+            Some((s, p)) if s == mine => check_as_planned(&file, &plan_file(f), i, c, p)?,
+            Some((s, _)) => {
                 return Err(CliError::bad_input(miette::miette!(
                     "{}: cells[{i}] ({id}) is a cell of shard {s}/{}, not of shard {} whose folder this is: each cell is merged from the shard that planned it",
                     file.display(),
@@ -730,13 +771,84 @@ fn check_cells(f: &Folder) -> Result<(), CliError> {
             }
         }
     }
-    if let Some(why) = r.implausible_metric() {
+    if let Some(why) = r.implausible_measurement() {
         return Err(CliError::bad_input(miette::miette!(
             "{}: {why}; not merged",
             file.display()
         )));
     }
     Ok(())
+}
+
+/// A shard's cell ran as its plan says: the same axis values and parameters (steps,
+/// repeats, sequence length, ...). A cell measured with other parameters than the rest of
+/// the run (an edited results file, or a shard resumed with another `--repeats`) would be
+/// judged against baselines of another measurement; it is bad input naming the key path,
+/// both values and the plan.
+fn check_as_planned(
+    file: &Path,
+    plan: &Path,
+    i: usize,
+    c: &CellResult,
+    p: &super::shard::Planned,
+) -> Result<(), CliError> {
+    let json = |v: serde_json::Result<serde_json::Value>| {
+        v.map_err(|e| CliError::internal(miette::miette!("{}: {e}", file.display())))
+    };
+    for (key, got, want) in [
+        (
+            "values",
+            json(serde_json::to_value(&c.values))?,
+            json(serde_json::to_value(&p.cell.values))?,
+        ),
+        (
+            "params",
+            json(serde_json::to_value(&c.params))?,
+            json(serde_json::to_value(&p.cell.params))?,
+        ),
+    ] {
+        if let Some((at, got, want)) = first_difference(&got, &want, key) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: cells[{i}] ({}).{at} is {}, while {} plans {}: the cell did not run as the run's plan says; run the shard again",
+                file.display(),
+                crate::sanitize::terminal(c.id.as_str()),
+                crate::sanitize::terminal(&got),
+                plan.display(),
+                crate::sanitize::terminal(&want)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first key path, from `at` down, where `got` and `want` differ, with both values as
+/// JSON text (`absent` for a key one side lacks). Keys are visited in `want`'s order, then
+/// the keys only `got` has.
+fn first_difference(
+    got: &serde_json::Value,
+    want: &serde_json::Value,
+    at: &str,
+) -> Option<(String, String, String)> {
+    use serde_json::Value;
+    let shown = |v: Option<&Value>| v.map_or_else(|| "absent".to_string(), Value::to_string);
+    match (got, want) {
+        (Value::Object(g), Value::Object(w)) => w
+            .keys()
+            .chain(g.keys().filter(|k| !w.contains_key(*k)))
+            .find_map(|k| {
+                let at = format!("{at}.{k}");
+                match (g.get(k), w.get(k)) {
+                    (Some(a), Some(b)) => first_difference(a, b, &at),
+                    (a, b) => Some((at, shown(a), shown(b))),
+                }
+            }),
+        (Value::Array(g), Value::Array(w)) if g.len() == w.len() => g
+            .iter()
+            .zip(w)
+            .enumerate()
+            .find_map(|(j, (a, b))| first_difference(a, b, &format!("{at}[{j}]"))),
+        _ => (got != want).then(|| (at.to_string(), got.to_string(), want.to_string())),
+    }
 }
 
 /// A planned cell no shard folder holds: failed, with its shard and what became of it.

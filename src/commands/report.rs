@@ -41,7 +41,7 @@ pub(crate) struct ReportSettings {
 /// hold a folder to, so a forged 1e308 tok/s is not rendered as a 300-digit improvement.
 fn load_checked(dir: &Path) -> Result<RunResults, CliError> {
     let results = RunResults::load(dir)?;
-    if let Some(why) = results.implausible_metric() {
+    if let Some(why) = results.implausible_measurement() {
         let file = if dir.is_dir() {
             dir.join(RunResults::FILE)
         } else {

@@ -50,7 +50,7 @@ fn refuse_empty_file(location: &str) -> Result<(), CliError> {
 /// refused but left out of the record, as `bench matrix` leaves it out.
 fn check_metrics(dir: &std::path::Path, results: &RunResults) -> Result<(), CliError> {
     // One definition with `bench report merge`'s check of its shards.
-    match results.implausible_metric() {
+    match results.implausible_measurement() {
         Some(why) => Err(CliError::bad_input(miette::miette!(
             "{}: {why}; not imported",
             dir.join(RunResults::FILE).display(),
