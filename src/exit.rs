@@ -7,6 +7,21 @@
 //! and both are documented contracts (README, docs/runner.md): a worker's 1 is a crash, the
 //! command's 1 is a failed gate. Keeping both here means neither can drift unnoticed.
 
+/// Writes `text` to standard output and flushes it. A reader that went away (`bench history
+/// CELL | head -c 10`) ends bench with [`bench::BROKEN_PIPE`], as SIGPIPE would end a
+/// program and as a failed `println!` does (the panic hook in `main.rs`): a command whose
+/// output was cut must not report success. Any other write error is returned.
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(bench::BROKEN_PIPE)
+        }
+        other => other,
+    }
+}
+
 /// Exit codes of the `bench` command (documented in the README and in `bench --help`).
 pub mod bench {
     pub const OK: i32 = 0;

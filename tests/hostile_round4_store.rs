@@ -424,6 +424,26 @@ fn a_closed_standard_error_ends_bench_as_sigpipe_would_not_with_a_panic() {
     assert_eq!(o.code(), Some(141), "{o:?}");
 }
 
+/// A closed standard output ends `bench history CELL` with 141 too: its trend was written
+/// with the error ignored, so `bench history CELL | head -c 10` exited 0.
+#[test]
+fn a_closed_standard_output_ends_bench_history_with_141() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["history", CELL, "--history"])
+        .arg(&db)
+        .current_dir(tmp.path())
+        .stdout(writer)
+        .stderr(std::process::Stdio::null())
+        .env_remove("BENCH_HISTORY")
+        .status()
+        .unwrap();
+    assert_eq!(o.code(), Some(141), "{o:?}");
+}
+
 #[test]
 fn bench_report_refuses_a_metric_no_measurement_gives() {
     // The re-render door holds a folder to the same bounds as merge and import: a forged

@@ -422,6 +422,11 @@ pub fn parse(path: &Path, text: &str) -> Result<BaselineDoc, BaselineError> {
                     format!("must be a finite number above 0, found {}", m.value.value),
                 ));
             }
+            // A stored value no measurement can give (1e308 tokens/s) would judge every run
+            // against it with a 300-digit ratio: the same bounds as a result's metrics.
+            if let Err(why) = crate::bounds::check(&name, m.value.value) {
+                return Err(invalid(&m.value.referenced, format!("{key}.value"), why));
+            }
             let tolerance = non_negative(&m.tolerance, "tolerance")?;
             let floor = non_negative(&m.floor, "floor")?;
             let spread = non_negative(&m.spread, "spread")?.unwrap_or(0.0);

@@ -3,7 +3,6 @@
 //! (the calibration table) and `bench baseline accept CELL --reason ...` (an intended
 //! shift starts a new segment).
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use crate::error::CliError;
@@ -23,10 +22,7 @@ use super::study::{pools, pools_from_store, table};
 /// shares it): its control characters are shown escaped, never sent to the terminal
 /// ([`crate::sanitize::terminal`]).
 fn print(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out
-        .write_all(crate::sanitize::terminal(text).as_bytes())
-        .and_then(|_| out.flush());
+    let _ = crate::exit::write_stdout(&crate::sanitize::terminal(text));
 }
 
 /// Refuses a SQLite store that exists but is an empty file: the read-only commands

@@ -5,7 +5,6 @@
 //! judged by the history gate like a cell of `bench matrix --history`, whose verdict every
 //! report and the exit code then carry.
 
-use std::io::Write;
 use std::path::Path;
 
 use indexmap::IndexMap;
@@ -492,8 +491,7 @@ pub(crate) fn write_and_judge(
     })?;
     if s.format == crate::format::Format::Human {
         let text = render(s, log, model, peak, fig, &cell);
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+        let _ = crate::exit::write_stdout(&text);
     }
     eprintln!("results: {}", run_dir.join(RunResults::FILE).display());
     if let Some(location) = &s.history {

@@ -145,8 +145,7 @@ pub(crate) fn finish_run(
         Format::Human => human::HumanExporter.render(&input)?,
         Format::Json => json::JsonExporter.render(&input)?,
     };
-    // A closed pipe (`bench report ... | head`) must not turn a verdict into a panic.
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(stdout.as_bytes()).and_then(|_| out.flush());
+    // A closed pipe (`bench report ... | head`) ends bench with 141, never a panic.
+    let _ = crate::exit::write_stdout(&stdout);
     Ok(input.exit_code())
 }

@@ -315,3 +315,13 @@ fn unselected_and_failed_cells_are_kept() {
     assert_eq!(s.kept.len(), 2);
     assert!(b.doc.cells.is_empty());
 }
+
+#[test]
+fn a_value_no_measurement_can_give_is_located_with_key_path() {
+    let text = GOOD.replace("value: 12000", "value: 1e308");
+    assert_located(
+        &text,
+        13,
+        "cells.gpt2-tiny.fp32.1gpu.single.base.metrics.tokens_per_s.value: tokens_per_s is 1e308, outside its plausible range",
+    );
+}
