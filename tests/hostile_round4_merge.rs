@@ -473,6 +473,20 @@ fn the_output_is_written_fresh_and_checked_before_anything_is_written() {
         std::fs::read_to_string(busy.join("notes.txt")).unwrap(),
         "mine"
     );
+    // Nor is one whose `shards.json` or `fleet.json` no merge wrote (`{}`): it deleted the
+    // user's files.
+    for (forged, body) in [("shards.json", "{}"), ("fleet.json", "{\"runs\": []}")] {
+        let f = dir.join(format!("forged-{forged}"));
+        std::fs::create_dir_all(&f).unwrap();
+        std::fs::write(f.join(forged), body).unwrap();
+        std::fs::write(f.join("thesis.tex"), "mine").unwrap();
+        let o = merge(dir, &[&s1, &s2], &f, &[]);
+        assert_eq!(o.status.code(), Some(2), "{forged}: {}", text(&o));
+        assert_eq!(
+            std::fs::read_to_string(f.join("thesis.tex")).unwrap(),
+            "mine"
+        );
+    }
 
     // A link that leads nowhere.
     let dangling = dir.join("dangling");

@@ -114,6 +114,14 @@ fn an_output_that_is_not_a_site_folder_is_refused_and_left_alone() {
         "mine"
     );
     assert_eq!(pages(&tmp.path().join("docs")), 1);
+    // An empty marker bench site did not write is no site either.
+    std::fs::write(tmp.path().join("docs/.bench-site"), "").unwrap();
+    let o = site(tmp.path(), &db, "docs");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("docs/notes.md")).unwrap(),
+        "mine"
+    );
     // A dangling link: exit 2 naming it (it was exit 3, "File exists").
     std::os::unix::fs::symlink(tmp.path().join("gone"), tmp.path().join("dangling")).unwrap();
     let o = site(tmp.path(), &db, "dangling");

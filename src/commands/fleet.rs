@@ -306,7 +306,11 @@ fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
     if o.is_dir() {
         let mut entries = std::fs::read_dir(&o)
             .map_err(|e| CliError::bad_input(miette::miette!("-o {}: {e}", out.display())))?;
-        let merged_before = o.join(merge::SHARDS_FILE).is_file() || o.join(FILE).is_file();
+        // Only a folder a merge wrote (its shards.json readable as the merge writes it, with
+        // the run's results.json beside it, or a fleet's readable index) is replaced: a
+        // forged `shards.json` of `{}` beside a user's files made the merge delete them.
+        let merged_before = shard_failures_readable(&o)
+            || runs_of(&o).is_ok_and(|i| i.is_some_and(|i| !i.runs.is_empty()));
         if !merged_before && entries.next().is_some() {
             return Err(CliError::bad_input(miette::miette!(
                 "-o {}: a folder that holds files and is not an earlier merge's output (it has neither {} nor {FILE}), which the merge would replace: write the merge to a new or empty folder",
@@ -405,6 +409,18 @@ pub(crate) fn merge_fleet(
         );
     }
     Ok(exit)
+}
+
+/// Whether `dir` holds one run's merge: a `shards.json` that reads as the merge writes it,
+/// naming at least one shard, and the run's `results.json`.
+fn shard_failures_readable(dir: &Path) -> bool {
+    #[derive(serde::Deserialize)]
+    struct File {
+        shards: Vec<serde_json::Value>,
+    }
+    dir.join(crate::results::RunResults::FILE).is_file()
+        && super::read_json::<File>(&dir.join(merge::SHARDS_FILE))
+            .is_ok_and(|f| f.is_some_and(|f| !f.shards.is_empty()))
 }
 
 /// A fleet folder's index: its runs' folders with each one's exit code, and the expected

@@ -173,8 +173,12 @@ fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
     let mut entries = std::fs::read_dir(&dir).map_err(|e| bad(format!("cannot list it: {e}")))?;
     let empty = entries.next().is_none();
     // Sites written before the marker have their index and script.
-    let a_site = dir.join(MARKER).is_file()
-        || (dir.join("index.html").is_file() && dir.join("assets/site.js").is_file());
+    // The marker counts only with the words bench writes in it: an empty `.bench-site`
+    // beside a user's files made the rebuild delete them.
+    let marked = crate::files::read_to_string_bounded(&dir.join(MARKER), 4096)
+        .is_ok_and(|t| t.starts_with("written by bench site"));
+    let a_site =
+        marked || (dir.join("index.html").is_file() && dir.join("assets/site.js").is_file());
     if !empty && !a_site {
         return Err(bad(format!(
             "a folder holding files bench site did not write (no {MARKER} in it); the site replaces its output folder whole, so give a new or empty folder, or a site bench wrote"
