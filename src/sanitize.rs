@@ -55,7 +55,7 @@ fn is_unsafe_char(c: char) -> bool {
 /// the line and paragraph separators (U+2028, U+2029), which end a line where none shows.
 /// A commit subject or matrix name holding one could make a terminal or a comment show
 /// text in another order than it has.
-fn is_bidi_or_separator(c: char) -> bool {
+pub(crate) fn is_bidi_or_separator(c: char) -> bool {
     matches!(
         c,
         '\u{202A}'..='\u{202E}'

@@ -427,3 +427,29 @@ fn a_bad_triage_block_fails_the_dry_run_as_it_fails_the_run() {
         assert!(err.contains(key) && err.contains(want), "{block}: {err}");
     }
 }
+
+/// A matrix name is one line of printable text: a newline in it printed a line of its own
+/// that read as bench's, an escape reached the terminal (issue 42).
+#[test]
+fn a_matrix_name_with_a_control_character_is_refused_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["toy\\nerror: forged", "toy\\e]0;title\\a", "toy\\u202eevil"] {
+        let path = write(
+            &dir,
+            "m.yaml",
+            &format!("name: \"{name}\"\naxes:\n  model: [gpt2-tiny]\n"),
+        );
+        let o = bench()
+            .args(["matrix", path.to_str().unwrap(), "--dry-run"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains("m.yaml:1:1: name: the matrix name"),
+            "{name}: {err}"
+        );
+        assert!(!err.contains('\x1b') && !err.lines().any(|l| l.starts_with("error: forged")));
+        assert!(o.stdout.is_empty(), "{name}");
+    }
+}

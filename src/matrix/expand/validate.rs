@@ -15,6 +15,22 @@ use crate::matrix::parse::Source;
 use crate::matrix::spec::{AxisSpec, Explicit, MatrixSpec};
 
 pub(super) fn validate_axes(spec: &MatrixSpec, src: &Source) -> Result<Vec<Axis>, MatrixError> {
+    // The name heads every report and the terminal's summary: a newline in it printed a
+    // line of its own that read as bench's ("error: forged"), an escape retitled a terminal.
+    if let Some(name) = &spec.name {
+        if name
+            .chars()
+            .any(|c| c.is_control() || crate::sanitize::is_bidi_or_separator(c))
+        {
+            return Err(src.error_at(
+                "name",
+                format!(
+                    "the matrix name `{}` holds a control character (a newline, an escape, a bidirectional control): a name is one line of printable text",
+                    crate::sanitize::inline(name)
+                ),
+            ));
+        }
+    }
     if spec.axes.is_empty() {
         return Err(src.error_at("axes", "`axes` is empty: a matrix needs at least one axis"));
     }
