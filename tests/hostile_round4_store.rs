@@ -504,3 +504,40 @@ fn a_cell_argument_with_a_newline_cannot_forge_a_line() {
         );
     }
 }
+
+/// A stored reason (or branch, host, run id) is shown on one line and cut: a reason's
+/// newline printed a line that read as bench's, and a 50 MB one wrote 105 MB to the
+/// terminal.
+#[test]
+fn a_stored_reason_is_shown_on_one_line_and_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path());
+    let db_s = db.display().to_string();
+    // The most one argument may carry is 128 KiB (MAX_ARG_STRLEN); the store's own writers
+    // (import, a shared PostgreSQL) carry more, and the same cut applies.
+    let reason = format!("r\nerror: forged {}", "x".repeat(100_000));
+    let o = bench(
+        tmp.path(),
+        &[
+            "baseline",
+            "accept",
+            CELL,
+            "--reason",
+            &reason,
+            "--history",
+            &db_s,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(o.stdout.len() < 10_000, "{} bytes", o.stdout.len());
+    let o = history(tmp.path(), &db);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        out.contains("r\\nerror: forged"),
+        "{}",
+        &out[..out.len().min(3000)]
+    );
+    assert!(!out.lines().any(|l| l.starts_with("error: forged")));
+    assert!(out.len() < 30_000, "{} bytes", out.len());
+}

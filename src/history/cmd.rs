@@ -185,8 +185,23 @@ pub(crate) fn human(v: f64) -> String {
 }
 
 fn short(c: &Option<String>) -> String {
-    c.as_deref()
-        .map_or("-".into(), |c| c[..c.len().min(7)].to_string())
+    // By characters, not bytes: a stored commit is text from whoever shares the store, and a
+    // byte slice through a multi-byte character would panic.
+    c.as_deref().map_or("-".into(), |c| {
+        shown(&c.chars().take(7).collect::<String>())
+    })
+}
+
+/// A stored text (a reason, a branch, a host, a run id), written by whoever shares the
+/// store, as one line of the trend: cut to [`crate::sanitize::MAX_SHOWN_CHARS`] (a 50 MB
+/// reason wrote 105 MB to the terminal) with its newlines and escapes shown, not acted on
+/// (a reason's newline printed a line that read as bench's).
+fn shown(text: &str) -> String {
+    crate::sanitize::inline(&crate::sanitize::bounded(
+        text,
+        crate::sanitize::MAX_SHOWN_CHARS,
+    ))
+    .into_owned()
 }
 
 /// The widest host name the trend's table shows whole; a longer one is cut with an ellipsis.
@@ -229,7 +244,7 @@ fn hosts_line(trend: &[Point]) -> String {
             let runs = if values.len() == 1 { "run" } else { "runs" };
             format!(
                 "{} {} {runs}, median {}{rel}",
-                host_cell(host),
+                host_cell(&shown(host)),
                 values.len(),
                 human(m)
             )
@@ -266,7 +281,10 @@ pub(crate) fn render_trend(
     for s in segments {
         out.push_str(&format!(
             "  segment from run {} ({}): accepted {}: {}\n",
-            s.first_run_id, s.starts_at, s.accepted_at, s.reason
+            shown(&s.first_run_id),
+            shown(&s.starts_at),
+            shown(&s.accepted_at),
+            shown(&s.reason)
         ));
     }
     let cps = e_divisive(&values, &Settings::default());
@@ -284,18 +302,18 @@ pub(crate) fn render_trend(
             let accepted = segments
                 .iter()
                 .find(|s| s.first_run_id == first.run_id)
-                .map(|s| format!(" [accepted: {}]", s.reason))
+                .map(|s| format!(" [accepted: {}]", shown(&s.reason)))
                 .unwrap_or_default();
             out.push_str(&format!(
                 "    from run {} (commit {}, {}): {} -> {} ({:+.1}%, p={:.3}); last good: run {} (commit {}){accepted}\n",
-                first.run_id,
+                shown(&first.run_id),
                 short(&first.commit),
-                first.started_at,
+                shown(&first.started_at),
                 human(cp.mean_before),
                 human(cp.mean_after),
                 cp.rel_change() * 100.0,
                 cp.p_value,
-                good.run_id,
+                shown(&good.run_id),
                 short(&good.commit),
             ));
         }
@@ -303,7 +321,7 @@ pub(crate) fn render_trend(
     out.push_str(&hosts_line(trend));
     let w = trend
         .iter()
-        .map(|p| p.run_id.len())
+        .map(|p| shown(&p.run_id).chars().count())
         .max()
         .unwrap_or(6)
         .max(6);
@@ -323,15 +341,15 @@ pub(crate) fn render_trend(
             flags.push("throttled".to_string());
         }
         if let Some(s) = segments.iter().find(|s| s.first_run_id == p.run_id) {
-            flags.push(format!("new segment: {}", s.reason));
+            flags.push(format!("new segment: {}", shown(&s.reason)));
         }
         out.push_str(&format!(
             "  {:<w$}  {:<20}  {:<7}  {:<16}  {:<hw$}  {:>9}  {:>6.2}%  {}\n",
-            p.run_id,
-            p.started_at,
+            shown(&p.run_id),
+            shown(&p.started_at),
             short(&p.commit),
-            p.branch.as_deref().unwrap_or("-"),
-            host_cell(&p.host),
+            p.branch.as_deref().map_or("-".into(), shown),
+            host_cell(&shown(&p.host)),
             human(p.value),
             p.rel_spread * 100.0,
             flags.join(", ")
@@ -436,7 +454,12 @@ pub(crate) fn accept(args: &AcceptSettings) -> Result<i32, CliError> {
     let seg = store.accept(&args.cell, &key, &run, &args.reason)?;
     print(&format!(
         "{}: new segment of {} on {} from run {} ({}): {}\n",
-        store.location, seg.cell_id, seg.hardware_key, seg.first_run_id, seg.starts_at, seg.reason
+        store.location,
+        shown(&seg.cell_id),
+        shown(&seg.hardware_key),
+        shown(&seg.first_run_id),
+        shown(&seg.starts_at),
+        shown(&seg.reason)
     ));
     Ok(exit::OK)
 }
