@@ -70,6 +70,22 @@ pub fn check_rel_spread(v: f64) -> Result<(), String> {
     }
 }
 
+/// The most GPU-seconds one run's verdict is believed to cost: a million GPUs for a year
+/// (3.2e13). A run's measuring, confirming and triage each take at most that.
+pub const MAX_GPU_S: f64 = 1e6 * 365.25 * 86_400.0;
+
+/// Refuses GPU-seconds (`name`: which figure) that are not a finite number in
+/// `[0, MAX_GPU_S]`: what a forged or overflowed cost (`-5`, `1e308`) would be.
+pub fn check_gpu_seconds(name: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && (0.0..=MAX_GPU_S).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} is {v:e}: not GPU-seconds of a run (a finite number from 0 to {MAX_GPU_S:e})"
+        ))
+    }
+}
+
 /// The closed range `[lo, hi]` a metric's value lies in (`lo_open`: above `lo`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bound {

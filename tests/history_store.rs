@@ -14,6 +14,7 @@ use std::time::Instant;
 use bench::baseline::Baselines;
 use bench::cell::CellId;
 use bench::events::StepEvent;
+use bench::history::cost::Cost;
 use bench::history::detect::{HistoryVerdict, NumericsVerdict, Policy};
 use bench::history::gate::{judge_run, record};
 use bench::history::record::RunRecord;
@@ -354,6 +355,91 @@ fn a_slow_night_is_suspect_then_confirmed_with_its_first_run_named(backend: &str
     assert_eq!(r.exit_code(), 1);
 }
 
+/// Runs `sql` on the store at `location` directly, as a hand or another tool would.
+fn raw(backend: &str, location: &str, sql: &str) {
+    match backend {
+        "sqlite" => rusqlite::Connection::open(location)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap(),
+        _ => ::postgres::Client::connect(location, ::postgres::NoTls)
+            .unwrap()
+            .batch_execute(sql)
+            .unwrap(),
+    }
+}
+
+fn cost(m: f64, p: f64, r: f64, t: f64) -> Cost {
+    Cost {
+        measuring_gpu_s: m,
+        pairs_gpu_s: p,
+        reruns_gpu_s: r,
+        triage_gpu_s: t,
+    }
+}
+
+/// What a verdict cost round-trips; a whole run recorded again replaces its row; the shards
+/// of one run recording at once add up to the run's total (none lost to another's
+/// read-then-write), and a shard recorded again (a retried job) replaces its own share
+/// rather than counting twice; a forged or damaged row is skipped, the others still read.
+fn costs_round_trip_and_shards_at_once_add_up(backend: &str) {
+    let s = store(backend, &format!("{backend}_costs"));
+    let mut h = open(&s.location).unwrap();
+    assert!(h.costs().unwrap().is_empty());
+    h.record_cost("solo", None, cost(148.0, 61.0, 0.5, 22.0))
+        .unwrap();
+    assert_eq!(h.costs().unwrap()["solo"], cost(148.0, 61.0, 0.5, 22.0));
+    h.record_cost("solo", None, cost(100.0, 0.0, 0.0, 0.0))
+        .unwrap();
+    assert_eq!(h.costs().unwrap()["solo"], cost(100.0, 0.0, 0.0, 0.0));
+    drop(h);
+
+    let n = 6u32;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n as usize));
+    let handles: Vec<_> = (1..=n)
+        .map(|i| {
+            let (barrier, location) = (barrier.clone(), s.location.clone());
+            std::thread::spawn(move || {
+                let mut h = open(&location).unwrap();
+                barrier.wait();
+                let shard = bench::shard::Shard { index: i, count: n };
+                let f = f64::from(i);
+                h.record_cost("nightly", Some(shard), cost(100.0 * f, 10.0 * f, f, 0.0))
+            })
+        })
+        .collect();
+    for t in handles {
+        t.join().unwrap().unwrap();
+    }
+    let mut h = open(&s.location).unwrap();
+    // 1 + ... + 6 = 21.
+    assert_eq!(
+        h.costs().unwrap()["nightly"],
+        cost(2100.0, 210.0, 21.0, 0.0)
+    );
+    let retried = bench::shard::Shard { index: 3, count: n };
+    h.record_cost("nightly", Some(retried), cost(0.0, 0.0, 0.0, 50.0))
+        .unwrap();
+    assert_eq!(
+        h.costs().unwrap()["nightly"],
+        cost(1800.0, 180.0, 18.0, 50.0)
+    );
+
+    raw(
+        backend,
+        &s.location,
+        r#"INSERT INTO bench_costs (run_id, cost) VALUES
+            ('negative', '{"measuring_gpu_s": -5, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0}'),
+            ('huge', '{"measuring_gpu_s": 1, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 1e308}'),
+            ('overflow', '{"measuring_gpu_s": 1e999, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0}'),
+            ('text', 'not a cost');"#,
+    );
+    let costs = h.costs().unwrap();
+    let mut kept: Vec<&str> = costs.keys().map(String::as_str).collect();
+    kept.sort();
+    assert_eq!(kept, ["nightly", "solo"]);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -374,6 +460,7 @@ suite!(
     accept_starts_a_new_segment,
     a_slow_night_is_suspect_then_confirmed_with_its_first_run_named,
     kill_9_during_an_import_loses_no_earlier_run,
+    costs_round_trip_and_shards_at_once_add_up,
 );
 
 /// A run folder with `cells` cells of seven metrics each (a big nightly's worth of rows).

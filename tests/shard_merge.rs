@@ -220,6 +220,24 @@ fn sharded_run(dir: &Path, store_s: &str) {
             "{id} not recorded: {trend:?}"
         );
     }
+    // What the run's verdict cost: each shard recorded its share under the one run id, and
+    // the store holds their sum, each part as the shards' report.json state it.
+    let cost = history.costs().unwrap()["nightly"];
+    let share = |d: &Path, part: &str| report(d)["cost"][part].as_f64().unwrap();
+    for (part, stored) in [
+        ("measuring_gpu_s", cost.measuring_gpu_s),
+        ("pairs_gpu_s", cost.pairs_gpu_s),
+        ("reruns_gpu_s", cost.reruns_gpu_s),
+        ("triage_gpu_s", cost.triage_gpu_s),
+    ] {
+        let sum = share(&s1, part) + share(&s2, part);
+        assert!(
+            (stored - sum).abs() < 1e-9,
+            "{part}: stored {stored}, shards {sum}"
+        );
+    }
+    assert!(cost.measuring_gpu_s > 0.0, "{cost:?}");
+    drop(history);
 
     let merged = dir.join("merged");
     let out = bench(&[
@@ -250,6 +268,17 @@ fn sharded_run(dir: &Path, store_s: &str) {
         .iter()
         .all(|(_, s)| s == "regression"));
     assert_eq!(merged_report["exit_code"], whole_report["exit_code"]);
+    // The merge opens no store: the shards' recorded cost is not counted again, and the
+    // merged report states the same measuring as the store's sum.
+    let mut history = bench::history::open(&store_s).unwrap();
+    assert_eq!(history.costs().unwrap()["nightly"], cost);
+    drop(history);
+    let merged_measuring = merged_report["cost"]["measuring_gpu_s"].as_f64().unwrap();
+    assert!(
+        (merged_measuring - cost.measuring_gpu_s).abs() < 1e-9,
+        "merged {merged_measuring}, stored {}",
+        cost.measuring_gpu_s
+    );
     // One cause, one finding, although its cells ran on two shards.
     assert_eq!(
         merged_report["findings"].as_array().unwrap().len(),

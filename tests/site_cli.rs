@@ -66,6 +66,12 @@ fn build(out: &Path) -> (PathBuf, PathBuf) {
     (store, dir)
 }
 
+/// The cost line of the generated night 38 (h100, main, its fp8 cells regressed and
+/// bisected): 54 cells of 1 GPU and 6 of 2 measured a minute each (3,960 GPU-s), four pairs
+/// of each of its 20 regressed cells (10,560), a re-run of the cell an environment verdict
+/// named (60), and the bisection that found the first bad commit (410).
+const COST_0038: &str = "Cost of this verdict: measuring 3960 GPU-s, confirming 10620 (side by side 10560, re-runs 60), triage 410: 3.79x the run.";
+
 #[test]
 fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("site-cli");
@@ -202,6 +208,83 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
         "../../results/night-0038-h100-sxm-80gb-x8/report.html"
     );
     assert_eq!(run_page["cells"].as_array().unwrap().len(), 60);
+    // What its verdict cost, worded as summary.md words it, and in the runs table its total
+    // and that against the measuring alone.
+    assert_eq!(run_page["cost"], COST_0038, "{run_page:#}");
+    assert_eq!(run["gpu_s"], 14_990.0, "{run:#}");
+    assert!((run["times"].as_f64().unwrap() - 14_990.0 / 3_960.0).abs() < 1e-9);
+    // The first night stands for a run recorded before the store kept costs: none shown.
+    let first = index["run_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == "night-0000-h100-sxm-80gb-x8")
+        .unwrap();
+    assert!(
+        first["gpu_s"].is_null() && first["times"].is_null(),
+        "{first:#}"
+    );
+    let first_page = embedded(&dir.join(first["page"].as_str().unwrap()));
+    assert!(first_page["cost"].is_null(), "{first_page:#}");
+
+    // A forged cost row (a negative figure, one of 1e308) is skipped with a warning that
+    // names the store and the run, and never shown; the rest of the site is built.
+    let forged = out.join("forged.sqlite");
+    std::fs::copy(&store, &forged).unwrap();
+    let db = rusqlite::Connection::open(&forged).unwrap();
+    for (run, cost) in [
+        (
+            "night-0038-h100-sxm-80gb-x8",
+            r#"{"measuring_gpu_s":-5,"pairs_gpu_s":0,"reruns_gpu_s":0,"triage_gpu_s":0}"#,
+        ),
+        (
+            "night-0039-h200-141gb-x8",
+            r#"{"measuring_gpu_s":1,"pairs_gpu_s":0,"reruns_gpu_s":0,"triage_gpu_s":1e308}"#,
+        ),
+    ] {
+        let n = db
+            .execute(
+                "UPDATE bench_costs SET cost = ?1 WHERE run_id = ?2",
+                [cost, run],
+            )
+            .unwrap();
+        assert_eq!(n, 1, "{run}");
+    }
+    drop(db);
+    let forged_site = out.join("forged-site");
+    let o = site(&[
+        "--history".as_ref(),
+        forged.as_os_str(),
+        "-o".as_ref(),
+        forged_site.as_os_str(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let index = embedded(&forged_site.join("index.html"));
+    for (run, why) in [
+        ("night-0038-h100-sxm-80gb-x8", "measuring_gpu_s is -5e0"),
+        ("night-0039-h200-141gb-x8", "triage_gpu_s is 1e308"),
+    ] {
+        assert!(
+            err.contains(&format!("bench_costs, run {run}: {why}")),
+            "{run}: {err}"
+        );
+        let r = index["run_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == run)
+            .unwrap()
+            .clone();
+        assert!(r["gpu_s"].is_null() && r["times"].is_null(), "{r:#}");
+        let page = embedded(&forged_site.join(r["page"].as_str().unwrap()));
+        assert!(page["cost"].is_null(), "{page:#}");
+    }
+    let text = std::fs::read_to_string(forged_site.join("index.html")).unwrap();
+    assert!(
+        !text.contains("1e308") && !text.contains("\"gpu_s\":-"),
+        "no forged figure shown"
+    );
 
     // The markup cell id is data, never markup, in every page that names it.
     for d in ["", "cells", "runs", "assets"] {
@@ -497,6 +580,28 @@ fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
     };
     let (dir, o) = build("site", false);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
+    // What night 6's verdict cost, as `bench matrix --history` recorded it after its triage:
+    // the run page says what its summary.md says, the bisection's GPU-seconds included.
+    let summary = std::fs::read_to_string(root.join("results/night6/summary.md")).unwrap();
+    let said = summary
+        .lines()
+        .find(|l| l.starts_with("Cost of this verdict: "))
+        .unwrap_or_else(|| panic!("no cost line: {summary}"));
+    assert!(
+        !said.contains("triage 0:"),
+        "the bisection cost GPU-seconds: {said}"
+    );
+    let index = embedded(&dir.join("index.html"));
+    let night6 = index["run_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == "night6")
+        .unwrap()
+        .clone();
+    let page = embedded(&dir.join(night6["page"].as_str().unwrap()));
+    assert_eq!(page["cost"], said, "{page:#}");
+    assert!(night6["gpu_s"].as_f64().unwrap() > 0.0, "{night6:#}");
     // From the history: the bisection's answer, its kernels and the rounds it measured.
     let t = triage_of(&dir);
     assert_eq!(t["source"], "history", "{t:#}");

@@ -22,10 +22,12 @@
 //! - [`study`]: the calibration analysis behind the default policy (pure).
 //! - [`sequence`]: the same study on ordered months of nights, through the gate's own
 //!   verdict (pure).
+//! - [`cost`]: what a run's verdict cost in GPU-seconds, as the store keeps it.
 //! - [`report`]: the Markdown lines a report shows for a run judged against history.
 
 pub mod changepoint;
 pub mod cmd;
+pub mod cost;
 pub mod detect;
 pub mod environment;
 mod error;

@@ -24,50 +24,28 @@ pub struct ReportInput<'a> {
     pub findings: &'a [crate::triage::Finding],
 }
 
-/// What a run's verdict cost, GPU-seconds (one per second of a CPU cell): measuring the
-/// cells, confirming the flagged ones (side by side, and the re-runs of what the pairs could
-/// not measure), and triaging the findings (bisections and traced steps).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Cost {
-    pub measuring_gpu_s: f64,
-    pub pairs_gpu_s: f64,
-    pub reruns_gpu_s: f64,
-    pub triage_gpu_s: f64,
-}
-
-impl Cost {
-    /// `measuring 148 GPU-s, confirming 61 (pairs 61, re-runs 0), triage 22: 1.56x the run`.
-    pub fn line(&self) -> String {
-        let total = self.measuring_gpu_s + self.pairs_gpu_s + self.reruns_gpu_s + self.triage_gpu_s;
-        let times = if self.measuring_gpu_s > 0.0 {
-            format!(": {:.2}x the run", total / self.measuring_gpu_s)
-        } else {
-            String::new()
-        };
-        format!(
-            "measuring {:.0} GPU-s, confirming {:.0} (side by side {:.0}, re-runs {:.0}), triage {:.0}{times}",
-            self.measuring_gpu_s,
-            self.pairs_gpu_s + self.reruns_gpu_s,
-            self.pairs_gpu_s,
-            self.reruns_gpu_s,
-            self.triage_gpu_s
-        )
-    }
-}
+/// What a run's verdict cost; the history keeps it too (`bench_costs`), so it is defined
+/// there.
+pub use crate::history::cost::Cost;
 
 impl<'a> ReportInput<'a> {
     /// What the verdict cost (see [`Cost`]).
     pub fn cost(&self) -> Cost {
+        // Rust's sum of no f64 is -0.0, which printed "side by side -0" and "triage -0"
+        // for a run with no pairs or bisections, and `-0.0` in report.json: every zero is
+        // written as 0.
+        let zero = |x: f64| if x == 0.0 { 0.0 } else { x };
         Cost {
-            measuring_gpu_s: self.results.gpu_seconds(),
-            pairs_gpu_s: self.history.map_or(0.0, |h| h.pairs_gpu_s()),
-            reruns_gpu_s: self.history.map_or(0.0, |h| h.reruns_gpu_s),
-            triage_gpu_s: self
-                .findings
-                .iter()
-                .filter_map(|f| f.bisected.as_ref())
-                .map(|b| b.gpu_s)
-                .sum(),
+            measuring_gpu_s: zero(self.results.gpu_seconds()),
+            pairs_gpu_s: zero(self.history.map_or(0.0, |h| h.pairs_gpu_s())),
+            reruns_gpu_s: zero(self.history.map_or(0.0, |h| h.reruns_gpu_s)),
+            triage_gpu_s: zero(
+                self.findings
+                    .iter()
+                    .filter_map(|f| f.bisected.as_ref())
+                    .map(|b| b.gpu_s)
+                    .sum(),
+            ),
         }
     }
 

@@ -3,7 +3,8 @@
 //! server, nothing fetched).
 //!
 //! It owns the site: reading the fleet from the store in four queries
-//! ([`crate::history::History::fleet`], `fleet_runs`, `all_segments`, `all_triage`), the
+//! ([`crate::history::History::fleet`], `fleet_runs`, `all_segments`, `all_triage`, and
+//! `costs`), the
 //! series per cell, hardware key and branch with their change points and open regressions
 //! ([`model`], pure), each open finding's triage ([`triage`]: its bisection, kernels and
 //! probed commits, from the history or the run folders), and the pages ([`pages`]):
@@ -11,8 +12,9 @@
 //! axis value, hardware key, branch and verdict, the open regressions first, grouped by the
 //! run that opened them with their suspects and triage), one
 //! page per cell (the trend per hardware key and branch with change points, verdict marks
-//! and accepted shifts) and one page per run (its cells' verdicts, and a link to its
-//! `report.html` when `--runs DIR` holds its run folder). [`synthetic`] generates a store of
+//! and accepted shifts) and one page per run (its cells' verdicts, what its verdict cost
+//! in GPU-seconds, and a link to its `report.html` when `--runs DIR` holds its run
+//! folder). [`synthetic`] generates a store of
 //! a fleet's year for the tests and `scripts/site-bench.sh`.
 //!
 //! It is a command-layer module (rank 7 in scripts/module-graph.py): it opens a store and
@@ -129,8 +131,13 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
         .iter()
         .map(|r| report_link(settings.runs.as_deref(), out, &r.run_id))
         .collect();
+    // What each run's verdict cost, where the store kept it (schema 6 on): a run recorded
+    // before shows none, and a forged row is skipped with a warning by the store.
+    let mut costs = store.costs()?;
+    let costs = fleet.runs.iter().map(|r| costs.remove(&r.run_id)).collect();
     let cx = pages::Context {
         store: &store.location,
+        costs,
         metric: &settings.metric,
         branch: settings.branch.as_deref(),
         reports,

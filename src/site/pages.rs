@@ -113,6 +113,10 @@ struct RunView<'a> {
     cells: usize,
     regressed: usize,
     report: Option<String>,
+    /// GPU-seconds the run's verdict cost in all, and that against its measuring alone
+    /// (`None`: the store kept no cost for the run).
+    gpu_s: Option<f64>,
+    times: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -194,6 +198,8 @@ struct RunData<'a> {
     host: &'a str,
     matrix: &'a str,
     report: Option<String>,
+    /// `Cost of this verdict: ...` as summary.md words it, when the store kept the cost.
+    cost: Option<String>,
     metric: &'a str,
     /// `[cell, value, previous value, verdict]`, the cell an index into `assets/cells.js`.
     cells: Vec<(usize, f64, Option<f64>, Option<&'a str>)>,
@@ -202,6 +208,8 @@ struct RunData<'a> {
 /// What the pages need beside the fleet.
 pub(crate) struct Context<'a> {
     pub store: &'a str,
+    /// Per run (index of [`Fleet::runs`]), what its verdict cost, when the store kept it.
+    pub costs: Vec<Option<crate::history::cost::Cost>>,
     pub metric: &'a str,
     pub branch: Option<&'a str>,
     /// Per run (index of [`Fleet::runs`]), the link to its report from `runs/`, when known.
@@ -373,7 +381,13 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
         }
     }
     let mut runs = 0;
-    for ((r, cells), report) in fleet.runs.iter().zip(per_run).zip(&cx.reports) {
+    for (((r, cells), report), cost) in fleet
+        .runs
+        .iter()
+        .zip(per_run)
+        .zip(&cx.reports)
+        .zip(&cx.costs)
+    {
         if cells.is_empty() {
             continue;
         }
@@ -388,6 +402,7 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
             host: &r.host,
             matrix: &r.matrix_name,
             report: report.clone(),
+            cost: cost.map(|c| c.sentence()),
             metric: cx.metric,
             cells,
         };
@@ -532,8 +547,9 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
         .iter()
         .zip(&counts)
         .zip(&cx.reports)
-        .filter(|((_, c), _)| c.0 > 0)
-        .map(|((r, c), report)| RunView {
+        .zip(&cx.costs)
+        .filter(|(((_, c), _), _)| c.0 > 0)
+        .map(|(((r, c), report), cost)| RunView {
             run_id: &r.run_id,
             page: run_page(&r.run_id),
             time: &r.started_at,
@@ -548,6 +564,8 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
                     .map(str::to_string)
                     .unwrap_or(l.clone())
             }),
+            gpu_s: cost.map(|c| c.total()),
+            times: cost.and_then(|c| c.times_the_run()),
         })
         .collect::<Vec<_>>();
     IndexData {

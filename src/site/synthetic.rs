@@ -17,9 +17,15 @@
 //! with a first bad commit whose subject and author hold markup), its kernel diff and the
 //! rounds it measured (runs on branch `bisect`); on `release`, a bisection skipped for a
 //! pull request's run, whose kernels come from the history's `bench_kernels`.
+//!
+//! And what each night's verdict cost (`bench_costs`): a minute of the cell's GPUs per
+//! cell measured, four side-by-side pairs of each regressed cell, a re-run of each cell
+//! an environment verdict named, and the night's bisection, except the first night, which
+//! stands for a run recorded before the store kept costs and shows none.
 
 use indexmap::IndexMap;
 
+use crate::history::cost::Cost;
 use crate::history::record::{CellRecord, MetricRecord, RunRecord, Versions};
 use crate::history::{History, HistoryError};
 use crate::triage::culprit::{BisectStatus, Bisected, CommitRef};
@@ -130,6 +136,7 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
             .format(&time::format_description::well_known::Rfc3339)
             .expect("a date formats");
         let mut verdicts = Vec::with_capacity(cells.len());
+        let mut cost = Cost::default();
         let records = cells
             .iter()
             .enumerate()
@@ -154,6 +161,13 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
                     "unchanged"
                 };
                 verdicts.push((id.clone(), verdict.to_string()));
+                let gpu_s = 60.0 * gpus_of(id);
+                cost.measuring_gpu_s += gpu_s;
+                match verdict {
+                    "regressed" => cost.pairs_gpu_s += 8.0 * gpu_s,
+                    "environment" => cost.reruns_gpu_s += gpu_s,
+                    _ => {}
+                }
                 passed_cell(id, samples)
             })
             .collect();
@@ -189,10 +203,24 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
             commit: run.commit.clone().unwrap_or_default(),
             key: key.clone(),
             branch: run.branch.clone().unwrap_or_default(),
+            cost,
         });
     }
     accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)?;
-    triage(&mut store, &cells, &recorded, open_from)
+    triage(&mut store, &cells, &mut recorded, open_from)?;
+    for night in recorded.iter().skip(1) {
+        store.record_cost(&night.run_id, None, night.cost)?;
+    }
+    Ok(())
+}
+
+/// The GPUs of a generated cell (its third part, `8gpu`), 1 when it names none.
+fn gpus_of(id: &str) -> f64 {
+    id.split('.')
+        .nth(2)
+        .and_then(|g| g.strip_suffix("gpu"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1.0)
 }
 
 /// A passed cell whose tokens/s are `samples` (three repeats): their median is the value and
@@ -222,6 +250,8 @@ struct Night {
     commit: String,
     key: String,
     branch: String,
+    /// What the night's verdict cost; [`triage`] adds its bisection's.
+    cost: Cost,
 }
 
 /// The subject of the generated first bad commit: markup, which every page must show as
@@ -254,7 +284,7 @@ fn step(after: bool) -> KernelSummary {
 fn triage(
     store: &mut History,
     cells: &[String],
-    nights: &[Night],
+    nights: &mut [Night],
     open_from: usize,
 ) -> Result<(), HistoryError> {
     let fp8: Vec<String> = cells
@@ -265,6 +295,7 @@ fn triage(
     let Some(cell) = fp8.first() else {
         return Ok(());
     };
+    let mut spent = Vec::new();
     // The first bad commit: a commit of the range that no night ran at.
     let bad = |n: &Night| format!("{}f1a5bad0c0ffee000000000000000000", &n.commit[32..]);
     for (i, night) in nights.iter().enumerate().skip(open_from) {
@@ -336,6 +367,7 @@ fn triage(
             "kernels": kernels,
         }]});
         store.record_triage(&night.run_id, &chased.to_string())?;
+        spent.push((i, b.gpu_s));
         // The rounds the bisection measured, after the night: two at each end and one at
         // each of three probes, on branch `bisect` (the found bisection's only).
         if b.status == BisectStatus::Found {
@@ -351,6 +383,10 @@ fn triage(
                 }
             }
         }
+    }
+    // After the loop, whose nights are borrowed for the last good run.
+    for (i, gpu_s) in spent {
+        nights[i].cost.triage_gpu_s += gpu_s;
     }
     Ok(())
 }

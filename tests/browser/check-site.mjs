@@ -8,7 +8,8 @@
 // finishes it, the kernels that moved, the probed commits) as its data holds it; no script
 // but the page's own three. Cell pages: one trend chart per series,
 // with as many change points, accepted shifts and verdict marks drawn as the data holds.
-// Run pages: a row per cell. Every page is checked with --all; else the cell pages of the
+// Run pages: a row per cell, and the cost of the verdict as the data words it. The runs
+// table: a cost column that shows a figure exactly where the store kept one. Every page is checked with --all; else the cell pages of the
 // findings, of a hostile id and the first few, and the first and last run pages.
 // Writes index.png beside index.html (or --screenshot FILE).
 //
@@ -62,6 +63,12 @@ async function checkIndex(context, problems) {
   expect(await count("#fleet svg.spark line.cp") === cps, "a sparkline tick per change point shown", problems);
   expect(await count("#findings .finding") === data.findings.length, "a finding per open group", problems);
   expect(await count("#runs tr.run-row") === data.run_list.length, "a row per run", problems);
+  // The runs table's cost column: a figure where the store kept the run's cost, "–" where
+  // it kept none (the rows are newest first).
+  const costs = await page.$$eval("#runs tr.run-row td.cost", (tds) => tds.map((td) => td.textContent));
+  const kept = [...data.run_list].reverse().map((r) => typeof r.gpu_s === "number");
+  expect(costs.length === kept.length && costs.every((t, i) => (t === "–") === !kept[i]),
+    `the cost column: ${JSON.stringify(costs.slice(0, 5))}..., the data keeps ${kept.filter(Boolean).length} of ${kept.length}`, problems);
   // Each finding's triage as its data holds it: the first bad commit's subject as text, the
   // command that finishes an unfinished bisection, a row per kind and kernel that moved and
   // per probed commit.
@@ -169,6 +176,9 @@ async function checkRun(context, rel, problems) {
   // each row names its cell and links its page.
   const named = await page.$$eval("#run-cells tr.row td.id a", (as) => as.length);
   expect(named === data.cells.length, `${rel}: ${named} cell links, ${data.cells.length} cells`, problems);
+  // The cost line as the data words it, or none for a run the store kept no cost of.
+  const cost = (await page.locator("#cost").count()) ? await page.locator("#cost").textContent() : null;
+  expect(cost === (data.cost ?? null), `${rel}: the cost line ${JSON.stringify(cost)}, the data's ${JSON.stringify(data.cost)}`, problems);
   if (data.report) {
     const href = await page.locator("#report a").getAttribute("href");
     expect(href === data.report, `${rel}: the report link`, problems);

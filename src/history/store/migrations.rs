@@ -89,6 +89,14 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             findings TEXT NOT NULL
         );",
     ),
+    (
+        6,
+        "per-run cost of the verdict: GPU-seconds measuring, confirming and triaging",
+        "CREATE TABLE bench_costs (
+            run_id TEXT PRIMARY KEY,
+            cost TEXT NOT NULL
+        );",
+    ),
 ];
 
 /// The newest schema version this bench writes.

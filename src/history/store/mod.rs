@@ -31,12 +31,19 @@ pub struct History {
     /// other shares other jobs record under the same run id: writing the whole run then
     /// replaces only this share's cells, never the cells another shard recorded.
     share: bool,
-    /// The rows already skipped as implausible (run, cell, metric), so that each is warned
+    /// The rows already skipped as implausible (run, cell, metric; a run's cost is
+    /// `(run, "", "bench_costs")`), so that each is warned
     /// about once however many times the store is read (opening it reads every trend).
     skipped: std::collections::HashSet<(String, String, String)>,
 }
 
 use crate::bounds::MAX_SAMPLES;
+use crate::history::cost::{Cost, Kept as CostKept};
+
+/// The longest `bench_costs.cost` text read: four figures for the run and for each of at
+/// most [`crate::shard::MAX_SHARDS`] shards, about 150 characters each. A longer text is
+/// skipped unparsed.
+const MAX_COST_TEXT: usize = (crate::shard::MAX_SHARDS as usize + 1) * 256;
 
 /// The longest `samples` text read: [`MAX_SAMPLES`] numbers of at most 32 characters each
 /// and their commas. A longer text is skipped unparsed.
@@ -238,6 +245,7 @@ const TABLES: &[(&str, &str)] = &[
     ),
     ("bench_kernels", "run_id, cell_id, summary"),
     ("bench_triage", "run_id, findings"),
+    ("bench_costs", "run_id, cost"),
 ];
 
 impl History {
@@ -300,18 +308,34 @@ impl History {
         let Some(why) = why else {
             return true;
         };
-        let key = (run.to_string(), cell.to_string(), metric.to_string());
-        if self.skipped.insert(key) {
-            eprintln!(
-                "warning: {}: run {} cell {} metric {}: {}; the row is skipped, not used",
-                crate::sanitize::terminal(&self.location),
+        let row = || {
+            format!(
+                "run {} cell {} metric {}",
                 crate::sanitize::terminal(run),
                 crate::sanitize::terminal(cell),
-                crate::sanitize::terminal(metric),
-                crate::sanitize::terminal(&why)
+                crate::sanitize::terminal(metric)
+            )
+        };
+        self.skip_once((run.into(), cell.into(), metric.into()), row, &why);
+        false
+    }
+
+    /// Warns, the first time this store is seen to hold the row `key`, that the row
+    /// (`row()`, named for the message) is skipped, and why.
+    fn skip_once(
+        &mut self,
+        key: (String, String, String),
+        row: impl FnOnce() -> String,
+        why: &str,
+    ) {
+        if self.skipped.insert(key) {
+            eprintln!(
+                "warning: {}: {}: {}; the row is skipped, not used",
+                crate::sanitize::terminal(&self.location),
+                row(),
+                crate::sanitize::terminal(why)
             );
         }
-        false
     }
 
     /// A row of `cell` (`row[0]` is its run id) whose column does not read: the store is
@@ -634,27 +658,100 @@ impl History {
         findings: &str,
         join: impl FnOnce(Option<&str>, &str) -> String,
     ) -> Result<(), HistoryError> {
+        self.join_run_row("bench_triage", "findings", run_id, |kept| {
+            Ok(join(kept, findings))
+        })
+    }
+
+    /// Keeps what the verdict of run `run_id` cost ([`Cost`]), for `bench site` to show
+    /// after the run folder is gone. `shard` is the share of the run this process measured
+    /// (`bench matrix --shard`): the shards of one run each record theirs under the one run
+    /// id, and the row holds their sum (see [`super::cost::Kept`]); without a shard the
+    /// row is replaced.
+    pub fn record_cost(
+        &mut self,
+        run_id: &str,
+        shard: Option<crate::shard::Shard>,
+        cost: Cost,
+    ) -> Result<(), HistoryError> {
+        self.join_run_row("bench_costs", "cost", run_id, |kept| {
+            serde_json::to_string(&CostKept::join(kept, shard, cost))
+                .map_err(|e| format!("run {run_id}: the cost does not serialize: {e}"))
+        })
+    }
+
+    /// Replaces the one-per-run row of `table` (its text in `column`) for `run_id` with
+    /// `join(kept)`, `kept` being the row's text before (an `Err` of `join` rolls back),
+    /// read and written in one transaction that writers of the store take in turn: the
+    /// shards of one run finishing at once each add their share, and neither's is lost to
+    /// the other's read-then-write.
+    fn join_run_row(
+        &mut self,
+        table: &'static str,
+        column: &'static str,
+        run_id: &str,
+        join: impl FnOnce(Option<&str>) -> Result<String, String>,
+    ) -> Result<(), HistoryError> {
         self.transaction(|b| {
             // SQLite's write transaction already queues writers; a server's needs the lock.
             b.lock_schema()?;
             let key = Sql::Text(run_id.into());
             let kept = b.query(
-                "SELECT findings FROM bench_triage WHERE run_id = ?",
+                &format!("SELECT {column} FROM {table} WHERE run_id = ?"),
                 std::slice::from_ref(&key),
             )?;
             let kept = kept.first().and_then(|r| r[0].text().map(str::to_string));
-            let findings = join(kept.as_deref(), findings);
-            let findings = findings.as_str();
+            let joined = join(kept.as_deref())?;
             b.execute(
-                "DELETE FROM bench_triage WHERE run_id = ?",
+                &format!("DELETE FROM {table} WHERE run_id = ?"),
                 std::slice::from_ref(&key),
             )?;
             b.execute(
-                "INSERT INTO bench_triage (run_id, findings) VALUES (?, ?)",
-                &[key, Sql::Text(findings.into())],
+                &format!("INSERT INTO {table} (run_id, {column}) VALUES (?, ?)"),
+                &[key, Sql::Text(joined)],
             )?;
             Ok(())
         })
+    }
+
+    /// Every run's kept cost ([`Self::record_cost`]), by run id. A row that does not read
+    /// as one, or whose figures no run can cost ([`Cost::implausible`]: a negative or
+    /// overflowed figure written by hand or another tool), is skipped with one warning
+    /// naming the store and run, as implausible values of a trend are: a cost is shown
+    /// beside the verdicts, and a forged one is never shown.
+    pub fn costs(&mut self) -> Result<std::collections::HashMap<String, Cost>, HistoryError> {
+        let rows = self.query("SELECT run_id, cost FROM bench_costs ORDER BY run_id", &[])?;
+        let mut out = std::collections::HashMap::with_capacity(rows.len());
+        for r in rows {
+            let run = text(&r[0]);
+            let raw = r[1].text().unwrap_or_default();
+            let (cost, why) = if raw.len() > MAX_COST_TEXT {
+                (
+                    None,
+                    Some(format!("{} bytes, more than a run's cost holds", raw.len())),
+                )
+            } else {
+                match serde_json::from_str::<Cost>(raw) {
+                    Ok(c) => (Some(c), c.implausible()),
+                    Err(e) => (None, Some(format!("does not read as a cost: {e}"))),
+                }
+            };
+            match (why, cost) {
+                (Some(why), _) => {
+                    let row = || format!("bench_costs, run {}", crate::sanitize::terminal(&run));
+                    self.skip_once(
+                        (run.clone(), String::new(), "bench_costs".into()),
+                        row,
+                        &why,
+                    );
+                }
+                (None, Some(c)) => {
+                    out.insert(run, c);
+                }
+                (None, None) => {}
+            }
+        }
+        Ok(out)
     }
 
     /// The triage kept for run `run_id` ([`Self::record_triage`]), if any.
@@ -919,6 +1016,7 @@ impl History {
     pub fn clear(&mut self) -> Result<(), HistoryError> {
         self.transaction(|b| {
             for t in [
+                "bench_costs",
                 "bench_triage",
                 "bench_kernels",
                 "bench_segments",

@@ -558,10 +558,7 @@ fn render(
             history,
             findings,
         };
-        head.push_str(&format!(
-            "Cost of this verdict: {}.\n\n",
-            input.cost().line()
-        ));
+        head.push_str(&format!("{}\n\n", input.cost().sentence()));
     }
 
     let drops = rule_drops(results);

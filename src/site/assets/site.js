@@ -208,16 +208,25 @@
       controls, el("div", { class: "table-box" }, table)));
 
     const runs = el("table", { id: "runs" });
-    runs.append(el("thead", {}, el("tr", {}, ...["run", "started", "hardware", "branch", "commit", "cells", "regressed", "report"].map((t) => el("th", { text: t })))));
+    runs.append(el("thead", {}, el("tr", {}, ...["run", "started", "hardware", "branch", "commit", "cells", "regressed", "GPU-s", "report"].map((t) => el("th", { text: t })))));
     const rb = el("tbody");
     for (const r of [...data.run_list].reverse()) {
       rb.append(el("tr", { class: "run-row" }, el("td", {}, link(r.page, r.run_id)), el("td", { text: r.time }), el("td", { text: r.key }),
         el("td", { text: r.branch || "–" }), el("td", { text: short(r.commit) }), el("td", { class: "num", text: String(r.cells) }),
         el("td", { class: "num" + (r.regressed ? " v-regressed" : ""), text: String(r.regressed) }),
+        el("td", { class: "num cost", text: costCell(r) }),
         el("td", {}, r.report ? link(r.report, "report.html") : "–")));
     }
     runs.append(rb);
     main.append(el("section", { id: "runs-section" }, el("h2", { text: `Runs (${data.run_list.length})` }), el("div", { class: "table-box" }, runs)));
+  }
+
+  // What a run's verdict cost in the runs table: every GPU-second and that against the
+  // measuring alone ("1.2K (1.56x)"), "–" for a run the store kept no cost of (recorded
+  // before schema 6, or a row the store skipped as implausible).
+  function costCell(r) {
+    if (typeof r.gpu_s !== "number") return "–";
+    return si(r.gpu_s) + (typeof r.times === "number" ? ` (${r.times.toFixed(2)}x)` : "");
   }
 
   // ---- cell: its trend per hardware key and branch ------------------------------------
@@ -316,6 +325,8 @@
     data.cells = data.cells.map(([c, value, previous, verdict]) => Object.assign(Object.create(null), cells[c], { value, previous, verdict }));
     head.append(el("p", {}, link("../index.html", "← the fleet")), el("h1", { text: "Run " + data.run_id }),
       el("p", { class: "note", text: `Started ${data.time} on ${data.key}, branch ${data.branch || "unknown"}, commit ${data.commit || "unknown"}, host ${data.host}, matrix ${data.matrix}.` }));
+    // A run the store kept no cost of (recorded before schema 6) shows none.
+    if (data.cost) head.append(el("p", { id: "cost", text: data.cost }));
     head.append(el("p", { id: "report" }, data.report ? link(data.report, "This run's report.html") : el("span", { class: "note", text: "No report folder was given for this run (bench site --runs DIR)." })));
     const counts = Object.create(null);
     for (const c of data.cells) counts[c.verdict || "not judged"] = (counts[c.verdict || "not judged"] || 0) + 1;
