@@ -16,7 +16,7 @@ use crate::report::text::{
     cell_change, duration, filtered_out, group_changes, one_line, pct, rule_drops, si, three_digits,
 };
 use crate::results::RunResults;
-use crate::sanitize::{bounded, MAX_SHOWN_CHARS};
+use crate::sanitize::{bounded, inline, MAX_SHOWN_CHARS};
 
 /// A text bench did not write, cut to [`MAX_SHOWN_CHARS`] characters (saying how many were
 /// left out); borrowed, as every real one is short enough.
@@ -177,16 +177,18 @@ fn render_raw(input: &ReportInput<'_>, verbose: bool) -> String {
     for f in input.findings {
         // The headline holds a culprit's subject and author, each of which can be long,
         // and several cell ids: cut whole at a few values' worth.
+        // Each is one line: a commit subject or a reason read from a run folder may hold a
+        // newline, which printed a line of its own that read as bench's (issue 42).
         out.push_str(&format!(
             "finding {}\n",
-            bounded(&f.headline(), 4 * MAX_SHOWN_CHARS)
+            inline(&bounded(&f.headline(), 4 * MAX_SHOWN_CHARS))
         ));
         // The first bad commit is in the headline; any other ending says what happened.
         if let Some(b) = f.bisected.as_ref().filter(|b| b.first_bad.is_none()) {
-            out.push_str(&format!("  {}\n", shown(&b.line())));
+            out.push_str(&format!("  {}\n", inline(&shown(&b.line()))));
         }
         if let (None, Some(why)) = (&f.kernels, &f.kernels_missing) {
-            out.push_str(&format!("  kernels not diffed: {}\n", shown(why)));
+            out.push_str(&format!("  kernels not diffed: {}\n", inline(&shown(why))));
         }
     }
     // Dropped cells get a line per rule below, not a row of dashes each: a filtered
