@@ -58,8 +58,9 @@ done
 printf '{"event":"summary","peak_mem_bytes":[1000]}\n'
 "#;
 
-/// The matrix's name holds an OSC title and a BEL (YAML's `\e` and `\a`).
-const MATRIX: &str = "name: \"toy\\e]0;pwned\\a\\e[2J\"
+// A matrix name with a control character is refused at its line since the hostile
+// re-run (tests/matrix_cli.rs); the foreign text here is the commits' and the kernels'.
+const MATRIX: &str = "name: toy
 axes:
   model: [a, c]
 defaults:
