@@ -105,19 +105,7 @@ night() { # id [env...]
   mkdir -p "$OUTD/$id"
   cp "results/$id/summary.md" "results/$id/report.json" "$OUTD/$id/" 2>/dev/null
   cp "shards/$id/history.json" "$OUTD/$id/" 2>/dev/null
-  python3 - "$id" "$rc" "$mrc" "$wall" "$host" "$(git rev-parse --short HEAD)" <<'PY' >> "$OUTD/nights.txt"
-import json, sys
-id, rc, mrc, wall, host, head = sys.argv[1:]
-try:
-    r = json.load(open(f"results/{id}/report.json"))
-    h = json.load(open(f"shards/{id}/history.json"))
-except Exception as e:
-    print(f"{id}\t{host}\t{head}\trc={rc}\tmerge={mrc}\t{wall}s\tERROR {e}"); sys.exit()
-c = r.get("cost", {})
-cells = "; ".join(f"{x['cell_id']}={x['judgement']['verdict']}" for x in h["cells"])
-fb = [f["bisected"]["first_bad"]["subject"] for f in r.get("findings", []) if (f.get("bisected") or {}).get("first_bad")]
-print(f"{id}\t{host}\t{head}\trc={rc}\tmerge={mrc}\t{wall}s\tmeasure={c.get('measuring_gpu_s',0):.0f}\tpairs={c.get('pairs_gpu_s',0):.0f}\treruns={c.get('reruns_gpu_s',0):.0f}\ttriage={c.get('triage_gpu_s',0):.0f}\t{cells}\tfirst_bad={fb}")
-PY
+  python3 "$HERE/gpu-side-by-side/night-line.py" "$id" "$rc" "$mrc" "$wall" "$host" "$(git rev-parse --short HEAD)" >> "$OUTD/nights.txt"
   grep -h "^history:\|^triage: F\|^result" "$OUTD/$id.matrix.log" | cut -c1-600 >> "$OUTD/lines.txt"
   tail -1 "$OUTD/nights.txt"
 }
