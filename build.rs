@@ -70,6 +70,10 @@ fn build_shim(lib: &Path) {
         .include(cu13.join("include"))
         .flag("-std=c++17")
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
+        // No debug info for the C++ shim, whatever the profile: with it, libtorch's headers
+        // made the archive 90 MB, and every test binary that links the library carried
+        // 60 MB of it, gigabytes in all, which filled a CI machine's disk mid-link.
+        .debug(false)
         // libtorch's headers warn a lot under -Wall; they are not ours to fix.
         .warnings(false)
         .compile("bench_shim");

@@ -91,6 +91,9 @@ CARGO_TARGET_DIR="$ROOT/target/runner-only" cargo clippy --locked --all-targets 
 # before the tests, on an idle machine, so its time is a newcomer's (issue 41), and a test
 # that fails does not keep the figure from the log.
 timed "the runner-only build and its tests" scripts/runner-only.sh
+# The test build is the largest thing on disk (every integration test is a binary of its
+# own); a full disk shows up as a linker's bus error, so the log says what was free.
+echo "test.sh: free disk before the test build: $(df -h --output=avail "$ROOT" | tail -1 | tr -d ' ')" >&2
 if cargo nextest --version >/dev/null 2>&1; then
   timed "the tests (nextest)" cargo nextest run --locked --no-fail-fast
   cargo test --locked --doc

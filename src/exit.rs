@@ -14,7 +14,15 @@
 pub fn write_stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+    or_broken_pipe(out.write_all(text.as_bytes()).and_then(|_| out.flush()))
+}
+
+/// What a write to standard output gave, with a closed pipe ending bench with
+/// [`bench::BROKEN_PIPE`] (as [`write_stdout`]); for the commands that stream their output
+/// through a buffer of their own (`bench matrix --dry-run`'s million lines). Every command
+/// treats a closed pipe one way, the way the reference's exit-code table says.
+pub fn or_broken_pipe(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             std::process::exit(bench::BROKEN_PIPE)
         }

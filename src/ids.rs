@@ -36,12 +36,14 @@ impl IdKind {
 
 /// A run id or hardware key that could name something outside its folder.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{origin} {value:?}: {}: 1 to {MAX_ID_LEN} letters, digits, `.`, `_` or `-`, not starting with `.`", .kind.rule())]
+#[error("{origin} \"{value}\": {}: 1 to {MAX_ID_LEN} letters, digits, `.`, `_` or `-`, not starting with `.`", .kind.rule())]
 pub struct IdError {
     /// Where the value came from: a flag (`--run-id`) or a file's key path
     /// (`results/x/results.json: environment.hardware_key`).
     pub origin: String,
-    /// The value, with control characters removed (it is printed).
+    /// The value as it is printed: every control character written out (`\x1b`, `\n`), so
+    /// that a key holding an escape sequence is not shown as the valid-looking name left
+    /// once the sequence is removed.
     pub value: String,
     pub kind: IdKind,
 }
@@ -59,12 +61,9 @@ fn check(kind: IdKind, origin: &str, id: &str) -> Result<(), IdError> {
     if is_valid(id) {
         return Ok(());
     }
-    let mut value: String = crate::sanitize::clean(id)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_ID_LEN + 1)
-        .collect();
-    if id.chars().count() > MAX_ID_LEN {
+    let cut: String = id.chars().take(MAX_ID_LEN + 1).collect();
+    let mut value = crate::sanitize::inline(&cut).into_owned();
+    if id.chars().count() > MAX_ID_LEN + 1 {
         value.push('…');
     }
     Err(IdError {
@@ -146,5 +145,11 @@ mod tests {
         assert!(m.starts_with("--hardware-key \"../evil"), "{m}");
         assert!(m.contains("baseline file"), "{m}");
         assert!(!m.contains('\u{1b}'), "{m}");
+        // The escape is shown written out, not removed: "a" alone would read as a valid key.
+        let e = check_hardware_key("environment.hardware_key", "a\u{1b}]0;t\u{7}").unwrap_err();
+        assert!(
+            e.to_string().starts_with(r#"environment.hardware_key "a\x1b]0;t\x07": "#),
+            "{e}"
+        );
     }
 }

@@ -213,3 +213,32 @@ fn a_fail_fast_stop_gives_exit_1_in_every_output() {
     assert!(txt.contains("stopped before every cell ran"), "{txt}");
     report_again(&dir, &baselines, 1);
 }
+
+/// A closed standard output ends every command that prints a listing with 141, as SIGPIPE
+/// would end a program and as the reference's exit-code table says: `bench matrix
+/// --dry-run`, `bench completions` and `bench man` exited 0, so under `set -o pipefail` a
+/// listing cut by its reader passed for whole, while `bench history` exited 141.
+#[test]
+fn a_closed_standard_output_ends_every_listing_with_141() {
+    let tmp = tempfile::tempdir().unwrap();
+    let matrix = write_matrix(tmp.path(), &["ok"], "");
+    let m = matrix.to_str().unwrap();
+    for args in [
+        vec!["matrix", m, "--dry-run"],
+        vec!["matrix", m, "--dry-run", "--format", "json"],
+        vec!["completions", "bash"],
+        vec!["man"],
+    ] {
+        // A pipe whose reader is gone before bench writes: the first write fails with EPIPE.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = bench()
+            .args(&args)
+            .current_dir(tmp.path())
+            .stdout(writer)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert_eq!(o.code(), Some(141), "{args:?}: {o:?}");
+    }
+}

@@ -247,4 +247,36 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
             assert!(!md.contains(live), "{what} keeps a live link {live}:\n{md}");
         }
     }
+
+    // A run folder is a file anyone can edit: a triage.json whose commit subject holds a
+    // newline and an escape, rendered again by `bench report`, still prints the finding on
+    // one line in the terminal and in summary.txt, where a line of its own would read as
+    // bench's verdict.
+    let path = run.join("triage.json");
+    let mut triage: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    triage["findings"][0]["bisected"]["first_bad"]["subject"] =
+        serde_json::Value::from("fix\nresult: ok (exit 0)\x1b[2J");
+    std::fs::write(&path, serde_json::to_vec(&triage).unwrap()).unwrap();
+    let again = bench()
+        .arg("report")
+        .arg(&run)
+        .arg("--baselines")
+        .arg(root.join("baselines"))
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    let stdout = String::from_utf8_lossy(&again.stdout).to_string();
+    let txt = std::fs::read_to_string(run.join("summary.txt")).unwrap();
+    for (what, text) in [("bench report's stdout", &stdout), ("summary.txt", &txt)] {
+        no_controls(what, text);
+        assert!(
+            text.contains("fix\\nresult: ok (exit 0)"),
+            "{what}: the subject on one line:\n{text}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("result: ok")),
+            "{what}: a subject's line read as the verdict:\n{text}"
+        );
+    }
 }

@@ -2,7 +2,6 @@
 //! stdout the first bad commit with its evidence and the table of measured commits (or
 //! why there is none), in human form or as one JSON document (`--format json`).
 
-use std::io::Write;
 
 use serde::Serialize;
 
@@ -376,11 +375,7 @@ pub(crate) fn print(b: &Bisection, ending: &Ending, format: Format) -> Result<()
             s
         }
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
-            miette::miette!("cannot write output: {e}"),
-        )),
-        _ => Ok(()),
-    }
+    // A closed pipe ends bench with 141, as it ends every other command.
+    crate::exit::write_stdout(&text)
+        .map_err(|e| CliError::internal(miette::miette!("cannot write output: {e}")))
 }

@@ -73,14 +73,12 @@ fn man() -> Result<i32, CliError> {
     write_stdout(&out)
 }
 
-/// Writes `bytes` to standard output; a closed pipe (`| head`) is not a failure.
+/// Writes `bytes` to standard output; a closed pipe (`| head`) ends bench with exit 141
+/// ([`crate::exit::or_broken_pipe`]), as it ends every other command.
 fn write_stdout(bytes: &[u8]) -> Result<i32, CliError> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
-            miette::miette!("cannot write output: {e}"),
-        )),
-        _ => Ok(crate::exit::bench::OK),
-    }
+    crate::exit::or_broken_pipe(out.write_all(bytes).and_then(|()| out.flush()))
+        .map_err(|e| CliError::internal(miette::miette!("cannot write output: {e}")))?;
+    Ok(crate::exit::bench::OK)
 }

@@ -104,13 +104,11 @@ pub(crate) fn dry_run(args: &DryRunSettings) -> Result<i32, CliError> {
         Format::Human => write_human(&mut out, &listing, args.verbose),
     }
     .and_then(|_| out.flush());
-    // A closed pipe (`bench matrix --dry-run | head`) is not a failure of bench.
-    match written {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(CliError::internal(
-            miette::miette!("cannot write output: {e}"),
-        )),
-        _ => Ok(crate::exit::bench::OK),
-    }
+    // A closed pipe (`bench matrix --dry-run | head`) ends bench with 141, as SIGPIPE would
+    // end a program: under `set -o pipefail` a listing that was cut does not pass for whole.
+    crate::exit::or_broken_pipe(written)
+        .map_err(|e| CliError::internal(miette::miette!("cannot write output: {e}")))?;
+    Ok(crate::exit::bench::OK)
 }
 
 /// `bench schema`.
