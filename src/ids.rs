@@ -148,7 +148,8 @@ mod tests {
         // The escape is shown written out, not removed: "a" alone would read as a valid key.
         let e = check_hardware_key("environment.hardware_key", "a\u{1b}]0;t\u{7}").unwrap_err();
         assert!(
-            e.to_string().starts_with(r#"environment.hardware_key "a\x1b]0;t\x07": "#),
+            e.to_string()
+                .starts_with(r#"environment.hardware_key "a\x1b]0;t\x07": "#),
             "{e}"
         );
     }

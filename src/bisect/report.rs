@@ -2,7 +2,6 @@
 //! stdout the first bad commit with its evidence and the table of measured commits (or
 //! why there is none), in human form or as one JSON document (`--format json`).
 
-
 use serde::Serialize;
 
 use super::bisection::{Bisection, Ending, Probe, Role};
