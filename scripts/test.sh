@@ -91,6 +91,17 @@ CARGO_TARGET_DIR="$ROOT/target/runner-only" cargo clippy --locked --all-targets 
 # before the tests, on an idle machine, so its time is a newcomer's (issue 41), and a test
 # that fails does not keep the figure from the log.
 timed "the runner-only build and its tests" scripts/runner-only.sh
+# On a CI machine (.ci/run sets BENCH_CI_PRUNE=1) each build folder goes once nothing later
+# reads it: a machine of this kind has been seen with under 10 GB free, and the test build
+# and the optimized build for the benchmarks below need several each. A developer's
+# machine keeps its folders for the next incremental build.
+prune() {
+  if [ "${BENCH_CI_PRUNE:-}" = 1 ]; then
+    rm -rf "$@"
+    echo "test.sh: removed $*; free disk now $(df -h --output=avail "$ROOT" | tail -1 | tr -d ' ')" >&2
+  fi
+}
+prune "$ROOT/target/runner-only"
 # The test build is the largest thing on disk (every integration test is a binary of its
 # own); a full disk shows up as a linker's bus error, so the log says what was free.
 echo "test.sh: free disk before the test build: $(df -h --output=avail "$ROOT" | tail -1 | tr -d ' ')" >&2
@@ -100,6 +111,7 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --locked --no-fail-fast
 fi
+prune "$ROOT/target/debug"
 # The site's benchmark (issue 33): `bench site` over 1,000 cells x 365 runs in a release
 # build, failing over 10 s, then opened in chromium. Its release build is its own (see
 # docs/history.md, "The fleet's site", for what it takes on the CI machine).
