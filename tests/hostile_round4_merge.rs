@@ -768,3 +768,74 @@ fn a_large_merge_writes_what_bench_report_reads_or_is_refused_up_front() {
     let o = merge(dir, &[&a, &b], &out, &[]);
     refused(&o, &out, &["would be 260 MiB", "more than the 256 MiB"]);
 }
+
+/// The merged cost is the shards' sum, re-runs included, and each cell's share is its
+/// shard's (report.json's `cell_costs` add up to `cost`); a shard's `history.json` with
+/// GPU-seconds no run spends is refused naming the file and field. The merge kept only
+/// the first shard's re-runs before, and took any figure.
+#[test]
+fn the_shards_costs_add_up_and_a_forged_one_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = dir.join("h.sqlite");
+    let store = store.to_str().unwrap();
+    let s1 = shard(dir, "night", "1/2", &["--history", store]);
+    let s2 = shard(dir, "night", "2/2", &["--history", store]);
+    let out = dir.join("out");
+    let mut shards = Vec::new();
+    for (i, (from, gpu_s)) in [(&s1, 2.0), (&s2, 3.0)].into_iter().enumerate() {
+        let d = copy_shard(from, dir, &format!("c{i}"));
+        let mut h = read_json(&from.join("history.json"));
+        let cell = read_json(&from.join("results.json"))["cells"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        h["reruns_gpu_s"] = gpu_s.into();
+        h["reruns_gpu_s_by_cell"] = serde_json::json!({ cell.clone(): gpu_s });
+        write_json(&d.join("history.json"), &h);
+        shards.push((d, cell, gpu_s));
+    }
+    let o = merge(dir, &[&shards[0].0, &shards[1].0], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let r = read_json(&out.join("report.json"));
+    assert_eq!(r["cost"]["reruns_gpu_s"].as_f64(), Some(5.0), "{r:#}");
+    let cells = r["cell_costs"].as_array().unwrap();
+    assert_eq!(cells.len(), 5, "{r:#}");
+    for (_, cell, gpu_s) in &shards {
+        let c = cells
+            .iter()
+            .find(|c| c["cell_id"] == cell.as_str())
+            .unwrap();
+        assert_eq!(c["reruns_gpu_s"].as_f64(), Some(*gpu_s), "{c:#}");
+    }
+    for part in [
+        "measuring_gpu_s",
+        "pairs_gpu_s",
+        "reruns_gpu_s",
+        "triage_gpu_s",
+    ] {
+        let sum: f64 = cells.iter().map(|c| c[part].as_f64().unwrap()).sum();
+        let total = r["cost"][part].as_f64().unwrap();
+        assert!(
+            (sum - total).abs() <= 1e-9 * total.max(1.0),
+            "{part}: {r:#}"
+        );
+    }
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("The cells whose verdict took more than measuring them"),
+        "{summary}"
+    );
+
+    let forged = &shards[1].0;
+    let mut h = read_json(&forged.join("history.json"));
+    h["reruns_gpu_s"] = 1e308.into();
+    write_json(&forged.join("history.json"), &h);
+    let out = dir.join("out2");
+    let o = merge(dir, &[&shards[0].0, forged], &out, &[]);
+    refused(
+        &o,
+        &out,
+        &["c1/night/history.json", "reruns_gpu_s is 1e308"],
+    );
+}

@@ -261,6 +261,26 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
     let cost = &r["cost"];
     assert!(cost["pairs_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
     assert!(cost["triage_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
+    // And by cell: the slowed cell carries the pairs and the bisection, and the cells'
+    // costs add up to the run's.
+    let cells = r["cell_costs"].as_array().unwrap();
+    let of = |id: &str| cells.iter().find(|c| c["cell_id"] == id).unwrap();
+    assert!(of("fused")["pairs_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
+    assert!(of("fused")["triage_gpu_s"].as_f64().unwrap() > 0.0, "{r:#}");
+    assert_eq!(of("foreach")["triage_gpu_s"].as_f64(), Some(0.0), "{r:#}");
+    for part in [
+        "measuring_gpu_s",
+        "pairs_gpu_s",
+        "reruns_gpu_s",
+        "triage_gpu_s",
+    ] {
+        let sum: f64 = cells.iter().map(|c| c[part].as_f64().unwrap()).sum();
+        let total = cost[part].as_f64().unwrap();
+        assert!(
+            (sum - total).abs() <= 1e-6 * total.max(1.0),
+            "{part}: {r:#}"
+        );
+    }
     let summary = std::fs::read_to_string(lab.repo.join("results/n3/summary.md")).unwrap();
     assert!(
         summary.contains("Cost of this verdict: measuring"),
@@ -269,6 +289,10 @@ fn a_slowdown_is_regressed_the_night_it_lands_and_a_slower_host_is_environment()
     assert!(
         summary.contains("| `fused` |"),
         "the side-by-side table: {summary}"
+    );
+    assert!(
+        summary.contains("The cells whose verdict took more than measuring them"),
+        "the cost by cell: {summary}"
     );
 
     // The next night at the same code: regressed again, on the pairs whatever the screen

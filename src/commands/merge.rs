@@ -889,6 +889,7 @@ fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
         let Some(h) = load_history(&f.dir)? else {
             continue;
         };
+        check_history_costs(&f.dir, &h)?;
         match &mut merged {
             None => merged = Some(h),
             Some(m) => {
@@ -897,10 +898,42 @@ fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
                 if h.confirm_run_id.is_some() {
                     m.confirm_run_id = h.confirm_run_id;
                 }
+                // Each shard re-ran its own cells: the run's re-runs cost their sum (the
+                // merged cost kept only the first shard's before).
+                m.reruns_gpu_s += h.reruns_gpu_s;
+                for (cell, gpu_s) in h.reruns_gpu_s_by_cell {
+                    *m.reruns_gpu_s_by_cell.entry(cell).or_default() += gpu_s;
+                }
             }
         }
     }
     Ok(merged)
+}
+
+/// Refuses a shard's `history.json` whose GPU-seconds no run can have spent (a forged
+/// `1e308` or `-5`), naming the file and the field: the merged reports state the cost.
+fn check_history_costs(dir: &Path, h: &GateReport) -> Result<(), CliError> {
+    let figures = std::iter::once(("reruns_gpu_s".to_string(), h.reruns_gpu_s))
+        .chain(
+            h.reruns_gpu_s_by_cell
+                .iter()
+                .map(|(c, v)| (format!("reruns_gpu_s_by_cell.{c}"), *v)),
+        )
+        .chain(h.cells.iter().enumerate().filter_map(|(i, c)| {
+            c.pairs
+                .as_ref()
+                .map(|p| (format!("cells[{i}].pairs.gpu_s"), p.gpu_s))
+        }));
+    for (field, v) in figures {
+        if let Err(why) = crate::bounds::check_gpu_seconds(&field, v) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: {}",
+                dir.join(GateReport::FILE).display(),
+                crate::sanitize::inline(&why)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A shard's `history.json`, or `None` when it was not judged against a history. One that

@@ -30,14 +30,13 @@
 //! - **The floor.** The band is never narrower than `floor_rel` of the centre, so a history
 //!   of near-identical numbers (a CPU host, a quantized timer) does not flag 0.1% changes.
 //! - **Confirmation, never borrowed.** One breach is `Suspect`; it becomes
-//!   `Regressed`/`Improved` when a re-run in the same job (`--confirm`: same commit, same
-//!   switches) breaches the same way, and `Unchanged` when the re-run lands inside the band.
-//!   The previous run confirms only when it breached the same way **at the same level**:
-//!   the two-sample test says *same* between its repeats and this run's, and it was not
-//!   shown good (its verdict was not a clean one). A previous run that breached at another
-//!   level (a different cause) confirms nothing: the cell is re-run instead. Where the
-//!   cell's own clean runs have shown values as far out (a bimodal cell), one re-run is not
-//!   enough: [`reruns_needed`] asks for as many as keep the false alarm under 1%.
+//!   `Regressed`/`Improved` only by what this job measures: the side-by-side pairs (the
+//!   gate's, [`super::paired`]) or, where they cannot be measured, re-runs in the same job
+//!   (same commit, same switches) that breach the same way, and `Unchanged` when a re-run
+//!   lands inside the band. An earlier night confirms nothing: it ran at another time, and
+//!   maybe on another host. Where the cell's own clean runs have shown values as far out (a
+//!   bimodal cell), one re-run is not enough: [`reruns_needed`] asks for as many as keep
+//!   the false alarm under 1%.
 //! - **The baseline.** With too little history the stored baseline and its tolerance decide
 //!   (the old rule), reported as `InsufficientHistory`. With enough history the baseline
 //!   catches slow creep that no single run shows: when the history's centre itself is past
@@ -286,36 +285,10 @@ pub(crate) struct Observation<'a> {
     pub confirms: &'a [&'a [f64]],
     /// The stored baseline and its relative tolerance, when there is one.
     pub baseline: Option<(f64, f64)>,
-    /// The run just before this one in the judged scope, whatever its verdict.
-    pub previous: Option<Previous<'a>>,
     /// The most independent re-runs the caller can make ([`MAX_RERUNS`] for `bench
     /// matrix`; one for `bench ingest`, whose re-run is the log's later half): a breach
     /// never waits for more than it can get.
     pub max_reruns: usize,
-}
-
-/// The run just before the judged one: a breach it showed at the same level confirms a
-/// breach now (see the module docs).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Previous<'a> {
-    pub value: f64,
-    pub samples: &'a [f64],
-    /// Its verdict in the store's snake_case form, when it was judged.
-    pub verdict: Option<&'a str>,
-}
-
-impl Previous<'_> {
-    /// Whether its own verdict leaves a breach of `side` open: a run judged clean (or
-    /// blamed on the environment) was shown not to be that shift.
-    fn left_open(&self, side: Side) -> bool {
-        match self.verdict {
-            None => true,
-            Some("suspect") => true,
-            Some("regressed") => side == Side::Worse,
-            Some("improved") => side == Side::Better,
-            Some(_) => false,
-        }
-    }
 }
 
 /// Robust within-run noise of a cell's measurement, relative to its value: the larger of
@@ -588,17 +561,6 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
         s => s,
     };
     let this = breach_of(obs.value, repeats.as_ref());
-    // The previous run confirms only a breach it showed itself, at the same level (its
-    // repeats the same as this run's), and that its own judgement left open.
-    let previous_confirms = |breach: Side| {
-        obs.previous.is_some_and(|p| {
-            let its_test = test(p.samples);
-            p.left_open(breach)
-                && breach_of(p.value, its_test.as_ref()) == breach
-                && twosample::compare(p.samples, obs.samples, &policy.two_sample)
-                    .is_some_and(|t| t.answer == Answer::Same)
-        })
-    };
     // How often clean runs land this far out is a tail rate: it is estimated over three
     // lookbacks of clean runs, since ten runs rarely hold a one-in-six mode.
     let finite: Vec<f64> = obs
@@ -616,13 +578,7 @@ pub(crate) fn judge(obs: &Observation<'_>, direction: Direction, policy: &Policy
     let mut repeats_test = repeats;
     let mut verdict = match this {
         Side::Inside => HistoryVerdict::Unchanged,
-        breach if obs.confirms.is_empty() => {
-            if needed == 1 && previous_confirms(breach) {
-                confirmed(breach)
-            } else {
-                HistoryVerdict::Suspect
-            }
-        }
+        _ if obs.confirms.is_empty() => HistoryVerdict::Suspect,
         breach => {
             // Every re-run must breach the same way; one that does not clears the cell.
             let mut all = true;
@@ -746,7 +702,6 @@ mod tests {
             samples: &[],
             confirms: &[],
             baseline: None,
-            previous: None,
             max_reruns: MAX_RERUNS,
         }
     }
@@ -908,75 +863,31 @@ mod tests {
         );
     }
 
+    /// A breach is a suspect until this job measures it again, however clearly the night
+    /// before showed the same level: before issue 40 that night confirmed it (issue 31's
+    /// revert of a slow commit came out regressed that way), and a night measures another
+    /// time, maybe another host.
     #[test]
-    fn a_breach_that_the_previous_run_showed_at_the_same_level_is_confirmed() {
+    fn a_breach_alone_is_a_suspect_until_this_job_measures_it_again() {
         let h = quiet_history();
         let before: Vec<f64> = (0..30).map(|i| 1000.0 + (i % 5) as f64 - 2.0).collect();
-        let prev = [975.0, 975.5, 974.5, 975.2, 974.8, 975.1, 974.9, 975.3];
         let now = [975.4, 974.6, 975.0, 975.2, 974.7, 975.1, 974.9, 975.3];
         let o = Observation {
             history_samples: &before,
             samples: &now,
-            previous: Some(Previous {
-                value: 975.0,
-                samples: &prev,
-                verdict: Some("suspect"),
-            }),
             ..obs(&h, 975.0)
         };
         let j = judge(&o, Direction::Higher, &Policy::default());
-        assert_eq!(j.verdict, HistoryVerdict::Regressed, "{j:?}");
-        assert!(j.sigmas.unwrap() < -4.0, "{j:?}");
-        // A previous run its own re-run showed good confirms nothing.
-        let shown_good = Observation {
-            previous: Some(Previous {
-                verdict: Some("unchanged"),
-                ..o.previous.unwrap()
-            }),
-            ..o
-        };
-        assert_eq!(
-            judge(&shown_good, Direction::Higher, &Policy::default()).verdict,
-            HistoryVerdict::Suspect
-        );
-    }
-
-    /// Issue 31's night 15: the night before was a real regression at another level (414K
-    /// against a usual 425K); this night measures 400K on a revert. Its breach borrows
-    /// nothing from the night before: it is a suspect, to be re-run.
-    #[test]
-    fn a_previous_breach_at_another_level_confirms_nothing() {
-        let h = [
-            424.0, 425.0, 426.0, 423.0, 425.0, 427.0, 424.0, 425.0, 426.0, 424.0,
-        ];
-        let before: Vec<f64> = h.iter().flat_map(|v| [v - 0.5, *v, v + 0.5]).collect();
-        let prev = [414.0, 414.5, 413.6];
-        let now = [405.0, 398.0, 400.0];
-        let o = Observation {
-            history_samples: &before,
-            samples: &now,
-            previous: Some(Previous {
-                value: 414.0,
-                samples: &prev,
-                verdict: Some("regressed"),
-            }),
-            ..obs(&h, 400.0)
-        };
-        let j = judge(&o, Direction::Higher, &Policy::default());
         assert_eq!(j.verdict, HistoryVerdict::Suspect, "{j:?}");
-        // Three repeats against three can never say "same" at the 5% level (no interval
-        // exists), so even a previous breach at this level needs the re-run.
-        let same_level = Observation {
-            previous: Some(Previous {
-                value: 400.0,
-                samples: &[400.5, 399.0, 401.0],
-                verdict: Some("regressed"),
-            }),
+        assert!(j.sigmas.unwrap() < -4.0, "{j:?}");
+        let again = [975.1, 974.9, 975.2];
+        let confirmed = Observation {
+            confirms: &[&again, &again],
             ..o
         };
         assert_eq!(
-            judge(&same_level, Direction::Higher, &Policy::default()).verdict,
-            HistoryVerdict::Suspect
+            judge(&confirmed, Direction::Higher, &Policy::default()).verdict,
+            HistoryVerdict::Regressed
         );
     }
 

@@ -29,7 +29,7 @@ use crate::results::{CellResult, Outcome, RunResults};
 
 use super::detect::{
     judge, judge_loss, outlier_repeats, step_rel_sigma, within_run, HistoryVerdict, Judgement,
-    NumericsVerdict, Observation, OutlierRepeat, Policy, Previous, OUTLIER_MIN_REL, OUTLIER_SIGMAS,
+    NumericsVerdict, Observation, OutlierRepeat, Policy, OUTLIER_MIN_REL, OUTLIER_SIGMAS,
 };
 use super::environment::{excuse, explain, Finding};
 use super::error::HistoryError;
@@ -295,6 +295,7 @@ impl Judge<'_> {
             over_budget: Vec::new(),
             cells,
             reruns_gpu_s: 0.0,
+            reruns_gpu_s_by_cell: Default::default(),
         })
     }
 
@@ -631,8 +632,8 @@ fn same_code_elsewhere(judgement: &mut Judgement, good: &Point, results: &RunRes
 }
 
 /// The shipped speed verdict of one measurement against the earlier runs of its scope
-/// (oldest first): the band and the repeats' test ([`judge`]), confirmation by the re-run
-/// or by the previous run at the same level, the within-run noise capped by the history's,
+/// (oldest first): the band and the repeats' test ([`judge`]), confirmation by the re-runs
+/// (never by an earlier night), the within-run noise capped by the history's,
 /// the outlier repeats, and the environment's excuse. Pure: the gate calls it with the
 /// store's runs, `bench history study` with simulated nights, so the study measures what
 /// users get.
@@ -660,7 +661,7 @@ pub(crate) fn decide(
 }
 
 /// [`decide`] without the environment: the band and the repeats' test of one measurement
-/// of a metric where higher is better, confirmed by the re-runs or the previous run, and
+/// of a metric where higher is better, confirmed by the re-runs, and
 /// its outlier repeats. The energy verdict is this, with the speed's environment finding.
 pub(crate) fn band_verdict(
     scoped: &[&Point],
@@ -681,15 +682,6 @@ pub(crate) fn band_verdict(
     let history_within_rel = crate::metrics::stats::median(&lookback_within);
     let outlier_floor = OUTLIER_MIN_REL.max(OUTLIER_SIGMAS * history_within_rel.unwrap_or(0.0));
     let outliers = outlier_repeats(now.samples, outlier_floor);
-    let previous = scoped.last().map(|p| Previous {
-        value: p.value,
-        samples: if p.samples.is_empty() {
-            std::slice::from_ref(&p.value)
-        } else {
-            &p.samples
-        },
-        verdict: p.verdict.as_deref(),
-    });
     let obs = Observation {
         history: &history,
         history_samples: &history_samples,
@@ -699,7 +691,6 @@ pub(crate) fn band_verdict(
         samples: now.samples,
         confirms: now.confirms,
         baseline: now.baseline,
-        previous,
         max_reruns: now.max_reruns,
     };
     let mut judgement = judge(&obs, Direction::Higher, policy);
@@ -1145,9 +1136,19 @@ impl<'a> Confirmation<'a> {
             return None;
         }
         let left = self.budget_gpu_s.map(|b| b - self.spent);
-        let (chosen, out, cost) = within_budget(&wanted, &self.report, self.results, left);
+        let (chosen, out) = within_budget(&wanted, &self.report, self.results, left);
+        let cost: f64 = chosen.iter().map(|c| c.gpu_s).sum();
         self.spent += cost;
         self.report.reruns_gpu_s += cost;
+        for c in &chosen {
+            *self
+                .report
+                .reruns_gpu_s_by_cell
+                .entry(c.cell_id.clone())
+                .or_default() += c.gpu_s;
+        }
+        let chosen: Vec<(String, u32)> =
+            chosen.into_iter().map(|c| (c.cell_id, c.repeats)).collect();
         for id in out {
             if !self.over.contains(&id) {
                 self.over.push(id);
@@ -1276,15 +1277,22 @@ fn reruns_known(max_passes: usize) -> usize {
     }
 }
 
+/// One cell [`within_budget`] chose to re-run: with how many repeats, at what cost.
+struct Rerun {
+    cell_id: String,
+    repeats: u32,
+    gpu_s: f64,
+}
+
 /// The cells to re-run within `budget` GPU-seconds (each costs what it took in this run,
 /// times its GPUs; an unknown cell is re-run with twice its repeats, since its test asked
-/// for more), in the order given; those left out; and what the chosen ones cost.
+/// for more), in the order given, each with its cost; and those left out.
 fn within_budget(
     wanted: &[String],
     report: &GateReport,
     results: &RunResults,
     budget: Option<f64>,
-) -> (Vec<(String, u32)>, Vec<String>, f64) {
+) -> (Vec<Rerun>, Vec<String>) {
     let mut spent = 0.0;
     let (mut chosen, mut over) = (Vec::new(), Vec::new());
     for id in wanted {
@@ -1306,9 +1314,13 @@ fn within_budget(
             continue;
         }
         spent += cost;
-        chosen.push((id.clone(), repeats));
+        chosen.push(Rerun {
+            cell_id: id.clone(),
+            repeats,
+            gpu_s: cost,
+        });
     }
-    (chosen, over, spent)
+    (chosen, over)
 }
 
 /// Whether `seconds` of re-runs fit a `budget` of GPU-seconds. The default budget is a whole

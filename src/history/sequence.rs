@@ -475,7 +475,8 @@ mod tests {
     }
 
     /// A slowdown is regressed on its nights; clean nights of a bimodal cell do not alarm
-    /// through a borrowed confirmation, and the re-runs that costs are counted.
+    /// (one re-run in its slow mode does not confirm it), and the re-runs that costs are
+    /// counted.
     #[test]
     fn sequences_count_alarms_detections_and_reruns() {
         let c = bimodal();

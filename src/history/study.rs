@@ -160,7 +160,6 @@ pub(crate) fn simulate(
             samples: &x_draws,
             confirms: &[],
             baseline: None,
-            previous: None,
             max_reruns: detect::MAX_RERUNS,
         };
         let first = detect::judge(&obs, Direction::Higher, policy);

@@ -266,6 +266,10 @@ pub struct GateReport {
     /// GPU-seconds the confirming re-runs took (the pairs' are in each cell's).
     #[serde(default)]
     pub reruns_gpu_s: f64,
+    /// The same re-runs' GPU-seconds by cell (they add up to `reruns_gpu_s`), for the cost
+    /// of each cell's verdict.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub reruns_gpu_s_by_cell: std::collections::BTreeMap<String, f64>,
 }
 
 impl GateReport {
@@ -388,6 +392,7 @@ mod tests {
             over_budget: vec![],
             cells: vec![a, b],
             reruns_gpu_s: 0.0,
+            reruns_gpu_s_by_cell: Default::default(),
         };
         assert_eq!(r.to_confirm(), ["b", "a"]);
     }

@@ -142,6 +142,7 @@ mod tests {
             over_budget: vec![],
             cells: vec![c],
             reruns_gpu_s: 0.0,
+            reruns_gpu_s_by_cell: Default::default(),
         };
         let md = markdown(&r);
         assert!(md.contains("1 regressed, 0 improved"), "{md}");

@@ -28,6 +28,14 @@ pub struct ReportInput<'a> {
 /// there.
 pub use crate::history::cost::Cost;
 
+/// What one cell's verdict cost ([`ReportInput::cell_costs`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CellCost {
+    pub cell_id: String,
+    #[serde(flatten)]
+    pub cost: Cost,
+}
+
 impl<'a> ReportInput<'a> {
     /// What the verdict cost (see [`Cost`]).
     pub fn cost(&self) -> Cost {
@@ -47,6 +55,43 @@ impl<'a> ReportInput<'a> {
                     .sum(),
             ),
         }
+    }
+
+    /// What each cell's verdict cost, in the run's cell order: measuring it, its pairs, its
+    /// re-runs, and the bisections that searched it (a finding bisects one cell of its
+    /// group, which carries that cost). The cells' costs add up to [`Self::cost`].
+    pub fn cell_costs(&self) -> Vec<CellCost> {
+        let zero = |x: f64| if x == 0.0 { 0.0 } else { x };
+        self.results
+            .cells
+            .iter()
+            .map(|c| {
+                let id = c.id.as_str();
+                let judged = self.history.and_then(|h| h.cell(id));
+                CellCost {
+                    cell_id: id.to_string(),
+                    cost: Cost {
+                        measuring_gpu_s: zero(c.gpu_seconds()),
+                        pairs_gpu_s: zero(
+                            judged
+                                .and_then(|j| j.pairs.as_ref())
+                                .map_or(0.0, |p| p.gpu_s),
+                        ),
+                        reruns_gpu_s: zero(self.history.map_or(0.0, |h| {
+                            h.reruns_gpu_s_by_cell.get(id).copied().unwrap_or(0.0)
+                        })),
+                        triage_gpu_s: zero(
+                            self.findings
+                                .iter()
+                                .filter_map(|f| f.bisected.as_ref())
+                                .filter(|b| b.cell == id)
+                                .map(|b| b.gpu_s)
+                                .sum(),
+                        ),
+                    },
+                }
+            })
+            .collect()
     }
 
     /// What the sinks render of `results`, the judge's `verdicts` and the triage's

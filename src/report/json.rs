@@ -42,6 +42,8 @@ struct JsonReport<'a> {
     findings: &'a [crate::triage::Finding],
     /// What the verdict cost, GPU-seconds: measuring, confirming, triage.
     cost: crate::report::input::Cost,
+    /// The same by cell (they add up to `cost`).
+    cell_costs: Vec<crate::report::input::CellCost>,
 }
 
 /// The `report.json` sink.
@@ -78,6 +80,7 @@ impl Exporter for JsonExporter {
             cells: &c.cells,
             findings: input.findings,
             cost: input.cost(),
+            cell_costs: input.cell_costs(),
         };
         let mut s = serde_json::to_string_pretty(&doc).map_err(|e| ReportError::Render {
             format: "report.json",

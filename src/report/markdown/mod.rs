@@ -559,6 +559,7 @@ fn render(
             findings,
         };
         head.push_str(&format!("{}\n\n", input.cost().sentence()));
+        head.push_str(&cell_costs_table(&input.cell_costs()));
     }
 
     let drops = rule_drops(results);
@@ -689,5 +690,37 @@ fn render(
     ] {
         out.push_str(&part);
     }
+    out
+}
+
+/// The cost of each cell whose verdict took more than measuring it (pairs, re-runs or a
+/// bisection), GPU-seconds; empty when no cell's did: a quiet night's summary stays one
+/// sentence long.
+fn cell_costs_table(costs: &[crate::report::input::CellCost]) -> String {
+    let extra: Vec<_> = costs
+        .iter()
+        .filter(|c| c.cost.total() > c.cost.measuring_gpu_s)
+        .collect();
+    if extra.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "The cells whose verdict took more than measuring them, GPU-s:\n\n\
+         | cell | measuring | side by side | re-runs | triage | total |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
+    for c in extra {
+        let k = &c.cost;
+        out.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            code_cell(&c.cell_id),
+            k.measuring_gpu_s,
+            k.pairs_gpu_s,
+            k.reruns_gpu_s,
+            k.triage_gpu_s,
+            k.total()
+        ));
+    }
+    out.push('\n');
     out
 }
