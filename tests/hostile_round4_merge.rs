@@ -445,6 +445,10 @@ fn the_output_is_written_fresh_and_checked_before_anything_is_written() {
     std::fs::write(out.join("triage.json"), "[").unwrap();
     std::fs::write(out.join("fleet.json"), "{\"runs\": []}").unwrap();
     std::fs::create_dir_all(out.join("old-kind")).unwrap();
+    // ... and listed as its own, as that merge's `.bench-written` would.
+    let mut list = std::fs::read_to_string(out.join(".bench-written")).unwrap();
+    list.push_str("history.json\ntriage.json\nfleet.json\nold-kind\n");
+    std::fs::write(out.join(".bench-written"), list).unwrap();
     let o = merge(dir, &[&s1, &s2], &out, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     for stale in ["history.json", "triage.json", "fleet.json", "old-kind"] {
@@ -838,4 +842,48 @@ fn the_shards_costs_add_up_and_a_forged_one_is_refused() {
         &out,
         &["c1/night/history.json", "reruns_gpu_s is 1e308"],
     );
+}
+
+/// `bench report merge -o` over an earlier merge replaces only what that merge wrote: a
+/// note a person put there, or the `--baselines` it reads from inside it, is refused with
+/// exit 2 naming it, and nothing is deleted; both were deleted with exit 0 before.
+#[test]
+fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    assert!(out.join(".bench-written").is_file());
+    // Again over its own output: fine.
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+
+    std::fs::write(out.join("notes.txt"), "keep me\n").unwrap();
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("it holds notes.txt, which bench report merge did not write"),
+        "{}",
+        text(&o)
+    );
+    assert!(out.join("notes.txt").is_file());
+    std::fs::remove_file(out.join("notes.txt")).unwrap();
+
+    std::fs::create_dir_all(out.join("bl")).unwrap();
+    let o = bench(&[
+        "report",
+        "merge",
+        s1.to_str().unwrap(),
+        s2.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--baselines",
+        out.join("bl").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--baselines"), "{}", text(&o));
+    assert!(text(&o).contains("is inside -o"), "{}", text(&o));
+    assert!(out.join("bl").is_dir());
 }

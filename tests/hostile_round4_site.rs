@@ -446,3 +446,60 @@ fn a_50_mb_text_in_a_run_folder_makes_no_50_mb_report() {
         "summary.md says what was cut"
     );
 }
+
+/// `bench site -o` replaces only what it wrote: a rebuild over a site that holds a file a
+/// person put there (a CNAME), its own store, or the run folders `--runs` reads is refused
+/// with exit 2 naming it, and nothing is deleted; each was deleted with exit 0 before.
+#[test]
+fn a_site_rebuild_never_deletes_what_it_did_not_write_or_what_it_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = store(dir, "h.sqlite", 3, 4);
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(dir.join("site/.bench-written").is_file());
+    // A rebuild over its own output alone is fine.
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    std::fs::write(dir.join("site/CNAME"), "bench.example.org\n").unwrap();
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("it holds CNAME, which bench site did not write"),
+        "{}",
+        text(&o)
+    );
+    assert!(dir.join("site/CNAME").is_file());
+    std::fs::remove_file(dir.join("site/CNAME")).unwrap();
+
+    // The store inside the site.
+    std::fs::copy(&s, dir.join("site/store.sqlite")).unwrap();
+    let o = site(dir, Path::new("site/store.sqlite"), "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--history site/store.sqlite is inside -o"),
+        "{}",
+        text(&o)
+    );
+    assert!(dir.join("site/store.sqlite").is_file());
+    std::fs::remove_file(dir.join("site/store.sqlite")).unwrap();
+
+    // The run folders `--runs` reads, inside the site.
+    std::fs::create_dir_all(dir.join("site/results/night-1")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .current_dir(dir)
+        .args(["site", "--history"])
+        .arg(&s)
+        .args(["--runs", "site/results", "-o", "site"])
+        .env_remove("BENCH_HISTORY")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--runs site/results is inside -o"),
+        "{}",
+        text(&o)
+    );
+    assert!(dir.join("site/results/night-1").is_dir());
+}

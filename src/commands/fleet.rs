@@ -175,6 +175,7 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     for dir in &args.run_dirs {
         folders.push(merge::read_folder(dir)?);
     }
+    crate::files::input_outside_output("--baselines", &args.baselines, &args.output)?;
     let out = check_output(&args.output, &args.run_dirs)?;
     let runs = merge::by_run(folders);
     let missing = missing_kinds(&expected, &runs);
@@ -192,6 +193,13 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     } else {
         merge_fleet(runs, stage.path(), &out, &missing, args)
     };
+    // The list of what the merge wrote, so a later merge over the folder can tell a file a
+    // person put there from its own.
+    let exit = exit.and_then(|exit| {
+        crate::files::list_written(stage.path())
+            .map(|()| exit)
+            .map_err(|e| CliError::internal(miette::miette!("{}: {e}", stage.path().display())))
+    });
     match exit {
         Ok(exit) => {
             stage.commit()?;
@@ -262,28 +270,6 @@ impl Stage {
     }
 }
 
-/// `path` absolute, with the links of its existing part resolved, so that two spellings of
-/// one folder compare equal.
-fn resolved(path: &Path) -> PathBuf {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut existing = abs.clone();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.file_name(), existing.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_os_string());
-                existing = parent.to_path_buf();
-            }
-            _ => return abs,
-        }
-    }
-    let mut out = std::fs::canonicalize(&existing).unwrap_or(existing);
-    for name in rest.into_iter().rev() {
-        out.push(name);
-    }
-    out
-}
-
 /// The output must be a folder apart from every input (written over an input it would
 /// truncate that shard's logs while copying them onto themselves and replace its
 /// results), new, empty or an earlier merge's (it is replaced whole), and a folder that
@@ -292,9 +278,9 @@ fn resolved(path: &Path) -> PathBuf {
 /// leads.
 fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
     crate::files::output_folder("-o", out)?;
-    let o = resolved(out);
+    let o = crate::files::resolved(out);
     for input in inputs {
-        let i = resolved(input);
+        let i = crate::files::resolved(input);
         if o == i || o.starts_with(&i) || i.starts_with(&o) {
             return Err(CliError::bad_input(miette::miette!(
                 "-o {} and the input {} are one folder or one holds the other: write the merge to a folder of its own",
@@ -318,6 +304,9 @@ fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
                 merge::SHARDS_FILE
             )));
         }
+        // An earlier merge's folder holding what the merge did not write (a note, a
+        // baselines folder) is refused rather than replaced with it.
+        crate::files::only_listed_entries(&o, out, "bench report merge")?;
     }
     Ok(o)
 }

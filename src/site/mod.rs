@@ -74,6 +74,18 @@ pub(crate) fn command(settings: &SiteSettings) -> Result<i32, CliError> {
 
 /// Builds the site of `settings.history` into `settings.output`.
 pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
+    // What the site reads must not be inside what it replaces: a store or run folders
+    // under `-o` were deleted with the previous site.
+    if !settings.history.contains("://") {
+        crate::files::input_outside_output(
+            "--history",
+            Path::new(&settings.history),
+            &settings.output,
+        )?;
+    }
+    if let Some(dir) = &settings.runs {
+        crate::files::input_outside_output("--runs", dir, &settings.output)?;
+    }
     let out = &output_folder(&settings.output)?;
     if let Some(dir) = &settings.runs {
         if !dir.is_dir() {
@@ -191,6 +203,9 @@ fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
             "a folder holding files bench site did not write (no {MARKER} in it); the site replaces its output folder whole, so give a new or empty folder, or a site bench wrote"
         )));
     }
+    // A site bench wrote, with something a person put beside its pages (a CNAME, the
+    // store itself): refused, since the rebuild would delete it.
+    crate::files::only_listed_entries(&dir, out, "bench site")?;
     Ok(dir)
 }
 
@@ -225,6 +240,13 @@ fn write_fresh(
     std::fs::write(staging.path().join(MARKER), &marker)
         .map_err(|e| io("cannot write", &staging.path().join(MARKER), e))?;
     written.bytes += marker.len() as u64;
+    crate::files::list_written(staging.path()).map_err(|e| {
+        io(
+            "cannot write",
+            &staging.path().join(crate::files::WRITTEN_LIST),
+            e,
+        )
+    })?;
     let new = staging.keep();
     if out.exists() {
         let old = tempfile::Builder::new()
