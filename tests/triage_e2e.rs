@@ -738,3 +738,63 @@ fn ctrl_c_during_a_triage_setup_gives_130_in_every_output() {
     assert_eq!(again.status.code(), Some(130), "{}", text(&again));
     says_130("bench report");
 }
+
+/// Ctrl-C while the side-by-side confirmation's setup of the last good commit hangs stops
+/// the nightly with 130, as it does in the triage's setup: the runner's handler, still
+/// installed after the cells, counted the signal where nothing read it, and the night went
+/// on through the whole triage to exit 1 (the same with SIGTERM, which CI sends).
+#[test]
+fn ctrl_c_during_the_pairs_setup_gives_130() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    let lab = Lab::new();
+    for n in 1..=5 {
+        std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
+        commit(&lab.repo, &format!("docs: night {n}"));
+        let o = lab.night(&format!("night{n}"), &[], &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    }
+    let base = git(&lab.repo, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        lab.repo.join("kernels.a.txt"),
+        format!("{KERNELS}elementwise_copy_kernel 320\n"),
+    )
+    .unwrap();
+    commit(&lab.repo, "slow");
+    // The pairs' setup of the last good commit says it started, then hangs.
+    let started = lab.repo.parent().unwrap().join("pairs-setup-started");
+    let setup = format!(
+        "[ \"$BENCH_BISECT_COMMIT\" != {base} ] || {{ touch '{}'; sleep 600; }}",
+        started.display()
+    );
+    let mut cmd = lab.night_command("night6", &["--triage-setup", &setup], &[]);
+    cmd.stdout(std::process::Stdio::piped()).process_group(0);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !started.exists() {
+        seen.extend(lines.try_iter());
+        assert!(
+            Instant::now() < deadline,
+            "the pairs' setup never started: {seen:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
+    let mut shown = String::new();
+    stdout.read_to_string(&mut shown).unwrap();
+    let all = format!("{shown}\n{}", seen.join("\n"));
+    let last = shown
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("result:"))
+        .unwrap_or_else(|| panic!("no result line: {all}"));
+    assert!(last.starts_with("result: INTERRUPTED (exit 130)"), "{all}");
+    let r = lab.report("night6");
+    assert_eq!(r["exit_code"], 130, "{r:#}");
+    let txt = lab.file("night6", "summary.txt");
+    assert_eq!(txt.lines().last(), Some(last), "summary.txt: {txt}");
+}

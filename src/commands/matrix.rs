@@ -309,6 +309,14 @@ fn judge_against_history(
             .fold(0.0, f64::max);
         confirm.raise_budget(cap);
     }
+    // The pairs run setups and repeats in a worktree as the bisection does, and stop the
+    // way it stops: the first Ctrl-C or SIGTERM is passed on to the running child and ends
+    // the confirmation with 130. The runner's handler, still installed after the cells,
+    // counted such a signal where nothing read it: the night went on through the whole
+    // triage and exited 1.
+    if !requests.is_empty() {
+        crate::bisect::probe::install_signal_handlers()?;
+    }
     // A last good commit whose setup failed (or hung) is not set up again for another cell.
     let mut unusable: Vec<(String, String)> = Vec::new();
     for req in requests {
