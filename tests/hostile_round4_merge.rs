@@ -599,6 +599,25 @@ fn an_expected_hardware_kind_that_never_uploaded_is_named_and_fails_the_fleet() 
         "{}",
         text(&o)
     );
+    // Stdout's last verdict is the fleet's, the exit code returned (the run's own summary
+    // above it said `result: ok (exit 0)` last), and in JSON stdout is the fleet's report.
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let last = stdout.lines().rev().find(|l| l.starts_with("result:"));
+    assert_eq!(last, Some("result: FAILED (exit 1)"), "{stdout}");
+    assert!(
+        stdout.contains("expected, never merged: hardware kind mi300x"),
+        "{stdout}"
+    );
+    let o = merge(
+        dir,
+        &[&s1, &s2],
+        &dir.join("fleet-json"),
+        &["--expect-kinds", &expect, "--format", "json"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    assert_eq!(doc["exit_code"], 1, "{doc:#}");
+    assert_eq!(doc["missing"].as_array().unwrap().len(), 1, "{doc:#}");
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(summary.contains("hardware kind mi300x"), "{summary}");
     assert!(summary.contains("1 missing"), "{summary}");

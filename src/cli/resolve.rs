@@ -225,6 +225,7 @@ pub(crate) fn merge(args: &MergeArgs) -> MergeSettings {
         verbose: args.verbose,
         gpu_hour_price: args.gpu_hour_price,
         expect_kinds: args.expect_kinds.clone(),
+        run_stdout: true,
     }
 }
 

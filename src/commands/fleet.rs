@@ -175,8 +175,7 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
     for dir in &args.run_dirs {
         folders.push(merge::read_folder(dir)?);
     }
-    crate::files::input_outside_output("--baselines", &args.baselines, &args.output)?;
-    let out = check_output(&args.output, &args.run_dirs)?;
+    let out = check_output(&args.output, &args.run_dirs, &args.baselines)?;
     let runs = merge::by_run(folders);
     let missing = missing_kinds(&expected, &runs);
     // Every run is merged and checked (its baseline file too) before anything is written:
@@ -191,7 +190,12 @@ pub(crate) fn merge_command(args: &MergeSettings) -> Result<i32, CliError> {
         let run = runs.remove(0);
         merge::merge_run(run, stage.path(), args).map(|m| m.exit)
     } else {
-        merge_fleet(runs, stage.path(), &out, &missing, args)
+        // In JSON the fleet's report is stdout's one document (each run's would be one more).
+        let args = MergeSettings {
+            run_stdout: args.format != crate::format::Format::Json,
+            ..args.clone()
+        };
+        merge_fleet(runs, stage.path(), &out, &missing, &args)
     };
     // The list of what the merge wrote, so a later merge over the folder can tell a file a
     // person put there from its own.
@@ -276,7 +280,7 @@ impl Stage {
 /// can be written ([`crate::files::output_folder`]: not a link that leads nowhere, a file,
 /// or under one, nor read-only). Returns the folder to write: where a link to a folder
 /// leads.
-fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
+fn check_output(out: &Path, inputs: &[PathBuf], baselines: &Path) -> Result<PathBuf, CliError> {
     crate::files::output_folder("-o", out)?;
     let o = crate::files::resolved(out);
     for input in inputs {
@@ -289,6 +293,8 @@ fn check_output(out: &Path, inputs: &[PathBuf]) -> Result<PathBuf, CliError> {
             )));
         }
     }
+    // The baselines the merge reads would go with the folder it replaces.
+    crate::files::input_outside_output("--baselines", baselines, out)?;
     if o.is_dir() {
         let mut entries = std::fs::read_dir(&o)
             .map_err(|e| CliError::bad_input(miette::miette!("-o {}: {e}", out.display())))?;
@@ -371,7 +377,8 @@ pub(crate) fn merge_fleet(
     let summary = fleet::render_summary(&parts, &summaries, missing);
     write("summary.md", &summary)?;
     write("junit.xml", &fleet::render_junit(&parts, missing)?)?;
-    write("report.json", &fleet::render_json(&parts, missing)?)?;
+    let json = fleet::render_json(&parts, missing)?;
+    write("report.json", &json)?;
     write("report.html", &fleet::render_html(&parts, missing))?;
     // The fleet's summary replaces the runs' own in the job's page: each run's was
     // appended when it was merged, which a reader then sees in full below the fleet's.
@@ -397,6 +404,37 @@ pub(crate) fn merge_fleet(
             p.folder, p.input.results.run_id, p.exit
         );
     }
+    // Stdout ends with the fleet's verdict, the exit code this command returns: each run's
+    // summary above it ends with that run's own, which a missing kind does not change.
+    let stdout = match args.format {
+        crate::format::Format::Json => {
+            let mut j = json;
+            if !j.ends_with('\n') {
+                j.push('\n');
+            }
+            j
+        }
+        crate::format::Format::Human => {
+            let word = if exit == 0 { "ok" } else { "FAILED" };
+            let missing_words = if missing.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; expected, never merged: {}",
+                    missing
+                        .iter()
+                        .map(|m| crate::sanitize::inline(m).into_owned())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            };
+            format!(
+                "\nfleet: {} run(s) merged{missing_words}\nresult: {word} (exit {exit})\n",
+                parts.len()
+            )
+        }
+    };
+    let _ = crate::exit::write_stdout(&stdout);
     Ok(exit)
 }
 

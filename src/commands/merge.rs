@@ -42,6 +42,9 @@ pub(crate) struct MergeSettings {
     pub gpu_hour_price: Option<f64>,
     /// The hardware kinds the fleet must hold (`KIND` or `KIND=SHARDS`), as given.
     pub expect_kinds: Vec<String>,
+    /// Whether each merged run prints its summary (or JSON report) on stdout: a fleet in
+    /// JSON prints its own report instead, so stdout is one document.
+    pub run_stdout: bool,
 }
 
 /// One shard's folder as the merge found it.
@@ -317,15 +320,26 @@ pub(crate) fn merge_run(
     let mut findings = crate::triage::findings(&merged.results, &verdicts);
     super::triage::carry(&dirs, &mut findings)?;
     super::triage::save(out, &findings)?;
-    let exit = crate::report::finish_run(
-        out,
-        &merged.results,
-        &verdicts,
-        &findings,
-        args.format,
-        args.verbose,
-        args.gpu_hour_price,
-    )?;
+    let exit = if args.run_stdout {
+        crate::report::finish_run(
+            out,
+            &merged.results,
+            &verdicts,
+            &findings,
+            args.format,
+            args.verbose,
+            args.gpu_hour_price,
+        )?
+    } else {
+        crate::report::write_files(
+            out,
+            &merged.results,
+            &verdicts,
+            &findings,
+            args.gpu_hour_price,
+        )?;
+        crate::report::input::ReportInput::new(&merged.results, &verdicts, &findings).exit_code()
+    };
     append_shards_section(out, &merged)?;
     let complete = merged.complete();
     Ok(MergedRun {
