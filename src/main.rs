@@ -24,7 +24,23 @@ fn main() {
         }
         default(info)
     }));
-    let code = match bench::cli::dispatch(Cli::parse()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` into a pipe whose reader is gone end with 141, as every
+        // other output does (clap's own printing ignored the closed pipe and exited 0). A
+        // terminal gets clap's colours; usage errors go to stderr with exit 2 as before.
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            ) && !std::io::IsTerminal::is_terminal(&std::io::stdout()) =>
+        {
+            let _ = bench::exit::write_stdout(&e.to_string());
+            std::process::exit(0);
+        }
+        Err(e) => e.exit(),
+    };
+    let code = match bench::cli::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             // Plain rendering: our messages already carry `file:line:column` and a caret

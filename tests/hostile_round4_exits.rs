@@ -216,7 +216,7 @@ fn a_fail_fast_stop_gives_exit_1_in_every_output() {
 
 /// A closed standard output ends every command that prints a listing with 141, as SIGPIPE
 /// would end a program and as the reference's exit-code table says: `bench matrix
-/// --dry-run`, `bench completions` and `bench man` exited 0, so under `set -o pipefail` a
+/// --dry-run`, `bench completions`, `bench man` and `--help` exited 0, so under `set -o pipefail` a
 /// listing cut by its reader passed for whole, while `bench history` exited 141.
 #[test]
 fn a_closed_standard_output_ends_every_listing_with_141() {
@@ -228,6 +228,9 @@ fn a_closed_standard_output_ends_every_listing_with_141() {
         vec!["matrix", m, "--dry-run", "--format", "json"],
         vec!["completions", "bash"],
         vec!["man"],
+        vec!["--help"],
+        vec!["matrix", "--help"],
+        vec!["--version"],
     ] {
         // A pipe whose reader is gone before bench writes: the first write fails with EPIPE.
         let (reader, writer) = std::io::pipe().unwrap();
