@@ -148,6 +148,21 @@ fn shards_whose_plans_disagree_are_refused_naming_both_plans() {
         &out,
         &["other/night/shard.json: cells[0]", "different plans"],
     );
+    // The same cells in the same shards, one of them planned at other steps: a plan was
+    // edited, and it was merged with exit 0 before.
+    let edited = copy_shard(&s2, dir, "edited");
+    let mut plan = read_json(&edited.join("shard.json"));
+    plan["cells"][0]["cell"]["params"]["steps"] = 999.into();
+    write_json(&edited.join("shard.json"), &plan);
+    let o = merge(dir, &[&s1, &edited], &out, &[]);
+    refused(
+        &o,
+        &out,
+        &[
+            "edited/night/shard.json: cells[0]",
+            "planned with other parameters",
+        ],
+    );
 }
 
 #[test]

@@ -626,9 +626,10 @@ fn results_file(f: &Folder) -> PathBuf {
     f.dir.join(RunResults::FILE)
 }
 
-/// Every shard computed one plan: the same cells, each in the same shard. Shards that
-/// split the run differently (the history changed between their starts, or a plan was
-/// edited) cannot be merged into one run: a cell could be run twice or by nobody.
+/// Every shard computed one plan: the same cells, with the same parameters, each in the
+/// same shard. Shards that split the run differently (the history changed between their
+/// starts, or a plan was edited) cannot be merged into one run: a cell could be run twice
+/// or by nobody, or at steps its twin in the other plan does not have.
 fn check_plans(folders: &[Folder]) -> Result<(), CliError> {
     let first = &folders[0];
     for f in &folders[1..] {
@@ -638,6 +639,17 @@ fn check_plans(folders: &[Folder]) -> Result<(), CliError> {
             .zip(b)
             .position(|(x, y)| x.cell.id != y.cell.id || x.shard != y.shard)
             .or((a.len() != b.len()).then_some(a.len().min(b.len())));
+        // Same cells in the same shards, but one cell planned with other parameters (its
+        // steps, repeats, workload): the shards still did not compute one plan.
+        let params = a.iter().zip(b).position(|(x, y)| x.cell != y.cell);
+        if let (None, Some(i)) = (differs, params) {
+            return Err(CliError::bad_input(miette::miette!(
+                "{}: cells[{i}] ({}) is planned with other parameters than in {}: the shards computed different plans (a plan was edited); run the night again with one plan",
+                plan_file(f).display(),
+                crate::sanitize::inline(b[i].cell.id.as_str()),
+                plan_file(first).display(),
+            )));
+        }
         if let Some(i) = differs {
             let at = |cells: &[super::shard::Planned]| match cells.get(i) {
                 Some(p) => format!(
