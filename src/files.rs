@@ -291,6 +291,143 @@ fn writable(flag: &'static str, shown: &Path, start: &Path) -> Result<(), Output
     Ok(())
 }
 
+/// The file in which a command that replaces its output folder whole (`bench site -o`,
+/// `bench report merge -o`) lists, one relative path a line, every file and folder it
+/// wrote there: a later run over the folder then knows which entries are its own to
+/// replace and which a person or another tool put there (a `CNAME`, a note in `logs/`, a
+/// store, run folders), and refuses rather than delete those.
+pub const WRITTEN_LIST: &str = ".bench-written";
+
+/// The largest [`WRITTEN_LIST`] read: a site of a hundred thousand pages lists a few MB.
+const MAX_WRITTEN_LIST: u64 = 64 * MIB;
+
+/// Every path under `dir`, relative to it, sorted: folders are walked, links are listed
+/// and never followed.
+fn walk(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut todo = vec![std::path::PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for e in std::fs::read_dir(dir.join(&rel))? {
+            let e = e?;
+            let path = rel.join(e.file_name());
+            if e.file_type()?.is_dir() {
+                todo.push(path.clone());
+            }
+            out.push(path.to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Writes [`WRITTEN_LIST`] into `dir`, naming every file and folder in it (the list
+/// included): called last, when the command has written everything.
+pub fn list_written(dir: &Path) -> std::io::Result<()> {
+    let mut names = walk(dir)?;
+    names.push(WRITTEN_LIST.to_string());
+    names.sort();
+    names.dedup();
+    let mut text = names.join("\n");
+    text.push('\n');
+    std::fs::write(dir.join(WRITTEN_LIST), text)
+}
+
+/// The paths under `dir` (an earlier output of a command that replaces it whole) that its
+/// [`WRITTEN_LIST`] does not name, sorted; `None` when it has no list that reads (none, a
+/// folder or FIFO in its place, too large, not UTF-8): then nothing tells bench's files
+/// from anyone else's.
+pub fn unlisted_entries(dir: &Path) -> Option<Vec<String>> {
+    let list = read_to_string_bounded(&dir.join(WRITTEN_LIST), MAX_WRITTEN_LIST).ok()?;
+    let listed: std::collections::HashSet<&str> = list.lines().collect();
+    let found = walk(dir).ok()?;
+    Some(
+        found
+            .into_iter()
+            .filter(|n| !listed.contains(n.as_str()))
+            .collect(),
+    )
+}
+
+/// `path` absolute, with the links of its existing part resolved, so that two spellings of
+/// one place (`site/../site/x`, a link to it) compare equal.
+pub fn resolved(path: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = abs.clone();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            _ => return abs,
+        }
+    }
+    let mut out = std::fs::canonicalize(&existing).unwrap_or(existing);
+    for name in rest.into_iter().rev() {
+        out.push(name);
+    }
+    out
+}
+
+/// Refuses an input (`flag` names it) that lies inside the output folder `out`, which the
+/// command replaces whole: the store, the run folders or the baselines a command reads
+/// would be deleted with the previous output (exit 2, naming both).
+pub fn input_outside_output(
+    flag: &str,
+    input: &Path,
+    out: &Path,
+) -> Result<(), crate::error::CliError> {
+    let (i, o) = (resolved(input), resolved(out));
+    if i == o || i.starts_with(&o) {
+        return Err(crate::error::CliError::bad_input(miette::miette!(
+            "{flag} {} is inside -o {}, which is replaced whole: keep what the command reads outside its output folder",
+            input.display(),
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an earlier output `dir` (given with `-o` as `shown`) that holds entries its
+/// [`WRITTEN_LIST`] does not name, or has no list that reads: `what` ("bench site")
+/// replaces the folder whole and would delete them (exit 2, naming them). An empty folder
+/// is fine.
+pub fn only_listed_entries(
+    dir: &Path,
+    shown: &Path,
+    what: &str,
+) -> Result<(), crate::error::CliError> {
+    let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
+    if empty {
+        return Ok(());
+    }
+    match unlisted_entries(dir) {
+        None => Err(crate::error::CliError::bad_input(miette::miette!(
+            "-o {}: it holds no readable {WRITTEN_LIST}, the list of what {what} wrote there (an output of an older bench, or the list was removed or damaged), so its files cannot be told from anyone else's; {what} replaces its output folder whole: give a new or empty folder",
+            shown.display()
+        ))),
+        Some(foreign) if !foreign.is_empty() => {
+            let names: Vec<String> = foreign
+                .iter()
+                .take(5)
+                .map(|n| crate::sanitize::inline(n).into_owned())
+                .collect();
+            let more = if foreign.len() > 5 {
+                format!(" and {} more", foreign.len() - 5)
+            } else {
+                String::new()
+            };
+            Err(crate::error::CliError::bad_input(miette::miette!(
+                "-o {}: it holds {}{more}, which {what} did not write ({WRITTEN_LIST} lists what it wrote); {what} replaces its output folder whole, so move those out or give a new folder",
+                shown.display(),
+                names.join(", ")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,112 +523,38 @@ mod tests {
             std::io::ErrorKind::NotFound
         );
     }
-}
 
-/// The file in which a command that replaces its output folder whole (`bench site -o`,
-/// `bench report merge -o`) lists, one name a line, the entries it wrote at the folder's
-/// top: a later run over the folder then knows which entries are its own to replace and
-/// which a person or another tool put there (a `CNAME`, a store, run folders), and refuses
-/// rather than delete those.
-pub const WRITTEN_LIST: &str = ".bench-written";
-
-/// Writes [`WRITTEN_LIST`] into `dir`, naming every entry at its top (the list included):
-/// called last, when the command has written everything.
-pub fn list_written(dir: &Path) -> std::io::Result<()> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect::<std::io::Result<_>>()?;
-    names.push(WRITTEN_LIST.to_string());
-    names.sort();
-    names.dedup();
-    let mut text = names.join("\n");
-    text.push('\n');
-    std::fs::write(dir.join(WRITTEN_LIST), text)
-}
-
-/// The entries at the top of `dir` (an earlier output of a command that replaces it whole)
-/// that its [`WRITTEN_LIST`] does not name, sorted; `None` when it has no readable list (an
-/// output of a bench before the list), where only the command's own signs can tell.
-pub fn unlisted_entries(dir: &Path) -> Option<Vec<String>> {
-    let list = read_to_string_bounded(&dir.join(WRITTEN_LIST), 4 * MIB).ok()?;
-    let listed: std::collections::HashSet<&str> = list.lines().collect();
-    let mut foreign: Vec<String> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !listed.contains(n.as_str()))
-        .collect();
-    foreign.sort();
-    Some(foreign)
-}
-
-/// `path` absolute, with the links of its existing part resolved, so that two spellings of
-/// one place (`site/../site/x`, a link to it) compare equal.
-pub fn resolved(path: &Path) -> std::path::PathBuf {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut existing = abs.clone();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.file_name(), existing.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_os_string());
-                existing = parent.to_path_buf();
-            }
-            _ => return abs,
-        }
-    }
-    let mut out = std::fs::canonicalize(&existing).unwrap_or(existing);
-    for name in rest.into_iter().rev() {
-        out.push(name);
-    }
-    out
-}
-
-/// Refuses an input (`flag` names it) that lies inside the output folder `out`, which the
-/// command replaces whole: the store, the run folders or the baselines a command reads
-/// would be deleted with the previous output (exit 2, naming both).
-pub fn input_outside_output(
-    flag: &str,
-    input: &Path,
-    out: &Path,
-) -> Result<(), crate::error::CliError> {
-    let (i, o) = (resolved(input), resolved(out));
-    if i == o || i.starts_with(&o) {
-        return Err(crate::error::CliError::bad_input(miette::miette!(
-            "{flag} {} is inside -o {}, which is replaced whole: keep what the command reads outside its output folder",
-            input.display(),
-            out.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses an earlier output `dir` (given with `-o` as `shown`) that holds entries its
-/// [`WRITTEN_LIST`] does not name: `what` ("bench site") replaces the folder whole and
-/// would delete them (exit 2, naming them).
-pub fn only_listed_entries(
-    dir: &Path,
-    shown: &Path,
-    what: &str,
-) -> Result<(), crate::error::CliError> {
-    match unlisted_entries(dir) {
-        Some(foreign) if !foreign.is_empty() => {
-            let names: Vec<String> = foreign
-                .iter()
-                .take(5)
-                .map(|n| crate::sanitize::inline(n).into_owned())
-                .collect();
-            let more = if foreign.len() > 5 {
-                format!(" and {} more", foreign.len() - 5)
-            } else {
-                String::new()
-            };
-            Err(crate::error::CliError::bad_input(miette::miette!(
-                "-o {}: it holds {}{more}, which {what} did not write ({WRITTEN_LIST} lists what it wrote); {what} replaces its output folder whole, so move those out or give a new folder",
-                shown.display(),
-                names.join(", ")
-            )))
-        }
-        _ => Ok(()),
+    #[test]
+    fn a_written_list_names_what_was_written_and_nothing_added_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        only_listed_entries(d, d, "bench site").expect("an empty folder is fine");
+        std::fs::write(d.join("index.html"), "x").unwrap();
+        assert_eq!(unlisted_entries(d), None, "no list: nothing can be told");
+        assert!(only_listed_entries(d, d, "bench site").is_err());
+        std::fs::create_dir(d.join("runs")).unwrap();
+        std::fs::write(d.join("runs/r1.html"), "x").unwrap();
+        list_written(d).unwrap();
+        assert_eq!(unlisted_entries(d), Some(vec![]));
+        std::fs::write(d.join("CNAME"), "x").unwrap();
+        std::fs::write(d.join("a\nb"), "x").unwrap();
+        std::fs::write(d.join("runs/precious.txt"), "x").unwrap();
+        assert_eq!(
+            unlisted_entries(d),
+            Some(vec![
+                "CNAME".to_string(),
+                "a\nb".to_string(),
+                "runs/precious.txt".to_string()
+            ])
+        );
+        let e = only_listed_entries(d, d, "bench site").unwrap_err();
+        let m = format!("{}", e.report());
+        assert!(
+            m.contains("it holds CNAME, a\\nb, runs/precious.txt, which bench site"),
+            "{m}"
+        );
+        // A list that is not a file, or does not read as UTF-8, is no list.
+        std::fs::write(d.join(WRITTEN_LIST), b"index.html\n\xff\xfe\n").unwrap();
+        assert_eq!(unlisted_entries(d), None);
     }
 }

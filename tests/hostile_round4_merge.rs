@@ -921,3 +921,65 @@ fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
     assert!(text(&o).contains("is inside -o"), "{}", text(&o));
     assert!(out.join("bl").is_dir());
 }
+
+/// The figures a merged or re-rendered run's cost is summed from are checked like every
+/// other figure: re-runs by cell that do not add up to their total, a cell judged twice, a
+/// bisection's GPU-seconds no run spends or of a cell not in the run are refused with exit
+/// 2 by `bench report merge` and `bench report`, naming the file; they were summed into a
+/// cost its cells did not add up to (or 1e308 GPU-s).
+#[test]
+fn a_forged_cost_in_a_run_folder_is_refused_by_merge_and_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let store = dir.join("h.sqlite");
+    let store = store.to_str().unwrap();
+    let s1 = shard(dir, "night", "1/2", &["--history", store]);
+    let s2 = shard(dir, "night", "2/2", &["--history", store]);
+    let cell = read_json(&s1.join("results.json"))["cells"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+        (
+            "sum",
+            Box::new(|h: &mut Value| {
+                h["reruns_gpu_s"] = 5.0.into();
+                h["reruns_gpu_s_by_cell"] = serde_json::json!({ "x": 100.0 });
+            }),
+            "reruns_gpu_s_by_cell names x",
+        ),
+        (
+            "twice",
+            Box::new(|h: &mut Value| {
+                let c = h["cells"][0].clone();
+                h["cells"].as_array_mut().unwrap().push(c);
+            }),
+            "is judged twice",
+        ),
+    ];
+    for (name, edit, says) in cases {
+        let d = copy_shard(&s1, dir, name);
+        let mut h = read_json(&s1.join("history.json"));
+        edit(&mut h);
+        write_json(&d.join("history.json"), &h);
+        let out = dir.join(format!("out-{name}"));
+        let o = merge(dir, &[&d, &s2], &out, &[]);
+        refused(&o, &out, &[says]);
+    }
+    // A merged folder edited afterwards: `bench report` refuses it too.
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let mut h = read_json(&out.join("history.json"));
+    h["reruns_gpu_s"] = 1e308.into();
+    write_json(&out.join("history.json"), &h);
+    let o = bench(&[
+        "report",
+        out.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("reruns_gpu_s is 1e308"), "{}", text(&o));
+    let _ = cell;
+}

@@ -70,8 +70,8 @@ fn a_rebuilt_site_holds_only_the_pages_of_the_store_it_was_built_from() {
     let out = tmp.path().join("site");
     assert_eq!(pages(&out.join("cells")), 12);
     assert_eq!(pages(&out.join("runs")), 10);
-    // A page bench never wrote, left in the site by hand, goes too: the site is replaced.
-    std::fs::write(out.join("cells/stale.html"), "old").unwrap();
+    // The pages of the cells and runs the smaller store does not have go: the site is
+    // replaced (a page put there by hand is refused instead, by name: see below).
     let o = site(tmp.path(), &small, "site");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(pages(&out.join("cells")), 4, "stale cell pages stay");
@@ -502,4 +502,40 @@ fn a_site_rebuild_never_deletes_what_it_did_not_write_or_what_it_reads() {
         text(&o)
     );
     assert!(dir.join("site/results/night-1").is_dir());
+}
+
+/// The list protects what is below the top too (a file put in `cells/` or `assets/`), a
+/// site whose list is gone or damaged is refused rather than deleted with what it holds,
+/// and `-o site/cells/..` is the site itself (its rename failed with exit 3 after the
+/// whole build).
+#[test]
+fn a_site_rebuild_checks_every_file_against_its_list() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = store(dir, "h.sqlite", 3, 4);
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = site(dir, &s, "site/cells/..");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    std::fs::write(dir.join("site/assets/custom.css"), "body{}").unwrap();
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("it holds assets/custom.css"),
+        "{}",
+        text(&o)
+    );
+    assert!(dir.join("site/assets/custom.css").is_file());
+    std::fs::remove_file(dir.join("site/assets/custom.css")).unwrap();
+
+    std::fs::write(dir.join("site/.bench-written"), b"index.html\n\xff\n").unwrap();
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("no readable .bench-written"),
+        "{}",
+        text(&o)
+    );
+    assert!(dir.join("site/index.html").is_file());
 }

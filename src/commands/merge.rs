@@ -320,6 +320,20 @@ pub(crate) fn merge_run(
     let mut findings = crate::triage::findings(&merged.results, &verdicts);
     super::triage::carry(&dirs, &mut findings)?;
     super::triage::save(out, &findings)?;
+    // The merged cost is the shards' figures summed (history.json's, and triage.json's
+    // carried over): refused as at every other door when no run can have spent them. The
+    // merge is written in a stage folder, so a refusal leaves the output as it was.
+    if let Some(why) = crate::report::input::ReportInput::new(&merged.results, &verdicts, &findings)
+        .implausible_cost()
+    {
+        return Err(CliError::bad_input(miette::miette!(
+            "the shards' files ({}): {why}",
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
     let exit = if args.run_stdout {
         crate::report::finish_run(
             out,

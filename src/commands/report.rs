@@ -82,6 +82,16 @@ pub(crate) fn report(settings: &ReportSettings) -> Result<i32, CliError> {
     // A merged run's unfinished shards fail it here as they did when it was merged.
     verdicts.comparison.run_failures = super::merge::shard_failures(&dir)?;
     let findings = super::triage::findings(&results, &verdicts, &dir)?;
+    // The cost the reports state comes from files of the folder: refused, naming the file
+    // and field, before any report is written again from them.
+    if let Some(why) =
+        crate::report::input::ReportInput::new(&results, &verdicts, &findings).implausible_cost()
+    {
+        return Err(CliError::bad_input(miette::miette!(
+            "{}: {why}",
+            dir.display()
+        )));
+    }
     crate::report::finish_run(
         &dir,
         &results,

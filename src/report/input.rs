@@ -94,6 +94,69 @@ impl<'a> ReportInput<'a> {
             .collect()
     }
 
+    /// Why the figures the cost is computed from cannot be a run's (`None`: they can): a
+    /// run folder's `history.json` and `triage.json` are files anyone can edit, and the
+    /// reports state their sum. Each figure must be GPU-seconds a run spends, each judged
+    /// cell the run's and judged once, the re-runs by cell must add up to their total, and
+    /// each bisection must have searched a cell of the run; else a report would state a
+    /// total its cells do not add up to (or 1e308 GPU-s).
+    pub fn implausible_cost(&self) -> Option<String> {
+        let in_run = |id: &str| self.results.cells.iter().any(|c| c.id.as_str() == id);
+        if let Some(h) = self.history {
+            let mut seen = std::collections::HashSet::new();
+            for (i, c) in h.cells.iter().enumerate() {
+                if !seen.insert(c.cell_id.as_str()) {
+                    return Some(format!(
+                        "history.json: cells[{i}]: cell {} is judged twice",
+                        crate::sanitize::inline(&c.cell_id)
+                    ));
+                }
+                if let Some(p) = &c.pairs {
+                    if let Err(why) = crate::bounds::check_gpu_seconds("pairs.gpu_s", p.gpu_s) {
+                        return Some(format!("history.json: cells[{i}]: {why}"));
+                    }
+                }
+            }
+            if let Err(why) = crate::bounds::check_gpu_seconds("reruns_gpu_s", h.reruns_gpu_s) {
+                return Some(format!("history.json: {why}"));
+            }
+            let mut sum = 0.0;
+            for (cell, v) in &h.reruns_gpu_s_by_cell {
+                let cell = crate::sanitize::inline(cell);
+                if let Err(why) = crate::bounds::check_gpu_seconds("the value", *v) {
+                    return Some(format!("history.json: reruns_gpu_s_by_cell.{cell}: {why}"));
+                }
+                if !in_run(&cell) {
+                    return Some(format!(
+                        "history.json: reruns_gpu_s_by_cell names {cell}, which is not a cell of this run"
+                    ));
+                }
+                sum += v;
+            }
+            if !h.reruns_gpu_s_by_cell.is_empty()
+                && (sum - h.reruns_gpu_s).abs() > 1e-6 * h.reruns_gpu_s.abs().max(1.0)
+            {
+                return Some(format!(
+                    "history.json: reruns_gpu_s_by_cell adds up to {sum}, while reruns_gpu_s is {}",
+                    h.reruns_gpu_s
+                ));
+            }
+        }
+        for (i, f) in self.findings.iter().enumerate() {
+            let Some(b) = &f.bisected else { continue };
+            if let Err(why) = crate::bounds::check_gpu_seconds("bisected.gpu_s", b.gpu_s) {
+                return Some(format!("triage.json: findings[{i}]: {why}"));
+            }
+            if !in_run(&b.cell) {
+                return Some(format!(
+                    "triage.json: findings[{i}]: bisected.cell {} is not a cell of this run",
+                    crate::sanitize::inline(&b.cell)
+                ));
+            }
+        }
+        None
+    }
+
     /// What the sinks render of `results`, the judge's `verdicts` and the triage's
     /// `findings`.
     pub fn new(

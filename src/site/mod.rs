@@ -179,15 +179,19 @@ fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
     let bad = |why: String| CliError::bad_input(miette::miette!("-o {}: {why}", out.display()));
     crate::files::output_folder("-o", out)?;
     let meta = match std::fs::symlink_metadata(out) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out.to_path_buf()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(crate::files::resolved(out))
+        }
         Err(e) => return Err(bad(format!("cannot read it: {e}"))),
         Ok(m) => m,
     };
     // A link's folder exists: the check above refused a dangling one.
+    // The folder itself, with `..` and links resolved: `-o site/cells/..` is `site`, which
+    // the site is then put in place of (renaming `site/cells/..` failed after the build).
     let dir = if meta.file_type().is_symlink() {
         std::fs::canonicalize(out).map_err(|e| bad(format!("cannot follow the link: {e}")))?
     } else {
-        out.to_path_buf()
+        crate::files::resolved(out)
     };
     let mut entries = std::fs::read_dir(&dir).map_err(|e| bad(format!("cannot list it: {e}")))?;
     let empty = entries.next().is_none();
