@@ -378,6 +378,11 @@ pub fn input_outside_output(
     input: &Path,
     out: &Path,
 ) -> Result<(), crate::error::CliError> {
+    // An input that is not there (the default `baselines` of a merge given none) has
+    // nothing the replacement could delete.
+    if std::fs::symlink_metadata(input).is_err() {
+        return Ok(());
+    }
     let (i, o) = (resolved(input), resolved(out));
     if i == o || i.starts_with(&o) {
         return Err(crate::error::CliError::bad_input(miette::miette!(
