@@ -939,7 +939,9 @@ fn a_forged_cost_in_a_run_folder_is_refused_by_merge_and_report() {
         .as_str()
         .unwrap()
         .to_string();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    /// A case: its name, the edit of the shard's history.json, what the refusal says.
+    type Case = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "sum",
             Box::new(|h: &mut Value| {
