@@ -373,11 +373,7 @@ pub fn resolved(path: &Path) -> std::path::PathBuf {
 /// Refuses an input (`flag` names it) that lies inside the output folder `out`, which the
 /// command replaces whole: the store, the run folders or the baselines a command reads
 /// would be deleted with the previous output (exit 2, naming both).
-pub fn input_outside_output(
-    flag: &str,
-    input: &Path,
-    out: &Path,
-) -> Result<(), crate::error::CliError> {
+pub fn input_outside_output(flag: &str, input: &Path, out: &Path) -> Result<(), String> {
     // An input that is not there (the default `baselines` of a merge given none) has
     // nothing the replacement could delete.
     if std::fs::symlink_metadata(input).is_err() {
@@ -385,11 +381,11 @@ pub fn input_outside_output(
     }
     let (i, o) = (resolved(input), resolved(out));
     if i == o || i.starts_with(&o) {
-        return Err(crate::error::CliError::bad_input(miette::miette!(
+        return Err(format!(
             "{flag} {} is inside -o {}, which is replaced whole: keep what the command reads outside its output folder",
             input.display(),
             out.display()
-        )));
+        ));
     }
     Ok(())
 }
@@ -398,20 +394,16 @@ pub fn input_outside_output(
 /// [`WRITTEN_LIST`] does not name, or has no list that reads: `what` ("bench site")
 /// replaces the folder whole and would delete them (exit 2, naming them). An empty folder
 /// is fine.
-pub fn only_listed_entries(
-    dir: &Path,
-    shown: &Path,
-    what: &str,
-) -> Result<(), crate::error::CliError> {
+pub fn only_listed_entries(dir: &Path, shown: &Path, what: &str) -> Result<(), String> {
     let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
     if empty {
         return Ok(());
     }
     match unlisted_entries(dir) {
-        None => Err(crate::error::CliError::bad_input(miette::miette!(
+        None => Err(format!(
             "-o {}: it holds no readable {WRITTEN_LIST}, the list of what {what} wrote there (an output of an older bench, or the list was removed or damaged), so its files cannot be told from anyone else's; {what} replaces its output folder whole: give a new or empty folder",
             shown.display()
-        ))),
+        )),
         Some(foreign) if !foreign.is_empty() => {
             let names: Vec<String> = foreign
                 .iter()
@@ -423,11 +415,11 @@ pub fn only_listed_entries(
             } else {
                 String::new()
             };
-            Err(crate::error::CliError::bad_input(miette::miette!(
+            Err(format!(
                 "-o {}: it holds {}{more}, which {what} did not write ({WRITTEN_LIST} lists what it wrote); {what} replaces its output folder whole, so move those out or give a new folder",
                 shown.display(),
                 names.join(", ")
-            )))
+            ))
         }
         _ => Ok(()),
     }
@@ -552,8 +544,7 @@ mod tests {
                 "runs/precious.txt".to_string()
             ])
         );
-        let e = only_listed_entries(d, d, "bench site").unwrap_err();
-        let m = format!("{}", e.report());
+        let m = only_listed_entries(d, d, "bench site").unwrap_err();
         assert!(
             m.contains("it holds CNAME, a\\nb, runs/precious.txt, which bench site"),
             "{m}"

@@ -294,7 +294,8 @@ fn check_output(out: &Path, inputs: &[PathBuf], baselines: &Path) -> Result<Path
         }
     }
     // The baselines the merge reads would go with the folder it replaces.
-    crate::files::input_outside_output("--baselines", baselines, out)?;
+    crate::files::input_outside_output("--baselines", baselines, out)
+        .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     if o.is_dir() {
         let mut entries = std::fs::read_dir(&o)
             .map_err(|e| CliError::bad_input(miette::miette!("-o {}: {e}", out.display())))?;
@@ -312,7 +313,8 @@ fn check_output(out: &Path, inputs: &[PathBuf], baselines: &Path) -> Result<Path
         }
         // An earlier merge's folder holding what the merge did not write (a note, a
         // baselines folder) is refused rather than replaced with it.
-        crate::files::only_listed_entries(&o, out, "bench report merge")?;
+        crate::files::only_listed_entries(&o, out, "bench report merge")
+            .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     }
     Ok(o)
 }

@@ -81,10 +81,12 @@ pub fn build(settings: &SiteSettings) -> Result<Built, CliError> {
             "--history",
             Path::new(&settings.history),
             &settings.output,
-        )?;
+        )
+        .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     }
     if let Some(dir) = &settings.runs {
-        crate::files::input_outside_output("--runs", dir, &settings.output)?;
+        crate::files::input_outside_output("--runs", dir, &settings.output)
+            .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     }
     let out = &output_folder(&settings.output)?;
     if let Some(dir) = &settings.runs {
@@ -209,7 +211,8 @@ fn output_folder(out: &Path) -> Result<PathBuf, CliError> {
     }
     // A site bench wrote, with something a person put beside its pages (a CNAME, the
     // store itself): refused, since the rebuild would delete it.
-    crate::files::only_listed_entries(&dir, out, "bench site")?;
+    crate::files::only_listed_entries(&dir, out, "bench site")
+        .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     Ok(dir)
 }
 
