@@ -337,7 +337,13 @@ pub fn list_written(dir: &Path) -> std::io::Result<()> {
 /// folder or FIFO in its place, too large, not UTF-8): then nothing tells bench's files
 /// from anyone else's.
 pub fn unlisted_entries(dir: &Path) -> Option<Vec<String>> {
-    let list = read_to_string_bounded(&dir.join(WRITTEN_LIST), MAX_WRITTEN_LIST).ok()?;
+    // The list bench wrote is a plain file: a link in its place (to a list naming a
+    // person's files) is no list, never followed.
+    let path = dir.join(WRITTEN_LIST);
+    if !std::fs::symlink_metadata(&path).ok()?.file_type().is_file() {
+        return None;
+    }
+    let list = read_to_string_bounded(&path, MAX_WRITTEN_LIST).ok()?;
     let listed: std::collections::HashSet<&str> = list.lines().collect();
     let found = walk(dir).ok()?;
     Some(
@@ -549,6 +555,13 @@ mod tests {
             m.contains("it holds CNAME, a\\nb, runs/precious.txt, which bench site"),
             "{m}"
         );
+        // A list that is a link (to a list naming the user's files) is no list.
+        let elsewhere = d.join("elsewhere");
+        std::fs::write(&elsewhere, "CNAME\n").unwrap();
+        std::fs::rename(d.join(WRITTEN_LIST), d.join("kept")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, d.join(WRITTEN_LIST)).unwrap();
+        assert_eq!(unlisted_entries(d), None);
+        std::fs::remove_file(d.join(WRITTEN_LIST)).unwrap();
         // A list that is not a file, or does not read as UTF-8, is no list.
         std::fs::write(d.join(WRITTEN_LIST), b"index.html\n\xff\xfe\n").unwrap();
         assert_eq!(unlisted_entries(d), None);
