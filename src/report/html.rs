@@ -517,7 +517,13 @@ pub(crate) fn render_page(data: &HtmlData) -> Result<String, ReportError> {
         // A brace in the title could make a placeholder that a later replacement fills.
         .replacen(
             "{{TITLE}}",
-            &crate::report::escape::html(&data.title).replace('{', "&#123;"),
+            // A matrix name from a results file is foreign text: its control characters
+            // are written out (`\x1b`), as in every other output, and it is cut.
+            &crate::report::escape::html(&crate::sanitize::inline(&crate::sanitize::bounded(
+                &data.title,
+                crate::sanitize::MAX_SHOWN_CHARS,
+            )))
+            .replace('{', "&#123;"),
             1,
         )
         .replacen("{{UPLOT_CSS}}", UPLOT_CSS, 1)
@@ -567,6 +573,17 @@ mod tests {
         };
         let page = render_page(&data).unwrap();
         assert!(!page.contains("</script><script>alert"));
+        // A title with terminal controls (a forged matrix name) shows them written out.
+        let titled = HtmlData {
+            title: "bench: smoke\u{1b}]0;t\u{7}".into(),
+            ..data.clone()
+        };
+        let shown = render_page(&titled).unwrap();
+        assert!(
+            shown.contains("<title>bench: smoke\\x1b]0;t\\x07</title>"),
+            "{shown}"
+        );
+        assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}'));
         assert!(page.contains("<title>bench &lt;b&gt;</title>") || page.contains("&lt;b&gt;"));
         let back = embedded_data(&page).unwrap();
         assert_eq!(back["axes"][0], "</script><script>alert(1)</script>");
