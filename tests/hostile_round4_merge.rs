@@ -89,6 +89,17 @@ fn night(dir: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
+/// Both shards of run `night`, judged against one history store (`dir/h.sqlite`), so each
+/// has its `history.json`.
+fn judged_night(dir: &Path) -> (PathBuf, PathBuf) {
+    let store = dir.join("h.sqlite");
+    let store = store.to_str().unwrap();
+    (
+        shard(dir, "night", "1/2", &["--history", store]),
+        shard(dir, "night", "2/2", &["--history", store]),
+    )
+}
+
 /// A copy of the shard folder `from` under `dir/name/night` (results, plan, logs).
 fn copy_shard(from: &Path, dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(name).join("night");
@@ -815,10 +826,7 @@ fn a_large_merge_writes_what_bench_report_reads_or_is_refused_up_front() {
 fn the_shards_costs_add_up_and_a_forged_one_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let store = dir.join("h.sqlite");
-    let store = store.to_str().unwrap();
-    let s1 = shard(dir, "night", "1/2", &["--history", store]);
-    let s2 = shard(dir, "night", "2/2", &["--history", store]);
+    let (s1, s2) = judged_night(dir);
     let out = dir.join("out");
     let mut shards = Vec::new();
     for (i, (from, gpu_s)) in [(&s1, 2.0), (&s2, 3.0)].into_iter().enumerate() {
@@ -931,14 +939,7 @@ fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
 fn a_forged_cost_in_a_run_folder_is_refused_by_merge_and_report() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let store = dir.join("h.sqlite");
-    let store = store.to_str().unwrap();
-    let s1 = shard(dir, "night", "1/2", &["--history", store]);
-    let s2 = shard(dir, "night", "2/2", &["--history", store]);
-    let cell = read_json(&s1.join("results.json"))["cells"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (s1, s2) = judged_night(dir);
     /// A case: its name, the edit of the shard's history.json, what the refusal says.
     type Case = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
     let cases: Vec<Case> = vec![
@@ -983,5 +984,4 @@ fn a_forged_cost_in_a_run_folder_is_refused_by_merge_and_report() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("reruns_gpu_s is 1e308"), "{}", text(&o));
-    let _ = cell;
 }

@@ -641,16 +641,46 @@ fn a_setup_that_hangs_is_stopped_when_the_budget_runs_out_and_the_reports_stay()
     );
 }
 
+/// Runs night6 with `--triage-setup setup`, waits until the setup has created `started`
+/// (`what` names it in the failure), sends Ctrl-C to the night's process group, asserts exit
+/// 130 and that stdout's last `result:` line says 130; returns that line and all the
+/// night printed.
+fn interrupt_night6(lab: &Lab, setup: &str, started: &Path, what: &str) -> (String, String) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    let mut cmd = lab.night_command("night6", &["--triage-setup", setup], &[]);
+    cmd.stdout(std::process::Stdio::piped()).process_group(0);
+    let (mut child, lines) = common::spawn_bench(&mut cmd);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !started.exists() {
+        seen.extend(lines.try_iter());
+        assert!(Instant::now() < deadline, "{what} never started: {seen:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stdout = child.stdout.take().unwrap();
+    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
+    let mut shown = String::new();
+    stdout.read_to_string(&mut shown).unwrap();
+    let all = format!("{shown}\n{}", seen.join("\n"));
+    let last = shown
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("result:"))
+        .unwrap_or_else(|| panic!("no result line: {all}"))
+        .to_string();
+    assert!(last.starts_with("result: INTERRUPTED (exit 130)"), "{all}");
+    (last, all)
+}
+
 /// Issue 42: Ctrl-C while a triage setup hangs stops the nightly with 130, and every output
 /// says 130: the terminal's last line, summary.txt, report.json, summary.md and JUnit
 /// (written before the bisection began, saying exit 1, and written again after it), and
 /// `bench report` of the folder later.
 #[test]
 fn ctrl_c_during_a_triage_setup_gives_130_in_every_output() {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    use std::time::{Duration, Instant};
-
     let lab = Lab::new();
     for n in 1..=5 {
         std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
@@ -678,30 +708,8 @@ fn ctrl_c_during_a_triage_setup_gives_130_in_every_output() {
         "[ \"$BENCH_BISECT_COMMIT\" = {base} ] || {{ touch '{}'; sleep 600; }}",
         started.display()
     );
-    let mut cmd = lab.night_command("night6", &["--triage-setup", &setup], &[]);
-    cmd.stdout(std::process::Stdio::piped()).process_group(0);
-    let (mut child, lines) = common::spawn_bench(&mut cmd);
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !started.exists() {
-        seen.extend(lines.try_iter());
-        assert!(
-            Instant::now() < deadline,
-            "the bisection's setup never started: {seen:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut stdout = child.stdout.take().unwrap();
-    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
-    let mut shown = String::new();
-    stdout.read_to_string(&mut shown).unwrap();
-    let all = format!("{shown}\n{}", seen.join("\n"));
-    let last = shown
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("result:"))
-        .unwrap_or_else(|| panic!("no result line: {all}"));
-    assert!(last.starts_with("result: INTERRUPTED (exit 130)"), "{all}");
+    let (last, all) = interrupt_night6(&lab, &setup, &started, "the bisection's setup");
+    let last = last.as_str();
     assert!(last.contains("during triage"), "{all}");
 
     let says_130 = |what: &str| {
@@ -745,10 +753,6 @@ fn ctrl_c_during_a_triage_setup_gives_130_in_every_output() {
 /// on through the whole triage to exit 1 (the same with SIGTERM, which CI sends).
 #[test]
 fn ctrl_c_during_the_pairs_setup_gives_130() {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    use std::time::{Duration, Instant};
-
     let lab = Lab::new();
     for n in 1..=5 {
         std::fs::write(lab.repo.join("NOTES"), format!("night {n}\n")).unwrap();
@@ -769,30 +773,8 @@ fn ctrl_c_during_the_pairs_setup_gives_130() {
         "[ \"$BENCH_BISECT_COMMIT\" != {base} ] || {{ touch '{}'; sleep 600; }}",
         started.display()
     );
-    let mut cmd = lab.night_command("night6", &["--triage-setup", &setup], &[]);
-    cmd.stdout(std::process::Stdio::piped()).process_group(0);
-    let (mut child, lines) = common::spawn_bench(&mut cmd);
-    let mut seen = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while !started.exists() {
-        seen.extend(lines.try_iter());
-        assert!(
-            Instant::now() < deadline,
-            "the pairs' setup never started: {seen:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut stdout = child.stdout.take().unwrap();
-    common::ctrl_c_exits_130(&mut child, &lines, &mut seen);
-    let mut shown = String::new();
-    stdout.read_to_string(&mut shown).unwrap();
-    let all = format!("{shown}\n{}", seen.join("\n"));
-    let last = shown
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("result:"))
-        .unwrap_or_else(|| panic!("no result line: {all}"));
-    assert!(last.starts_with("result: INTERRUPTED (exit 130)"), "{all}");
+    let (last, _) = interrupt_night6(&lab, &setup, &started, "the pairs' setup");
+    let last = last.as_str();
     let r = lab.report("night6");
     assert_eq!(r["exit_code"], 130, "{r:#}");
     let txt = lab.file("night6", "summary.txt");

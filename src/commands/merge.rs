@@ -929,7 +929,7 @@ fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
         let Some(h) = load_history(&f.dir)? else {
             continue;
         };
-        check_history_costs(&f.dir, &h)?;
+        check_history_costs(f, &h)?;
         match &mut merged {
             None => merged = Some(h),
             Some(m) => {
@@ -951,29 +951,23 @@ fn merge_history(folders: &[Folder]) -> Result<Option<GateReport>, CliError> {
 }
 
 /// Refuses a shard's `history.json` whose GPU-seconds no run can have spent (a forged
-/// `1e308` or `-5`), naming the file and the field: the merged reports state the cost.
-fn check_history_costs(dir: &Path, h: &GateReport) -> Result<(), CliError> {
-    let figures = std::iter::once(("reruns_gpu_s".to_string(), h.reruns_gpu_s))
-        .chain(
-            h.reruns_gpu_s_by_cell
-                .iter()
-                .map(|(c, v)| (format!("reruns_gpu_s_by_cell.{c}"), *v)),
-        )
-        .chain(h.cells.iter().enumerate().filter_map(|(i, c)| {
-            c.pairs
-                .as_ref()
-                .map(|p| (format!("cells[{i}].pairs.gpu_s"), p.gpu_s))
-        }));
-    for (field, v) in figures {
-        if let Err(why) = crate::bounds::check_gpu_seconds(&field, v) {
-            return Err(CliError::bad_input(miette::miette!(
-                "{}: {}",
-                dir.join(GateReport::FILE).display(),
-                crate::sanitize::inline(&why)
-            )));
-        }
+/// `1e308` or `-5`, re-runs by cell that do not add up), naming the file and the field: the
+/// merged reports state the cost. The check is the reports' own
+/// ([`GateReport::implausible_cost`]), against the cells the shard ran.
+fn check_history_costs(f: &Folder, h: &GateReport) -> Result<(), CliError> {
+    let ran = |id: &str| {
+        f.results
+            .iter()
+            .flat_map(|r| &r.cells)
+            .any(|c| c.id.as_str() == id)
+    };
+    match h.implausible_cost(ran) {
+        Some(why) => Err(CliError::bad_input(miette::miette!(
+            "{}: {why}",
+            f.dir.join(GateReport::FILE).display()
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A shard's `history.json`, or `None` when it was not judged against a history. One that

@@ -308,6 +308,56 @@ impl GateReport {
             .sum()
     }
 
+    /// Why the GPU-seconds of this report cannot be a run's (`None`: they can): each figure
+    /// must be GPU-seconds a run spends, each judged cell judged once, and the re-runs by
+    /// cell must name cells of the run (`in_run`) and add up to their total. The one check
+    /// of a `history.json` read from a run folder: `bench report merge` applies it to each
+    /// shard's, and the reports (`crate::report::input`) to the run's they state the cost
+    /// from.
+    pub(crate) fn implausible_cost(&self, in_run: impl Fn(&str) -> bool) -> Option<String> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in self.cells.iter().enumerate() {
+            if !seen.insert(c.cell_id.as_str()) {
+                return Some(format!(
+                    "cells[{i}]: cell {} is judged twice",
+                    crate::sanitize::inline(&c.cell_id)
+                ));
+            }
+            if let Some(p) = &c.pairs {
+                if let Err(why) = crate::bounds::check_gpu_seconds("pairs.gpu_s", p.gpu_s) {
+                    return Some(format!("cells[{i}]: {why}"));
+                }
+            }
+        }
+        if let Err(why) = crate::bounds::check_gpu_seconds("reruns_gpu_s", self.reruns_gpu_s) {
+            return Some(why);
+        }
+        let mut sum = 0.0;
+        for (cell, v) in &self.reruns_gpu_s_by_cell {
+            let shown = crate::sanitize::inline(cell);
+            if let Err(why) =
+                crate::bounds::check_gpu_seconds(&format!("reruns_gpu_s_by_cell.{shown}"), *v)
+            {
+                return Some(why);
+            }
+            if !in_run(cell) {
+                return Some(format!(
+                    "reruns_gpu_s_by_cell names {shown}, which is not a cell of this run"
+                ));
+            }
+            sum += v;
+        }
+        if !self.reruns_gpu_s_by_cell.is_empty()
+            && (sum - self.reruns_gpu_s).abs() > 1e-6 * self.reruns_gpu_s.abs().max(1.0)
+        {
+            return Some(format!(
+                "reruns_gpu_s_by_cell adds up to {sum}, while reruns_gpu_s is {}",
+                self.reruns_gpu_s
+            ));
+        }
+        None
+    }
+
     /// Cells still unconfirmed: suspects, whose breach neither pairs nor re-runs could
     /// settle. The headline of every report names them.
     pub fn unconfirmed(&self) -> Vec<&CellJudgement> {

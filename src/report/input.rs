@@ -102,45 +102,8 @@ impl<'a> ReportInput<'a> {
     /// total its cells do not add up to (or 1e308 GPU-s).
     pub fn implausible_cost(&self) -> Option<String> {
         let in_run = |id: &str| self.results.cells.iter().any(|c| c.id.as_str() == id);
-        if let Some(h) = self.history {
-            let mut seen = std::collections::HashSet::new();
-            for (i, c) in h.cells.iter().enumerate() {
-                if !seen.insert(c.cell_id.as_str()) {
-                    return Some(format!(
-                        "history.json: cells[{i}]: cell {} is judged twice",
-                        crate::sanitize::inline(&c.cell_id)
-                    ));
-                }
-                if let Some(p) = &c.pairs {
-                    if let Err(why) = crate::bounds::check_gpu_seconds("pairs.gpu_s", p.gpu_s) {
-                        return Some(format!("history.json: cells[{i}]: {why}"));
-                    }
-                }
-            }
-            if let Err(why) = crate::bounds::check_gpu_seconds("reruns_gpu_s", h.reruns_gpu_s) {
-                return Some(format!("history.json: {why}"));
-            }
-            let mut sum = 0.0;
-            for (cell, v) in &h.reruns_gpu_s_by_cell {
-                let cell = crate::sanitize::inline(cell);
-                if let Err(why) = crate::bounds::check_gpu_seconds("the value", *v) {
-                    return Some(format!("history.json: reruns_gpu_s_by_cell.{cell}: {why}"));
-                }
-                if !in_run(&cell) {
-                    return Some(format!(
-                        "history.json: reruns_gpu_s_by_cell names {cell}, which is not a cell of this run"
-                    ));
-                }
-                sum += v;
-            }
-            if !h.reruns_gpu_s_by_cell.is_empty()
-                && (sum - h.reruns_gpu_s).abs() > 1e-6 * h.reruns_gpu_s.abs().max(1.0)
-            {
-                return Some(format!(
-                    "history.json: reruns_gpu_s_by_cell adds up to {sum}, while reruns_gpu_s is {}",
-                    h.reruns_gpu_s
-                ));
-            }
+        if let Some(why) = self.history.and_then(|h| h.implausible_cost(in_run)) {
+            return Some(format!("history.json: {why}"));
         }
         for (i, f) in self.findings.iter().enumerate() {
             let Some(b) = &f.bisected else { continue };
