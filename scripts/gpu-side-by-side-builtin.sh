@@ -51,7 +51,9 @@ mkdir -p "$BUILDS/$good" && cp "$ROOT/.gpu/bench" "$BUILDS/$good/bench"
 REPO=$WORK/repo
 HISTORY=$WORK/bench-history.sqlite
 host=$(hostname)
-echo "host $host $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) start $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
+# Every lent machine calls itself `vm`, so the GPU's UUID and the kernel's boot id say
+# whether two calls ran on the same machine.
+echo "host $host $(nvidia-smi --query-gpu=name,driver_version,uuid,pci.bus_id --format=csv,noheader | head -1) boot $(cat /proc/sys/kernel/random/boot_id) start $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
 gitc() { git -C "$REPO" -c user.name="Nightly Dev" -c user.email=dev@example.com "$@"; }
 if [ -n "$STATE" ] && [ -f "$STATE" ]; then
   tar xzf "$STATE" -C "$WORK"
@@ -111,9 +113,10 @@ night() { # id
   grep -h "^history:\|^triage: F\|^result" "$OUTD/$id.matrix.log" | cut -c1-600 >> "$OUTD/lines.txt"
   tail -1 "$OUTD/nights.txt"
   # The repository and the history after every night: a call cut at its time limit keeps
-  # the nights it finished.
+  # the nights it finished. The build cache (.git/bench-builds, 20 MB a commit) stays
+  # behind: a lent machine returns no file over 16 MB, and build.sh makes a build again.
   (cd "$WORK" && tar czf "$FINAL/state.tgz.tmp" --exclude=repo/worker --exclude=repo/shards \
-     --exclude=repo/results repo bench-history.sqlite nights.txt && mv "$FINAL/state.tgz.tmp" "$FINAL/state.tgz")
+     --exclude=repo/results --exclude=repo/.git/bench-builds repo bench-history.sqlite nights.txt && mv "$FINAL/state.tgz.tmp" "$FINAL/state.tgz")
   sync_out
 }
 for phase in "$@"; do

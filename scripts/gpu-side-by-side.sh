@@ -44,7 +44,9 @@ export GIT_COMMITTER_NAME="Nightly Dev" GIT_COMMITTER_EMAIL=dev@example.com
 REPO=$WORK/repo
 HISTORY=$WORK/bench-history.sqlite
 host=$(hostname)
-echo "host $host $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) start $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
+# Every lent machine calls itself `vm`, so the GPU's UUID and the kernel's boot id say
+# whether two calls ran on the same machine.
+echo "host $host $(nvidia-smi --query-gpu=name,driver_version,uuid,pci.bus_id --format=csv,noheader | head -1) boot $(cat /proc/sys/kernel/random/boot_id) start $(date -u +%FT%TZ)" >> "$OUTD/hosts.txt"
 if [ -n "$STATE" ] && [ -f "$STATE/repo.bundle" ]; then
   git clone -q "$STATE/repo.bundle" "$REPO" && git -C "$REPO" checkout -q -B main origin/main
   cp "$STATE/bench-history.sqlite" "$HISTORY"
