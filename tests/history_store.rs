@@ -378,6 +378,13 @@ fn cost(m: f64, p: f64, r: f64, t: f64) -> Cost {
     }
 }
 
+fn cell_cost(id: &str, cost: Cost) -> bench::history::cost::CellCost {
+    bench::history::cost::CellCost {
+        cell_id: id.into(),
+        cost,
+    }
+}
+
 /// What a verdict cost round-trips; a whole run recorded again replaces its row; the shards
 /// of one run recording at once add up to the run's total (none lost to another's
 /// read-then-write), and a shard recorded again (a retried job) replaces its own share
@@ -386,12 +393,21 @@ fn costs_round_trip_and_shards_at_once_add_up(backend: &str) {
     let s = store(backend, &format!("{backend}_costs"));
     let mut h = open(&s.location).unwrap();
     assert!(h.costs().unwrap().is_empty());
-    h.record_cost("solo", None, cost(148.0, 61.0, 0.5, 22.0))
+    // Of a run's cells, the row keeps those whose verdict took more than measuring them.
+    let cells = [
+        cell_cost("a", cost(74.0, 61.0, 0.5, 22.0)),
+        cell_cost("b", cost(74.0, 0.0, 0.0, 0.0)),
+    ];
+    h.record_cost("solo", None, cost(148.0, 61.0, 0.5, 22.0), &cells)
         .unwrap();
-    assert_eq!(h.costs().unwrap()["solo"], cost(148.0, 61.0, 0.5, 22.0));
-    h.record_cost("solo", None, cost(100.0, 0.0, 0.0, 0.0))
+    let solo = &h.costs().unwrap()["solo"];
+    assert_eq!(solo.total, cost(148.0, 61.0, 0.5, 22.0));
+    assert_eq!(solo.cells, cells[..1]);
+    h.record_cost("solo", None, cost(100.0, 0.0, 0.0, 0.0), &[])
         .unwrap();
-    assert_eq!(h.costs().unwrap()["solo"], cost(100.0, 0.0, 0.0, 0.0));
+    let solo = &h.costs().unwrap()["solo"];
+    assert_eq!(solo.total, cost(100.0, 0.0, 0.0, 0.0));
+    assert!(solo.cells.is_empty(), "{solo:?}");
     drop(h);
 
     let n = 6u32;
@@ -404,7 +420,16 @@ fn costs_round_trip_and_shards_at_once_add_up(backend: &str) {
                 barrier.wait();
                 let shard = bench::shard::Shard { index: i, count: n };
                 let f = f64::from(i);
-                h.record_cost("nightly", Some(shard), cost(100.0 * f, 10.0 * f, f, 0.0))
+                let cells = [cell_cost(
+                    &format!("c{i}"),
+                    cost(100.0 * f, 10.0 * f, f, 0.0),
+                )];
+                h.record_cost(
+                    "nightly",
+                    Some(shard),
+                    cost(100.0 * f, 10.0 * f, f, 0.0),
+                    &cells,
+                )
             })
         })
         .collect();
@@ -413,17 +438,20 @@ fn costs_round_trip_and_shards_at_once_add_up(backend: &str) {
     }
     let mut h = open(&s.location).unwrap();
     // 1 + ... + 6 = 21.
-    assert_eq!(
-        h.costs().unwrap()["nightly"],
-        cost(2100.0, 210.0, 21.0, 0.0)
-    );
+    let nightly = &h.costs().unwrap()["nightly"];
+    assert_eq!(nightly.total, cost(2100.0, 210.0, 21.0, 0.0));
+    // Every shard's cell is kept, the costliest first.
+    let ids: Vec<&str> = nightly.cells.iter().map(|c| c.cell_id.as_str()).collect();
+    assert_eq!(ids, ["c6", "c5", "c4", "c3", "c2", "c1"]);
+    // Shard 3 retried, its cell now costing a bisection: its share and its cell replaced.
     let retried = bench::shard::Shard { index: 3, count: n };
-    h.record_cost("nightly", Some(retried), cost(0.0, 0.0, 0.0, 50.0))
+    let again = [cell_cost("c3b", cost(0.0, 0.0, 0.0, 50.0))];
+    h.record_cost("nightly", Some(retried), cost(0.0, 0.0, 0.0, 50.0), &again)
         .unwrap();
-    assert_eq!(
-        h.costs().unwrap()["nightly"],
-        cost(1800.0, 180.0, 18.0, 50.0)
-    );
+    let nightly = &h.costs().unwrap()["nightly"];
+    assert_eq!(nightly.total, cost(1800.0, 180.0, 18.0, 50.0));
+    let ids: Vec<&str> = nightly.cells.iter().map(|c| c.cell_id.as_str()).collect();
+    assert_eq!(ids, ["c6", "c5", "c3b", "c4", "c2", "c1"]);
 
     raw(
         backend,
@@ -432,7 +460,9 @@ fn costs_round_trip_and_shards_at_once_add_up(backend: &str) {
             ('negative', '{"measuring_gpu_s": -5, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0}'),
             ('huge', '{"measuring_gpu_s": 1, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 1e308}'),
             ('overflow', '{"measuring_gpu_s": 1e999, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0}'),
-            ('text', 'not a cost');"#,
+            ('text', 'not a cost'),
+            ('cell_negative', '{"measuring_gpu_s": 1, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0, "cells": {"a": {"measuring_gpu_s": 1, "pairs_gpu_s": -3, "reruns_gpu_s": 0, "triage_gpu_s": 0}}}'),
+            ('cell_escape', '{"measuring_gpu_s": 1, "pairs_gpu_s": 0, "reruns_gpu_s": 0, "triage_gpu_s": 0, "cells": {"a\u001b]0;x\u0007": {"measuring_gpu_s": 1, "pairs_gpu_s": 3, "reruns_gpu_s": 0, "triage_gpu_s": 0}}}');"#,
     );
     let costs = h.costs().unwrap();
     let mut kept: Vec<&str> = costs.keys().map(String::as_str).collect();

@@ -222,7 +222,8 @@ fn sharded_run(dir: &Path, store_s: &str) {
     }
     // What the run's verdict cost: each shard recorded its share under the one run id, and
     // the store holds their sum, each part as the shards' report.json state it.
-    let cost = history.costs().unwrap()["nightly"];
+    let kept = history.costs().unwrap().remove("nightly").unwrap();
+    let cost = kept.total;
     let share = |d: &Path, part: &str| report(d)["cost"][part].as_f64().unwrap();
     for (part, stored) in [
         ("measuring_gpu_s", cost.measuring_gpu_s),
@@ -271,7 +272,7 @@ fn sharded_run(dir: &Path, store_s: &str) {
     // The merge opens no store: the shards' recorded cost is not counted again, and the
     // merged report states the same measuring as the store's sum.
     let mut history = bench::history::open(&store_s).unwrap();
-    assert_eq!(history.costs().unwrap()["nightly"], cost);
+    assert_eq!(history.costs().unwrap()["nightly"].total, cost);
     drop(history);
     let merged_measuring = merged_report["cost"]["measuring_gpu_s"].as_f64().unwrap();
     assert!(

@@ -211,6 +211,21 @@ fn site_over_a_generated_store_writes_every_page_and_opens_in_chromium() {
     // What its verdict cost, worded as summary.md words it, and in the runs table its total
     // and that against the measuring alone.
     assert_eq!(run_page["cost"], COST_0038, "{run_page:#}");
+    // And by cell: the cells whose verdict took more than measuring them, whose side by
+    // side and re-runs add up to the run's (every such cell of the night is kept).
+    let by_cell = run_page["cell_costs"].as_array().unwrap();
+    assert!(!by_cell.is_empty(), "{run_page:#}");
+    let part = |i: usize| {
+        by_cell
+            .iter()
+            .map(|c| c[1][i].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert_eq!((part(1), part(2)), (10_560.0, 60.0), "{by_cell:#?}");
+    assert!(by_cell.iter().all(|c| c[1][1].as_f64().unwrap()
+        + c[1][2].as_f64().unwrap()
+        + c[1][3].as_f64().unwrap()
+        > 0.0));
     assert_eq!(run["gpu_s"], 14_990.0, "{run:#}");
     assert!((run["times"].as_f64().unwrap() - 14_990.0 / 3_960.0).abs() < 1e-9);
     // The first night stands for a run recorded before the store kept costs: none shown.
@@ -601,6 +616,45 @@ fn site_shows_a_real_triage_from_the_history_or_the_run_folders() {
         .clone();
     let page = embedded(&dir.join(night6["page"].as_str().unwrap()));
     assert_eq!(page["cost"], said, "{page:#}");
+    // By cell, as the run's report.json states each cell's cost: the site lists the cells
+    // whose verdict took more than measuring them (pairs, the bisection), with the same
+    // figures, after the run folder is gone.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("results/night6/report.json")).unwrap(),
+    )
+    .unwrap();
+    let parts = [
+        "measuring_gpu_s",
+        "pairs_gpu_s",
+        "reruns_gpu_s",
+        "triage_gpu_s",
+    ];
+    let mut stated: Vec<(String, Vec<f64>)> = report["cell_costs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let figures = parts
+                .iter()
+                .map(|p| c[p].as_f64().unwrap())
+                .collect::<Vec<_>>();
+            (c["cell_id"].as_str().unwrap().to_string(), figures)
+        })
+        .filter(|(_, f)| f[1] + f[2] + f[3] > 0.0)
+        .collect();
+    let mut shown: Vec<(String, Vec<f64>)> = page["cell_costs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let figures = c[1].as_array().unwrap().iter().map(|x| x.as_f64().unwrap());
+            (c[0].as_str().unwrap().to_string(), figures.collect())
+        })
+        .collect();
+    stated.sort_by(|a, b| a.0.cmp(&b.0));
+    shown.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!stated.is_empty(), "night 6 confirmed a cell: {report:#}");
+    assert_eq!(shown, stated, "{page:#}");
     assert!(night6["gpu_s"].as_f64().unwrap() > 0.0, "{night6:#}");
     // From the history: the bisection's answer, its kernels and the rounds it measured.
     let t = triage_of(&dir);

@@ -107,9 +107,13 @@ pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
         // confirmation and the triage, so the figures are the final ones the reports state.
         // Each shard records its share under the one run id and the store sums them; `bench
         // report merge` opens no store, so the merged run is never counted again.
-        let cost =
-            crate::report::input::ReportInput::new(&outcome.results, &verdicts, &findings).cost();
-        s.record_cost(&outcome.results.run_id, args.shard, cost)?;
+        let input = crate::report::input::ReportInput::new(&outcome.results, &verdicts, &findings);
+        s.record_cost(
+            &outcome.results.run_id,
+            args.shard,
+            input.cost(),
+            &input.cell_costs(),
+        )?;
     }
     let verdict = crate::report::finish_run(
         &outcome.run_dir,

@@ -339,7 +339,9 @@ fn host_causes(
         }
     };
     let foreign: Vec<f64> = before.iter().map(|b| b.foreign_cpus).collect();
-    let centre = median(&foreign).unwrap_or(0.0);
+    // Adding +0.0 turns the -0.0 that stores written before the telemetry's fix hold (an
+    // empty sum) into 0.0, which the verdict prints.
+    let centre = median(&foreign).unwrap_or(0.0) + 0.0;
     let sigma = 1.4826 * mad(&foreign).unwrap_or(0.0);
     // Foreign load slows a cell only where it leaves no CPU idle: a spare core running a
     // compile job beside the benchmark takes nothing from it.

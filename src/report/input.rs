@@ -24,17 +24,9 @@ pub struct ReportInput<'a> {
     pub findings: &'a [crate::triage::Finding],
 }
 
-/// What a run's verdict cost; the history keeps it too (`bench_costs`), so it is defined
-/// there.
-pub use crate::history::cost::Cost;
-
-/// What one cell's verdict cost ([`ReportInput::cell_costs`]).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct CellCost {
-    pub cell_id: String,
-    #[serde(flatten)]
-    pub cost: Cost,
-}
+/// What a run's verdict cost, and each cell's ([`ReportInput::cell_costs`]); the history
+/// keeps them too (`bench_costs`), so they are defined there.
+pub use crate::history::cost::{CellCost, Cost};
 
 impl<'a> ReportInput<'a> {
     /// What the verdict cost (see [`Cost`]).

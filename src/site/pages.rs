@@ -200,6 +200,9 @@ struct RunData<'a> {
     report: Option<String>,
     /// `Cost of this verdict: ...` as summary.md words it, when the store kept the cost.
     cost: Option<String>,
+    /// The cells whose verdict took more than measuring them, costliest first: `[cell,
+    /// [measuring, side by side, re-runs, triage]]`, GPU-seconds (summary.md's table).
+    cell_costs: Vec<(&'a str, [f64; 4])>,
     metric: &'a str,
     /// `[cell, value, previous value, verdict]`, the cell an index into `assets/cells.js`.
     cells: Vec<(usize, f64, Option<f64>, Option<&'a str>)>,
@@ -209,7 +212,7 @@ struct RunData<'a> {
 pub(crate) struct Context<'a> {
     pub store: &'a str,
     /// Per run (index of [`Fleet::runs`]), what its verdict cost, when the store kept it.
-    pub costs: Vec<Option<crate::history::cost::Cost>>,
+    pub costs: Vec<Option<crate::history::cost::RunCost>>,
     pub metric: &'a str,
     pub branch: Option<&'a str>,
     /// Per run (index of [`Fleet::runs`]), the link to its report from `runs/`, when known.
@@ -402,7 +405,22 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
             host: &r.host,
             matrix: &r.matrix_name,
             report: report.clone(),
-            cost: cost.map(|c| c.sentence()),
+            cost: cost.as_ref().map(|c| c.total.sentence()),
+            cell_costs: cost.as_ref().map_or_else(Vec::new, |c| {
+                c.cells
+                    .iter()
+                    .map(|c| {
+                        let k = &c.cost;
+                        let figures = [
+                            k.measuring_gpu_s,
+                            k.pairs_gpu_s,
+                            k.reruns_gpu_s,
+                            k.triage_gpu_s,
+                        ];
+                        (c.cell_id.as_str(), figures)
+                    })
+                    .collect()
+            }),
             metric: cx.metric,
             cells,
         };
@@ -564,8 +582,8 @@ fn index_data<'a>(fleet: &'a Fleet, cx: &'a Context<'a>) -> IndexData<'a> {
                     .map(str::to_string)
                     .unwrap_or(l.clone())
             }),
-            gpu_s: cost.map(|c| c.total()),
-            times: cost.and_then(|c| c.times_the_run()),
+            gpu_s: cost.as_ref().map(|c| c.total.total()),
+            times: cost.as_ref().and_then(|c| c.total.times_the_run()),
         })
         .collect::<Vec<_>>();
     IndexData {

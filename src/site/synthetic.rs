@@ -25,7 +25,7 @@
 
 use indexmap::IndexMap;
 
-use crate::history::cost::Cost;
+use crate::history::cost::{CellCost, Cost};
 use crate::history::record::{CellRecord, MetricRecord, RunRecord, Versions};
 use crate::history::{History, HistoryError};
 use crate::triage::culprit::{BisectStatus, Bisected, CommitRef};
@@ -137,6 +137,7 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
             .expect("a date formats");
         let mut verdicts = Vec::with_capacity(cells.len());
         let mut cost = Cost::default();
+        let mut cell_costs = Vec::new();
         let records = cells
             .iter()
             .enumerate()
@@ -162,12 +163,22 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
                 };
                 verdicts.push((id.clone(), verdict.to_string()));
                 let gpu_s = 60.0 * gpus_of(id);
-                cost.measuring_gpu_s += gpu_s;
+                let mut own = Cost {
+                    measuring_gpu_s: gpu_s,
+                    ..Cost::default()
+                };
                 match verdict {
-                    "regressed" => cost.pairs_gpu_s += 8.0 * gpu_s,
-                    "environment" => cost.reruns_gpu_s += gpu_s,
+                    "regressed" => own.pairs_gpu_s = 8.0 * gpu_s,
+                    "environment" => own.reruns_gpu_s = gpu_s,
                     _ => {}
                 }
+                cost.measuring_gpu_s += own.measuring_gpu_s;
+                cost.pairs_gpu_s += own.pairs_gpu_s;
+                cost.reruns_gpu_s += own.reruns_gpu_s;
+                cell_costs.push(CellCost {
+                    cell_id: id.clone(),
+                    cost: own,
+                });
                 passed_cell(id, samples)
             })
             .collect();
@@ -204,12 +215,13 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
             key: key.clone(),
             branch: run.branch.clone().unwrap_or_default(),
             cost,
+            cell_costs,
         });
     }
     accept_compile_shift(&mut store, &cells, &keys, spec, shift_at)?;
     triage(&mut store, &cells, &mut recorded, open_from)?;
     for night in recorded.iter().skip(1) {
-        store.record_cost(&night.run_id, None, night.cost)?;
+        store.record_cost(&night.run_id, None, night.cost, &night.cell_costs)?;
     }
     Ok(())
 }
@@ -252,6 +264,8 @@ struct Night {
     branch: String,
     /// What the night's verdict cost; [`triage`] adds its bisection's.
     cost: Cost,
+    /// What each cell's cost (the bisection's goes to the cell it searched).
+    cell_costs: Vec<CellCost>,
 }
 
 /// The subject of the generated first bad commit: markup, which every page must show as
@@ -367,7 +381,7 @@ fn triage(
             "kernels": kernels,
         }]});
         store.record_triage(&night.run_id, &chased.to_string())?;
-        spent.push((i, b.gpu_s));
+        spent.push((i, cell.to_string(), b.gpu_s));
         // The rounds the bisection measured, after the night: two at each end and one at
         // each of three probes, on branch `bisect` (the found bisection's only).
         if b.status == BisectStatus::Found {
@@ -385,8 +399,11 @@ fn triage(
         }
     }
     // After the loop, whose nights are borrowed for the last good run.
-    for (i, gpu_s) in spent {
+    for (i, cell, gpu_s) in spent {
         nights[i].cost.triage_gpu_s += gpu_s;
+        if let Some(c) = nights[i].cell_costs.iter_mut().find(|c| c.cell_id == cell) {
+            c.cost.triage_gpu_s += gpu_s;
+        }
     }
     Ok(())
 }

@@ -244,7 +244,9 @@ fn sample(
         });
     }
     foreign.sort_by(|a, b| b.cpus.total_cmp(&a.cpus));
-    let foreign_cpus = foreign.iter().map(|p| p.cpus).sum::<f64>();
+    // A fold from +0.0: Rust's sum of no f64 is -0.0, which a verdict printed as "against
+    // -0.0 in its last 5 clean runs" on a host where no other process ran.
+    let foreign_cpus = foreign.iter().fold(0.0, |a, p| a + p.cpus);
     foreign.truncate(TOP * 2);
     Some(HostSample {
         at,
@@ -454,6 +456,15 @@ mod tests {
         assert!((f.top[0].cpus - 1.0).abs() < 1e-9);
         assert!((f.cpu_busy_pct - 100.0).abs() < 1e-9);
         assert!(summarize(&[]).is_none());
+        // No other process at all: a positive zero, never the -0.0 of an empty f64 sum.
+        let quiet = |t| counters(1000 + t, 300, &[(10, 1, "bench", t)]);
+        let s = sample(&quiet(0), &quiet(10), 1.0, 100.0, 10, now).unwrap();
+        assert!(
+            s.foreign_cpus == 0.0 && s.foreign_cpus.is_sign_positive(),
+            "{s:?}"
+        );
+        let f = summarize(&[&s]).unwrap();
+        assert!(format!("{:.1}", f.foreign_cpus) == "0.0", "{f:?}");
     }
 
     /// The sampler, for real, on this host: samples come back inside a window.

@@ -8,7 +8,8 @@
 // finishes it, the kernels that moved, the probed commits) as its data holds it; no script
 // but the page's own three. Cell pages: one trend chart per series,
 // with as many change points, accepted shifts and verdict marks drawn as the data holds.
-// Run pages: a row per cell, and the cost of the verdict as the data words it. The runs
+// Run pages: a row per cell, the cost of the verdict as the data words it, and a row per
+// cell whose verdict took more than measuring it. The runs
 // table: a cost column that shows a figure exactly where the store kept one. Every page is checked with --all; else the cell pages of the
 // findings, of a hostile id and the first few, and the first and last run pages.
 // Writes index.png beside index.html (or --screenshot FILE).
@@ -179,6 +180,15 @@ async function checkRun(context, rel, problems) {
   // The cost line as the data words it, or none for a run the store kept no cost of.
   const cost = (await page.locator("#cost").count()) ? await page.locator("#cost").textContent() : null;
   expect(cost === (data.cost ?? null), `${rel}: the cost line ${JSON.stringify(cost)}, the data's ${JSON.stringify(data.cost)}`, problems);
+  // The cells whose verdict took more than measuring them: a row each, naming the cell, its
+  // total the sum of its four parts as the data gives them.
+  const byCell = await page.$$eval("#cell-costs tbody tr", (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+  const want = data.cell_costs || [];
+  expect(byCell.length === want.length, `${rel}: ${byCell.length} rows of cell costs, the data has ${want.length}`, problems);
+  for (let i = 0; i < Math.min(byCell.length, want.length); i++) {
+    expect(byCell[i][0] === want[i][0], `${rel}: cell cost row ${i} names ${JSON.stringify(byCell[i][0])}, the data ${JSON.stringify(want[i][0])}`, problems);
+    expect(byCell[i].length === 6, `${rel}: cell cost row ${i} has ${byCell[i].length} columns`, problems);
+  }
   if (data.report) {
     const href = await page.locator("#report a").getAttribute("href");
     expect(href === data.report, `${rel}: the report link`, problems);

@@ -38,12 +38,14 @@ pub struct History {
 }
 
 use crate::bounds::MAX_SAMPLES;
-use crate::history::cost::{Cost, Kept as CostKept};
+use crate::history::cost::{CellCost, Cost, Kept as CostKept, RunCost, MAX_CELL_ID, MAX_ROW_CELLS};
 
 /// The longest `bench_costs.cost` text read: four figures for the run and for each of at
-/// most [`crate::shard::MAX_SHARDS`] shards, about 150 characters each. A longer text is
-/// skipped unparsed.
-const MAX_COST_TEXT: usize = (crate::shard::MAX_SHARDS as usize + 1) * 256;
+/// most [`crate::shard::MAX_SHARDS`] shards, about 150 characters each, and at most
+/// [`MAX_ROW_CELLS`] cells of a cell id and four figures each. A longer text is skipped
+/// unparsed.
+const MAX_COST_TEXT: usize =
+    (crate::shard::MAX_SHARDS as usize + 1) * 256 + MAX_ROW_CELLS * (MAX_CELL_ID + 256);
 
 /// The longest `samples` text read: [`MAX_SAMPLES`] numbers of at most 32 characters each
 /// and their commas. A longer text is skipped unparsed.
@@ -673,9 +675,10 @@ impl History {
         run_id: &str,
         shard: Option<crate::shard::Shard>,
         cost: Cost,
+        cells: &[CellCost],
     ) -> Result<(), HistoryError> {
         self.join_run_row("bench_costs", "cost", run_id, |kept| {
-            serde_json::to_string(&CostKept::join(kept, shard, cost))
+            serde_json::to_string(&CostKept::join(kept, shard, cost, cells))
                 .map_err(|e| format!("run {run_id}: the cost does not serialize: {e}"))
         })
     }
@@ -714,30 +717,28 @@ impl History {
         })
     }
 
-    /// Every run's kept cost ([`Self::record_cost`]), by run id. A row that does not read
-    /// as one, or whose figures no run can cost ([`Cost::implausible`]: a negative or
-    /// overflowed figure written by hand or another tool), is skipped with one warning
-    /// naming the store and run, as implausible values of a trend are: a cost is shown
-    /// beside the verdicts, and a forged one is never shown.
-    pub fn costs(&mut self) -> Result<std::collections::HashMap<String, Cost>, HistoryError> {
+    /// Every run's kept cost ([`Self::record_cost`]), by run id: the total and the cells
+    /// whose verdict took more than measuring them. A row that does not read as one, or
+    /// whose figures no run can cost ([`RunCost::read`]: a negative or overflowed figure,
+    /// a cell id no cell has, written by hand or another tool), is skipped with one
+    /// warning naming the store and run, as implausible values of a trend are: a cost is
+    /// shown beside the verdicts, and a forged one is never shown.
+    pub fn costs(&mut self) -> Result<std::collections::HashMap<String, RunCost>, HistoryError> {
         let rows = self.query("SELECT run_id, cost FROM bench_costs ORDER BY run_id", &[])?;
         let mut out = std::collections::HashMap::with_capacity(rows.len());
         for r in rows {
             let run = text(&r[0]);
             let raw = r[1].text().unwrap_or_default();
-            let (cost, why) = if raw.len() > MAX_COST_TEXT {
-                (
-                    None,
-                    Some(format!("{} bytes, more than a run's cost holds", raw.len())),
-                )
+            let read = if raw.len() > MAX_COST_TEXT {
+                Err(format!("{} bytes, more than a run's cost holds", raw.len()))
             } else {
-                match serde_json::from_str::<Cost>(raw) {
-                    Ok(c) => (Some(c), c.implausible()),
-                    Err(e) => (None, Some(format!("does not read as a cost: {e}"))),
-                }
+                RunCost::read(raw)
             };
-            match (why, cost) {
-                (Some(why), _) => {
+            match read {
+                Ok(c) => {
+                    out.insert(run, c);
+                }
+                Err(why) => {
                     let row = || format!("bench_costs, run {}", crate::sanitize::terminal(&run));
                     self.skip_once(
                         (run.clone(), String::new(), "bench_costs".into()),
@@ -745,10 +746,6 @@ impl History {
                         &why,
                     );
                 }
-                (None, Some(c)) => {
-                    out.insert(run, c);
-                }
-                (None, None) => {}
             }
         }
         Ok(out)

@@ -697,10 +697,7 @@ fn render(
 /// bisection), GPU-seconds; empty when no cell's did: a quiet night's summary stays one
 /// sentence long.
 fn cell_costs_table(costs: &[crate::report::input::CellCost]) -> String {
-    let extra: Vec<_> = costs
-        .iter()
-        .filter(|c| c.cost.total() > c.cost.measuring_gpu_s)
-        .collect();
+    let extra: Vec<_> = costs.iter().filter(|c| c.confirmed()).collect();
     if extra.is_empty() {
         return String::new();
     }
@@ -711,14 +708,23 @@ fn cell_costs_table(costs: &[crate::report::input::CellCost]) -> String {
     );
     for c in extra {
         let k = &c.cost;
+        // One decimal below 10 GPU-s: a CPU cell's pairs cost a few seconds, which whole
+        // seconds round to 0 or 1.
+        let g = |x: f64| {
+            if x < 10.0 {
+                format!("{x:.1}")
+            } else {
+                format!("{x:.0}")
+            }
+        };
         out.push_str(&format!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             code_cell(&c.cell_id),
-            k.measuring_gpu_s,
-            k.pairs_gpu_s,
-            k.reruns_gpu_s,
-            k.triage_gpu_s,
-            k.total()
+            g(k.measuring_gpu_s),
+            g(k.pairs_gpu_s),
+            g(k.reruns_gpu_s),
+            g(k.triage_gpu_s),
+            g(k.total())
         ));
     }
     out.push('\n');

@@ -224,6 +224,11 @@
   // What a run's verdict cost in the runs table: every GPU-second and that against the
   // measuring alone ("1.2K (1.56x)"), "–" for a run the store kept no cost of (recorded
   // before schema 6, or a row the store skipped as implausible).
+  // GPU-seconds as the cost tables show them: one decimal below 10, whole seconds above.
+  function gpuS(x) {
+    return x < 10 ? x.toFixed(1) : si(x);
+  }
+
   function costCell(r) {
     if (typeof r.gpu_s !== "number") return "–";
     return si(r.gpu_s) + (typeof r.times === "number" ? ` (${r.times.toFixed(2)}x)` : "");
@@ -327,6 +332,19 @@
       el("p", { class: "note", text: `Started ${data.time} on ${data.key}, branch ${data.branch || "unknown"}, commit ${data.commit || "unknown"}, host ${data.host}, matrix ${data.matrix}.` }));
     // A run the store kept no cost of (recorded before schema 6) shows none.
     if (data.cost) head.append(el("p", { id: "cost", text: data.cost }));
+    // The cells whose verdict took more than measuring them (pairs, re-runs, a bisection),
+    // as summary.md lists them: where a night's GPU-seconds went.
+    if (data.cell_costs && data.cell_costs.length) {
+      const ct = el("table", { id: "cell-costs" });
+      ct.append(el("thead", {}, el("tr", {}, ...["cell", "measuring", "side by side", "re-runs", "triage", "total"].map((x) => el("th", { text: x })))));
+      const cb = el("tbody");
+      for (const [cell, parts] of data.cell_costs) {
+        const total = parts.reduce((a, b) => a + b, 0);
+        cb.append(el("tr", {}, el("td", { class: "id", text: cell }), ...[...parts, total].map((x) => el("td", { class: "num", text: gpuS(x) }))));
+      }
+      ct.append(cb);
+      head.append(el("details", { id: "cell-costs-box", open: "" }, el("summary", { text: "The cells whose verdict took more than measuring them, GPU-s" }), el("div", { class: "table-box" }, ct)));
+    }
     head.append(el("p", { id: "report" }, data.report ? link(data.report, "This run's report.html") : el("span", { class: "note", text: "No report folder was given for this run (bench site --runs DIR)." })));
     const counts = Object.create(null);
     for (const c of data.cells) counts[c.verdict || "not judged"] = (counts[c.verdict || "not judged"] || 0) + 1;
