@@ -382,6 +382,46 @@ pub(crate) fn git_state(dir: &Path) -> (Option<String>, bool) {
     (commit, dirty)
 }
 
+/// The variable that names this host in the history in place of its hostname.
+pub const HOST_VAR: &str = "BENCH_HOST";
+
+/// The longest host name `BENCH_HOST` may give.
+const MAX_HOST_LEN: usize = 128;
+
+/// Why `BENCH_HOST` cannot name a host (`None`: it is unset or can). A pool whose machines
+/// share one hostname (lent VMs all called `vm`, job containers named by a fresh id each
+/// time) gives each runner its own name there, so that the history's and the site's hosts
+/// of a hardware key are the machines, not one name for all of them.
+pub fn check_host_override() -> Option<String> {
+    let v = std::env::var_os(HOST_VAR)?;
+    let Some(v) = v.to_str() else {
+        return Some(format!("{HOST_VAR} is not UTF-8"));
+    };
+    let ok = !v.is_empty()
+        && v.len() <= MAX_HOST_LEN
+        && !v.chars().any(|c| c.is_control() || c.is_whitespace());
+    (!ok).then(|| {
+        let cut: String = v.chars().take(MAX_HOST_LEN + 1).collect();
+        format!(
+            "{HOST_VAR}=\"{}\": a host name is 1 to {MAX_HOST_LEN} characters, none of them a space or a control character",
+            crate::sanitize::inline(&cut)
+        )
+    })
+}
+
+/// The name the history records this host under: `BENCH_HOST` when it is set and valid
+/// ([`check_host_override`], which `bench matrix` applies before anything runs), else the
+/// hostname.
+fn host_name() -> String {
+    if let (Some(v), None) = (std::env::var_os(HOST_VAR), check_host_override()) {
+        return v.to_string_lossy().into_owned();
+    }
+    nix::unistd::gethostname()
+        .ok()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// Captures the environment of this host, with `inv` as the GPUs the run uses.
 pub(crate) fn capture(inv: &GpuInventory) -> Environment {
     let torch = torch_versions();
@@ -406,10 +446,7 @@ pub(crate) fn capture(inv: &GpuInventory) -> Environment {
         libtorch: torch.torch,
         nccl: torch.nccl,
         cpu: cpu_model(),
-        host: nix::unistd::gethostname()
-            .ok()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        host: host_name(),
         os: os_description(),
         git_commit,
         git_dirty,

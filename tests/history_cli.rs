@@ -211,3 +211,64 @@ fn bad_input_exits_2_with_the_place_named() {
         text(&o)
     );
 }
+
+/// `BENCH_HOST` names the host in the history where a pool's machines share one hostname
+/// (lent VMs all called `vm`): two runners' nights at the same hostname are two hosts in
+/// `bench history CELL`, and a name no host can have is refused before anything runs.
+#[test]
+fn bench_host_tells_the_runners_of_one_hostname_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = matrix(dir.path(), "m.yaml", "0.01");
+    let history = dir.path().join("h.sqlite");
+    let history = history.to_str().unwrap();
+    let on = |host: &str, id: &str| {
+        let results = dir.path().join("results");
+        let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+            .args(["matrix", &m, "--results-dir"])
+            .arg(&results)
+            .args([
+                "--run-id",
+                id,
+                "--no-progress",
+                "--gpus",
+                "0",
+                "--history",
+                history,
+            ])
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .env_remove("GITHUB_STEP_SUMMARY")
+            .env("BENCH_HOST", host)
+            .output()
+            .unwrap();
+        (o, results.join(id))
+    };
+    for (host, id) in [("runner-a", "n1"), ("runner-a", "n2"), ("runner-b", "n3")] {
+        let (o, run) = on(host, id);
+        assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+        let results = std::fs::read_to_string(run.join("results.json")).unwrap();
+        assert!(
+            results.contains(&format!("\"host\": \"{host}\"")),
+            "{results}"
+        );
+    }
+    let o = bench(&["history", "small.1gpu", "--history", history]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let shown = text(&o);
+    let hosts = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("hosts: "))
+        .unwrap_or_else(|| panic!("no hosts line: {shown}"));
+    assert!(
+        hosts.contains("runner-a 2 runs") && hosts.contains("runner-b 1 run"),
+        "{hosts}"
+    );
+
+    for bad in ["", "a b", "tab\there", "esc\u{1b}]0;x\u{7}"] {
+        let (o, run) = on(bad, "bad");
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", text(&o));
+        let said = text(&o);
+        assert!(said.contains("BENCH_HOST"), "{said}");
+        assert!(!said.contains('\u{1b}'), "{said:?}");
+        assert!(!run.exists(), "nothing ran for {bad:?}");
+    }
+}

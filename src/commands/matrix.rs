@@ -16,6 +16,11 @@ use crate::run::{LauncherRequest, MatrixSettings, RunOutcome};
 /// are still written, and say 130: the stage is kept in `results.json` as
 /// `interrupted_in`); otherwise 1 when a cell failed, timed out or regressed, else 0.
 pub(crate) fn matrix(args: &MatrixSettings) -> Result<i32, CliError> {
+    // The host's name is part of every result and of the history: a bad one is refused
+    // before anything runs.
+    if let Some(why) = crate::env::check_host_override() {
+        return Err(CliError::bad_input(miette::miette!("{why}")));
+    }
     let mut expansion = crate::matrix::cmd::load(&args.source)?;
     with_repeats(&mut expansion, args.repeats);
     let triage = super::triage::settings(
