@@ -6,132 +6,20 @@
 //! finish and an expected hardware kind that never uploaded fail the run with one exit code
 //! that every output states.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn bench_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
-    c.args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("GITHUB_STEP_SUMMARY");
-    c
-}
+use common::cli::{bench, read_json, text, write_json};
+use common::shards::{copy_shard, judged_night, merge, night, shard};
 
-fn bench(args: &[&str]) -> Output {
-    bench_cmd(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn write_json(p: &Path, v: &Value) {
-    std::fs::write(p, v.to_string()).unwrap();
-}
-
-/// Five cells of equal nominal cost (a command workload of no known model), fast.
-fn matrix(dir: &Path) -> String {
-    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
-    let text = format!(
-        "name: shards\naxes:\n  model: [a, b, c, d, e]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 1\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"0.01\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
-        worker.display()
-    );
-    let p = dir.join("m.yaml");
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_string()
-}
-
-/// Runs shard `n` (`1/2`) of run `id` into `dir/s1` (or `s2`) with `extra` flags.
-fn shard(dir: &Path, id: &str, n: &str, extra: &[&str]) -> PathBuf {
-    let m = matrix(dir);
-    let results = dir.join(format!("s{}", &n[..1]));
-    let baselines = dir.join("baselines");
-    let mut a = vec![
-        "matrix",
-        m.as_str(),
-        "--results-dir",
-        results.to_str().unwrap(),
-        "--run-id",
-        id,
-        "--baselines",
-        baselines.to_str().unwrap(),
-        "--no-progress",
-        "--gpus",
-        "0",
-        "--shard",
-        n,
-    ];
-    a.extend_from_slice(extra);
-    let o = bench(&a);
-    assert!(
-        matches!(o.status.code(), Some(0 | 1)),
-        "shard {n}: {}",
-        text(&o)
-    );
-    results.join(id)
-}
-
-/// Both shards of run `night`.
-fn night(dir: &Path) -> (PathBuf, PathBuf) {
-    (
-        shard(dir, "night", "1/2", &[]),
-        shard(dir, "night", "2/2", &[]),
-    )
-}
-
-/// Both shards of run `night`, judged against one history store (`dir/h.sqlite`), so each
-/// has its `history.json`.
-fn judged_night(dir: &Path) -> (PathBuf, PathBuf) {
-    let store = dir.join("h.sqlite");
-    let store = store.to_str().unwrap();
-    (
-        shard(dir, "night", "1/2", &["--history", store]),
-        shard(dir, "night", "2/2", &["--history", store]),
-    )
-}
-
-/// A copy of the shard folder `from` under `dir/name/night` (results, plan, logs).
-fn copy_shard(from: &Path, dir: &Path, name: &str) -> PathBuf {
-    let to = dir.join(name).join("night");
-    std::fs::create_dir_all(&to).unwrap();
-    for f in ["results.json", "shard.json"] {
-        std::fs::copy(from.join(f), to.join(f)).unwrap();
-    }
-    to
-}
-
-fn merge(dir: &Path, inputs: &[&Path], out: &Path, extra: &[&str]) -> Output {
-    let mut a: Vec<String> = vec!["report".into(), "merge".into()];
-    a.extend(inputs.iter().map(|p| p.display().to_string()));
-    a.extend([
-        "-o".into(),
-        out.display().to_string(),
-        "--baselines".into(),
-        dir.join("baselines").display().to_string(),
-    ]);
-    a.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    bench(&a)
-}
-
-/// Exit 2 with `says` in the message, and no output written.
+/// Exit 2 with `says` in the message, and no output written
+/// ([`common::shards::refused`]), nor the merge's staging folder beside the output.
 fn refused(o: &Output, out: &Path, says: &[&str]) {
-    assert_eq!(o.status.code(), Some(2), "{}", text(o));
-    for s in says {
-        assert!(text(o).contains(s), "{s:?} not in {}", text(o));
-    }
-    assert!(!out.exists(), "a refused merge wrote {}", out.display());
-    // Nor its staging folder beside the output.
+    common::shards::refused(o, out, says);
     let parent = out.parent().unwrap();
     let left: Vec<_> = std::fs::read_dir(parent)
         .unwrap()

@@ -3,19 +3,15 @@
 //! terminal escape or a live Markdown link; and the other cases of the round that concern
 //! what bench writes, each through the built binary against real files.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::cli::text;
+
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bench"))
-}
-
-fn all_text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Asserts that `what` holds no terminal escape, BEL or other control character than
@@ -170,7 +166,7 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
         .output()
         .unwrap();
     assert_eq!(listing.status.code(), Some(0), "{listing:?}");
-    let shown = all_text(&listing);
+    let shown = text(&listing);
     no_controls("bench matrix --dry-run", &shown);
     assert!(shown.contains("matrix toy"), "{shown}");
 
@@ -179,7 +175,7 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
         commit(&repo, &format!("docs: night {n}"), dev);
         let o = night(&root, &format!("night{n}"));
         assert_eq!(o.status.code(), Some(0), "night{n}: {o:?}");
-        no_controls(&format!("night{n}'s terminal"), &all_text(&o));
+        no_controls(&format!("night{n}'s terminal"), &text(&o));
     }
     std::fs::write(
         repo.join("kernels.a.txt"),

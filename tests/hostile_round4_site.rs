@@ -7,10 +7,13 @@
 //! is checked before any work, `bench report merge` writes nothing when a baseline file is
 //! damaged, and one 50 MB text in a run folder makes no 50 MB report.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use bench::site::synthetic::{generate, Spec};
+use common::cli::{bench_in as bench, text};
 
 fn site(dir: &Path, store: &Path, out: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bench"))
@@ -21,14 +24,6 @@ fn site(dir: &Path, store: &Path, out: &str) -> Output {
         .env_remove("BENCH_HISTORY")
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn store(dir: &Path, name: &str, cells: usize, runs: usize) -> std::path::PathBuf {
@@ -168,18 +163,6 @@ fn a_50_mb_text_in_the_store_makes_no_50_mb_page() {
     );
     let runs = std::fs::read_to_string(tmp.path().join("hostile/assets/runs.js")).unwrap();
     assert!(runs.contains("more characters)"), "the cut says so");
-}
-
-/// `bench ARGS` in `dir`, with no variable of the CI or the user's setup reaching it.
-fn bench(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bench"))
-        .current_dir(dir)
-        .args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("BENCH_HISTORY")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .unwrap()
 }
 
 /// A copy of the fixture run folder `tests/fixtures/runs/NAME` as `dir/runs/NAME`.
