@@ -818,6 +818,82 @@ fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
     assert!(out.join("bl").is_dir());
 }
 
+/// A run folder's `history.json` that does not read (a string or `NaN` where a number
+/// belongs, a number out of range, a cut document) is refused with exit 2 naming it, line
+/// and column, by `bench report` as by `bench report merge`, and no report is written again.
+/// `bench report` read such a file as absent: it judged the run against the baselines
+/// instead, changed its verdict without a word and rewrote the reports (exit 0), while the
+/// merge of the same file refused it.
+#[test]
+fn a_history_json_that_does_not_read_is_refused_by_report_as_by_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = judged_night(dir);
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let path = out.join("history.json");
+    let original = std::fs::read(&path).unwrap();
+    // The document with reruns_gpu_s set to 0.5, as one line, for the text edits below.
+    let mut h = read_json(&path);
+    h["reruns_gpu_s"] = 0.5.into();
+    let doc = h.to_string();
+    assert!(doc.contains("\"reruns_gpu_s\":0.5"), "{doc}");
+    let report_again = || {
+        bench(&[
+            "report",
+            out.to_str().unwrap(),
+            "--baselines",
+            dir.join("baselines").to_str().unwrap(),
+        ])
+    };
+    for (name, forged, says) in [
+        (
+            "string",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":\"NaN\""),
+            "invalid type: string \"NaN\"",
+        ),
+        (
+            "nan",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":NaN"),
+            "expected value",
+        ),
+        (
+            "range",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":1e999"),
+            "number out of range",
+        ),
+        ("cut", doc[..doc.len() / 2].to_string(), "EOF"),
+    ] {
+        std::fs::write(&path, &forged).unwrap();
+        let before = std::fs::read(out.join("report.json")).unwrap();
+        let o = report_again();
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", text(&o));
+        for s in [&format!("{}: line 1 column", path.display()), says] {
+            assert!(text(&o).contains(s), "{name}: {s:?} not in {}", text(&o));
+        }
+        assert_eq!(
+            std::fs::read(out.join("report.json")).unwrap(),
+            before,
+            "{name}: report.json was written again"
+        );
+
+        // The merge refuses the same file in a shard.
+        let d = copy_shard(&s1, dir, name);
+        std::fs::write(d.join("history.json"), &forged).unwrap();
+        let merged = dir.join(format!("out-{name}"));
+        refused(
+            &merge(dir, &[&d, &s2], &merged, &[]),
+            &merged,
+            &[&format!("{name}/night/history.json: line 1 column"), says],
+        );
+    }
+    // The file as the merge wrote it reads again.
+    std::fs::write(&path, &original).unwrap();
+    let o = report_again();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+}
+
 /// The figures a merged or re-rendered run's cost is summed from are checked like every
 /// other figure: re-runs by cell that do not add up to their total, a cell judged twice, a
 /// bisection's GPU-seconds no run spends or of a cell not in the run are refused with exit
