@@ -818,6 +818,41 @@ fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
     assert!(out.join("bl").is_dir());
 }
 
+/// A `.bench-written` that is a symbolic link is no list and is never followed: a link to
+/// a list that names a person's note is refused as an output without a readable list, and
+/// the note survives. The rebuild followed such a link and deleted the note with exit 0
+/// (round C of the hostile re-run).
+#[test]
+fn a_written_list_that_is_a_link_is_not_trusted_and_the_note_it_names_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    // The list the merge wrote, naming the note too, kept outside and linked in its place.
+    let mut list = std::fs::read_to_string(out.join(".bench-written")).unwrap();
+    list.push_str("notes.txt\n");
+    std::fs::write(dir.join("list"), &list).unwrap();
+    std::fs::remove_file(out.join(".bench-written")).unwrap();
+    std::os::unix::fs::symlink("../list", out.join(".bench-written")).unwrap();
+    std::fs::write(out.join("notes.txt"), "keep me\n").unwrap();
+
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("holds no readable .bench-written"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "keep me\n"
+    );
+    assert!(out.join(".bench-written").is_symlink());
+    assert_eq!(std::fs::read_to_string(dir.join("list")).unwrap(), list);
+}
+
 /// A run folder's `history.json` that does not read (a string or `NaN` where a number
 /// belongs, a number out of range, a cut document) is refused with exit 2 naming it, line
 /// and column, by `bench report` as by `bench report merge`, and no report is written again.

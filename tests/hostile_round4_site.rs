@@ -522,3 +522,37 @@ fn a_site_rebuild_checks_every_file_against_its_list() {
     );
     assert!(dir.join("site/index.html").is_file());
 }
+
+/// A `.bench-written` that is a symbolic link is no list and is never followed: a link to
+/// a list that names a person's CNAME is refused as a site without a readable list, and
+/// the CNAME survives. The rebuild followed such a link and deleted the CNAME with exit 0
+/// (round C of the hostile re-run).
+#[test]
+fn a_written_list_that_is_a_link_is_not_trusted_and_the_file_it_names_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = store(dir, "h.sqlite", 3, 4);
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The list the site wrote, naming the CNAME too, kept outside and linked in its place.
+    let mut list = std::fs::read_to_string(dir.join("site/.bench-written")).unwrap();
+    list.push_str("CNAME\n");
+    std::fs::write(dir.join("list"), &list).unwrap();
+    std::fs::remove_file(dir.join("site/.bench-written")).unwrap();
+    std::os::unix::fs::symlink("../list", dir.join("site/.bench-written")).unwrap();
+    std::fs::write(dir.join("site/CNAME"), "bench.example.org\n").unwrap();
+
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("holds no readable .bench-written"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("site/CNAME")).unwrap(),
+        "bench.example.org\n"
+    );
+    assert!(dir.join("site/index.html").is_file());
+    assert_eq!(std::fs::read_to_string(dir.join("list")).unwrap(), list);
+}
