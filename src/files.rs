@@ -141,6 +141,30 @@ pub fn read_to_string_bounded(path: &Path, limit: u64) -> std::io::Result<String
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
+/// A JSON document of a run folder that may be absent (`shard.json`, `triage.json`,
+/// `history.json`, `fleet.json`): `Ok(None)` when nothing is at `path`, else the document.
+/// A file that is there and does not read (too large, not UTF-8, a FIFO, a link that leads
+/// nowhere, malformed, a string where a number belongs) is an error naming it, with the
+/// line and column of a JSON error: each of these files holds what a silent skip would
+/// lose or change, so every reader refuses it alike.
+pub fn read_json_if_there<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> Result<Option<T>, String> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    let text = read_to_string_bounded(path, MAX_RESULTS_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        format!(
+            "{}: line {} column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })
+}
+
 /// Why a path bench was told to write to cannot take what the command writes. Each names
 /// the flag and the path as given, and says which part of the path is at fault.
 #[derive(Debug, thiserror::Error)]

@@ -40,15 +40,18 @@ impl Verdicts {
 
 /// The verdicts on `results` against the baselines in `baselines_dir` (of the run's own
 /// hardware key) and the history's judgement kept in `run_dir`, with the trends of that
-/// history's store. A malformed baseline file is bad input (exit 2).
+/// history's store. A malformed baseline file or `history.json` is bad input (exit 2).
 pub fn of_run(
     results: &RunResults,
     baselines_dir: &Path,
     run_dir: Option<&Path>,
 ) -> Result<Verdicts, CliError> {
     let baselines = Baselines::load_for(baselines_dir, &results.environment.hardware_key)?;
+    // A damaged history.json is bad input: read as absent, the run would be judged
+    // against the baselines instead and its verdict changed without a word.
     let (comparison, history) =
-        crate::history::gate::judged_comparison(results, &baselines, run_dir);
+        crate::history::gate::judged_comparison(results, &baselines, run_dir)
+            .map_err(|m| CliError::bad_input(miette::miette!("{m}")))?;
     // A store that cannot be read now (moved, or a server that is down) leaves the charts
     // without trends; the verdicts were recorded in history.json when the run was judged.
     let trends = history

@@ -7,114 +7,23 @@
 //! `bench report` and `bench history import` too: the same rule the worker's door holds
 //! every event to.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn bench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .env_remove("BENCH_HISTORY")
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn write_json(p: &Path, v: &Value) {
-    std::fs::write(p, v.to_string()).unwrap();
-}
-
-/// Five cells of equal nominal cost (a command workload of no known model), fast.
-fn matrix(dir: &Path) -> String {
-    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
-    let text = format!(
-        "name: shards\naxes:\n  model: [a, b, c, d, e]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 2\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"0.01\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
-        worker.display()
-    );
-    let p = dir.join("m.yaml");
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_string()
-}
-
-/// Runs shard `n` (`1/2`) of run `night` into `dir/s1` (or `s2`): two repeats a cell.
-fn shard(dir: &Path, n: &str) -> PathBuf {
-    let m = matrix(dir);
-    let results = dir.join(format!("s{}", &n[..1]));
-    let baselines = dir.join("baselines");
-    let o = bench(&[
-        "matrix",
-        m.as_str(),
-        "--results-dir",
-        results.to_str().unwrap(),
-        "--run-id",
-        "night",
-        "--baselines",
-        baselines.to_str().unwrap(),
-        "--no-progress",
-        "--gpus",
-        "0",
-        "--shard",
-        n,
-    ]);
-    assert!(
-        matches!(o.status.code(), Some(0 | 1)),
-        "shard {n}: {}",
-        text(&o)
-    );
-    results.join("night")
-}
-
-/// Both shards of run `night`.
-fn night(dir: &Path) -> (PathBuf, PathBuf) {
-    (shard(dir, "1/2"), shard(dir, "2/2"))
-}
+use common::cli::{bench, read_json, text, write_json};
+use common::shards::{copy_shard, merge, night_repeated, refused};
 
 /// A copy of the shard folder `from` under `dir/name/night` (results and plan) with `edit`
 /// applied to its results.
 fn edited(from: &Path, dir: &Path, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let to = dir.join(name).join("night");
-    std::fs::create_dir_all(&to).unwrap();
-    std::fs::copy(from.join("shard.json"), to.join("shard.json")).unwrap();
-    let mut r = read_json(&from.join("results.json"));
+    let to = copy_shard(from, dir, name);
+    let mut r = read_json(&to.join("results.json"));
     edit(&mut r);
     write_json(&to.join("results.json"), &r);
     to
-}
-
-fn merge(dir: &Path, inputs: &[&Path], out: &Path) -> Output {
-    let mut a: Vec<String> = vec!["report".into(), "merge".into()];
-    a.extend(inputs.iter().map(|p| p.display().to_string()));
-    a.extend([
-        "-o".into(),
-        out.display().to_string(),
-        "--baselines".into(),
-        dir.join("baselines").display().to_string(),
-    ]);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    bench(&a)
-}
-
-/// Exit 2 with each of `says` in the message, and no output written.
-fn refused(o: &Output, out: &Path, says: &[&str]) {
-    assert_eq!(o.status.code(), Some(2), "{}", text(o));
-    for s in says {
-        assert!(text(o).contains(s), "{s:?} not in {}", text(o));
-    }
-    assert!(!out.exists(), "a refused merge wrote {}", out.display());
 }
 
 /// A cell whose results carry other parameters (or axis values) than the plan gave it is
@@ -124,7 +33,7 @@ fn refused(o: &Output, out: &Path, says: &[&str]) {
 fn a_cell_run_with_other_params_than_its_plan_is_refused_naming_the_key_path() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (s1, s2) = night(dir);
+    let (s1, s2) = night_repeated(dir, 2);
     let out = dir.join("out");
     let id = read_json(&s1.join("results.json"))["cells"][1]["id"]
         .as_str()
@@ -160,7 +69,7 @@ fn a_cell_run_with_other_params_than_its_plan_is_refused_naming_the_key_path() {
             at[key[key.len() - 1]] = value;
         });
         let plan = d.join("shard.json");
-        let o = merge(dir, &[&d, &s2], &out);
+        let o = merge(dir, &[&d, &s2], &out, &[]);
         refused(
             &o,
             &out,
@@ -174,7 +83,7 @@ fn a_cell_run_with_other_params_than_its_plan_is_refused_naming_the_key_path() {
             ],
         );
     }
-    let o = merge(dir, &[&s1, &s2], &out);
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -184,7 +93,7 @@ fn a_cell_run_with_other_params_than_its_plan_is_refused_naming_the_key_path() {
 fn shards_on_another_gpu_model_or_count_under_one_key_are_refused_naming_both() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (s1, s2) = night(dir);
+    let (s1, s2) = night_repeated(dir, 2);
     let out = dir.join("out");
     let env = read_json(&s1.join("results.json"))["environment"].clone();
     // A host without a GPU has no model, which the message says as `none`.
@@ -203,7 +112,7 @@ fn shards_on_another_gpu_model_or_count_under_one_key_are_refused_naming_both() 
         ("count", "gpu_count", Value::from(8), count),
     ] {
         let d = edited(&s2, dir, name, |r| r["environment"][field] = value.clone());
-        let o = merge(dir, &[&s1, &d], &out);
+        let o = merge(dir, &[&s1, &d], &out, &[]);
         refused(
             &o,
             &out,
@@ -254,7 +163,7 @@ fn every_reader_refuses(dir: &Path, d: &Path, says: &[&str]) {
 fn impossible_steps_and_repeat_summaries_are_refused_by_every_reader() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (s1, s2) = night(dir);
+    let (s1, s2) = night_repeated(dir, 2);
     let out = dir.join("out");
     // Each forged value, where it goes (a JSON pointer below repeats[1] of cells[0]), and
     // what the refusal says after the key path down to it.
@@ -317,7 +226,7 @@ fn impossible_steps_and_repeat_summaries_are_refused_by_every_reader() {
         let field = format!("cells[0] (a.1gpu).repeats[1].{says}");
         let d = edited(&s1, dir, name, edit);
         let file = format!("{name}/night/results.json: {field}");
-        let o = merge(dir, &[&d, &s2], &out);
+        let o = merge(dir, &[&d, &s2], &out, &[]);
         refused(&o, &out, &[&file]);
         assert!(!text(&o).contains("improved"), "{}", text(&o));
         every_reader_refuses(dir, &d, &[&file]);
@@ -336,7 +245,7 @@ fn impossible_steps_and_repeat_summaries_are_refused_by_every_reader() {
         std::fs::write(d.join("results.json"), doc.replacen(from, to, 1)).unwrap();
         let file = format!("{name}/night/results.json:1:");
         refused(
-            &merge(dir, &[&d, &s2], &out),
+            &merge(dir, &[&d, &s2], &out, &[]),
             &out,
             &[&file, "malformed results"],
         );
@@ -344,6 +253,6 @@ fn impossible_steps_and_repeat_summaries_are_refused_by_every_reader() {
     }
 
     // The shards as they ran pass every reader.
-    let o = merge(dir, &[&s1, &s2], &out);
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }

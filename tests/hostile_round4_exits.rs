@@ -8,9 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cli::text;
 use common::fixture;
 
 fn bench() -> Command {
@@ -18,14 +19,6 @@ fn bench() -> Command {
     // Hermetic: plain progress, and no appending to a CI job summary.
     c.env_remove("CI").env_remove("GITHUB_STEP_SUMMARY");
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A matrix of cells `model: [names...]`, each running `fake_worker.sh {model}` (the model

@@ -6,132 +6,20 @@
 //! finish and an expected hardware kind that never uploaded fail the run with one exit code
 //! that every output states.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn bench_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bench"));
-    c.args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("GITHUB_STEP_SUMMARY");
-    c
-}
+use common::cli::{bench, read_json, text, write_json};
+use common::shards::{copy_shard, judged_night, merge, night, shard};
 
-fn bench(args: &[&str]) -> Output {
-    bench_cmd(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn write_json(p: &Path, v: &Value) {
-    std::fs::write(p, v.to_string()).unwrap();
-}
-
-/// Five cells of equal nominal cost (a command workload of no known model), fast.
-fn matrix(dir: &Path) -> String {
-    let worker = std::fs::canonicalize("tests/fixtures/fake_worker.sh").unwrap();
-    let text = format!(
-        "name: shards\naxes:\n  model: [a, b, c, d, e]\n  gpus: [1]\ndefaults:\n  steps: 5\n  warmup: 1\n  repeats: 1\n  timeout: 60s\n  tolerance: 0.1\n  extra: {{step_time: \"0.01\"}}\n  workload:\n    kind: command\n    argv: [sh, \"{}\", paced, \"{{step_time}}\"]\n",
-        worker.display()
-    );
-    let p = dir.join("m.yaml");
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_string()
-}
-
-/// Runs shard `n` (`1/2`) of run `id` into `dir/s1` (or `s2`) with `extra` flags.
-fn shard(dir: &Path, id: &str, n: &str, extra: &[&str]) -> PathBuf {
-    let m = matrix(dir);
-    let results = dir.join(format!("s{}", &n[..1]));
-    let baselines = dir.join("baselines");
-    let mut a = vec![
-        "matrix",
-        m.as_str(),
-        "--results-dir",
-        results.to_str().unwrap(),
-        "--run-id",
-        id,
-        "--baselines",
-        baselines.to_str().unwrap(),
-        "--no-progress",
-        "--gpus",
-        "0",
-        "--shard",
-        n,
-    ];
-    a.extend_from_slice(extra);
-    let o = bench(&a);
-    assert!(
-        matches!(o.status.code(), Some(0 | 1)),
-        "shard {n}: {}",
-        text(&o)
-    );
-    results.join(id)
-}
-
-/// Both shards of run `night`.
-fn night(dir: &Path) -> (PathBuf, PathBuf) {
-    (
-        shard(dir, "night", "1/2", &[]),
-        shard(dir, "night", "2/2", &[]),
-    )
-}
-
-/// Both shards of run `night`, judged against one history store (`dir/h.sqlite`), so each
-/// has its `history.json`.
-fn judged_night(dir: &Path) -> (PathBuf, PathBuf) {
-    let store = dir.join("h.sqlite");
-    let store = store.to_str().unwrap();
-    (
-        shard(dir, "night", "1/2", &["--history", store]),
-        shard(dir, "night", "2/2", &["--history", store]),
-    )
-}
-
-/// A copy of the shard folder `from` under `dir/name/night` (results, plan, logs).
-fn copy_shard(from: &Path, dir: &Path, name: &str) -> PathBuf {
-    let to = dir.join(name).join("night");
-    std::fs::create_dir_all(&to).unwrap();
-    for f in ["results.json", "shard.json"] {
-        std::fs::copy(from.join(f), to.join(f)).unwrap();
-    }
-    to
-}
-
-fn merge(dir: &Path, inputs: &[&Path], out: &Path, extra: &[&str]) -> Output {
-    let mut a: Vec<String> = vec!["report".into(), "merge".into()];
-    a.extend(inputs.iter().map(|p| p.display().to_string()));
-    a.extend([
-        "-o".into(),
-        out.display().to_string(),
-        "--baselines".into(),
-        dir.join("baselines").display().to_string(),
-    ]);
-    a.extend(extra.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    bench(&a)
-}
-
-/// Exit 2 with `says` in the message, and no output written.
+/// Exit 2 with `says` in the message, and no output written
+/// ([`common::shards::refused`]), nor the merge's staging folder beside the output.
 fn refused(o: &Output, out: &Path, says: &[&str]) {
-    assert_eq!(o.status.code(), Some(2), "{}", text(o));
-    for s in says {
-        assert!(text(o).contains(s), "{s:?} not in {}", text(o));
-    }
-    assert!(!out.exists(), "a refused merge wrote {}", out.display());
-    // Nor its staging folder beside the output.
+    common::shards::refused(o, out, says);
     let parent = out.parent().unwrap();
     let left: Vec<_> = std::fs::read_dir(parent)
         .unwrap()
@@ -928,6 +816,117 @@ fn a_merge_never_deletes_what_it_did_not_write_or_what_it_reads() {
     assert!(text(&o).contains("--baselines"), "{}", text(&o));
     assert!(text(&o).contains("is inside -o"), "{}", text(&o));
     assert!(out.join("bl").is_dir());
+}
+
+/// A `.bench-written` that is a symbolic link is no list and is never followed: a link to
+/// a list that names a person's note is refused as an output without a readable list, and
+/// the note survives. The rebuild followed such a link and deleted the note with exit 0
+/// (round C of the hostile re-run).
+#[test]
+fn a_written_list_that_is_a_link_is_not_trusted_and_the_note_it_names_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = night(dir);
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    // The list the merge wrote, naming the note too, kept outside and linked in its place.
+    let mut list = std::fs::read_to_string(out.join(".bench-written")).unwrap();
+    list.push_str("notes.txt\n");
+    std::fs::write(dir.join("list"), &list).unwrap();
+    std::fs::remove_file(out.join(".bench-written")).unwrap();
+    std::os::unix::fs::symlink("../list", out.join(".bench-written")).unwrap();
+    std::fs::write(out.join("notes.txt"), "keep me\n").unwrap();
+
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("holds no readable .bench-written"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "keep me\n"
+    );
+    assert!(out.join(".bench-written").is_symlink());
+    assert_eq!(std::fs::read_to_string(dir.join("list")).unwrap(), list);
+}
+
+/// A run folder's `history.json` that does not read (a string or `NaN` where a number
+/// belongs, a number out of range, a cut document) is refused with exit 2 naming it, line
+/// and column, by `bench report` as by `bench report merge`, and no report is written again.
+/// `bench report` read such a file as absent: it judged the run against the baselines
+/// instead, changed its verdict without a word and rewrote the reports (exit 0), while the
+/// merge of the same file refused it.
+#[test]
+fn a_history_json_that_does_not_read_is_refused_by_report_as_by_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = judged_night(dir);
+    let out = dir.join("merged");
+    let o = merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let path = out.join("history.json");
+    let original = std::fs::read(&path).unwrap();
+    // The document with reruns_gpu_s set to 0.5, as one line, for the text edits below.
+    let mut h = read_json(&path);
+    h["reruns_gpu_s"] = 0.5.into();
+    let doc = h.to_string();
+    assert!(doc.contains("\"reruns_gpu_s\":0.5"), "{doc}");
+    let report_again = || {
+        bench(&[
+            "report",
+            out.to_str().unwrap(),
+            "--baselines",
+            dir.join("baselines").to_str().unwrap(),
+        ])
+    };
+    for (name, forged, says) in [
+        (
+            "string",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":\"NaN\""),
+            "invalid type: string \"NaN\"",
+        ),
+        (
+            "nan",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":NaN"),
+            "expected value",
+        ),
+        (
+            "range",
+            doc.replace("\"reruns_gpu_s\":0.5", "\"reruns_gpu_s\":1e999"),
+            "number out of range",
+        ),
+        ("cut", doc[..doc.len() / 2].to_string(), "EOF"),
+    ] {
+        std::fs::write(&path, &forged).unwrap();
+        let before = std::fs::read(out.join("report.json")).unwrap();
+        let o = report_again();
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", text(&o));
+        for s in [&format!("{}: line 1 column", path.display()), says] {
+            assert!(text(&o).contains(s), "{name}: {s:?} not in {}", text(&o));
+        }
+        assert_eq!(
+            std::fs::read(out.join("report.json")).unwrap(),
+            before,
+            "{name}: report.json was written again"
+        );
+
+        // The merge refuses the same file in a shard.
+        let d = copy_shard(&s1, dir, name);
+        std::fs::write(d.join("history.json"), &forged).unwrap();
+        let merged = dir.join(format!("out-{name}"));
+        refused(
+            &merge(dir, &[&d, &s2], &merged, &[]),
+            &merged,
+            &[&format!("{name}/night/history.json: line 1 column"), says],
+        );
+    }
+    // The file as the merge wrote it reads again.
+    std::fs::write(&path, &original).unwrap();
+    let o = report_again();
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
 }
 
 /// The figures a merged or re-rendered run's cost is summed from are checked like every

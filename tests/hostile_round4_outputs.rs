@@ -3,19 +3,15 @@
 //! terminal escape or a live Markdown link; and the other cases of the round that concern
 //! what bench writes, each through the built binary against real files.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::cli::text;
+
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bench"))
-}
-
-fn all_text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Asserts that `what` holds no terminal escape, BEL or other control character than
@@ -170,7 +166,7 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
         .output()
         .unwrap();
     assert_eq!(listing.status.code(), Some(0), "{listing:?}");
-    let shown = all_text(&listing);
+    let shown = text(&listing);
     no_controls("bench matrix --dry-run", &shown);
     assert!(shown.contains("matrix toy"), "{shown}");
 
@@ -179,7 +175,7 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
         commit(&repo, &format!("docs: night {n}"), dev);
         let o = night(&root, &format!("night{n}"));
         assert_eq!(o.status.code(), Some(0), "night{n}: {o:?}");
-        no_controls(&format!("night{n}'s terminal"), &all_text(&o));
+        no_controls(&format!("night{n}'s terminal"), &text(&o));
     }
     std::fs::write(
         repo.join("kernels.a.txt"),
@@ -277,6 +273,49 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
         assert!(
             !text.lines().any(|l| l.starts_with("result: ok")),
             "{what}: a subject's line read as the verdict:\n{text}"
+        );
+    }
+}
+
+/// A matrix name with an OSC title sequence and a BEL, forged into the shards' results
+/// (`bench matrix` refuses such a name at its line), is written out in report.html, its
+/// `<title>` included, by `bench report merge` and by `bench report` of a shard: no ESC or
+/// BEL anywhere in the page. The `<title>` held them raw (round C of the hostile re-run).
+#[test]
+fn a_forged_matrix_name_is_written_out_in_report_html_and_its_title() {
+    use common::cli::{bench as run, read_json, write_json};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (s1, s2) = common::shards::night(dir);
+    for s in [&s1, &s2] {
+        let mut r = read_json(&s.join("results.json"));
+        r["matrix_name"] = "smoke\x1b]0;t\x07".into();
+        write_json(&s.join("results.json"), &r);
+    }
+    let out = dir.join("merged");
+    let o = common::shards::merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    let o = run(&[
+        "report",
+        s1.to_str().unwrap(),
+        "--baselines",
+        dir.join("baselines").to_str().unwrap(),
+    ]);
+    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    for page in [out.join("report.html"), s1.join("report.html")] {
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            !html.contains('\x1b') && !html.contains('\x07'),
+            "{}: a raw ESC or BEL",
+            page.display()
+        );
+        assert!(
+            html.contains("<title>bench: smoke\\x1b]0;t\\x07</title>"),
+            "{}: the title does not show the name written out: {}",
+            page.display(),
+            html.lines()
+                .find(|l| l.contains("<title>"))
+                .unwrap_or("no <title>")
         );
     }
 }

@@ -7,10 +7,13 @@
 //! is checked before any work, `bench report merge` writes nothing when a baseline file is
 //! damaged, and one 50 MB text in a run folder makes no 50 MB report.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use bench::site::synthetic::{generate, Spec};
+use common::cli::{bench_in as bench, text};
 
 fn site(dir: &Path, store: &Path, out: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bench"))
@@ -21,14 +24,6 @@ fn site(dir: &Path, store: &Path, out: &str) -> Output {
         .env_remove("BENCH_HISTORY")
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn store(dir: &Path, name: &str, cells: usize, runs: usize) -> std::path::PathBuf {
@@ -168,18 +163,6 @@ fn a_50_mb_text_in_the_store_makes_no_50_mb_page() {
     );
     let runs = std::fs::read_to_string(tmp.path().join("hostile/assets/runs.js")).unwrap();
     assert!(runs.contains("more characters)"), "the cut says so");
-}
-
-/// `bench ARGS` in `dir`, with no variable of the CI or the user's setup reaching it.
-fn bench(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bench"))
-        .current_dir(dir)
-        .args(args)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("BENCH_HISTORY")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()
-        .unwrap()
 }
 
 /// A copy of the fixture run folder `tests/fixtures/runs/NAME` as `dir/runs/NAME`.
@@ -538,4 +521,38 @@ fn a_site_rebuild_checks_every_file_against_its_list() {
         text(&o)
     );
     assert!(dir.join("site/index.html").is_file());
+}
+
+/// A `.bench-written` that is a symbolic link is no list and is never followed: a link to
+/// a list that names a person's CNAME is refused as a site without a readable list, and
+/// the CNAME survives. The rebuild followed such a link and deleted the CNAME with exit 0
+/// (round C of the hostile re-run).
+#[test]
+fn a_written_list_that_is_a_link_is_not_trusted_and_the_file_it_names_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = store(dir, "h.sqlite", 3, 4);
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The list the site wrote, naming the CNAME too, kept outside and linked in its place.
+    let mut list = std::fs::read_to_string(dir.join("site/.bench-written")).unwrap();
+    list.push_str("CNAME\n");
+    std::fs::write(dir.join("list"), &list).unwrap();
+    std::fs::remove_file(dir.join("site/.bench-written")).unwrap();
+    std::os::unix::fs::symlink("../list", dir.join("site/.bench-written")).unwrap();
+    std::fs::write(dir.join("site/CNAME"), "bench.example.org\n").unwrap();
+
+    let o = site(dir, &s, "site");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("holds no readable .bench-written"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("site/CNAME")).unwrap(),
+        "bench.example.org\n"
+    );
+    assert!(dir.join("site/index.html").is_file());
+    assert_eq!(std::fs::read_to_string(dir.join("list")).unwrap(), list);
 }

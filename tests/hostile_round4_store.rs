@@ -6,30 +6,15 @@
 //! shown as -29.0%), and a row of a million samples no longer keeps `bench history study`
 //! busy for minutes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::cli::{bench_in as bench, text};
+
 const CELL: &str = "gpt2-tiny.fp32.1gpu.single.base";
-
-fn bench(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(args)
-        .current_dir(dir)
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .env_remove("BENCH_HISTORY")
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn run_id(day: usize) -> String {
     format!("202611{day:02}T090000Z")

@@ -22,26 +22,13 @@ pub mod triage;
 
 /// A JSON file of a run folder that may be absent (`shard.json`, `triage.json`,
 /// `history.json`, `fleet.json`): `None` when nothing is at `path`, else the document. A file
-/// that is there and does not read (too large, not UTF-8, a FIFO, a link that leads
-/// nowhere, malformed) is bad input naming it, with the line and column of a JSON error:
-/// each of these files holds what a silent skip would lose or change.
+/// that is there and does not read is bad input naming it
+/// ([`crate::files::read_json_if_there`]).
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     path: &std::path::Path,
 ) -> Result<Option<T>, crate::error::CliError> {
-    if std::fs::symlink_metadata(path).is_err() {
-        return Ok(None);
-    }
-    let bad = |m: String| crate::error::CliError::bad_input(miette::miette!("{m}"));
-    let text = crate::files::read_to_string_bounded(path, crate::files::MAX_RESULTS_BYTES)
-        .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-    serde_json::from_str(&text).map(Some).map_err(|e| {
-        bad(format!(
-            "{}: line {} column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })
+    crate::files::read_json_if_there(path)
+        .map_err(|m| crate::error::CliError::bad_input(miette::miette!("{m}")))
 }
 
 /// Writes `value` as pretty JSON to `path`, atomically (a reader never sees half a file),

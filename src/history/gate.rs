@@ -1457,19 +1457,23 @@ fn apply_history(
 
 /// The comparison every report of a run renders: against the baselines, with the
 /// history's verdicts laid over it when the run was judged (`history.json` in `run_dir`).
+/// A `history.json` that is there and does not read is an error naming it.
 pub fn judged_comparison(
     results: &RunResults,
     baselines: &Baselines,
     run_dir: Option<&Path>,
-) -> (Comparison, Option<GateReport>) {
+) -> Result<(Comparison, Option<GateReport>), String> {
     let mut cmp = compare(results, baselines);
-    let gate = run_dir.and_then(GateReport::load);
+    let gate = match run_dir {
+        Some(dir) => GateReport::load(dir)?,
+        None => None,
+    };
     if let Some(g) = &gate {
         if g.run_id == results.run_id {
             overlay(&mut cmp, g);
         }
     }
-    (cmp, gate)
+    Ok((cmp, gate))
 }
 
 #[cfg(test)]

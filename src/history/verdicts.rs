@@ -285,14 +285,13 @@ impl GateReport {
         }
     }
 
-    /// Reads `history.json` from a run folder; `None` when the run was not judged.
-    pub(crate) fn load(run_dir: &Path) -> Option<GateReport> {
-        let text = crate::files::read_to_string_bounded(
-            &run_dir.join(Self::FILE),
-            crate::files::MAX_RESULTS_BYTES,
-        )
-        .ok()?;
-        serde_json::from_str(&text).ok()
+    /// Reads `history.json` from a run folder; `None` when the run was not judged (no file
+    /// there). One that is there and does not read is an error naming it, line and
+    /// column: read as absent, it made `bench report` judge the run against the baselines
+    /// instead and change its verdict without a word (a regressed run re-rendered as
+    /// "new", exit 0), where `bench report merge` refuses the same file.
+    pub(crate) fn load(run_dir: &Path) -> Result<Option<GateReport>, String> {
+        crate::files::read_json_if_there(&run_dir.join(Self::FILE))
     }
 
     pub(crate) fn cell(&self, id: &str) -> Option<&CellJudgement> {

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod cli;
+pub mod shards;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
