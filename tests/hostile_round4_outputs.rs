@@ -282,7 +282,7 @@ fn foreign_text_is_text_in_the_terminal_the_summaries_and_the_comment() {
 /// `<title>` included, by `bench report merge` and by `bench report` of a shard: no ESC or
 /// BEL anywhere in the page. The `<title>` held them raw (round C of the hostile re-run).
 #[test]
-fn a_forged_matrix_name_is_written_out_in_report_html_and_its_title() {
+fn a_forged_matrix_name_is_written_out_in_report_html_its_title_the_terminal_and_the_summaries() {
     use common::cli::{bench as run, read_json, write_json};
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
@@ -293,15 +293,42 @@ fn a_forged_matrix_name_is_written_out_in_report_html_and_its_title() {
         write_json(&s.join("results.json"), &r);
     }
     let out = dir.join("merged");
-    let o = common::shards::merge(dir, &[&s1, &s2], &out, &[]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
-    let o = run(&[
+    let merged = common::shards::merge(dir, &[&s1, &s2], &out, &[]);
+    assert!(
+        matches!(merged.status.code(), Some(0 | 1)),
+        "{}",
+        text(&merged)
+    );
+    let reported = run(&[
         "report",
         s1.to_str().unwrap(),
         "--baselines",
         dir.join("baselines").to_str().unwrap(),
     ]);
-    assert!(matches!(o.status.code(), Some(0 | 1)), "{}", text(&o));
+    assert!(
+        matches!(reported.status.code(), Some(0 | 1)),
+        "{}",
+        text(&reported)
+    );
+    // The terminal and the text reports of both commands: the name is text, never a
+    // sequence the terminal acts on.
+    for (what, o) in [("merge", &merged), ("report", &reported)] {
+        let said = text(o);
+        assert!(
+            !said.contains('\x1b') && !said.contains('\x07'),
+            "bench {what}'s terminal output holds a raw ESC or BEL: {said:?}"
+        );
+    }
+    for f in ["summary.md", "summary.txt"] {
+        for folder in [&out, &s1] {
+            let body = std::fs::read_to_string(folder.join(f)).unwrap();
+            assert!(
+                !body.contains('\x1b') && !body.contains('\x07'),
+                "{}: a raw ESC or BEL",
+                folder.join(f).display()
+            );
+        }
+    }
     for page in [out.join("report.html"), s1.join("report.html")] {
         let html = std::fs::read_to_string(&page).unwrap();
         assert!(

@@ -165,6 +165,67 @@ fn a_50_mb_text_in_the_store_makes_no_50_mb_page() {
     assert!(runs.contains("more characters)"), "the cut says so");
 }
 
+/// A commit subject of 50 MB in the triage the history keeps (`bench_triage`: the
+/// bisection's last good and first bad commits), as a store shared with another tool, or a
+/// commit message pasted whole, may hold: the site shows it cut, and grows by no 50 MB.
+#[test]
+fn a_50_mb_commit_subject_in_the_kept_triage_makes_no_50_mb_page() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = store(tmp.path(), "h.sqlite", 40, 8);
+    let o = site(tmp.path(), &db, "clean");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let clean = size(&tmp.path().join("clean"));
+    let c = rusqlite::Connection::open(&db).unwrap();
+    let kept: String = c
+        .query_row("SELECT group_concat(findings) FROM bench_triage", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        kept.contains("\"subject\""),
+        "the generated store keeps a bisection with its commits' subjects: {kept}"
+    );
+    let huge = format!("fix: {}", "y".repeat(50 << 20));
+    c.execute(
+        "UPDATE bench_triage SET findings = replace(findings, 'docs: night notes', ?1)",
+        [&huge],
+    )
+    .unwrap();
+    // The subject is in the store: the kept triage grew by the 50 MB.
+    let grown: i64 = c
+        .query_row("SELECT sum(length(findings)) FROM bench_triage", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        grown > 50 << 20,
+        "the subject was not replaced: {grown} bytes"
+    );
+    drop(c);
+    let o = site(tmp.path(), &db, "hostile");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let hostile = size(&tmp.path().join("hostile"));
+    assert!(
+        hostile < clean + 2_000_000,
+        "the site grew from {clean} to {hostile} bytes"
+    );
+    // The site shows the triage, the subject cut: it is not simply left out.
+    let shown = grep_dir(&tmp.path().join("hostile"), "fix: yyyy");
+    assert!(shown, "no page shows the (cut) subject of the kept triage");
+}
+
+/// Whether any file under `dir` holds `needle`.
+fn grep_dir(dir: &Path, needle: &str) -> bool {
+    std::fs::read_dir(dir).unwrap().any(|e| {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            grep_dir(&p, needle)
+        } else {
+            std::fs::read(&p).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle))
+        }
+    })
+}
+
 /// A copy of the fixture run folder `tests/fixtures/runs/NAME` as `dir/runs/NAME`.
 fn fixture_run(dir: &Path, name: &str) -> std::path::PathBuf {
     let to = dir.join("runs").join(name);
