@@ -27,6 +27,23 @@ impl Cost {
         self.measuring_gpu_s + self.pairs_gpu_s + self.reruns_gpu_s + self.triage_gpu_s
     }
 
+    /// What the verdict took beyond measuring: confirming (pairs, re-runs) and triage. The
+    /// cells with any are the ones the reports and the site list, costliest first.
+    pub fn beyond_measuring(&self) -> f64 {
+        self.total() - self.measuring_gpu_s
+    }
+
+    /// The four parts in the order every table shows them: measuring, side by side,
+    /// re-runs, triage.
+    pub fn parts(&self) -> [f64; 4] {
+        [
+            self.measuring_gpu_s,
+            self.pairs_gpu_s,
+            self.reruns_gpu_s,
+            self.triage_gpu_s,
+        ]
+    }
+
     /// The total against the measuring alone (`None` when nothing was measured, where a
     /// ratio would be a division by zero).
     pub fn times_the_run(&self) -> Option<f64> {
@@ -69,7 +86,7 @@ impl Cost {
         .find_map(|(name, v)| crate::bounds::check_gpu_seconds(name, v).err())
     }
 
-    fn plus(self, o: Cost) -> Cost {
+    pub(crate) fn plus(self, o: Cost) -> Cost {
         Cost {
             measuring_gpu_s: self.measuring_gpu_s + o.measuring_gpu_s,
             pairs_gpu_s: self.pairs_gpu_s + o.pairs_gpu_s,
@@ -92,7 +109,7 @@ impl CellCost {
     /// Whether the verdict took more than measuring the cell (pairs, re-runs or triage):
     /// the cells the reports and the site list.
     pub fn confirmed(&self) -> bool {
-        self.cost.total() > self.cost.measuring_gpu_s
+        self.cost.beyond_measuring() > 0.0
     }
 }
 
@@ -111,7 +128,7 @@ pub(crate) const MAX_CELL_ID: usize = 1024;
 /// takes), under `shards` each shard's own figures (`"2/4"`), from which the total of a
 /// sharded run is summed, and under `cells` the cells whose verdict took more than
 /// measuring them, each with the shard that recorded it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Kept {
     #[serde(flatten)]
     pub total: Cost,
@@ -135,8 +152,11 @@ pub(crate) struct KeptCell {
 /// costliest first, at most [`MAX_KEPT_CELLS`].
 fn kept_cells(cells: &[CellCost]) -> Vec<&CellCost> {
     let mut kept: Vec<&CellCost> = cells.iter().filter(|c| c.confirmed()).collect();
-    let extra = |c: &CellCost| c.cost.total() - c.cost.measuring_gpu_s;
-    kept.sort_by(|a, b| extra(b).total_cmp(&extra(a)));
+    kept.sort_by(|a, b| {
+        b.cost
+            .beyond_measuring()
+            .total_cmp(&a.cost.beyond_measuring())
+    });
     kept.truncate(MAX_KEPT_CELLS);
     kept
 }
@@ -173,11 +193,7 @@ impl Kept {
         let split = format!("/{}", shard.count);
         let before = kept
             .and_then(|k| serde_json::from_str::<Kept>(k).ok())
-            .unwrap_or(Kept {
-                total: Cost::default(),
-                shards: BTreeMap::new(),
-                cells: BTreeMap::new(),
-            });
+            .unwrap_or_default();
         let mut shards = before.shards;
         shards.retain(|label, _| label.ends_with(&split));
         shards.insert(shard.to_string(), cost);
@@ -190,9 +206,12 @@ impl Kept {
         });
         cells.extend(ours);
         if cells.len() > MAX_ROW_CELLS {
-            let extra = |c: &KeptCell| c.cost.total() - c.cost.measuring_gpu_s;
             let mut by_cost: Vec<(String, KeptCell)> = cells.into_iter().collect();
-            by_cost.sort_by(|a, b| extra(&b.1).total_cmp(&extra(&a.1)));
+            by_cost.sort_by(|a, b| {
+                b.1.cost
+                    .beyond_measuring()
+                    .total_cmp(&a.1.cost.beyond_measuring())
+            });
             by_cost.truncate(MAX_ROW_CELLS);
             cells = by_cost.into_iter().collect();
         }
@@ -245,10 +264,10 @@ impl RunCost {
                 cost: c.cost,
             });
         }
-        let extra = |c: &CellCost| c.cost.total() - c.cost.measuring_gpu_s;
         cells.sort_by(|a, b| {
-            extra(b)
-                .total_cmp(&extra(a))
+            b.cost
+                .beyond_measuring()
+                .total_cmp(&a.cost.beyond_measuring())
                 .then(a.cell_id.cmp(&b.cell_id))
         });
         Ok(RunCost {

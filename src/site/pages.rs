@@ -409,16 +409,7 @@ pub(crate) fn write_site(out: &Path, fleet: &Fleet, cx: &Context<'_>) -> Result<
             cell_costs: cost.as_ref().map_or_else(Vec::new, |c| {
                 c.cells
                     .iter()
-                    .map(|c| {
-                        let k = &c.cost;
-                        let figures = [
-                            k.measuring_gpu_s,
-                            k.pairs_gpu_s,
-                            k.reruns_gpu_s,
-                            k.triage_gpu_s,
-                        ];
-                        (c.cell_id.as_str(), figures)
-                    })
+                    .map(|c| (c.cell_id.as_str(), c.cost.parts()))
                     .collect()
             }),
             metric: cx.metric,

@@ -172,9 +172,7 @@ pub fn generate(location: &str, spec: &Spec) -> Result<(), HistoryError> {
                     "environment" => own.reruns_gpu_s = gpu_s,
                     _ => {}
                 }
-                cost.measuring_gpu_s += own.measuring_gpu_s;
-                cost.pairs_gpu_s += own.pairs_gpu_s;
-                cost.reruns_gpu_s += own.reruns_gpu_s;
+                cost = cost.plus(own);
                 cell_costs.push(CellCost {
                     cell_id: id.clone(),
                     cost: own,

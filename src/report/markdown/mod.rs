@@ -706,25 +706,27 @@ fn cell_costs_table(costs: &[crate::report::input::CellCost]) -> String {
          | cell | measuring | side by side | re-runs | triage | total |\n\
          |---|---:|---:|---:|---:|---:|\n",
     );
+    // One decimal below 10 GPU-s: a CPU cell's pairs cost a few seconds, which whole
+    // seconds round to 0 or 1.
+    let g = |x: f64| {
+        if x < 10.0 {
+            format!("{x:.1}")
+        } else {
+            format!("{x:.0}")
+        }
+    };
     for c in extra {
-        let k = &c.cost;
-        // One decimal below 10 GPU-s: a CPU cell's pairs cost a few seconds, which whole
-        // seconds round to 0 or 1.
-        let g = |x: f64| {
-            if x < 10.0 {
-                format!("{x:.1}")
-            } else {
-                format!("{x:.0}")
-            }
-        };
+        let figures: Vec<String> = c
+            .cost
+            .parts()
+            .into_iter()
+            .chain([c.cost.total()])
+            .map(g)
+            .collect();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} |\n",
             code_cell(&c.cell_id),
-            g(k.measuring_gpu_s),
-            g(k.pairs_gpu_s),
-            g(k.reruns_gpu_s),
-            g(k.triage_gpu_s),
-            g(k.total())
+            figures.join(" | ")
         ));
     }
     out.push('\n');
